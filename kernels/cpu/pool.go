@@ -1,0 +1,104 @@
+package cpu
+
+import (
+	"runtime"
+	"sync"
+	"sync/atomic"
+)
+
+// The worker pool: a fixed set of goroutines, started once, that run the chunks of a Parallel call. Starting a
+// goroutine per row or per call costs more than the small kernels of a decode step take, so kernels share these.
+
+// job is one Parallel call: chunks are claimed by an atomic counter, so the caller and any number of workers can
+// work on it at once, and a worker that arrives late finds nothing left and goes back.
+type job struct {
+	fn     func(lo, hi int)
+	n      int
+	chunk  int
+	chunks int64
+	next   atomic.Int64
+	done   sync.WaitGroup
+}
+
+func (j *job) run() {
+	for {
+		c := j.next.Add(1) - 1
+		if c >= j.chunks {
+			return
+		}
+		lo := int(c) * j.chunk
+		j.fn(lo, min(lo+j.chunk, j.n))
+		j.done.Done()
+	}
+}
+
+var (
+	poolMu   sync.Mutex
+	threads  int
+	jobQueue chan *job
+)
+
+// SetThreads sets how many threads (the caller included) kernels use; n <= 0 means runtime.GOMAXPROCS(0). It
+// returns the previous setting. Workers are started when first needed and are never stopped, so it is cheap to
+// call before a benchmark.
+func SetThreads(n int) int {
+	poolMu.Lock()
+	defer poolMu.Unlock()
+	prev := threads
+	if n <= 0 {
+		n = runtime.GOMAXPROCS(0)
+	}
+	if jobQueue == nil {
+		jobQueue = make(chan *job, 256)
+	}
+	for t := max(threads, 1); t < n; t++ {
+		go worker()
+	}
+	threads = max(threads, n)
+	active.Store(int64(n))
+	return prev
+}
+
+// active is the number of threads Parallel splits work across (at most the number of workers started + 1).
+var active atomic.Int64
+
+// Threads reports how many threads kernels use.
+func Threads() int {
+	if active.Load() == 0 {
+		SetThreads(0)
+	}
+	return int(active.Load())
+}
+
+func worker() {
+	for j := range jobQueue {
+		j.run()
+	}
+}
+
+// Parallel calls fn(lo, hi) on disjoint ranges that cover [0, n), each of at least grain items (one range when n < 2*grain),
+// across the pool's threads, and returns when all calls have returned. The caller works too, so a nested Parallel
+// (from inside fn) cannot deadlock: when no worker is free the caller runs every chunk itself.
+func Parallel(n, grain int, fn func(lo, hi int)) {
+	if n <= 0 {
+		return
+	}
+	t := Threads()
+	grain = max(grain, 1)
+	chunks := min(t, n/grain)
+	if chunks <= 1 {
+		fn(0, n)
+		return
+	}
+	j := &job{fn: fn, n: n, chunk: (n + chunks - 1) / chunks}
+	j.chunks = int64((n + j.chunk - 1) / j.chunk)
+	j.done.Add(int(j.chunks))
+	for w := 1; w < int(j.chunks); w++ {
+		select {
+		case jobQueue <- j:
+		default:
+		}
+	}
+	j.run()
+	j.done.Wait()
+}
