@@ -138,3 +138,24 @@ func PagedAttention(op string, lout, lq, lkc, lvc int, qStart, seqLens, blockTab
 		}
 	}
 }
+
+// GEMMGroup checks a group-quantized GEMM: A [m,k] float, W packed two 4-bit values a byte [n, k/2], scales and
+// zero points [n, k/group], C [m,n], with group a positive even number dividing k.
+func GEMMGroup(op string, m, n, k, group, la, lw, ls, lz, lc int) {
+	Positive(op, "m", m, "n", n, "k", k, "group", group)
+	if group%2 != 0 || k%group != 0 {
+		fail(op, "group=%d, want an even divisor of k=%d", group, k)
+	}
+	Len(op, "a", la, m*k, "m*k")
+	Len(op, "w", lw, n*k/2, "n*k/2")
+	Len(op, "s", ls, n*k/group, "n*k/group")
+	Len(op, "z", lz, n*k/group, "n*k/group")
+	Len(op, "c", lc, m*n, "m*n")
+}
+
+// Blocks checks that n, a count of elements, is a positive multiple of block (GGUF quantizes in blocks of 32).
+func Blocks(op, name string, n, block int) {
+	if n <= 0 || n%block != 0 {
+		fail(op, "%s=%d, want a positive multiple of %d", name, n, block)
+	}
+}

@@ -1,0 +1,227 @@
+package ref
+
+import (
+	"encoding/binary"
+	"math"
+
+	"github.com/morphlab/morphlab/kernels/half"
+	"github.com/morphlab/morphlab/kernels/internal/shape"
+)
+
+// Quantized matmuls. Weights keep the [out, in] layout of GEMM; what changes is how a weight is stored:
+//   - INT8 per channel (W8A16, W8A8): w int8 [n, k] with one float scale per row, sw[n]: W[j,p] = w[j*k+p]·sw[j].
+//   - INT8 per token (W8A8 activations): qa int8 [m, k] with sa[m]: A[i,p] = qa[i*k+p]·sa[i].
+//   - INT4 group-wise with zero points (W4A16): w uint8 [n, k/2], byte i of a row holding element 2i in its low
+//     nibble and 2i+1 in its high nibble; scales s and zero points z (0..15) [n, k/group]:
+//     W[j,p] = (q - z[j*k/group+p/group])·s[j*k/group+p/group].
+//   - GGUF Q8_0: blocks of 32 values, 34 bytes: a little-endian binary16 scale d, then 32 int8 q; value = q·d.
+//   - GGUF Q4_0: blocks of 32 values, 18 bytes: binary16 d, then 16 bytes; byte j holds element j in its low nibble
+//     and element j+16 in its high nibble; value = (q-8)·d.
+// Integer parts are summed exactly (in int64 here; every implementation's int32 sums must agree with these).
+
+// Q8_0 and Q4_0 block geometry.
+const (
+	QBlock      = 32  // values a block
+	Q8_0Bytes   = 34  // bytes of a Q8_0 block
+	Q4_0Bytes   = 18  // bytes of a Q4_0 block
+	int8Largest = 127 // symmetric int8 quantization maps max|x| to ±127
+)
+
+// GEMMW8A16 computes C = A·Wᵀ with INT8 per-channel weights: c[i*n+j] = sw[j]·Σ_p a[i*k+p]·w[j*k+p].
+func GEMMW8A16(m, n, k int, a []float64, w []int8, sw []float64, c []float64) {
+	shape.GEMM("GEMMW8A16", m, n, k, len(a), len(w), len(c))
+	shape.Len("GEMMW8A16", "sw", len(sw), n, "n")
+	for i := 0; i < m; i++ {
+		for j := 0; j < n; j++ {
+			var s float64
+			for p := 0; p < k; p++ {
+				s += a[i*k+p] * float64(w[j*k+p])
+			}
+			c[i*n+j] = s * sw[j]
+		}
+	}
+}
+
+// GEMMInt8 is the integer core of W8A8: c[i*n+j] = Σ_p a[i*k+p]·w[j*k+p], exact. It panics if a sum does not fit
+// an int32 (k > 133144 can overflow), since every fast implementation accumulates in int32.
+func GEMMInt8(m, n, k int, a, w []int8, c []int32) {
+	shape.GEMM("GEMMInt8", m, n, k, len(a), len(w), len(c))
+	for i := 0; i < m; i++ {
+		for j := 0; j < n; j++ {
+			c[i*n+j] = dotInt8(a[i*k:][:k], w[j*k:][:k])
+		}
+	}
+}
+
+func dotInt8(a, w []int8) int32 {
+	var s int64
+	for p := range a {
+		s += int64(a[p]) * int64(w[p])
+	}
+	if s != int64(int32(s)) {
+		panic("kernels: GEMMInt8: int32 accumulator overflow")
+	}
+	return int32(s)
+}
+
+// GEMMW8A8 computes C = A·Wᵀ with per-token INT8 activations and per-channel INT8 weights:
+// c[i*n+j] = sa[i]·sw[j]·Σ_p qa[i*k+p]·qw[j*k+p], the sum exact (GEMMInt8).
+func GEMMW8A8(m, n, k int, qa []int8, sa []float64, qw []int8, sw []float64, c []float64) {
+	shape.GEMM("GEMMW8A8", m, n, k, len(qa), len(qw), len(c))
+	shape.Len("GEMMW8A8", "sa", len(sa), m, "m")
+	shape.Len("GEMMW8A8", "sw", len(sw), n, "n")
+	for i := 0; i < m; i++ {
+		for j := 0; j < n; j++ {
+			c[i*n+j] = sa[i] * sw[j] * float64(dotInt8(qa[i*k:][:k], qw[j*k:][:k]))
+		}
+	}
+}
+
+// QuantizeRowsInt8 quantizes each row of x [m, k] symmetrically to int8 (per-token dynamic quantization for W8A8):
+// s[i] = max_p |x[i,p]| / 127 and q[i,p] = round(x[i,p] / s[i]), rounding halves away from zero, so the largest
+// magnitude maps to ±127 and -128 is never used. A row of zeros gets s = 0 and q = 0.
+func QuantizeRowsInt8(m, k int, x []float64, q []int8, s []float64) {
+	shape.Positive("QuantizeRowsInt8", "m", m, "k", k)
+	shape.Len("QuantizeRowsInt8", "x", len(x), m*k, "m*k")
+	shape.Len("QuantizeRowsInt8", "q", len(q), m*k, "m*k")
+	shape.Len("QuantizeRowsInt8", "s", len(s), m, "m")
+	for i := 0; i < m; i++ {
+		row := x[i*k:][:k]
+		var amax float64
+		for _, v := range row {
+			amax = math.Max(amax, math.Abs(v))
+		}
+		s[i] = amax / int8Largest
+		for p, v := range row {
+			if amax == 0 {
+				q[i*k+p] = 0
+				continue
+			}
+			q[i*k+p] = int8(math.Round(v / s[i]))
+		}
+	}
+}
+
+// GEMMW4A16 computes C = A·Wᵀ with group-wise INT4 weights (layout above):
+// c[i*n+j] = Σ_p a[i*k+p]·(q[j,p] - z[j,p/group])·s[j,p/group].
+func GEMMW4A16(m, n, k, group int, a []float64, w []uint8, s []float64, z []uint8, c []float64) {
+	shape.GEMMGroup("GEMMW4A16", m, n, k, group, len(a), len(w), len(s), len(z), len(c))
+	for i := 0; i < m; i++ {
+		for j := 0; j < n; j++ {
+			var acc float64
+			for p := 0; p < k; p++ {
+				g := j*(k/group) + p/group
+				acc += a[i*k+p] * float64(int(Nibble(w[j*k/2:], p))-int(z[g])) * s[g]
+			}
+			c[i*n+j] = acc
+		}
+	}
+}
+
+// Nibble returns element p of a W4A16 row packed two a byte: the low nibble of byte p/2 for even p, the high one
+// for odd p.
+func Nibble(row []uint8, p int) uint8 {
+	return row[p/2] >> (4 * (p % 2)) & 0xf
+}
+
+// QuantizeRowQ8_0 writes x (a multiple of 32 values) as Q8_0 blocks, as GGUF's quantize_row_q8_0_ref does:
+// d = max|x|/127 stored as binary16, q = round(x/d) halves away from zero (0 for a block of zeros).
+func QuantizeRowQ8_0(x []float64, out []byte) {
+	shape.Blocks("QuantizeRowQ8_0", "len(x)", len(x), QBlock)
+	shape.Len("QuantizeRowQ8_0", "out", len(out), len(x)/QBlock*Q8_0Bytes, "len(x)/32*34")
+	for b := 0; b < len(x)/QBlock; b++ {
+		xs := x[b*QBlock:][:QBlock]
+		blk := out[b*Q8_0Bytes:][:Q8_0Bytes]
+		var amax float64
+		for _, v := range xs {
+			amax = math.Max(amax, math.Abs(v))
+		}
+		d := amax / int8Largest
+		binary.LittleEndian.PutUint16(blk, half.F32ToF16(float32(d)))
+		for i, v := range xs {
+			if d == 0 {
+				blk[2+i] = 0
+				continue
+			}
+			blk[2+i] = byte(int8(math.Round(v / d)))
+		}
+	}
+}
+
+// blockScale is the binary16 scale at the front of a GGUF block, as float64.
+func blockScale(blk []byte) float64 {
+	return float64(half.F16ToF32(binary.LittleEndian.Uint16(blk)))
+}
+
+// DotQ8_0 is the dot product of n values (a multiple of 32) stored as Q8_0 blocks in w and x, as ggml's
+// ggml_vec_dot_q8_0_q8_0 defines it: Σ_blocks d_w·d_x·Σ_i q_w[i]·q_x[i], the inner sums exact.
+func DotQ8_0(n int, w, x []byte) float64 {
+	shape.Blocks("DotQ8_0", "n", n, QBlock)
+	shape.Len("DotQ8_0", "w", len(w), n/QBlock*Q8_0Bytes, "n/32*34")
+	shape.Len("DotQ8_0", "x", len(x), n/QBlock*Q8_0Bytes, "n/32*34")
+	return dotQ8_0(n, w, x)
+}
+
+func dotQ8_0(n int, w, x []byte) float64 {
+	var sum float64
+	for b := 0; b < n/QBlock; b++ {
+		wb, xb := w[b*Q8_0Bytes:][:Q8_0Bytes], x[b*Q8_0Bytes:][:Q8_0Bytes]
+		var isum int64
+		for i := 0; i < QBlock; i++ {
+			isum += int64(int8(wb[2+i])) * int64(int8(xb[2+i]))
+		}
+		sum += blockScale(wb) * blockScale(xb) * float64(isum)
+	}
+	return sum
+}
+
+// DotQ4_0Q8_0 is the dot product of n values stored as Q4_0 blocks in w and Q8_0 blocks in x, as ggml's
+// ggml_vec_dot_q4_0_q8_0 defines it: Σ_blocks d_w·d_x·Σ_i (q_w[i]-8)·q_x[i], the inner sums exact.
+func DotQ4_0Q8_0(n int, w, x []byte) float64 {
+	shape.Blocks("DotQ4_0Q8_0", "n", n, QBlock)
+	shape.Len("DotQ4_0Q8_0", "w", len(w), n/QBlock*Q4_0Bytes, "n/32*18")
+	shape.Len("DotQ4_0Q8_0", "x", len(x), n/QBlock*Q8_0Bytes, "n/32*34")
+	return dotQ4_0Q8_0(n, w, x)
+}
+
+func dotQ4_0Q8_0(n int, w, x []byte) float64 {
+	var sum float64
+	for b := 0; b < n/QBlock; b++ {
+		wb, xb := w[b*Q4_0Bytes:][:Q4_0Bytes], x[b*Q8_0Bytes:][:Q8_0Bytes]
+		var isum int64
+		for i := 0; i < QBlock/2; i++ {
+			lo, hi := int64(wb[2+i]&0xf)-8, int64(wb[2+i]>>4)-8
+			isum += lo*int64(int8(xb[2+i])) + hi*int64(int8(xb[2+i+QBlock/2]))
+		}
+		sum += blockScale(wb) * blockScale(xb) * float64(isum)
+	}
+	return sum
+}
+
+// GEMVQ8_0 computes y = W·x for W [n, k] stored as n rows of k/32 Q8_0 blocks and x as k/32 Q8_0 blocks:
+// y[j] = DotQ8_0(k, row j, x).
+func GEMVQ8_0(n, k int, w, xq []byte, y []float64) {
+	shape.Positive("GEMVQ8_0", "n", n)
+	shape.Blocks("GEMVQ8_0", "k", k, QBlock)
+	row := k / QBlock * Q8_0Bytes
+	shape.Len("GEMVQ8_0", "w", len(w), n*row, "n*k/32*34")
+	shape.Len("GEMVQ8_0", "xq", len(xq), row, "k/32*34")
+	shape.Len("GEMVQ8_0", "y", len(y), n, "n")
+	for j := range y {
+		y[j] = dotQ8_0(k, w[j*row:][:row], xq)
+	}
+}
+
+// GEMVQ4_0 computes y = W·x for W [n, k] stored as n rows of k/32 Q4_0 blocks and x as k/32 Q8_0 blocks:
+// y[j] = DotQ4_0Q8_0(k, row j, x).
+func GEMVQ4_0(n, k int, w, xq []byte, y []float64) {
+	shape.Positive("GEMVQ4_0", "n", n)
+	shape.Blocks("GEMVQ4_0", "k", k, QBlock)
+	row := k / QBlock * Q4_0Bytes
+	shape.Len("GEMVQ4_0", "w", len(w), n*row, "n*k/32*18")
+	shape.Len("GEMVQ4_0", "xq", len(xq), k/QBlock*Q8_0Bytes, "k/32*34")
+	shape.Len("GEMVQ4_0", "y", len(y), n, "n")
+	for j := range y {
+		y[j] = dotQ4_0Q8_0(k, w[j*row:][:row], xq)
+	}
+}
