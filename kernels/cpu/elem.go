@@ -1,0 +1,102 @@
+package cpu
+
+import (
+	"math"
+
+	"github.com/morphlab/morphlab/kernels/internal/shape"
+)
+
+// The fused elementwise kernels of a decoder layer. Each exported function checks sizes with the shared shape
+// checks, splits its rows (or elements) across the worker pool, and runs a row primitive: an AVX-512 twin in
+// elem_amd64.s when the CPU has it, else the pure-Go loop whose doc it shares (elem_generic.go).
+
+// elemGrain is the least number of floats worth handing to another thread: below it the pool's wake-up costs
+// more than the work.
+const elemGrain = 1 << 15
+
+// elemRowsGrain returns how many rows of length dim make a chunk of at least elemGrain floats.
+func elemRowsGrain(dim int) int { return max(1, elemGrain/dim) }
+
+// RMSNorm normalizes each row of length dim: out = x / sqrt(mean(x²) + eps) ⊙ weight. x, out: [rows, dim].
+func RMSNorm(out, x, weight []float32, dim int, eps float32) {
+	shape.Rows("RMSNorm", dim, []string{"x", "out"}, len(x), len(out))
+	shape.Len("RMSNorm", "weight", len(weight), dim, "dim")
+	Parallel(len(x)/dim, elemRowsGrain(dim), func(lo, hi int) {
+		for r := lo * dim; r < hi*dim; r += dim {
+			xr := x[r : r+dim]
+			elemScaleMul(out[r:r+dim], xr, weight, elemInvRMS(elemSumSquares(xr), dim, eps))
+		}
+	})
+}
+
+// AddRMSNorm is the fused residual step of a decoder layer, row by row: residual += x, then
+// out = RMSNorm(residual) ⊙ weight. residual is updated in place. One pass adds and sums squares, a second scales,
+// so each row is read from memory once.
+func AddRMSNorm(out, residual, x, weight []float32, dim int, eps float32) {
+	shape.Rows("AddRMSNorm", dim, []string{"residual", "x", "out"}, len(residual), len(x), len(out))
+	shape.Len("AddRMSNorm", "weight", len(weight), dim, "dim")
+	Parallel(len(x)/dim, elemRowsGrain(dim), func(lo, hi int) {
+		for r := lo * dim; r < hi*dim; r += dim {
+			rr := residual[r : r+dim]
+			ss := elemAddSumSquares(rr, x[r:r+dim])
+			elemScaleMul(out[r:r+dim], rr, weight, elemInvRMS(ss, dim, eps))
+		}
+	})
+}
+
+// elemInvRMS returns 1/sqrt(ss/dim + eps), computed in float64 so that the only float32 error is the sum's.
+func elemInvRMS(ss float32, dim int, eps float32) float32 {
+	return float32(1 / math.Sqrt(float64(ss)/float64(dim)+float64(eps)))
+}
+
+// SwiGLU is the gated activation of Llama's MLP: out[i] = silu(gate[i])·up[i], silu(g) = g/(1+e^(-g)).
+func SwiGLU(out, gate, up []float32) {
+	shape.Positive("SwiGLU", "len(gate)", len(gate))
+	shape.Len("SwiGLU", "up", len(up), len(gate), "len(gate)")
+	shape.Len("SwiGLU", "out", len(out), len(gate), "len(gate)")
+	Parallel(len(gate), elemGrain, func(lo, hi int) {
+		elemSwiGLU(out[lo:hi], gate[lo:hi], up[lo:hi])
+	})
+}
+
+// Softmax replaces each row of x ([rows, cols]) by exp(x - max(x)) / Σ exp(x - max(x)).
+func Softmax(x []float32, rows, cols int) {
+	shape.Positive("Softmax", "rows", rows, "cols", cols)
+	shape.Len("Softmax", "x", len(x), rows*cols, "rows*cols")
+	Parallel(rows, elemRowsGrain(cols), func(lo, hi int) {
+		for r := lo * cols; r < hi*cols; r += cols {
+			row := x[r : r+cols]
+			sum := elemExpSum(row, elemMax(row))
+			elemScale(row, 1/sum)
+		}
+	})
+}
+
+// RoPE rotates queries or keys in place by their positions, with Llama's consecutive pairing: within each head,
+// (x[2i], x[2i+1]) is rotated by the angle pos[t]·theta^(-2i/headDim). x is [len(pos), nHeads*headDim].
+//
+// The angles, their cosines and sines are computed in float64 once per token (not per head) and rounded to
+// float32, so the rotation's error is that of float32 arithmetic on exact coefficients.
+func RoPE(x []float32, pos []int32, nHeads, headDim int, theta float32) {
+	shape.RoPE("RoPE", len(x), len(pos), nHeads, headDim)
+	freq := make([]float64, headDim/2)
+	for i := range freq {
+		freq[i] = math.Pow(float64(theta), -float64(2*i)/float64(headDim))
+	}
+	row := nHeads * headDim
+	Parallel(len(pos), elemRowsGrain(row), func(lo, hi int) {
+		// cs and sn hold, for the pair (2i, 2i+1), cos in both slots and -sin, +sin: the rotation is then
+		// x·cs + swap(x)·sn with swap exchanging the two members of each pair.
+		cs := make([]float32, headDim)
+		sn := make([]float32, headDim)
+		for t := lo; t < hi; t++ {
+			p := float64(pos[t])
+			for i, f := range freq {
+				s, c := math.Sincos(p * f)
+				cs[2*i], cs[2*i+1] = float32(c), float32(c)
+				sn[2*i], sn[2*i+1] = float32(-s), float32(s)
+			}
+			elemRotate(x[t*row:(t+1)*row], cs, sn)
+		}
+	})
+}

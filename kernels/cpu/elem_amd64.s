@@ -1,0 +1,446 @@
+//go:build !noasm
+
+#include "textflag.h"
+#include "elem_exp_amd64.h"
+
+DATA elemExpLo<>+0(SB)/4, $0xc2d10000 // -104.5: e^x rounds to 0 below -103.97
+GLOBL elemExpLo<>(SB), RODATA|NOPTR, $4
+DATA elemExpHi<>+0(SB)/4, $0x42b20000 // 89: e^x is +Inf above
+GLOBL elemExpHi<>(SB), RODATA|NOPTR, $4
+DATA elemLog2E<>+0(SB)/4, $0x3fb8aa3b
+GLOBL elemLog2E<>(SB), RODATA|NOPTR, $4
+DATA elemLn2Hi<>+0(SB)/4, $0x3f317200
+GLOBL elemLn2Hi<>(SB), RODATA|NOPTR, $4
+DATA elemLn2Lo<>+0(SB)/4, $0x35bfbe8e
+GLOBL elemLn2Lo<>(SB), RODATA|NOPTR, $4
+
+#define EXPF_CONSTS \
+	EXP_POLY_CONSTS; \
+	VBROADCASTSS elemExpLo<>(SB), Z24; \
+	VBROADCASTSS elemExpHi<>(SB), Z25; \
+	VBROADCASTSS elemLog2E<>(SB), Z26; \
+	VBROADCASTSS elemLn2Hi<>(SB), Z27; \
+	VBROADCASTSS elemLn2Lo<>(SB), Z28
+
+// func elemSumSquaresAVX512(x []float32) float32
+TEXT ·elemSumSquaresAVX512(SB), NOSPLIT, $0-28
+	MOVQ x_base+0(FP), SI
+	MOVQ x_len+8(FP), CX
+	VPXORD Z0, Z0, Z0
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+
+loop64:
+	CMPQ CX, $64
+	JB   loop16
+	VMOVUPS (SI), Z5
+	VMOVUPS 64(SI), Z6
+	VMOVUPS 128(SI), Z7
+	VMOVUPS 192(SI), Z8
+	VFMADD231PS Z5, Z5, Z0
+	VFMADD231PS Z6, Z6, Z2
+	VFMADD231PS Z7, Z7, Z3
+	VFMADD231PS Z8, Z8, Z4
+	ADDQ $256, SI
+	SUBQ $64, CX
+	JMP  loop64
+
+loop16:
+	CMPQ CX, $16
+	JB   tail
+	VMOVUPS (SI), Z5
+	VFMADD231PS Z5, Z5, Z0
+	ADDQ $64, SI
+	SUBQ $16, CX
+	JMP  loop16
+
+tail:
+	TESTQ CX, CX
+	JZ    done
+	TAILMASK
+	VMOVUPS.Z (SI), K1, Z5
+	VFMADD231PS Z5, Z5, Z2
+
+done:
+	VADDPS Z2, Z0, Z0
+	VADDPS Z4, Z3, Z3
+	VADDPS Z3, Z0, Z0
+	HSUM_Z0
+	MOVSS X0, ret+24(FP)
+	VZEROUPPER
+	RET
+
+// func elemAddSumSquaresAVX512(res, x []float32) float32
+TEXT ·elemAddSumSquaresAVX512(SB), NOSPLIT, $0-52
+	MOVQ res_base+0(FP), DI
+	MOVQ res_len+8(FP), CX
+	MOVQ x_base+24(FP), SI
+	VPXORD Z0, Z0, Z0
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+
+loop64:
+	CMPQ CX, $64
+	JB   loop16
+	VMOVUPS (DI), Z5
+	VMOVUPS 64(DI), Z6
+	VMOVUPS 128(DI), Z7
+	VMOVUPS 192(DI), Z8
+	VADDPS (SI), Z5, Z5
+	VADDPS 64(SI), Z6, Z6
+	VADDPS 128(SI), Z7, Z7
+	VADDPS 192(SI), Z8, Z8
+	VMOVUPS Z5, (DI)
+	VMOVUPS Z6, 64(DI)
+	VMOVUPS Z7, 128(DI)
+	VMOVUPS Z8, 192(DI)
+	VFMADD231PS Z5, Z5, Z0
+	VFMADD231PS Z6, Z6, Z2
+	VFMADD231PS Z7, Z7, Z3
+	VFMADD231PS Z8, Z8, Z4
+	ADDQ $256, SI
+	ADDQ $256, DI
+	SUBQ $64, CX
+	JMP  loop64
+
+loop16:
+	CMPQ CX, $16
+	JB   tail
+	VMOVUPS (DI), Z5
+	VADDPS (SI), Z5, Z5
+	VMOVUPS Z5, (DI)
+	VFMADD231PS Z5, Z5, Z0
+	ADDQ $64, SI
+	ADDQ $64, DI
+	SUBQ $16, CX
+	JMP  loop16
+
+tail:
+	TESTQ CX, CX
+	JZ    done
+	TAILMASK
+	VMOVUPS.Z (DI), K1, Z5
+	VMOVUPS.Z (SI), K1, Z6
+	VADDPS Z6, Z5, Z5
+	VMOVUPS Z5, K1, (DI)
+	VFMADD231PS Z5, Z5, Z2
+
+done:
+	VADDPS Z2, Z0, Z0
+	VADDPS Z4, Z3, Z3
+	VADDPS Z3, Z0, Z0
+	HSUM_Z0
+	MOVSS X0, ret+48(FP)
+	VZEROUPPER
+	RET
+
+// func elemScaleMulAVX512(out, x, w []float32, s float32)
+TEXT ·elemScaleMulAVX512(SB), NOSPLIT, $0-76
+	MOVQ out_base+0(FP), DI
+	MOVQ out_len+8(FP), CX
+	MOVQ x_base+24(FP), SI
+	MOVQ w_base+48(FP), DX
+	VBROADCASTSS s+72(FP), Z0
+
+loop64:
+	CMPQ CX, $64
+	JB   loop16
+	VMULPS (SI), Z0, Z5
+	VMULPS 64(SI), Z0, Z6
+	VMULPS 128(SI), Z0, Z7
+	VMULPS 192(SI), Z0, Z8
+	VMULPS (DX), Z5, Z5
+	VMULPS 64(DX), Z6, Z6
+	VMULPS 128(DX), Z7, Z7
+	VMULPS 192(DX), Z8, Z8
+	VMOVUPS Z5, (DI)
+	VMOVUPS Z6, 64(DI)
+	VMOVUPS Z7, 128(DI)
+	VMOVUPS Z8, 192(DI)
+	ADDQ $256, SI
+	ADDQ $256, DX
+	ADDQ $256, DI
+	SUBQ $64, CX
+	JMP  loop64
+
+loop16:
+	CMPQ CX, $16
+	JB   tail
+	VMULPS (SI), Z0, Z5
+	VMULPS (DX), Z5, Z5
+	VMOVUPS Z5, (DI)
+	ADDQ $64, SI
+	ADDQ $64, DX
+	ADDQ $64, DI
+	SUBQ $16, CX
+	JMP  loop16
+
+tail:
+	TESTQ CX, CX
+	JZ    done
+	TAILMASK
+	VMOVUPS.Z (SI), K1, Z5
+	VMOVUPS.Z (DX), K1, Z6
+	VMULPS Z0, Z5, Z5
+	VMULPS Z6, Z5, Z5
+	VMOVUPS Z5, K1, (DI)
+
+done:
+	VZEROUPPER
+	RET
+
+// SWIGLU sets x = x/(1+e^(-x))·u; Z16 holds -0.0 (the sign bit), Z23 holds 1.
+#define SWIGLU(x, u, t, n, y) \
+	VXORPS Z16, x, t; \
+	EXPF(t, n, y); \
+	VADDPS Z23, t, t; \
+	VDIVPS t, x, x; \
+	VMULPS u, x, x
+
+DATA elemSignBit<>+0(SB)/4, $0x80000000
+GLOBL elemSignBit<>(SB), RODATA|NOPTR, $4
+
+// func elemSwiGLUAVX512(out, gate, up []float32)
+TEXT ·elemSwiGLUAVX512(SB), NOSPLIT, $0-72
+	MOVQ out_base+0(FP), DI
+	MOVQ out_len+8(FP), CX
+	MOVQ gate_base+24(FP), SI
+	MOVQ up_base+48(FP), DX
+	EXPF_CONSTS
+	VBROADCASTSS elemSignBit<>(SB), Z16
+
+loop32:
+	CMPQ CX, $32
+	JB   loop16
+	VMOVUPS (SI), Z0
+	VMOVUPS 64(SI), Z1
+	VMOVUPS (DX), Z2
+	VMOVUPS 64(DX), Z3
+	SWIGLU(Z0, Z2, Z4, Z5, Z6)
+	SWIGLU(Z1, Z3, Z7, Z8, Z9)
+	VMOVUPS Z0, (DI)
+	VMOVUPS Z1, 64(DI)
+	ADDQ $128, SI
+	ADDQ $128, DX
+	ADDQ $128, DI
+	SUBQ $32, CX
+	JMP  loop32
+
+loop16:
+	CMPQ CX, $16
+	JB   tail
+	VMOVUPS (SI), Z0
+	VMOVUPS (DX), Z2
+	SWIGLU(Z0, Z2, Z4, Z5, Z6)
+	VMOVUPS Z0, (DI)
+	ADDQ $64, SI
+	ADDQ $64, DX
+	ADDQ $64, DI
+	SUBQ $16, CX
+	JMP  loop16
+
+tail:
+	TESTQ CX, CX
+	JZ    done
+	TAILMASK
+	VMOVUPS.Z (SI), K1, Z0
+	VMOVUPS.Z (DX), K1, Z2
+	SWIGLU(Z0, Z2, Z4, Z5, Z6)
+	VMOVUPS Z0, K1, (DI)
+
+done:
+	VZEROUPPER
+	RET
+
+// func elemMaxAVX512(x []float32) float32
+TEXT ·elemMaxAVX512(SB), NOSPLIT, $0-28
+	MOVQ x_base+0(FP), SI
+	MOVQ x_len+8(FP), CX
+	VBROADCASTSS (SI), Z0
+	VMOVAPS Z0, Z2
+	VMOVAPS Z0, Z3
+	VMOVAPS Z0, Z4
+
+loop64:
+	CMPQ CX, $64
+	JB   loop16
+	VMAXPS (SI), Z0, Z0
+	VMAXPS 64(SI), Z2, Z2
+	VMAXPS 128(SI), Z3, Z3
+	VMAXPS 192(SI), Z4, Z4
+	ADDQ $256, SI
+	SUBQ $64, CX
+	JMP  loop64
+
+loop16:
+	CMPQ CX, $16
+	JB   tail
+	VMAXPS (SI), Z0, Z0
+	ADDQ $64, SI
+	SUBQ $16, CX
+	JMP  loop16
+
+tail:
+	TESTQ CX, CX
+	JZ    done
+	TAILMASK
+	VMAXPS (SI), Z2, K1, Z2
+
+done:
+	VMAXPS Z2, Z0, Z0
+	VMAXPS Z4, Z3, Z3
+	VMAXPS Z3, Z0, Z0
+	HMAX_Z0
+	MOVSS X0, ret+24(FP)
+	VZEROUPPER
+	RET
+
+// func elemExpSumAVX512(x []float32, m float32) float32
+TEXT ·elemExpSumAVX512(SB), NOSPLIT, $0-36
+	MOVQ x_base+0(FP), SI
+	MOVQ x_len+8(FP), CX
+	VBROADCASTSS m+24(FP), Z16
+	EXPF_CONSTS
+	VPXORD Z0, Z0, Z0
+	VPXORD Z2, Z2, Z2
+
+loop32:
+	CMPQ CX, $32
+	JB   loop16
+	VMOVUPS (SI), Z3
+	VMOVUPS 64(SI), Z4
+	VSUBPS Z16, Z3, Z3
+	VSUBPS Z16, Z4, Z4
+	EXPF(Z3, Z5, Z6)
+	EXPF(Z4, Z7, Z8)
+	VMOVUPS Z3, (SI)
+	VMOVUPS Z4, 64(SI)
+	VADDPS Z3, Z0, Z0
+	VADDPS Z4, Z2, Z2
+	ADDQ $128, SI
+	SUBQ $32, CX
+	JMP  loop32
+
+loop16:
+	CMPQ CX, $16
+	JB   tail
+	VMOVUPS (SI), Z3
+	VSUBPS Z16, Z3, Z3
+	EXPF(Z3, Z5, Z6)
+	VMOVUPS Z3, (SI)
+	VADDPS Z3, Z0, Z0
+	ADDQ $64, SI
+	SUBQ $16, CX
+	JMP  loop16
+
+tail:
+	TESTQ CX, CX
+	JZ    done
+	TAILMASK
+	VMOVUPS.Z (SI), K1, Z3
+	VSUBPS Z16, Z3, Z3
+	EXPF(Z3, Z5, Z6)
+	VMOVUPS Z3, K1, (SI)
+	VADDPS Z3, Z2, K1, Z2
+
+done:
+	VADDPS Z2, Z0, Z0
+	HSUM_Z0
+	MOVSS X0, ret+32(FP)
+	VZEROUPPER
+	RET
+
+// func elemScaleAVX512(x []float32, s float32)
+TEXT ·elemScaleAVX512(SB), NOSPLIT, $0-28
+	MOVQ x_base+0(FP), SI
+	MOVQ x_len+8(FP), CX
+	VBROADCASTSS s+24(FP), Z0
+
+loop64:
+	CMPQ CX, $64
+	JB   loop16
+	VMULPS (SI), Z0, Z5
+	VMULPS 64(SI), Z0, Z6
+	VMULPS 128(SI), Z0, Z7
+	VMULPS 192(SI), Z0, Z8
+	VMOVUPS Z5, (SI)
+	VMOVUPS Z6, 64(SI)
+	VMOVUPS Z7, 128(SI)
+	VMOVUPS Z8, 192(SI)
+	ADDQ $256, SI
+	SUBQ $64, CX
+	JMP  loop64
+
+loop16:
+	CMPQ CX, $16
+	JB   tail
+	VMULPS (SI), Z0, Z5
+	VMOVUPS Z5, (SI)
+	ADDQ $64, SI
+	SUBQ $16, CX
+	JMP  loop16
+
+tail:
+	TESTQ CX, CX
+	JZ    done
+	TAILMASK
+	VMOVUPS.Z (SI), K1, Z5
+	VMULPS Z0, Z5, Z5
+	VMOVUPS Z5, K1, (SI)
+
+done:
+	VZEROUPPER
+	RET
+
+// func elemRotateAVX512(x, cs, sn []float32)
+// Each head of len(cs) floats: x = x·cs + swap(x)·sn, swap exchanging the floats of each pair.
+TEXT ·elemRotateAVX512(SB), NOSPLIT, $0-72
+	MOVQ x_base+0(FP), DI
+	MOVQ x_len+8(FP), R8
+	MOVQ cs_base+24(FP), R9
+	MOVQ cs_len+32(FP), R10
+	MOVQ sn_base+48(FP), R11
+	MOVQ R10, CX
+	ANDQ $15, CX
+	TAILMASK
+
+head:
+	CMPQ R8, R10
+	JB   done
+	SUBQ R10, R8
+	MOVQ R9, SI
+	MOVQ R11, DX
+	MOVQ R10, CX
+
+loop16:
+	CMPQ CX, $16
+	JB   tail
+	VMOVUPS (DI), Z0
+	VPERMILPS $0xb1, Z0, Z1
+	VMULPS (SI), Z0, Z0
+	VFMADD231PS (DX), Z1, Z0
+	VMOVUPS Z0, (DI)
+	ADDQ $64, DI
+	ADDQ $64, SI
+	ADDQ $64, DX
+	SUBQ $16, CX
+	JMP  loop16
+
+tail:
+	TESTQ CX, CX
+	JZ    head
+	VMOVUPS.Z (DI), K1, Z0
+	VMOVUPS.Z (SI), K1, Z2
+	VMOVUPS.Z (DX), K1, Z3
+	VPERMILPS $0xb1, Z0, Z1
+	VMULPS Z2, Z0, Z0
+	VFMADD231PS Z3, Z1, Z0
+	VMOVUPS Z0, K1, (DI)
+	LEAQ (DI)(CX*4), DI
+	JMP  head
+
+done:
+	VZEROUPPER
+	RET
