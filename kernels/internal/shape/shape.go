@@ -159,3 +159,11 @@ func Blocks(op, name string, n, block int) {
 		fail(op, "%s=%d, want a positive multiple of %d", name, n, block)
 	}
 }
+
+// GEMV checks y[n] = W[n,k]·x[k].
+func GEMV(op string, n, k, lw, lx, ly int) {
+	Positive(op, "n", n, "k", k)
+	Len(op, "w", lw, n*k, "n*k")
+	Len(op, "x", lx, k, "k")
+	Len(op, "y", ly, n, "n")
+}

@@ -1,0 +1,107 @@
+package cpu
+
+import (
+	"github.com/morphlab/morphlab/kernels/half"
+	"github.com/morphlab/morphlab/kernels/internal/shape"
+)
+
+// GEMM computes C = A·Wᵀ: c[i*n+j] = Σ_p a[i*k+p]·w[j*k+p], with A [m, k], W [n, k] ([out, in]) and C [m, n],
+// overwriting c. It is kernels/ref.GEMM in float32. With m = 1 it is the matrix-vector product and runs GEMV's
+// bandwidth-bound loop; otherwise it runs the packed, cache-blocked micro-kernels of gemm_amd64.s (AVX-512 or
+// AVX2+FMA) split across the worker pool, or the pure-Go loop under noasm.
+func GEMM(m, n, k int, a, w, c []float32) {
+	shape.GEMM("GEMM", m, n, k, len(a), len(w), len(c))
+	if m == 1 {
+		gemv(n, k, w, a, c)
+		return
+	}
+	gemm(m, n, k, a, w, c)
+}
+
+// GEMV computes y = W·x: y[j] = Σ_p w[j*k+p]·x[p], with W [n, k] and x [k]. It is GEMM with m = 1: it streams
+// W once, several rows at a time, split across the worker pool, so its speed is that of reading W from memory.
+func GEMV(n, k int, w, x, y []float32) {
+	shape.GEMV("GEMV", n, k, len(w), len(x), len(y))
+	gemv(n, k, w, x, y)
+}
+
+// GEMMF16 is GEMM with the weights stored as IEEE binary16 bits (half.F16ToF32 gives their values); the
+// products and sums are float32. Weights are widened as they are read (VCVTPH2PS on amd64), so W stays half the
+// size in memory.
+func GEMMF16(m, n, k int, a []float32, w []uint16, c []float32) {
+	shape.GEMM("GEMMF16", m, n, k, len(a), len(w), len(c))
+	if m == 1 {
+		gemvF16(n, k, w, a, c)
+		return
+	}
+	gemmF16(m, n, k, a, w, c)
+}
+
+// gemmMinWork is the fewest multiply-adds worth handing to another thread: below it the hand-off costs more than
+// it saves.
+const gemmMinWork = 1 << 16
+
+// gemmGo is the pure-Go GEMM: each output is a dot product of a row of A and a row of W (both contiguous in
+// memory), columns of C split across threads. Row j of W stays in L1 while the rows of A pass it.
+func gemmGo(m, n, k int, a, w, c []float32) {
+	Parallel(n, gemmMinWork/(m*k)+1, func(lo, hi int) {
+		for j := lo; j < hi; j++ {
+			wj := w[j*k : (j+1)*k]
+			for i := 0; i < m; i++ {
+				c[i*n+j] = gemmDot(a[i*k:(i+1)*k], wj)
+			}
+		}
+	})
+}
+
+// gemmF16Go is gemmGo with binary16 weights: each row of W is widened once into a buffer, then used for every
+// row of A.
+func gemmF16Go(m, n, k int, a []float32, w []uint16, c []float32) {
+	Parallel(n, gemmMinWork/(m*k)+1, func(lo, hi int) {
+		wj := make([]float32, k)
+		for j := lo; j < hi; j++ {
+			half.F16ToF32Slice(wj, w[j*k:(j+1)*k])
+			for i := 0; i < m; i++ {
+				c[i*n+j] = gemmDot(a[i*k:(i+1)*k], wj)
+			}
+		}
+	})
+}
+
+// gemvGo is the pure-Go GEMV: y[j] = gemmDot(w[j*k:(j+1)*k], x), rows split across threads.
+func gemvGo(n, k int, w, x, y []float32) {
+	Parallel(n, gemmMinWork/k+1, func(lo, hi int) {
+		for j := lo; j < hi; j++ {
+			y[j] = gemmDot(w[j*k:(j+1)*k], x)
+		}
+	})
+}
+
+// gemvF16Go is gemvGo with binary16 weights, widened a row at a time.
+func gemvF16Go(n, k int, w []uint16, x, y []float32) {
+	Parallel(n, gemmMinWork/k+1, func(lo, hi int) {
+		wj := make([]float32, k)
+		for j := lo; j < hi; j++ {
+			half.F16ToF32Slice(wj, w[j*k:(j+1)*k])
+			y[j] = gemmDot(wj, x)
+		}
+	})
+}
+
+// gemmDot returns Σ_p x[p]·y[p] over len(x), summed in four interleaved partial sums (so that four additions are
+// in flight at once, and the rounding error grows with len(x)/4 rather than len(x)).
+func gemmDot(x, y []float32) float32 {
+	y = y[:len(x)]
+	var s0, s1, s2, s3 float32
+	p := 0
+	for ; p+4 <= len(x); p += 4 {
+		s0 += x[p] * y[p]
+		s1 += x[p+1] * y[p+1]
+		s2 += x[p+2] * y[p+2]
+		s3 += x[p+3] * y[p+3]
+	}
+	for ; p < len(x); p++ {
+		s0 += x[p] * y[p]
+	}
+	return (s0 + s1) + (s2 + s3)
+}

@@ -1,0 +1,274 @@
+//go:build !noasm
+
+package cpu
+
+import (
+	"sync"
+
+	"github.com/morphlab/morphlab/kernels/half"
+	xcpu "golang.org/x/sys/cpu"
+)
+
+// The GEMM here is BLIS's loop nest (Van Zee and van de Geijn, "BLIS: A Framework for Rapidly Instantiating BLAS
+// Functionality", 2015) around one register-blocked micro-kernel in gemm_amd64.s:
+//
+//	for jc over n by gemmNC:            a block of gemmNC outputs
+//	  for pc over k by gemmKC:          pack W[jc:jc+nc, pc:pc+kc] into panels of nr outputs, step-major (L3)
+//	    for ic over m by gemmMC:        copy A[ic:ic+mc, pc:pc+kc] into rows of stride gemmKC (L2)
+//	      for jr over the W panels:     one W panel, kc×nr, stays in L1 ...
+//	        for ir over rows by mr:     ... while mr rows of A pass it: the micro-kernel, C[mr×nr] += A·Wᵀ
+//
+// The micro-kernel keeps an mr×nr tile of C in registers, as nr/16 (or nr/8) vectors along the outputs per row,
+// and per step p loads one row of the W panel and broadcasts mr values of A. Because W is [n, k], a W panel is
+// a transpose of nr rows of W (gathered, gemmPackB32AVX512); A's rows are used as stored, only copied into a
+// buffer with a fixed row stride gemmKC that the kernel addresses by constant displacements.
+
+// The micro-kernels compute, for r < mr and j < nr,
+//
+//	c[r*ldc+j] = Σ_{p<kc} a[r*gemmKC+p]·b[p*nr+j]   (acc == 0)
+//	c[r*ldc+j] += Σ_{p<kc} a[r*gemmKC+p]·b[p*nr+j]  (acc != 0)
+//
+// with a the packed rows of A and b a packed W panel. kc >= 1. gemm_amd64.s hard-codes gemmKC*4 as the byte
+// stride between rows of a.
+//
+//go:noescape
+func gemmKernel14x32AVX512(kc int, a, b, c *float32, ldc, acc int)
+
+//go:noescape
+func gemmKernel6x16AVX2(kc int, a, b, c *float32, ldc, acc int)
+
+// gemmPackB32AVX512 packs a W panel of 32 outputs: dst[p*32+r] = src[r*ld+p] for p < kc, r < rows, and 0 for
+// rows <= r < 32. 1 <= rows <= 32 and 31*ld < 1<<31 (the gather indices are int32).
+//
+//go:noescape
+func gemmPackB32AVX512(dst, src *float32, ld, rows, kc int)
+
+// gemvAVX512 sets y[j] = Σ_{p<k} w[j*k+p]·x[p] for j < rows, rows a positive multiple of 4: it streams four rows
+// of W at a time, two accumulators each, against the same x vector loads.
+//
+//go:noescape
+func gemvAVX512(rows, k int, w, x, y *float32)
+
+// gemvF16AVX512 is gemvAVX512 with binary16 weights, widened with VCVTPH2PS as they are loaded.
+//
+//go:noescape
+func gemvF16AVX512(rows, k int, w *uint16, x, y *float32)
+
+// Cache blocking, for Zen 4/5 and recent Intel cores (48 KiB L1D, 1-2 MiB L2 per core). A W panel, gemmKC×32
+// floats (32 KiB), stays in L1 while up to gemmMC rows of A (gemmMC×gemmKC floats, under 512 KiB) come from L2;
+// a packed block of W, gemmKC×gemmNC floats (2 MiB), comes from L3.
+const (
+	gemmKC = 256 // also in gemm_amd64.s (KCB)
+	gemmMC = 448
+	gemmNC = 2048
+)
+
+// gemmArch is one micro-kernel with its tile and its W panel packer.
+type gemmArch struct {
+	name   string
+	mr, nr int
+	kernel func(kc int, a, b, c *float32, ldc, acc int)
+	packB  func(dst, src []float32, ld, rows, kc int)
+}
+
+var (
+	gemmAVX512 = gemmArch{"avx512", 14, 32, gemmKernel14x32AVX512, gemmPackB32}
+	gemmAVX2   = gemmArch{"avx2", 6, 16, gemmKernel6x16AVX2, gemmPackBGo16}
+)
+
+var (
+	hasGEMMAVX512 = xcpu.X86.HasAVX512F && xcpu.X86.HasAVX512BW
+	hasGEMMAVX2   = xcpu.X86.HasAVX2 && xcpu.X86.HasFMA
+)
+
+// gemmActive is the micro-kernel GEMM uses (nil: the pure-Go loop); gemvASM selects the AVX-512 GEMV. Tests
+// switch them to check every path on one machine.
+var (
+	gemmActive = gemmPick()
+	gemvASM    = hasGEMMAVX512
+)
+
+func gemmPick() *gemmArch {
+	switch {
+	case hasGEMMAVX512:
+		return &gemmAVX512
+	case hasGEMMAVX2:
+		return &gemmAVX2
+	}
+	return nil
+}
+
+// gemmPackB32 packs a panel of 32 outputs with AVX-512 gathers, or with the Go loop where ld is too large for
+// the gathers' int32 indices.
+func gemmPackB32(dst, src []float32, ld, rows, kc int) {
+	if 31*ld >= 1<<31 {
+		gemmPackBGo(dst, src, ld, rows, kc, 32)
+		return
+	}
+	_ = dst[32*kc-1]
+	_ = src[(rows-1)*ld+kc-1]
+	gemmPackB32AVX512(&dst[0], &src[0], ld, rows, kc)
+}
+
+func gemmPackBGo16(dst, src []float32, ld, rows, kc int) { gemmPackBGo(dst, src, ld, rows, kc, 16) }
+
+// gemmPackBGo packs a W panel of nr outputs: dst[p*nr+r] = src[r*ld+p] for p < kc, r < rows, and 0 for
+// rows <= r < nr.
+func gemmPackBGo(dst, src []float32, ld, rows, kc, nr int) {
+	dst = dst[:kc*nr]
+	for r := 0; r < rows; r++ {
+		for p, v := range src[r*ld : r*ld+kc] {
+			dst[p*nr+r] = v
+		}
+	}
+	for p := 0; p < kc; p++ {
+		clear(dst[p*nr+rows : (p+1)*nr])
+	}
+}
+
+// gemmBufs are one thread's packing buffers, reused through gemmPool.
+type gemmBufs struct {
+	a    []float32 // rows of A, stride gemmKC
+	b    []float32 // panels of W
+	wide []float32 // rows of binary16 W widened to float32, stride gemmKC
+	tile []float32 // an edge tile of C
+}
+
+var gemmPool = sync.Pool{New: func() any {
+	const maxMR, maxNR = 14, 32
+	return &gemmBufs{
+		a:    make([]float32, (gemmMC+maxMR)*gemmKC),
+		b:    make([]float32, (gemmNC+maxNR)*gemmKC),
+		wide: make([]float32, maxNR*gemmKC),
+		tile: make([]float32, maxMR*maxNR),
+	}
+}}
+
+// gemmPanel packs the W panel of outputs j..j+rows-1, steps pc..pc+kc-1 into dst, using wide as scratch.
+type gemmPanel func(u *gemmArch, dst, wide []float32, j, pc, rows, kc int)
+
+func gemm(m, n, k int, a, w, c []float32) {
+	u := gemmActive
+	if u == nil {
+		gemmGo(m, n, k, a, w, c)
+		return
+	}
+	gemmRun(u, m, n, k, a, c, func(u *gemmArch, dst, _ []float32, j, pc, rows, kc int) {
+		u.packB(dst, w[j*k+pc:], k, rows, kc)
+	})
+}
+
+func gemmF16(m, n, k int, a []float32, w []uint16, c []float32) {
+	u := gemmActive
+	if u == nil {
+		gemmF16Go(m, n, k, a, w, c)
+		return
+	}
+	gemmRun(u, m, n, k, a, c, func(u *gemmArch, dst, wide []float32, j, pc, rows, kc int) {
+		for r := 0; r < rows; r++ {
+			half.F16ToF32Slice(wide[r*gemmKC:r*gemmKC+kc], w[(j+r)*k+pc:][:kc])
+		}
+		u.packB(dst, wide, gemmKC, rows, kc)
+	})
+}
+
+// gemmRun splits C into one block of whole tiles per thread, across the outputs (columns) when there are at least
+// as many column tiles as row tiles, else across the rows, and runs the loop nest on each block.
+func gemmRun(u *gemmArch, m, n, k int, a, c []float32, panel gemmPanel) {
+	tm, tn := (m+u.mr-1)/u.mr, (n+u.nr-1)/u.nr
+	if tn >= tm {
+		Parallel(tn, gemmMinWork/(m*k*u.nr)+1, func(lo, hi int) {
+			gemmBlock(u, m, n, k, a, c, panel, 0, m, lo*u.nr, min(hi*u.nr, n))
+		})
+		return
+	}
+	Parallel(tm, gemmMinWork/(n*k*u.mr)+1, func(lo, hi int) {
+		gemmBlock(u, m, n, k, a, c, panel, lo*u.mr, min(hi*u.mr, m), 0, n)
+	})
+}
+
+// gemmBlock computes rows i0..i1-1, columns j0..j1-1 of C with the loop nest described at the top of this file.
+func gemmBlock(u *gemmArch, m, n, k int, a, c []float32, panel gemmPanel, i0, i1, j0, j1 int) {
+	bufs := gemmPool.Get().(*gemmBufs)
+	defer gemmPool.Put(bufs)
+	mcMax := gemmMC / u.mr * u.mr
+	for jc := j0; jc < j1; jc += gemmNC {
+		nc := min(gemmNC, j1-jc)
+		for pc := 0; pc < k; pc += gemmKC {
+			kc := min(gemmKC, k-pc)
+			for jr := 0; jr < nc; jr += u.nr {
+				panel(u, bufs.b[jr*kc:], bufs.wide, jc+jr, pc, min(u.nr, nc-jr), kc)
+			}
+			acc := 0
+			if pc > 0 {
+				acc = 1
+			}
+			for ic := i0; ic < i1; ic += mcMax {
+				mc := min(mcMax, i1-ic)
+				for r := 0; r < mc; r++ {
+					copy(bufs.a[r*gemmKC:r*gemmKC+kc], a[(ic+r)*k+pc:])
+				}
+				gemmMacro(u, bufs, c[ic*n+jc:], n, mc, nc, kc, acc)
+			}
+		}
+	}
+}
+
+// gemmMacro runs the micro-kernel over the mc×nc block of C at c (row stride ldc) from packed rows of A and
+// panels of W. Edge tiles are computed into bufs.tile and their valid part copied (or added) into C.
+func gemmMacro(u *gemmArch, bufs *gemmBufs, c []float32, ldc, mc, nc, kc, acc int) {
+	mr, nr := u.mr, u.nr
+	for jr := 0; jr < nc; jr += nr {
+		cols := min(nr, nc-jr)
+		b := &bufs.b[jr*kc]
+		for ir := 0; ir < mc; ir += mr {
+			rows := min(mr, mc-ir)
+			a := &bufs.a[ir*gemmKC]
+			if rows == mr && cols == nr {
+				_ = c[(ir+mr-1)*ldc+jr+nr-1]
+				u.kernel(kc, a, b, &c[ir*ldc+jr], ldc, acc)
+				continue
+			}
+			u.kernel(kc, a, b, &bufs.tile[0], nr, 0)
+			for r := 0; r < rows; r++ {
+				dst := c[(ir+r)*ldc+jr:][:cols]
+				src := bufs.tile[r*nr:][:cols]
+				if acc != 0 {
+					for j, v := range src {
+						dst[j] += v
+					}
+				} else {
+					copy(dst, src)
+				}
+			}
+		}
+	}
+}
+
+func gemv(n, k int, w, x, y []float32) {
+	if !gemvASM {
+		gemvGo(n, k, w, x, y)
+		return
+	}
+	groups := n / 4
+	Parallel(groups, gemmMinWork/(4*k)+1, func(lo, hi int) {
+		gemvAVX512(4*(hi-lo), k, &w[4*lo*k], &x[0], &y[4*lo])
+	})
+	for j := 4 * groups; j < n; j++ {
+		y[j] = gemmDot(w[j*k:(j+1)*k], x)
+	}
+}
+
+func gemvF16(n, k int, w []uint16, x, y []float32) {
+	if !gemvASM {
+		gemvF16Go(n, k, w, x, y)
+		return
+	}
+	groups := n / 4
+	Parallel(groups, gemmMinWork/(4*k)+1, func(lo, hi int) {
+		gemvF16AVX512(4*(hi-lo), k, &w[4*lo*k], &x[0], &y[4*lo])
+	})
+	if rest := n - 4*groups; rest > 0 {
+		gemvF16Go(rest, k, w[4*groups*k:], x, y[4*groups:])
+	}
+}

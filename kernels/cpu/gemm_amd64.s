@@ -1,0 +1,482 @@
+//go:build !noasm
+
+#include "textflag.h"
+
+// Byte stride between the packed rows of A: gemmKC floats (gemm_amd64.go).
+#define KCB 1024
+
+// GEMVSETUP loads the arguments of gemvAVX512 and gemvF16AVX512 (defined here, before any TEXT, so that vet
+// checks its argument names against those functions only where they use it):: R11 rows, BX k, SI w, DI x, DX y, R10 k/32, K1 the mask of k%16 lanes.
+// ESIZE is the size of one weight in bytes; R12 and R13 are one and three rows of W in bytes.
+#define GEMVSETUP(ESIZE) \
+	MOVQ rows+0(FP), R11; \
+	MOVQ k+8(FP), BX; \
+	MOVQ w+16(FP), SI; \
+	MOVQ x+24(FP), DI; \
+	MOVQ y+32(FP), DX; \
+	MOVQ BX, R12; \
+	IMULQ $ESIZE, R12; \
+	LEAQ (R12)(R12*2), R13; \
+	MOVQ BX, CX; \
+	ANDQ $15, CX; \
+	MOVL $1, AX; \
+	SHLL CX, AX; \
+	DECL AX; \
+	KMOVW AX, K1; \
+	MOVQ BX, R10; \
+	SHRQ $5, R10
+
+// ---- AVX-512 micro-kernel, 14 rows × 32 outputs ----
+//
+// C's tile lives in Z0..Z27: row r in Z(2r) (outputs 0..15) and Z(2r+1) (outputs 16..31). Each step p loads
+// row p of the W panel into Z28, Z29 and, for each of the 14 rows of A, broadcasts a[r][p] and multiply-adds:
+// 28 FMAs against 2 vector loads and 14 broadcasts, which keeps both FMA pipes of a Zen 4/5 or Intel core busy
+// (the 4-cycle FMA latency needs 8 independent accumulators; there are 28).
+
+// ROW14 is one row's part of a step: broadcast a[r][p] into bc and multiply-add it with the W row in Z28, Z29.
+#define ROW14(r, bc, c0, c1) \
+	VBROADCASTSS (r*KCB)(SI), bc; \
+	VFMADD231PS  Z28, bc, c0; \
+	VFMADD231PS  Z29, bc, c1
+
+// STORE14 writes one row of the tile to C and advances DX to the next row; ADD14 adds it to C first.
+#define STORE14(c0, c1) \
+	VMOVUPS c0, (DX); \
+	VMOVUPS c1, 64(DX); \
+	ADDQ    R8, DX
+
+#define ADD14(c0, c1) \
+	VADDPS  (DX), c0, c0; \
+	VADDPS  64(DX), c1, c1; \
+	STORE14(c0, c1)
+
+// func gemmKernel14x32AVX512(kc int, a, b, c *float32, ldc, acc int)
+TEXT ·gemmKernel14x32AVX512(SB), NOSPLIT, $0-48
+	MOVQ kc+0(FP), CX
+	MOVQ a+8(FP), SI
+	MOVQ b+16(FP), DI
+	MOVQ c+24(FP), DX
+	MOVQ ldc+32(FP), R8
+	SHLQ $2, R8
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	VPXORD Z22, Z22, Z22
+	VPXORD Z23, Z23, Z23
+	VPXORD Z24, Z24, Z24
+	VPXORD Z25, Z25, Z25
+	VPXORD Z26, Z26, Z26
+	VPXORD Z27, Z27, Z27
+
+k14:
+	VMOVUPS (DI), Z28
+	VMOVUPS 64(DI), Z29
+	ROW14(0, Z30, Z0, Z1)
+	ROW14(1, Z31, Z2, Z3)
+	ROW14(2, Z30, Z4, Z5)
+	ROW14(3, Z31, Z6, Z7)
+	ROW14(4, Z30, Z8, Z9)
+	ROW14(5, Z31, Z10, Z11)
+	ROW14(6, Z30, Z12, Z13)
+	ROW14(7, Z31, Z14, Z15)
+	ROW14(8, Z30, Z16, Z17)
+	ROW14(9, Z31, Z18, Z19)
+	ROW14(10, Z30, Z20, Z21)
+	ROW14(11, Z31, Z22, Z23)
+	ROW14(12, Z30, Z24, Z25)
+	ROW14(13, Z31, Z26, Z27)
+	ADDQ $4, SI
+	ADDQ $128, DI
+	DECQ CX
+	JNZ  k14
+
+	MOVQ acc+40(FP), AX
+	TESTQ AX, AX
+	JNZ  add14
+	STORE14(Z0, Z1)
+	STORE14(Z2, Z3)
+	STORE14(Z4, Z5)
+	STORE14(Z6, Z7)
+	STORE14(Z8, Z9)
+	STORE14(Z10, Z11)
+	STORE14(Z12, Z13)
+	STORE14(Z14, Z15)
+	STORE14(Z16, Z17)
+	STORE14(Z18, Z19)
+	STORE14(Z20, Z21)
+	STORE14(Z22, Z23)
+	STORE14(Z24, Z25)
+	STORE14(Z26, Z27)
+	VZEROUPPER
+	RET
+
+add14:
+	ADD14(Z0, Z1)
+	ADD14(Z2, Z3)
+	ADD14(Z4, Z5)
+	ADD14(Z6, Z7)
+	ADD14(Z8, Z9)
+	ADD14(Z10, Z11)
+	ADD14(Z12, Z13)
+	ADD14(Z14, Z15)
+	ADD14(Z16, Z17)
+	ADD14(Z18, Z19)
+	ADD14(Z20, Z21)
+	ADD14(Z22, Z23)
+	ADD14(Z24, Z25)
+	ADD14(Z26, Z27)
+	VZEROUPPER
+	RET
+
+// ---- AVX2+FMA micro-kernel, 6 rows × 16 outputs ----
+//
+// The same scheme in 16 YMM registers: the tile in Y0..Y11 (row r in Y(2r), Y(2r+1)), the W row in Y12, Y13,
+// broadcasts in Y14, Y15. 12 FMAs per step against 2 loads and 6 broadcasts.
+
+#define ROW6(r, bc, c0, c1) \
+	VBROADCASTSS (r*KCB)(SI), bc; \
+	VFMADD231PS  Y12, bc, c0; \
+	VFMADD231PS  Y13, bc, c1
+
+#define STORE6(c0, c1) \
+	VMOVUPS c0, (DX); \
+	VMOVUPS c1, 32(DX); \
+	ADDQ    R8, DX
+
+#define ADD6(c0, c1) \
+	VADDPS  (DX), c0, c0; \
+	VADDPS  32(DX), c1, c1; \
+	STORE6(c0, c1)
+
+// func gemmKernel6x16AVX2(kc int, a, b, c *float32, ldc, acc int)
+TEXT ·gemmKernel6x16AVX2(SB), NOSPLIT, $0-48
+	MOVQ kc+0(FP), CX
+	MOVQ a+8(FP), SI
+	MOVQ b+16(FP), DI
+	MOVQ c+24(FP), DX
+	MOVQ ldc+32(FP), R8
+	SHLQ $2, R8
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+
+k6:
+	VMOVUPS (DI), Y12
+	VMOVUPS 32(DI), Y13
+	ROW6(0, Y14, Y0, Y1)
+	ROW6(1, Y15, Y2, Y3)
+	ROW6(2, Y14, Y4, Y5)
+	ROW6(3, Y15, Y6, Y7)
+	ROW6(4, Y14, Y8, Y9)
+	ROW6(5, Y15, Y10, Y11)
+	ADDQ $4, SI
+	ADDQ $64, DI
+	DECQ CX
+	JNZ  k6
+
+	MOVQ acc+40(FP), AX
+	TESTQ AX, AX
+	JNZ  add6
+	STORE6(Y0, Y1)
+	STORE6(Y2, Y3)
+	STORE6(Y4, Y5)
+	STORE6(Y6, Y7)
+	STORE6(Y8, Y9)
+	STORE6(Y10, Y11)
+	VZEROUPPER
+	RET
+
+add6:
+	ADD6(Y0, Y1)
+	ADD6(Y2, Y3)
+	ADD6(Y4, Y5)
+	ADD6(Y6, Y7)
+	ADD6(Y8, Y9)
+	ADD6(Y10, Y11)
+	VZEROUPPER
+	RET
+
+// ---- W panel packing ----
+
+// 0, 1, ..., 15: lane numbers, scaled by the row stride into gather indices.
+DATA gemmLanes<>+0(SB)/4, $0
+DATA gemmLanes<>+4(SB)/4, $1
+DATA gemmLanes<>+8(SB)/4, $2
+DATA gemmLanes<>+12(SB)/4, $3
+DATA gemmLanes<>+16(SB)/4, $4
+DATA gemmLanes<>+20(SB)/4, $5
+DATA gemmLanes<>+24(SB)/4, $6
+DATA gemmLanes<>+28(SB)/4, $7
+DATA gemmLanes<>+32(SB)/4, $8
+DATA gemmLanes<>+36(SB)/4, $9
+DATA gemmLanes<>+40(SB)/4, $10
+DATA gemmLanes<>+44(SB)/4, $11
+DATA gemmLanes<>+48(SB)/4, $12
+DATA gemmLanes<>+52(SB)/4, $13
+DATA gemmLanes<>+56(SB)/4, $14
+DATA gemmLanes<>+60(SB)/4, $15
+GLOBL gemmLanes<>(SB), RODATA|NOPTR, $64
+
+// func gemmPackB32AVX512(dst, src *float32, ld, rows, kc int)
+//
+// Step p gathers column p of the 32 rows (two 16-lane gathers with indices r*ld, masked to the rows that
+// exist) and stores it as row p of the panel.
+TEXT ·gemmPackB32AVX512(SB), NOSPLIT, $0-40
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ ld+16(FP), AX
+	VPBROADCASTD AX, Z29
+	VPMULLD gemmLanes<>(SB), Z29, Z30 // Z30 = r*ld, rows 0..15
+	SHLQ $4, AX
+	VPBROADCASTD AX, Z29
+	VPADDD Z29, Z30, Z31              // Z31 = r*ld, rows 16..31
+
+	// R8, R9: lane masks of the rows that exist among 0..15 and 16..31.
+	MOVQ rows+24(FP), CX
+	MOVL $0xffff, R8
+	XORL R9, R9
+	CMPQ CX, $16
+	JAE  hi
+	MOVL $1, R8
+	SHLL CX, R8
+	DECL R8
+	JMP  masked
+
+hi:
+	SUBQ $16, CX
+	MOVL $1, R9
+	SHLL CX, R9
+	DECL R9
+
+masked:
+	MOVQ kc+32(FP), CX
+
+pack32:
+	KMOVW R8, K1
+	KMOVW R9, K2
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VGATHERDPS (SI)(Z30*4), K1, Z0
+	VGATHERDPS (SI)(Z31*4), K2, Z1
+	VMOVUPS Z0, (DI)
+	VMOVUPS Z1, 64(DI)
+	ADDQ $4, SI
+	ADDQ $128, DI
+	DECQ CX
+	JNZ  pack32
+	VZEROUPPER
+	RET
+
+// ---- GEMV ----
+//
+// Four rows of W at a time (at SI, SI+R12, SI+2*R12, SI+R13), two accumulators per row, against the same loads
+// of x: per 32 steps, 2 loads of x and 8 FMAs with W operands from memory. k%16 trailing steps use masked loads
+// (K1), which read nothing past the row.
+
+// GEMVSUM reduces the accumulators Z0, Z2, Z4, Z6 of four rows into X0 = [y0, y1, y2, y3].
+#define GEMVSUM \
+	VEXTRACTF32X8 $1, Z0, Y8; \
+	VADDPS        Y8, Y0, Y0; \
+	VEXTRACTF32X8 $1, Z2, Y8; \
+	VADDPS        Y8, Y2, Y2; \
+	VEXTRACTF32X8 $1, Z4, Y8; \
+	VADDPS        Y8, Y4, Y4; \
+	VEXTRACTF32X8 $1, Z6, Y8; \
+	VADDPS        Y8, Y6, Y6; \
+	VHADDPS       Y2, Y0, Y0; \
+	VHADDPS       Y6, Y4, Y4; \
+	VHADDPS       Y4, Y0, Y0; \
+	VEXTRACTF128  $1, Y0, X8; \
+	VADDPS        X8, X0, X0
+
+// func gemvAVX512(rows, k int, w, x, y *float32)
+TEXT ·gemvAVX512(SB), NOSPLIT, $0-40
+	GEMVSETUP(4)
+
+rows4:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	MOVQ SI, R8
+	MOVQ DI, R9
+	MOVQ R10, CX
+	TESTQ CX, CX
+	JZ   tail16
+
+steps32:
+	VMOVUPS     (R9), Z8
+	VMOVUPS     64(R9), Z9
+	VFMADD231PS (R8), Z8, Z0
+	VFMADD231PS 64(R8), Z9, Z1
+	VFMADD231PS (R8)(R12*1), Z8, Z2
+	VFMADD231PS 64(R8)(R12*1), Z9, Z3
+	VFMADD231PS (R8)(R12*2), Z8, Z4
+	VFMADD231PS 64(R8)(R12*2), Z9, Z5
+	VFMADD231PS (R8)(R13*1), Z8, Z6
+	VFMADD231PS 64(R8)(R13*1), Z9, Z7
+	ADDQ $128, R8
+	ADDQ $128, R9
+	DECQ CX
+	JNZ  steps32
+
+tail16:
+	TESTQ $16, BX
+	JZ    tailmask
+	VMOVUPS     (R9), Z8
+	VFMADD231PS (R8), Z8, Z0
+	VFMADD231PS (R8)(R12*1), Z8, Z2
+	VFMADD231PS (R8)(R12*2), Z8, Z4
+	VFMADD231PS (R8)(R13*1), Z8, Z6
+	ADDQ $64, R8
+	ADDQ $64, R9
+
+tailmask:
+	TESTQ $15, BX
+	JZ    sum4
+	VMOVUPS.Z   (R9), K1, Z8
+	VMOVUPS.Z   (R8), K1, Z9
+	VFMADD231PS Z9, Z8, Z1
+	VMOVUPS.Z   (R8)(R12*1), K1, Z9
+	VFMADD231PS Z9, Z8, Z3
+	VMOVUPS.Z   (R8)(R12*2), K1, Z9
+	VFMADD231PS Z9, Z8, Z5
+	VMOVUPS.Z   (R8)(R13*1), K1, Z9
+	VFMADD231PS Z9, Z8, Z7
+
+sum4:
+	VADDPS Z1, Z0, Z0
+	VADDPS Z3, Z2, Z2
+	VADDPS Z5, Z4, Z4
+	VADDPS Z7, Z6, Z6
+	GEMVSUM
+	VMOVUPS X0, (DX)
+	ADDQ $16, DX
+	LEAQ (SI)(R12*4), SI
+	SUBQ $4, R11
+	JNZ  rows4
+	VZEROUPPER
+	RET
+
+// func gemvF16AVX512(rows, k int, w *uint16, x, y *float32)
+//
+// As gemvAVX512, with each 16 weights (32 bytes) widened by VCVTPH2PS before the FMA.
+TEXT ·gemvF16AVX512(SB), NOSPLIT, $0-40
+	GEMVSETUP(2)
+
+rows4h:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	MOVQ SI, R8
+	MOVQ DI, R9
+	MOVQ R10, CX
+	TESTQ CX, CX
+	JZ   tail16h
+
+steps32h:
+	VMOVUPS     (R9), Z8
+	VMOVUPS     64(R9), Z9
+	VCVTPH2PS   (R8), Z10
+	VCVTPH2PS   32(R8), Z11
+	VCVTPH2PS   (R8)(R12*1), Z12
+	VCVTPH2PS   32(R8)(R12*1), Z13
+	VCVTPH2PS   (R8)(R12*2), Z14
+	VCVTPH2PS   32(R8)(R12*2), Z15
+	VCVTPH2PS   (R8)(R13*1), Z16
+	VCVTPH2PS   32(R8)(R13*1), Z17
+	VFMADD231PS Z10, Z8, Z0
+	VFMADD231PS Z11, Z9, Z1
+	VFMADD231PS Z12, Z8, Z2
+	VFMADD231PS Z13, Z9, Z3
+	VFMADD231PS Z14, Z8, Z4
+	VFMADD231PS Z15, Z9, Z5
+	VFMADD231PS Z16, Z8, Z6
+	VFMADD231PS Z17, Z9, Z7
+	ADDQ $64, R8
+	ADDQ $128, R9
+	DECQ CX
+	JNZ  steps32h
+
+tail16h:
+	TESTQ $16, BX
+	JZ    tailmaskh
+	VMOVUPS     (R9), Z8
+	VCVTPH2PS   (R8), Z10
+	VCVTPH2PS   (R8)(R12*1), Z12
+	VCVTPH2PS   (R8)(R12*2), Z14
+	VCVTPH2PS   (R8)(R13*1), Z16
+	VFMADD231PS Z10, Z8, Z0
+	VFMADD231PS Z12, Z8, Z2
+	VFMADD231PS Z14, Z8, Z4
+	VFMADD231PS Z16, Z8, Z6
+	ADDQ $32, R8
+	ADDQ $64, R9
+
+tailmaskh:
+	TESTQ $15, BX
+	JZ    sum4h
+	VMOVUPS.Z   (R9), K1, Z8
+	VMOVDQU16.Z (R8), K1, Y10
+	VCVTPH2PS   Y10, Z10
+	VFMADD231PS Z10, Z8, Z1
+	VMOVDQU16.Z (R8)(R12*1), K1, Y10
+	VCVTPH2PS   Y10, Z10
+	VFMADD231PS Z10, Z8, Z3
+	VMOVDQU16.Z (R8)(R12*2), K1, Y10
+	VCVTPH2PS   Y10, Z10
+	VFMADD231PS Z10, Z8, Z5
+	VMOVDQU16.Z (R8)(R13*1), K1, Y10
+	VCVTPH2PS   Y10, Z10
+	VFMADD231PS Z10, Z8, Z7
+
+sum4h:
+	VADDPS Z1, Z0, Z0
+	VADDPS Z3, Z2, Z2
+	VADDPS Z5, Z4, Z4
+	VADDPS Z7, Z6, Z6
+	GEMVSUM
+	VMOVUPS X0, (DX)
+	ADDQ $16, DX
+	LEAQ (SI)(R12*4), SI
+	SUBQ $4, R11
+	JNZ  rows4h
+	VZEROUPPER
+	RET

@@ -1,0 +1,11 @@
+//go:build noasm || !amd64
+
+package cpu
+
+func gemm(m, n, k int, a, w, c []float32) { gemmGo(m, n, k, a, w, c) }
+
+func gemmF16(m, n, k int, a []float32, w []uint16, c []float32) { gemmF16Go(m, n, k, a, w, c) }
+
+func gemv(n, k int, w, x, y []float32) { gemvGo(n, k, w, x, y) }
+
+func gemvF16(n, k int, w []uint16, x, y []float32) { gemvF16Go(n, k, w, x, y) }
