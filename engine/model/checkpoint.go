@@ -261,12 +261,9 @@ func (c *Checkpoint) Check(file string) error {
 
 // checkData verifies that a tensor's blocks fit its rows and that Data holds exactly its elements.
 func checkData(t *Tensor) error {
-	n := 1
-	for _, d := range t.Shape {
-		if d <= 0 || d > maxDim*maxDim/n {
-			return fmt.Errorf("bad shape %v", t.Shape)
-		}
-		n *= d
+	n, ok := elements(t.Shape...)
+	if !ok || n == 0 {
+		return fmt.Errorf("bad shape %v", t.Shape)
 	}
 	if t.Type == Q8_0 || t.Type == Q4_0 {
 		if len(t.Shape) == 0 || t.Shape[len(t.Shape)-1]%32 != 0 {
@@ -293,4 +290,34 @@ func equalShape(a, b []int) bool {
 		}
 	}
 	return true
+}
+
+// maxElements bounds a tensor's element count (2^50) so that size arithmetic on hostile headers cannot overflow.
+const maxElements = 1 << 50
+
+// elements returns the product of dims, or false if a dim is negative or the product exceeds maxElements.
+func elements(dims ...int) (int, bool) {
+	n := 1
+	for _, d := range dims {
+		if d < 0 || (d > 0 && n > maxElements/d) {
+			return 0, false
+		}
+		n *= d
+	}
+	return n, true
+}
+
+// loadFile maps path and parses it with parse; on success the checkpoint owns the mapping (Close releases it).
+func loadFile(path string, parse func(name string, data []byte) (*Checkpoint, error)) (*Checkpoint, error) {
+	data, release, err := mapFile(path)
+	if err != nil {
+		return nil, err
+	}
+	ck, err := parse(path, data)
+	if err != nil {
+		release()
+		return nil, err
+	}
+	ck.closer = release
+	return ck, nil
 }
