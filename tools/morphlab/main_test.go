@@ -1,0 +1,146 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/morphlab/morphlab/kernels/probe"
+)
+
+// runCLI runs the command line in-process and returns the exit status, stdout and stderr.
+func runCLI(args ...string) (int, string, string) {
+	var stdout, stderr bytes.Buffer
+	code := run(args, &stdout, &stderr)
+	return code, stdout.String(), stderr.String()
+}
+
+func TestUsageErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string // the whole of stderr
+	}{
+		{[]string{"nope"}, "morphlab: unknown command \"nope\" (commands: bench, probe)\n"},
+		{[]string{"probe", "--bogus"}, "morphlab probe: flag provided but not defined: -bogus (run 'morphlab probe -h' for usage)\n"},
+		{[]string{"probe", "--threads", "x"}, "morphlab probe: invalid value \"x\" for flag -threads: parse error (run 'morphlab probe -h' for usage)\n"},
+		{[]string{"probe", "--threads", "0"}, "morphlab probe: --threads=0, want at least 1\n"},
+		{[]string{"probe", "extra"}, "morphlab probe: unexpected argument \"extra\" (run 'morphlab probe -h' for usage)\n"},
+		{[]string{"bench", "--count", "0"}, "morphlab bench: --count=0, want at least 1\n"},
+		{[]string{"bench", "--pkg", " "}, "morphlab bench: --pkg is empty, want one or more packages\n"},
+	} {
+		code, stdout, stderr := runCLI(tc.args...)
+		if code != 2 || stderr != tc.want || stdout != "" {
+			t.Errorf("morphlab %s: exit %d, stderr %q, stdout %q; want exit 2, stderr %q, no stdout",
+				strings.Join(tc.args, " "), code, stderr, stdout, tc.want)
+		}
+	}
+	code, _, stderr := runCLI()
+	if code != 2 || !strings.HasPrefix(stderr, "usage: morphlab <command>") {
+		t.Errorf("morphlab with no arguments: exit %d, stderr %q; want 2 and the usage", code, stderr)
+	}
+}
+
+func TestHelp(t *testing.T) {
+	code, stdout, stderr := runCLI("help")
+	if code != 0 || stderr != "" || !strings.Contains(stdout, "\n  bench ") || !strings.Contains(stdout, "\n  probe ") {
+		t.Errorf("morphlab help: exit %d, stdout %q, stderr %q; want 0 and both commands listed", code, stdout, stderr)
+	}
+	for _, args := range [][]string{{"probe", "-h"}, {"help", "probe"}} {
+		code, stdout, _ := runCLI(args...)
+		if code != 0 || !strings.HasPrefix(stdout, "usage: morphlab probe [flags]") || !strings.Contains(stdout, "-threads N") {
+			t.Errorf("morphlab %s: exit %d, stdout %q; want 0 and probe's usage", strings.Join(args, " "), code, stdout)
+		}
+	}
+}
+
+func TestProbeJSON(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "sub", "probe.json")
+	code, stdout, stderr := runCLI("probe", "--quick", "--threads", "2", "--json", "--out", out,
+		"--cpuprofile", filepath.Join(dir, "cpu.prof"), "--memprofile", filepath.Join(dir, "mem.prof"))
+	if code != 0 {
+		t.Fatalf("probe --quick --json: exit %d, stderr %q", code, stderr)
+	}
+	var c probe.Ceilings
+	if err := json.Unmarshal([]byte(stdout), &c); err != nil {
+		t.Fatalf("probe --json printed invalid JSON (%v): %s", err, stdout)
+	}
+	if c.Threads != 2 || len(c.Bandwidth) != 2 || !(c.FMAPeakGFLOPS > 0) || !(c.Int8DotPeakGOPS > 0) {
+		t.Errorf("probe --json: %+v, want 2 threads, 2 bandwidth points, positive peaks", c)
+	}
+	saved, err := probe.Load(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if saved.FMAPeakGFLOPS != c.FMAPeakGFLOPS || saved.MeasuredAt != c.MeasuredAt {
+		t.Errorf("--out file %+v differs from the printed %+v", saved, c)
+	}
+	if stderr != "wrote "+out+"\n" {
+		t.Errorf("stderr %q, want only the wrote line", stderr)
+	}
+	for _, name := range []string{"cpu.prof", "mem.prof"} {
+		if fi, err := os.Stat(filepath.Join(dir, name)); err != nil || fi.Size() == 0 {
+			t.Errorf("profile %s: %v, want a non-empty file", name, err)
+		}
+	}
+}
+
+func TestProbeTableAndFailure(t *testing.T) {
+	code, stdout, stderr := runCLI("probe", "--quick", "--out", "")
+	if code != 0 || stderr != "" {
+		t.Fatalf("probe --quick: exit %d, stderr %q", code, stderr)
+	}
+	for _, want := range []string{"f32 FMA peak:", "int8 dot peak:", "working set", "32 KiB", "1 MiB"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("probe table has no %q:\n%s", want, stdout)
+		}
+	}
+
+	// A file where the output directory should be: the failure is exit 1 and one line naming the path.
+	blocker := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(blocker, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(blocker, "probe.json")
+	code, _, stderr = runCLI("probe", "--quick", "--out", out)
+	if code != 1 || !strings.HasPrefix(stderr, "morphlab probe: ") || !strings.Contains(stderr, out) || strings.Count(stderr, "\n") != 1 {
+		t.Errorf("probe --out %s: exit %d, stderr %q; want 1 and one line naming the file", out, code, stderr)
+	}
+}
+
+func TestFormat(t *testing.T) {
+	for v, want := range map[float64]string{0: "0", 12345678: "12345678", 1234.4: "1234", 123.44: "123.4",
+		12.344: "12.34", 1.2344: "1.234", 0.12344: "0.1234", -5.5: "-5.500"} {
+		if got := formatValue(v); got != want {
+			t.Errorf("formatValue(%v) = %q, want %q", v, got, want)
+		}
+	}
+	for n, want := range map[int64]string{512: "512 B", 32 << 10: "32 KiB", 3 << 19: "1.5 MiB", 256 << 20: "256 MiB", 2 << 30: "2 GiB"} {
+		if got := formatBytes(n); got != want {
+			t.Errorf("formatBytes(%d) = %q, want %q", n, got, want)
+		}
+	}
+}
+
+func TestProgress(t *testing.T) {
+	var buf bytes.Buffer
+	quiet := newProgress(&buf, "x")
+	quiet.set(1, 2)
+	quiet.clear()
+	if buf.Len() != 0 {
+		t.Errorf("progress on a non-terminal wrote %q, want nothing", buf.String())
+	}
+	bar := &progress{w: &buf, draw: true, label: "probe"}
+	bar.set(2, 4)
+	bar.set(3, 4) // within 50 ms of the last draw and not the last step: skipped
+	bar.set(4, 4)
+	bar.clear()
+	want := "\r\033[Kprobe [" + strings.Repeat("#", 15) + strings.Repeat(".", 15) + "] 2/4" +
+		"\r\033[Kprobe [" + strings.Repeat("#", 30) + "] 4/4" + "\r\033[K"
+	if buf.String() != want {
+		t.Errorf("progress drew %q, want %q", buf.String(), want)
+	}
+}
