@@ -1,0 +1,354 @@
+package cpu
+
+import (
+	"math"
+	"sync/atomic"
+
+	"github.com/morphlab/morphlab/kernels/internal/shape"
+)
+
+// Attention in the FlashAttention style: scores are never stored for a whole row. Query rows are processed in
+// blocks of attnRows against tiles of attnCols keys; each row keeps a running maximum m, a running sum l of
+// 2^(score-m), and an unnormalized output o, and a new tile rescales them (online softmax):
+//
+//	m' = max(m, max(s)); p = 2^(s-m'); α = 2^(m-m'); l = α·l + Σp; o = α·o + p·V
+//
+// Scores are in base 2: queries are multiplied by scale·log2(e) when they are packed, so that the kernels call
+// exp2. m starts at -MaxFloat32, not -Inf, so that a row with no visible key in a tile gets α = 1 and p = 0
+// rather than Inf-Inf = NaN. The three micro-kernels (attnQK, attnSoftmax, attnPV and the paged path's attnDots,
+// attnAxpys) have AVX-512 twins in attn_amd64.s and pure-Go loops in attn_generic.go.
+const (
+	attnRows = 8  // query rows in a micro-kernel block
+	attnCols = 32 // keys in a tile
+)
+
+// attnInitMax is the running maximum of a row that has seen no key yet.
+const attnInitMax = -math.MaxFloat32
+
+// attnParallel runs work(i) for i in [0, n) across the pool, handing items out one at a time in order, so that
+// items of uneven cost (causal query tiles, sequences of different lengths) balance across threads. scratch is
+// called once per thread and its result passed to that thread's work calls.
+func attnParallel[S any](n int, scratch func() S, work func(i int, s S)) {
+	var next atomic.Int64
+	Parallel(min(Threads(), n), 1, func(lo, hi int) {
+		s := scratch()
+		for {
+			i := int(next.Add(1) - 1)
+			if i >= n {
+				return
+			}
+			work(i, s)
+		}
+	})
+}
+
+// attnBlock is the state of a block of query rows: packed queries, running max and sum, output accumulators.
+type attnBlock struct {
+	hd, hdPad int       // head dim, and the output row stride rounded up to attnCols
+	q         []float32 // [rowsPad, hd], pre-scaled by scale·log2(e)
+	m, l      []float32 // [rowsPad]
+	o         []float32 // [rowsPad, hdPad]
+	s         []float32 // [attnRows, attnCols] scores, then probabilities, of the current block and tile
+	alpha     []float32 // [attnRows]
+	cnt       []int32   // [attnRows] visible keys of each row in the current tile
+	limit     []int     // [rowsPad] visible keys of each row in the whole sequence
+}
+
+func newAttnBlock(maxRows, hd int) *attnBlock {
+	rowsPad := (maxRows + attnRows - 1) / attnRows * attnRows
+	hdPad := (hd + attnCols - 1) / attnCols * attnCols
+	return &attnBlock{
+		hd: hd, hdPad: hdPad,
+		q: make([]float32, rowsPad*hd), m: make([]float32, rowsPad), l: make([]float32, rowsPad),
+		o: make([]float32, rowsPad*hdPad), s: make([]float32, attnRows*attnCols),
+		alpha: make([]float32, attnRows), cnt: make([]int32, attnRows), limit: make([]int, rowsPad),
+	}
+}
+
+// reset prepares rows [0, rows) (padded to a multiple of attnRows) for a new block; the caller then packs q and
+// limit. Padding rows get a zero query and the last row's limit, so they compute harmless finite values.
+func (b *attnBlock) reset(rows int) int {
+	rowsPad := (rows + attnRows - 1) / attnRows * attnRows
+	clear(b.q[rows*b.hd : rowsPad*b.hd])
+	clear(b.o[:rowsPad*b.hdPad])
+	clear(b.l[:rowsPad])
+	for r := range rowsPad {
+		b.m[r] = attnInitMax
+	}
+	return rowsPad
+}
+
+// packQuery copies query row src into block row r, scaled by sc.
+func (b *attnBlock) packQuery(r int, src []float32, sc float32) {
+	dst := b.q[r*b.hd : (r+1)*b.hd]
+	for d, v := range src[:b.hd] {
+		dst[d] = v * sc
+	}
+}
+
+// tileCounts sets cnt for the rows [r0, r0+attnRows) and a tile of keys starting at s0, and returns the largest.
+func (b *attnBlock) tileCounts(r0, s0 int) int {
+	most := 0
+	for i := range attnRows {
+		c := min(max(b.limit[r0+i]-s0, 0), attnCols)
+		b.cnt[i] = int32(c)
+		most = max(most, c)
+	}
+	return most
+}
+
+// softmaxRows runs the online-softmax update on rows [r0, r0+attnRows) of the block for the scores in b.s.
+func (b *attnBlock) softmaxRows(r0 int) {
+	attnSoftmax(b.s, b.m[r0:r0+attnRows], b.l[r0:r0+attnRows], b.alpha, b.cnt)
+}
+
+// finish writes row r's normalized output o/l into dst.
+func (b *attnBlock) finish(dst []float32, r int) {
+	inv := 1 / b.l[r]
+	for d, v := range b.o[r*b.hdPad : r*b.hdPad+b.hd] {
+		dst[d] = v * inv
+	}
+}
+
+// CausalAttention is prefill attention over contiguous keys and values. The nq queries are the last nq of kvLen
+// tokens: query t sits at position kvLen-nq+t and sees keys 0..kvLen-nq+t. For query head h and its KV head
+// g = h/(nHeads/nKVHeads): out[t,h] = Σ_s softmax_s(scale·q[t,h]·k[s,g])·v[s,g].
+// q, out: [nq, nHeads*headDim]; k, v: [kvLen, nKVHeads*headDim].
+//
+// Keys are first packed per KV head into transposed tiles [headDim, attnCols] (in parallel), then work items
+// (KV head, tile of queries) run on the pool, longest first. An item holds the queries of all the query heads
+// that share its KV head, so each K and V tile is loaded once for the whole group (GQA).
+func CausalAttention(out, q, k, v []float32, nq, kvLen, nHeads, nKVHeads, headDim int, scale float32) {
+	shape.CausalAttention("CausalAttention", len(out), len(q), len(k), len(v), nq, kvLen, nHeads, nKVHeads, headDim)
+	hd, group := headDim, nHeads/nKVHeads
+	kvRow := nKVHeads * hd
+	tiles := (kvLen + attnCols - 1) / attnCols
+	tileSize := hd * attnCols
+	kt := make([]float32, nKVHeads*tiles*tileSize)
+	Parallel(nKVHeads*tiles, max(1, 64/hd), func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			g, j := i/tiles, i%tiles
+			attnPackKT(kt[i*tileSize:(i+1)*tileSize], k[g*hd:], kvRow, j*attnCols, min(attnCols, kvLen-j*attnCols), hd)
+		}
+	})
+
+	// Query tiles of about 64 rows (queries × heads of the group); the last tiles see the most keys, so they go
+	// first.
+	qTile := max(1, 64/group)
+	nTiles := (nq + qTile - 1) / qTile
+	sc := scale * math.Log2E
+	attnParallel(nKVHeads*nTiles, func() *attnBlock { return newAttnBlock(qTile*group, hd) }, func(i int, b *attnBlock) {
+		g, qt := i%nKVHeads, nTiles-1-i/nKVHeads
+		t0, t1 := qt*qTile, min(nq, (qt+1)*qTile)
+		rows := (t1 - t0) * group
+		rowsPad := b.reset(rows)
+		for t := t0; t < t1; t++ {
+			for hh := range group {
+				r := (t-t0)*group + hh
+				b.packQuery(r, q[(t*nHeads+g*group+hh)*hd:], sc)
+				b.limit[r] = kvLen - nq + t + 1
+			}
+		}
+		for r := rows; r < rowsPad; r++ {
+			b.limit[r] = b.limit[rows-1]
+		}
+		vg := v[g*hd:]
+		for j := 0; j*attnCols < b.limit[rows-1]; j++ {
+			s0 := j * attnCols
+			ktj := kt[(g*tiles+j)*tileSize:][:tileSize]
+			for r0 := 0; r0 < rowsPad; r0 += attnRows {
+				nk := b.tileCounts(r0, s0)
+				if nk == 0 {
+					continue
+				}
+				attnQK(b.s, b.q[r0*hd:(r0+attnRows)*hd], ktj, hd)
+				b.softmaxRows(r0)
+				attnPV(b.o[r0*b.hdPad:(r0+attnRows)*b.hdPad], b.s, vg[s0*kvRow:], kvRow, nk, hd, b.alpha)
+			}
+		}
+		for t := t0; t < t1; t++ {
+			for hh := range group {
+				b.finish(out[(t*nHeads+g*group+hh)*hd:], (t-t0)*group+hh)
+			}
+		}
+	})
+}
+
+// attnPackKT writes n (<= attnCols) key rows, src[s0+c] = src[(s0+c)*stride:][:hd], transposed into
+// dst[d*attnCols+c], and zeros the columns c >= n.
+func attnPackKT(dst, src []float32, stride, s0, n, hd int) {
+	for c := range n {
+		row := src[(s0+c)*stride:][:hd]
+		for d, x := range row {
+			dst[d*attnCols+c] = x
+		}
+	}
+	for d := range hd {
+		clear(dst[d*attnCols+n : (d+1)*attnCols])
+	}
+}
+
+// KVAppend writes the key and value rows of token t into cache slot slots[t] (block*blockSize + offset); a
+// negative slot skips the token. k, v: [len(slots), nKVHeads*headDim].
+func KVAppend(kCache, vCache, k, v []float32, slots []int32, nKVHeads, headDim int) {
+	shape.KVAppend("KVAppend", len(kCache), len(vCache), len(k), len(v), slots, nKVHeads, headDim)
+	row := nKVHeads * headDim
+	Parallel(len(slots), max(1, elemGrain/row), func(lo, hi int) {
+		for t := lo; t < hi; t++ {
+			if s := int(slots[t]); s >= 0 {
+				copy(kCache[s*row:][:row], k[t*row:][:row])
+				copy(vCache[s*row:][:row], v[t*row:][:row])
+			}
+		}
+	})
+}
+
+// attnPagedSplit is the fewest keys worth a part of their own when PagedAttention splits a sequence's KV range.
+const attnPagedSplit = 256
+
+// PagedAttention is attention for a batch of sequences whose keys and values are in the paged cache, one or more
+// queries each: decode (one query a sequence) and chunked prefill in one call. Sequence i owns query rows
+// qStart[i]..qStart[i+1]-1, the last of its seqLens[i] tokens, and query j of its n sees tokens up to
+// seqLens[i]-n+j. Token s is read from block blockTables[i*maxBlocksPerSeq+s/blockSize] at offset s%blockSize.
+// q, out: [qStart[nSeqs], nHeads*headDim]; caches [numBlocks, blockSize, nKVHeads, headDim].
+//
+// Work items are (sequence, KV head, part of the KV range): all the query rows of the sequence and of the query
+// heads sharing the KV head run together over tiles of attnCols tokens, whose cache offsets are looked up once.
+// When there are fewer (sequence, KV head) pairs than threads can use, long sequences are split into parts of
+// at least attnPagedSplit tokens (flash-decoding); each part keeps its own m, l and o, merged at the end.
+func PagedAttention(out, q, kCache, vCache []float32, qStart, seqLens, blockTables []int32,
+	maxBlocksPerSeq, blockSize, nHeads, nKVHeads, headDim int, scale float32) {
+	shape.PagedAttention("PagedAttention", len(out), len(q), len(kCache), len(vCache), qStart, seqLens, blockTables,
+		maxBlocksPerSeq, blockSize, nHeads, nKVHeads, headDim)
+	hd, group := headDim, nHeads/nKVHeads
+	kvRow := nKVHeads * hd
+	nSeqs := len(seqLens)
+
+	// Items of sequence i are parts [firstItem[i], firstItem[i+1]), each covering ceil(L/parts) tokens rounded
+	// to tiles, times nKVHeads.
+	pairs := nSeqs * nKVHeads
+	wantParts := max(1, (4*Threads()+pairs-1)/pairs)
+	firstItem := make([]int, nSeqs+1)
+	maxRows := 0
+	for i, L := range seqLens {
+		parts := min(wantParts, max(1, int(L)/attnPagedSplit))
+		firstItem[i+1] = firstItem[i] + parts
+		maxRows = max(maxRows, int(qStart[i+1]-qStart[i])*group)
+	}
+	nItems := firstItem[nSeqs] * nKVHeads
+	seqOf := make([]int, firstItem[nSeqs])
+	for i := range nSeqs {
+		for p := firstItem[i]; p < firstItem[i+1]; p++ {
+			seqOf[p] = i
+		}
+	}
+	// Partial results of split sequences: per item and row, o [hdPad] then m and l.
+	hdPad := (hd + attnCols - 1) / attnCols * attnCols
+	var partial []float32
+	if firstItem[nSeqs] > nSeqs {
+		partial = make([]float32, nItems*maxRows*(hdPad+2))
+	}
+	sc := scale * math.Log2E
+
+	type scratch struct {
+		b    *attnBlock
+		offs []int32
+	}
+	attnParallel(nItems, func() scratch {
+		return scratch{newAttnBlock(maxRows, hd), make([]int32, attnCols)}
+	}, func(it int, sc2 scratch) {
+		b, offs := sc2.b, sc2.offs
+		pi, g := it/nKVHeads, it%nKVHeads
+		i := seqOf[pi]
+		parts := firstItem[i+1] - firstItem[i]
+		L := int(seqLens[i])
+		n := int(qStart[i+1] - qStart[i])
+		per := ((L+parts-1)/parts + attnCols - 1) / attnCols * attnCols
+		lo, hi := (pi-firstItem[i])*per, min(L, (pi-firstItem[i]+1)*per)
+		rows := n * group
+		rowsPad := b.reset(rows)
+		for j := range n {
+			t := int(qStart[i]) + j
+			for hh := range group {
+				r := j*group + hh
+				b.packQuery(r, q[(t*nHeads+g*group+hh)*hd:], sc)
+				b.limit[r] = L - n + j + 1
+			}
+		}
+		for r := rows; r < rowsPad; r++ {
+			b.limit[r] = b.limit[rows-1]
+		}
+		table := blockTables[i*maxBlocksPerSeq:][:maxBlocksPerSeq]
+		for s0 := lo; s0 < min(hi, b.limit[rows-1]); s0 += attnCols {
+			nt := min(attnCols, hi-s0)
+			for c := range nt {
+				s := s0 + c
+				offs[c] = int32((int(table[s/blockSize])*blockSize+s%blockSize)*kvRow + g*hd)
+			}
+			for r0 := 0; r0 < rowsPad; r0 += attnRows {
+				nk := min(b.tileCounts(r0, s0), nt)
+				if nk == 0 {
+					continue
+				}
+				for c := range b.cnt {
+					b.cnt[c] = min(b.cnt[c], int32(nt))
+				}
+				for r := range attnRows {
+					attnDots(b.s[r*attnCols:][:attnCols], b.q[(r0+r)*hd:][:hd], kCache, offs[:min(nk, int(b.cnt[r]))])
+				}
+				b.softmaxRows(r0)
+				for r := range attnRows {
+					attnAxpys(b.o[(r0+r)*hdPad:][:hd], b.s[r*attnCols:][:attnCols], vCache, offs[:nk], b.alpha[r])
+				}
+			}
+		}
+		if partial == nil {
+			for j := range n {
+				t := int(qStart[i]) + j
+				for hh := range group {
+					b.finish(out[(t*nHeads+g*group+hh)*hd:], j*group+hh)
+				}
+			}
+			return
+		}
+		for r := range rows {
+			p := partial[(it*maxRows+r)*(hdPad+2):][:hdPad+2]
+			copy(p, b.o[r*hdPad:(r+1)*hdPad])
+			p[hdPad], p[hdPad+1] = b.m[r], b.l[r]
+		}
+	})
+	if partial == nil {
+		return
+	}
+	attnParallel(pairs, func() []float32 { return make([]float32, hd) }, func(it int, acc []float32) {
+		i, g := it/nKVHeads, it%nKVHeads
+		n := int(qStart[i+1] - qStart[i])
+		for j := range n {
+			t := int(qStart[i]) + j
+			for hh := range group {
+				r := j*group + hh
+				part := func(pi int) []float32 {
+					return partial[((pi*nKVHeads+g)*maxRows+r)*(hdPad+2):][:hdPad+2]
+				}
+				mx := float32(attnInitMax)
+				for pi := firstItem[i]; pi < firstItem[i+1]; pi++ {
+					mx = max(mx, part(pi)[hdPad])
+				}
+				clear(acc)
+				var l float32
+				for pi := firstItem[i]; pi < firstItem[i+1]; pi++ {
+					p := part(pi)
+					w := float32(math.Exp2(float64(p[hdPad] - mx)))
+					l += w * p[hdPad+1]
+					for d := range acc {
+						acc[d] += w * p[d]
+					}
+				}
+				dst := out[(t*nHeads+g*group+hh)*hd:][:hd]
+				for d, x := range acc {
+					dst[d] = x / l
+				}
+			}
+		}
+	})
+}

@@ -1,0 +1,86 @@
+package cpu
+
+import "math"
+
+// Pure-Go micro-kernels of the attention kernels: the specification of their AVX-512 twins in attn_amd64.s and
+// the path taken under the noasm tag or on CPUs without AVX-512. s is a block of scores [attnRows, attnCols].
+
+// attnQKGo sets s[r*attnCols+c] = Σ_d q[r*hd+d]·kt[d*attnCols+c] for the attnRows query rows q and a tile of
+// keys packed transposed in kt.
+func attnQKGo(s, q, kt []float32, hd int) {
+	for r := range attnRows {
+		row := s[r*attnCols : (r+1)*attnCols]
+		clear(row)
+		for d, x := range q[r*hd : (r+1)*hd] {
+			for c, k := range kt[d*attnCols : (d+1)*attnCols] {
+				row[c] += x * k
+			}
+		}
+	}
+}
+
+// attnSoftmaxGo runs the online-softmax step on the attnRows rows of s, of which row r has cnt[r] visible
+// scores (the others count as -Inf): with m' = max(m[r], max(s[r])), s[r] becomes 2^(s[r]-m') (0 where
+// masked), alpha[r] = 2^(m[r]-m'), l[r] = alpha[r]·l[r] + Σ s[r], m[r] = m'.
+func attnSoftmaxGo(s, m, l, alpha []float32, cnt []int32) {
+	for r := range attnRows {
+		row := s[r*attnCols : (r+1)*attnCols]
+		n := int(cnt[r])
+		mx := m[r]
+		for _, x := range row[:n] {
+			mx = max(mx, x)
+		}
+		var sum float32
+		for c := range row {
+			if c < n {
+				row[c] = float32(math.Exp2(float64(row[c] - mx)))
+				sum += row[c]
+			} else {
+				row[c] = 0
+			}
+		}
+		alpha[r] = float32(math.Exp2(float64(m[r] - mx)))
+		l[r] = alpha[r]*l[r] + sum
+		m[r] = mx
+	}
+}
+
+// attnPVGo rescales and accumulates the output rows of a block: with hdPad = hd rounded up to attnCols,
+// o[r*hdPad+d] = alpha[r]·o[r*hdPad+d] + Σ_{j<nk} p[r*attnCols+j]·v[j*vStride+d] for d < hd.
+func attnPVGo(o, p, v []float32, vStride, nk, hd int, alpha []float32) {
+	hdPad := (hd + attnCols - 1) / attnCols * attnCols
+	for r := range attnRows {
+		or := o[r*hdPad : r*hdPad+hd]
+		for d := range or {
+			or[d] *= alpha[r]
+		}
+		for j, pj := range p[r*attnCols : r*attnCols+nk] {
+			for d, x := range v[j*vStride : j*vStride+hd] {
+				or[d] += pj * x
+			}
+		}
+	}
+}
+
+// attnDotsGo sets s[c] = Σ_d q[d]·base[offs[c]+d] over the len(q) dims, for each key row offset in offs.
+func attnDotsGo(s, q, base []float32, offs []int32) {
+	for c, off := range offs {
+		var dot float32
+		for d, k := range base[off : int(off)+len(q)] {
+			dot += q[d] * k
+		}
+		s[c] = dot
+	}
+}
+
+// attnAxpysGo sets o = alpha·o + Σ_c p[c]·base[offs[c]:][:len(o)], for each value row offset in offs.
+func attnAxpysGo(o, p, base []float32, offs []int32, alpha float32) {
+	for d := range o {
+		o[d] *= alpha
+	}
+	for c, off := range offs {
+		for d, x := range base[off : int(off)+len(o)] {
+			o[d] += p[c] * x
+		}
+	}
+}

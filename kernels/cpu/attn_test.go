@@ -1,0 +1,316 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/morphlab/morphlab/kernels/ref"
+)
+
+// Attention is checked by FlashAttention's rule: its error against the float64 reference is at most twice that
+// of the naive float32 implementation below (scores, softmax and weighted sum each in float32, one pass), on the
+// same inputs. Tiling, the online rescaling and the polynomial exp2 may change the rounding but must not make it
+// worse than that. attnFloor is the least bound, for the cases where the naive version happens to be exact
+// (one key: the output is that key's value row): 1e-14 is a few float32 roundings (2⁻⁴⁸ ≈ 3.6e-15 each, squared
+// relative error) of every element.
+const attnFloor = 1e-14
+
+// attnNaive is the naive float32 attention of one query over n keys: o = Σ softmax(scale·q·k)·v.
+func attnNaive(o, q []float32, n int, scale float32, keyAt, valueAt func(s int) []float32) {
+	scores := make([]float32, n)
+	mx := float32(math.Inf(-1))
+	for s := range scores {
+		var dot float32
+		for d, k := range keyAt(s) {
+			dot += q[d] * k
+		}
+		scores[s] = scale * dot
+		mx = max(mx, scores[s])
+	}
+	var sum float32
+	for s := range scores {
+		scores[s] = float32(math.Exp(float64(scores[s] - mx)))
+		sum += scores[s]
+	}
+	clear(o)
+	for s, p := range scores {
+		for d, v := range valueAt(s) {
+			o[d] += p / sum * v
+		}
+	}
+}
+
+// attnNaiveCausal is CausalAttention written with attnNaive.
+func attnNaiveCausal(out, q, k, v []float32, nq, kvLen, nHeads, nKVHeads, hd int, scale float32) {
+	kvRow := nKVHeads * hd
+	for t := range nq {
+		for h := range nHeads {
+			g := h / (nHeads / nKVHeads)
+			attnNaive(out[(t*nHeads+h)*hd:][:hd], q[(t*nHeads+h)*hd:][:hd], kvLen-nq+t+1, scale,
+				func(s int) []float32 { return k[s*kvRow+g*hd:][:hd] },
+				func(s int) []float32 { return v[s*kvRow+g*hd:][:hd] })
+		}
+	}
+}
+
+// attnPaths runs test with the pure-Go micro-kernels and with the AVX-512 ones (where available), two threads.
+func attnPaths(t *testing.T, test func(t *testing.T)) {
+	prevThreads := SetThreads(2)
+	defer SetThreads(prevThreads)
+	for _, asm := range attnAsmPaths() {
+		name := "go"
+		if asm {
+			name = "avx512"
+		}
+		t.Run("path="+name, func(t *testing.T) {
+			defer attnUseAsm(asm)()
+			test(t)
+		})
+	}
+}
+
+// attnCheck compares got and the naive float32 output with the float64 reference.
+func attnCheck(t *testing.T, what string, got, naive []float32, want []float64) {
+	t.Helper()
+	e, en := elemNMSE(got, want), elemNMSE(naive, want)
+	if bound := max(2*en, attnFloor); e > bound {
+		t.Errorf("%s: nMSE %.3g > %.3g (2x naive float32 %.3g)", what, e, bound, en)
+	}
+}
+
+type attnHeads struct{ nHeads, nKVHeads, headDim int }
+
+// attnHeadShapes cover GQA ratios 1, 2 and 4 and head dims that leave masked tails (17, 40) or fill the
+// vectors (64, 128).
+var attnHeadShapes = []attnHeads{{1, 1, 17}, {2, 2, 64}, {4, 2, 40}, {8, 2, 64}, {4, 1, 128}}
+
+func TestCausalAttention(t *testing.T) {
+	attnPaths(t, func(t *testing.T) {
+		rng := rand.New(rand.NewPCG(11, 12))
+		for _, hs := range attnHeadShapes {
+			for _, lens := range [][2]int{{1, 1}, {7, 7}, {17, 54}, {54, 54}, {1, 97}, {97, 97}, {40, 97}} {
+				nq, kvLen := lens[0], lens[1]
+				if testing.Short() && hs.headDim == 128 && nq > 50 {
+					continue
+				}
+				q, q64 := elemRand(rng, nq*hs.nHeads*hs.headDim, 1)
+				k, k64 := elemRand(rng, kvLen*hs.nKVHeads*hs.headDim, 1)
+				v, v64 := elemRand(rng, kvLen*hs.nKVHeads*hs.headDim, 1)
+				scale := float32(1 / math.Sqrt(float64(hs.headDim)))
+				want := make([]float64, len(q))
+				ref.CausalAttention(want, q64, k64, v64, nq, kvLen, hs.nHeads, hs.nKVHeads, hs.headDim, float64(scale))
+				naive := make([]float32, len(q))
+				attnNaiveCausal(naive, q, k, v, nq, kvLen, hs.nHeads, hs.nKVHeads, hs.headDim, scale)
+				got := elemPoisoned(len(q))
+				CausalAttention(got, q, k, v, nq, kvLen, hs.nHeads, hs.nKVHeads, hs.headDim, scale)
+				attnCheck(t, fmt.Sprintf("nq=%d kvLen=%d heads=%d/%d headDim=%d", nq, kvLen, hs.nHeads, hs.nKVHeads, hs.headDim),
+					got, naive, want)
+			}
+		}
+	})
+}
+
+// attnPagedCase is a batch for PagedAttention: sequence lengths and query counts, laid out in a cache whose
+// blocks are handed out in a shuffled order, so that block tables are not the identity.
+type attnPagedCase struct {
+	seqLens, nQueries []int
+	blockSize         int
+	heads             attnHeads
+}
+
+func (c attnPagedCase) run(t *testing.T, rng *rand.Rand) {
+	hd, nKV, nHeads := c.heads.headDim, c.heads.nKVHeads, c.heads.nHeads
+	kvRow := nKV * hd
+	maxBlocks := 0
+	totalBlocks := 0
+	for _, L := range c.seqLens {
+		nb := (L + c.blockSize - 1) / c.blockSize
+		maxBlocks = max(maxBlocks, nb)
+		totalBlocks += nb
+	}
+	totalBlocks += 3 // blocks no sequence owns
+	order := rng.Perm(totalBlocks)
+	nSeqs := len(c.seqLens)
+	tables := make([]int32, nSeqs*maxBlocks)
+	for i := range tables {
+		tables[i] = -1 // entries past a sequence's end are never read
+	}
+	used := 0
+	qStart := make([]int32, nSeqs+1)
+	seqLens := make([]int32, nSeqs)
+	for i, L := range c.seqLens {
+		for b := range (L + c.blockSize - 1) / c.blockSize {
+			tables[i*maxBlocks+b] = int32(order[used])
+			used++
+		}
+		qStart[i+1] = qStart[i] + int32(c.nQueries[i])
+		seqLens[i] = int32(L)
+	}
+	kc, kc64 := elemRand(rng, totalBlocks*c.blockSize*kvRow, 1)
+	vc, vc64 := elemRand(rng, totalBlocks*c.blockSize*kvRow, 1)
+	nq := int(qStart[nSeqs])
+	q, q64 := elemRand(rng, nq*nHeads*hd, 1)
+	scale := float32(1 / math.Sqrt(float64(hd)))
+	want := make([]float64, len(q))
+	ref.PagedAttention(want, q64, kc64, vc64, qStart, seqLens, tables, maxBlocks, c.blockSize, nHeads, nKV, hd, float64(scale))
+	naive := make([]float32, len(q))
+	for i, L := range c.seqLens {
+		slot := func(s int) int { return int(tables[i*maxBlocks+s/c.blockSize])*c.blockSize + s%c.blockSize }
+		n := c.nQueries[i]
+		for j := range n {
+			t := int(qStart[i]) + j
+			for h := range nHeads {
+				g := h / (nHeads / nKV)
+				attnNaive(naive[(t*nHeads+h)*hd:][:hd], q[(t*nHeads+h)*hd:][:hd], L-n+j+1, scale,
+					func(s int) []float32 { return kc[slot(s)*kvRow+g*hd:][:hd] },
+					func(s int) []float32 { return vc[slot(s)*kvRow+g*hd:][:hd] })
+			}
+		}
+	}
+	got := elemPoisoned(len(q))
+	PagedAttention(got, q, kc, vc, qStart, seqLens, tables, maxBlocks, c.blockSize, nHeads, nKV, hd, scale)
+	attnCheck(t, fmt.Sprintf("seqLens=%v queries=%v blockSize=%d heads=%d/%d headDim=%d",
+		c.seqLens, c.nQueries, c.blockSize, nHeads, nKV, hd), got, naive, want)
+}
+
+func TestPagedAttention(t *testing.T) {
+	attnPaths(t, func(t *testing.T) {
+		rng := rand.New(rand.NewPCG(13, 14))
+		for _, bs := range []int{1, 8, 16, 32} {
+			for _, hs := range attnHeadShapes {
+				// Decode: one query a sequence.
+				attnPagedCase{[]int{1, 54, 97, 33}, []int{1, 1, 1, 1}, bs, hs}.run(t, rng)
+				// Chunked prefill mixed with decode.
+				attnPagedCase{[]int{54, 97, 7}, []int{17, 1, 7}, bs, hs}.run(t, rng)
+			}
+		}
+	})
+}
+
+// TestPagedAttentionSplit has a single long sequence per call, so that its KV range is split across threads
+// (flash-decoding) and the partial results are merged.
+func TestPagedAttentionSplit(t *testing.T) {
+	attnPaths(t, func(t *testing.T) {
+		rng := rand.New(rand.NewPCG(15, 16))
+		for _, hs := range []attnHeads{{1, 1, 64}, {4, 2, 40}, {8, 2, 64}} {
+			attnPagedCase{[]int{1100}, []int{1}, 16, hs}.run(t, rng)
+			attnPagedCase{[]int{777}, []int{5}, 8, hs}.run(t, rng)
+			attnPagedCase{[]int{900, 3}, []int{2, 3}, 32, hs}.run(t, rng)
+		}
+	})
+}
+
+func TestKVAppend(t *testing.T) {
+	rng := rand.New(rand.NewPCG(17, 18))
+	const nKV, hd, nSlots = 2, 17, 40
+	row := nKV * hd
+	slots := []int32{5, -1, 0, 39, 12, -7, 6}
+	k, k64 := elemRand(rng, len(slots)*row, 1)
+	v, v64 := elemRand(rng, len(slots)*row, 1)
+	kc, kc64 := elemRand(rng, nSlots*row, 1)
+	vc, vc64 := elemRand(rng, nSlots*row, 1)
+	ref.KVAppend(kc64, vc64, k64, v64, slots, nKV, hd)
+	KVAppend(kc, vc, k, v, slots, nKV, hd)
+	for i := range kc {
+		if float64(kc[i]) != kc64[i] || float64(vc[i]) != vc64[i] {
+			t.Fatalf("slot %d dim %d: got k=%g v=%g, want k=%g v=%g", i/row, i%row, kc[i], vc[i], kc64[i], vc64[i])
+		}
+	}
+}
+
+func TestAttnBadSizes(t *testing.T) {
+	f32, f64 := make([]float32, 64), make([]float64, 64)
+	one := []int32{0, 1}
+	cases := []struct {
+		name       string
+		impl, spec func()
+	}{
+		{"Causal/nq>kvLen", func() { CausalAttention(f32[:8], f32[:8], f32[:4], f32[:4], 2, 1, 1, 1, 4, 1) },
+			func() { ref.CausalAttention(f64[:8], f64[:8], f64[:4], f64[:4], 2, 1, 1, 1, 4, 1) }},
+		{"Causal/gqa", func() { CausalAttention(f32[:12], f32[:12], f32[:8], f32[:8], 1, 1, 3, 2, 4, 1) },
+			func() { ref.CausalAttention(f64[:12], f64[:12], f64[:8], f64[:8], 1, 1, 3, 2, 4, 1) }},
+		{"Causal/v", func() { CausalAttention(f32[:4], f32[:4], f32[:4], f32[:3], 1, 1, 1, 1, 4, 1) },
+			func() { ref.CausalAttention(f64[:4], f64[:4], f64[:4], f64[:3], 1, 1, 1, 1, 4, 1) }},
+		{"KVAppend/slot", func() { KVAppend(f32[:8], f32[:8], f32[:4], f32[:4], []int32{2}, 1, 4) },
+			func() { ref.KVAppend(f64[:8], f64[:8], f64[:4], f64[:4], []int32{2}, 1, 4) }},
+		{"Paged/seqLen", func() {
+			PagedAttention(f32[:4], f32[:4], f32[:8], f32[:8], one, []int32{3}, []int32{0}, 1, 2, 1, 1, 4, 1)
+		}, func() {
+			ref.PagedAttention(f64[:4], f64[:4], f64[:8], f64[:8], one, []int32{3}, []int32{0}, 1, 2, 1, 1, 4, 1)
+		}},
+		{"Paged/block", func() {
+			PagedAttention(f32[:4], f32[:4], f32[:8], f32[:8], one, []int32{2}, []int32{1}, 1, 2, 1, 1, 4, 1)
+		}, func() {
+			ref.PagedAttention(f64[:4], f64[:4], f64[:8], f64[:8], one, []int32{2}, []int32{1}, 1, 2, 1, 1, 4, 1)
+		}},
+	}
+	for _, c := range cases {
+		want := refPanic(t, c.spec)
+		if got := panicMessage(c.impl); got != want {
+			t.Errorf("%s: panic %q, want %q", c.name, got, want)
+		}
+	}
+}
+
+// BenchmarkCausalAttention measures prefill attention. FLOPs: the causal half of two [nq, kvLen, headDim]
+// matrix products per query head, 4·nq·kvLen·headDim·nHeads/2 (the exponentials are not counted).
+func BenchmarkCausalAttention(b *testing.B) {
+	n := 512
+	if testing.Short() {
+		n = 64
+	}
+	for _, hs := range []attnHeads{{8, 8, 64}, {8, 2, 64}, {32, 8, 128}} {
+		rng := rand.New(rand.NewPCG(1, 1))
+		q, _ := elemRand(rng, n*hs.nHeads*hs.headDim, 1)
+		k, _ := elemRand(rng, n*hs.nKVHeads*hs.headDim, 1)
+		v, _ := elemRand(rng, n*hs.nKVHeads*hs.headDim, 1)
+		out := make([]float32, len(q))
+		scale := float32(1 / math.Sqrt(float64(hs.headDim)))
+		b.Run(fmt.Sprintf("tokens=%d/nHeads=%d/nKVHeads=%d/headDim=%d", n, hs.nHeads, hs.nKVHeads, hs.headDim), func(b *testing.B) {
+			b.SetBytes(int64(4 * (2*len(q) + len(k) + len(v))))
+			for b.Loop() {
+				CausalAttention(out, q, k, v, n, n, hs.nHeads, hs.nKVHeads, hs.headDim, scale)
+			}
+			flops := 4 * float64(n) * float64(n) * float64(hs.headDim) * float64(hs.nHeads) / 2
+			b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
+	}
+}
+
+// BenchmarkPagedAttentionDecode measures decode: one query per sequence over a paged cache of 16-token pages.
+// Bytes: the keys and values read (the queries and outputs are small).
+func BenchmarkPagedAttentionDecode(b *testing.B) {
+	type shape struct{ seqs, seqLen int }
+	shapes := []shape{{8, 2048}, {1, 8192}}
+	if testing.Short() {
+		shapes = []shape{{2, 256}}
+	}
+	const bs, nHeads, nKV, hd = 16, 32, 8, 128
+	for _, sh := range shapes {
+		rng := rand.New(rand.NewPCG(1, 1))
+		blocksPer := sh.seqLen / bs
+		kc, _ := elemRand(rng, sh.seqs*sh.seqLen*nKV*hd, 1)
+		vc, _ := elemRand(rng, sh.seqs*sh.seqLen*nKV*hd, 1)
+		q, _ := elemRand(rng, sh.seqs*nHeads*hd, 1)
+		out := make([]float32, len(q))
+		tables := make([]int32, sh.seqs*blocksPer)
+		for i, p := range rng.Perm(len(tables)) {
+			tables[i] = int32(p)
+		}
+		qStart := make([]int32, sh.seqs+1)
+		seqLens := make([]int32, sh.seqs)
+		for i := range seqLens {
+			qStart[i+1] = int32(i + 1)
+			seqLens[i] = int32(sh.seqLen)
+		}
+		b.Run(fmt.Sprintf("seqs=%d/seqLen=%d/nHeads=%d/nKVHeads=%d/headDim=%d/blockSize=%d", sh.seqs, sh.seqLen, nHeads, nKV, hd, bs), func(b *testing.B) {
+			b.SetBytes(int64(8 * sh.seqs * sh.seqLen * nKV * hd))
+			for b.Loop() {
+				PagedAttention(out, q, kc, vc, qStart, seqLens, tables, blocksPer, bs, nHeads, nKV, hd, 0.088)
+			}
+			b.ReportMetric(float64(8*sh.seqs*sh.seqLen*nKV*hd)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
+		})
+	}
+}
