@@ -1,0 +1,115 @@
+package cpu
+
+import (
+	"encoding/binary"
+
+	"github.com/morphlab/morphlab/kernels/half"
+)
+
+// The pure-Go inner loops of the quantized kernels: the whole computation under noasm, the reference for the
+// assembly in the tests, and the edges the assembly leaves.
+
+// qDotI8F32Go returns Σ_p x[p]·float32(w[p]) in four interleaved partial sums.
+func qDotI8F32Go(x []float32, w []int8) float32 {
+	x = x[:len(w)]
+	var s0, s1, s2, s3 float32
+	p := 0
+	for ; p+4 <= len(w); p += 4 {
+		s0 += x[p] * float32(w[p])
+		s1 += x[p+1] * float32(w[p+1])
+		s2 += x[p+2] * float32(w[p+2])
+		s3 += x[p+3] * float32(w[p+3])
+	}
+	for ; p < len(w); p++ {
+		s0 += x[p] * float32(w[p])
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+// qDotI8Go returns Σ_p w[p]·a[p] in int32 (wrapping, like the hardware).
+func qDotI8Go(w, a []int8) int32 {
+	a = a[:len(w)]
+	var s int32
+	for p, v := range w {
+		s += int32(v) * int32(a[p])
+	}
+	return s
+}
+
+// qDotI8x4Go sets acc[r] = Σ_p w[r*k+p]·a[p] for the four rows of w (k = len(a)).
+func qDotI8x4Go(w, a []int8, acc *[4]int32) {
+	k := len(a)
+	for r := range acc {
+		acc[r] = qDotI8Go(w[r*k:(r+1)*k], a)
+	}
+}
+
+// qGEMMInt8Go is qInt8 for m > 1 in pure Go: columns split across threads, each output one dot product.
+func qGEMMInt8Go(m, n, k int, a, w []int8, store func(i, j0 int, acc []int32)) {
+	Parallel(n, gemmMinWork/(m*k)+1, func(lo, hi int) {
+		acc := make([]int32, hi-lo)
+		for i := 0; i < m; i++ {
+			for j := lo; j < hi; j++ {
+				acc[j-lo] = qDotI8Go(w[j*k:(j+1)*k], a[i*k:(i+1)*k])
+			}
+			store(i, lo, acc)
+		}
+	})
+}
+
+// qW4RowsGo returns the pure-Go row function of qGEMVW4 for activations x: it computes one output from a packed
+// row, its scales and its zero points, with the group sums of x computed once here.
+func qW4RowsGo(k, group int, x []float32) func(w []uint8, s []float32, z []uint8) float32 {
+	xg := make([]float32, k/group)
+	for g := range xg {
+		for _, v := range x[g*group : (g+1)*group] {
+			xg[g] += v
+		}
+	}
+	return func(w []uint8, s []float32, z []uint8) float32 {
+		var y float32
+		for g := range s {
+			var acc float32
+			for p := g * group; p < (g+1)*group; p += 2 {
+				b := w[p/2]
+				acc += float32(b&0xf)*x[p] + float32(b>>4)*x[p+1]
+			}
+			y += s[g] * (acc - float32(z[g])*xg[g])
+		}
+		return y
+	}
+}
+
+// qBlockScales returns the binary16 scales of a w block and an x block multiplied: exact in float32, since each
+// has an 11-bit significand.
+func qBlockScales(wb, xb []byte) float32 {
+	return half.F16ToF32(binary.LittleEndian.Uint16(wb)) * half.F16ToF32(binary.LittleEndian.Uint16(xb))
+}
+
+// qDotQ8_0Go is DotQ8_0 over the blocks of x.
+func qDotQ8_0Go(w, x []byte) float32 {
+	var sum float32
+	for b := 0; b < len(x)/qQ8_0Size; b++ {
+		wb, xb := w[b*qQ8_0Size:(b+1)*qQ8_0Size], x[b*qQ8_0Size:(b+1)*qQ8_0Size]
+		var isum int32
+		for i := 2; i < qQ8_0Size; i++ {
+			isum += int32(int8(wb[i])) * int32(int8(xb[i]))
+		}
+		sum += qBlockScales(wb, xb) * float32(isum)
+	}
+	return sum
+}
+
+// qDotQ4_0Q8_0Go is DotQ4_0Q8_0 over the blocks of x.
+func qDotQ4_0Q8_0Go(w, x []byte) float32 {
+	var sum float32
+	for b := 0; b < len(x)/qQ8_0Size; b++ {
+		wb, xb := w[b*qQ4_0Size:(b+1)*qQ4_0Size], x[b*qQ8_0Size:(b+1)*qQ8_0Size]
+		var isum int32
+		for i := 0; i < qBlock/2; i++ {
+			isum += (int32(wb[2+i]&0xf)-8)*int32(int8(xb[2+i])) + (int32(wb[2+i]>>4)-8)*int32(int8(xb[2+i+qBlock/2]))
+		}
+		sum += qBlockScales(wb, xb) * float32(isum)
+	}
+	return sum
+}

@@ -1,0 +1,85 @@
+package cpu
+
+import (
+	"encoding/binary"
+	"math"
+
+	"github.com/morphlab/morphlab/kernels/half"
+	"github.com/morphlab/morphlab/kernels/internal/shape"
+)
+
+// GGUF's Q8_0 and Q4_0 blocks (layouts in kernels/ref/quant.go) and the dot products llama.cpp computes on them:
+// the activations are quantized to Q8_0, and each block contributes d_w·d_x·Σ q_w·q_x, its integer sum exact.
+
+// QuantizeRowQ8_0 writes x (a multiple of 32 values) as Q8_0 blocks exactly as GGUF's quantize_row_q8_0_ref does
+// in float32: d = max|x|/127, stored as binary16; q = round(x·(1/d)), halves away from zero; 0 for a block of zeros.
+func QuantizeRowQ8_0(x []float32, out []byte) {
+	shape.Blocks("QuantizeRowQ8_0", "len(x)", len(x), qBlock)
+	shape.Len("QuantizeRowQ8_0", "out", len(out), len(x)/qBlock*qQ8_0Size, "len(x)/32*34")
+	for b := 0; b < len(x)/qBlock; b++ {
+		xs, blk := x[b*qBlock:(b+1)*qBlock], out[b*qQ8_0Size:(b+1)*qQ8_0Size]
+		var amax float32
+		for _, v := range xs {
+			amax = max(amax, float32(math.Abs(float64(v))))
+		}
+		d := amax / 127
+		var id float32
+		if d != 0 {
+			id = 1 / d
+		}
+		binary.LittleEndian.PutUint16(blk, half.F32ToF16(d))
+		for i, v := range xs {
+			blk[2+i] = byte(int8(math.Round(float64(v * id))))
+		}
+	}
+}
+
+// DotQ8_0 is the dot product of n values (a multiple of 32) stored as Q8_0 blocks in w and x:
+// Σ_blocks d_w·d_x·Σ_i q_w[i]·q_x[i] (ggml_vec_dot_q8_0_q8_0).
+func DotQ8_0(n int, w, x []byte) float32 {
+	shape.Blocks("DotQ8_0", "n", n, qBlock)
+	shape.Len("DotQ8_0", "w", len(w), n/qBlock*qQ8_0Size, "n/32*34")
+	shape.Len("DotQ8_0", "x", len(x), n/qBlock*qQ8_0Size, "n/32*34")
+	return qDotQ8_0(w, x)
+}
+
+// DotQ4_0Q8_0 is the dot product of n values stored as Q4_0 blocks in w and Q8_0 blocks in x:
+// Σ_blocks d_w·d_x·Σ_i (q_w[i]-8)·q_x[i] (ggml_vec_dot_q4_0_q8_0).
+func DotQ4_0Q8_0(n int, w, x []byte) float32 {
+	shape.Blocks("DotQ4_0Q8_0", "n", n, qBlock)
+	shape.Len("DotQ4_0Q8_0", "w", len(w), n/qBlock*qQ4_0Size, "n/32*18")
+	shape.Len("DotQ4_0Q8_0", "x", len(x), n/qBlock*qQ8_0Size, "n/32*34")
+	return qDotQ4_0Q8_0(w, x)
+}
+
+// GEMVQ8_0 computes y = W·x for W [n, k] stored as n rows of k/32 Q8_0 blocks and x as k/32 Q8_0 blocks:
+// y[j] = DotQ8_0(k, row j, xq), rows split across threads.
+func GEMVQ8_0(n, k int, w, xq []byte, y []float32) {
+	shape.Positive("GEMVQ8_0", "n", n)
+	shape.Blocks("GEMVQ8_0", "k", k, qBlock)
+	row := k / qBlock * qQ8_0Size
+	shape.Len("GEMVQ8_0", "w", len(w), n*row, "n*k/32*34")
+	shape.Len("GEMVQ8_0", "xq", len(xq), row, "k/32*34")
+	shape.Len("GEMVQ8_0", "y", len(y), n, "n")
+	Parallel(n, qRowGrain(row), func(lo, hi int) {
+		for j := lo; j < hi; j++ {
+			y[j] = qDotQ8_0(w[j*row:(j+1)*row], xq)
+		}
+	})
+}
+
+// GEMVQ4_0 computes y = W·x for W [n, k] stored as n rows of k/32 Q4_0 blocks and x as k/32 Q8_0 blocks:
+// y[j] = DotQ4_0Q8_0(k, row j, xq), rows split across threads.
+func GEMVQ4_0(n, k int, w, xq []byte, y []float32) {
+	shape.Positive("GEMVQ4_0", "n", n)
+	shape.Blocks("GEMVQ4_0", "k", k, qBlock)
+	row := k / qBlock * qQ4_0Size
+	shape.Len("GEMVQ4_0", "w", len(w), n*row, "n*k/32*18")
+	shape.Len("GEMVQ4_0", "xq", len(xq), k/qBlock*qQ8_0Size, "k/32*34")
+	shape.Len("GEMVQ4_0", "y", len(y), n, "n")
+	Parallel(n, qRowGrain(row), func(lo, hi int) {
+		for j := lo; j < hi; j++ {
+			y[j] = qDotQ4_0Q8_0(w[j*row:(j+1)*row], xq)
+		}
+	})
+}

@@ -1,0 +1,175 @@
+//go:build !noasm
+
+package cpu
+
+import (
+	"encoding/binary"
+	"unsafe"
+
+	xcpu "golang.org/x/sys/cpu"
+)
+
+// Feature switches for the quantized kernels of qkern_amd64.s. Tests clear them to run the pure-Go paths on the
+// same machine.
+var (
+	// qVNNI selects the VPDPBUSD kernels: AVX-512 F, BW (byte masks and broadcasts), VL (the 256-bit forms of the
+	// GGUF dots), VNNI, and F16C for the GGUF block scales.
+	qVNNI = xcpu.X86.HasAVX512F && xcpu.X86.HasAVX512BW && xcpu.X86.HasAVX512VL && xcpu.X86.HasAVX512VNNI &&
+		xcpu.X86.HasF16C
+	// qAVX512 selects the float kernels of W8A16 and W4A16 (AVX-512 F).
+	qAVX512 = xcpu.X86.HasAVX512F
+)
+
+//go:noescape
+func qDotI8x4VNNI(w *int8, k int, a *int8, acc *[4]int32)
+
+//go:noescape
+func qSumI8VNNI(a *int8, n int) int32
+
+//go:noescape
+func qKernelI8VNNI(ap *int8, wp *uint8, kq int, c *int32)
+
+//go:noescape
+func qDotI8F32AVX512(x *float32, w *int8, n int) float32
+
+//go:noescape
+func qDotW4AVX512(xd *float32, w *uint8, s *float32, z *uint8, xgv *float32, groups, pairs int) float32
+
+//go:noescape
+func qDotQ8_0AVX512(w, x *byte, nb int) float32
+
+//go:noescape
+func qDotQ4_0Q8_0AVX512(w, x *byte, nb int) float32
+
+// qDotI8F32 returns Σ_p x[p]·float32(w[p]): the assembly takes whole runs of 16, Go the rest.
+func qDotI8F32(x []float32, w []int8) float32 {
+	n := len(w) &^ 15
+	if !qAVX512 || n == 0 {
+		return qDotI8F32Go(x, w)
+	}
+	return qDotI8F32AVX512(&x[0], &w[0], n) + qDotI8F32Go(x[n:], w[n:])
+}
+
+// qDotI8x4 sets acc[r] = Σ_p w[r*k+p]·a[p] for the four rows of w (k = len(a)); asum = Σ_p a[p] corrects the
+// VNNI kernel's offset weights.
+func qDotI8x4(w, a []int8, asum int32, acc *[4]int32) {
+	if !qVNNI {
+		qDotI8x4Go(w, a, acc)
+		return
+	}
+	qDotI8x4VNNI(&w[0], len(a), &a[0], acc)
+	for r := range acc {
+		acc[r] -= 128 * asum
+	}
+}
+
+// The W8A8 GEMM tile: qKernelI8VNNI computes qMR rows of A against qNR rows (columns of C) of W.
+const (
+	qMR = 8
+	qNR = 48
+)
+
+// qGEMMInt8 is qInt8 for m > 1. With VNNI: A is packed once into blocks of qMR rows, interleaved four bytes of k
+// at a time ([kq][qMR][4], zero padded); then each thread packs panels of qNR rows of W the same way
+// ([kq][qNR][4], offset by 128) and runs the micro-kernel over every block of A against its panel, which stays
+// in L2. The excess 128·Σ_p a[i,p] comes off each sum before it is stored.
+func qGEMMInt8(m, n, k int, a, w []int8, store func(i, j0 int, acc []int32)) {
+	if !qVNNI {
+		qGEMMInt8Go(m, n, k, a, w, store)
+		return
+	}
+	ab, wb := qBytes(a), qBytes(w)
+	kq := (k + 3) / 4
+	mb := (m + qMR - 1) / qMR
+	ap := make([]byte, mb*kq*qMR*4)
+	asum := make([]int32, m)
+	Parallel(mb, 1, func(lo, hi int) {
+		for ib := lo; ib < hi; ib++ {
+			for r := 0; r < qMR && ib*qMR+r < m; r++ {
+				i := ib*qMR + r
+				qPack(ap[ib*kq*qMR*4:], ab[i*k:(i+1)*k], r, qMR, 0)
+				asum[i] = qSumI8VNNI(&a[i*k], k)
+			}
+		}
+	})
+	Parallel((n+qNR-1)/qNR, 1, func(lo, hi int) {
+		wp := make([]byte, kq*qNR*4)
+		var tile [qMR * qNR]int32
+		for pj := lo; pj < hi; pj++ {
+			j0 := pj * qNR
+			nc := min(qNR, n-j0)
+			for c := 0; c < nc; c++ {
+				qPack(wp, wb[(j0+c)*k:(j0+c+1)*k], c, qNR, 0x80808080)
+			}
+			for ib := 0; ib < mb; ib++ {
+				qKernelI8VNNI((*int8)(unsafe.Pointer(&ap[ib*kq*qMR*4])), &wp[0], kq, &tile[0])
+				for r := 0; r < qMR && ib*qMR+r < m; r++ {
+					i := ib*qMR + r
+					run := tile[r*qNR : r*qNR+nc]
+					for j := range run {
+						run[j] -= 128 * asum[i]
+					}
+					store(i, j0, run)
+				}
+			}
+		}
+	})
+}
+
+// qPack writes row (one row of A or W, k bytes) as lane r of a packed block of width lanes: its bytes 4q..4q+3
+// go to dst[(q*lanes+r)*4:], XORed with flip; the last group of four is padded with zeros (before the flip).
+func qPack(dst, row []byte, r, lanes int, flip uint32) {
+	q := 0
+	for ; 4*q+4 <= len(row); q++ {
+		binary.LittleEndian.PutUint32(dst[(q*lanes+r)*4:], binary.LittleEndian.Uint32(row[4*q:])^flip)
+	}
+	if rest := row[4*q:]; len(rest) > 0 {
+		var b [4]byte
+		copy(b[:], rest)
+		binary.LittleEndian.PutUint32(dst[(q*lanes+r)*4:], binary.LittleEndian.Uint32(b[:])^flip)
+	}
+}
+
+// qBytes views int8s as bytes.
+func qBytes(x []int8) []byte { return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(x))), len(x)) }
+
+// qW4Rows returns the row function of qGEMVW4 for activations x. The assembly needs groups of a multiple of 64;
+// it reads x rearranged in chunks of 32 (the 16 even elements, then the 16 odd ones: the order in which the low
+// and high nibbles of 16 packed bytes come out) and, for each group, 16 partial sums of x whose total is the
+// group's Σ x.
+func qW4Rows(k, group int, x []float32) func(w []uint8, s []float32, z []uint8) float32 {
+	if !qAVX512 || group%64 != 0 {
+		return qW4RowsGo(k, group, x)
+	}
+	xd := make([]float32, k)
+	for c := 0; c < k; c += 32 {
+		for t := 0; t < 16; t++ {
+			xd[c+t], xd[c+16+t] = x[c+2*t], x[c+2*t+1]
+		}
+	}
+	xgv := make([]float32, k/group*16)
+	for p := 0; p < k; p += 32 {
+		g := p / group
+		for t := 0; t < 16; t++ {
+			xgv[g*16+t] += xd[p+t] + xd[p+16+t]
+		}
+	}
+	pairs := group / 64
+	return func(w []uint8, s []float32, z []uint8) float32 {
+		return qDotW4AVX512(&xd[0], &w[0], &s[0], &z[0], &xgv[0], len(s), pairs)
+	}
+}
+
+func qDotQ8_0(w, x []byte) float32 {
+	if !qVNNI {
+		return qDotQ8_0Go(w, x)
+	}
+	return qDotQ8_0AVX512(&w[0], &x[0], len(x)/qQ8_0Size)
+}
+
+func qDotQ4_0Q8_0(w, x []byte) float32 {
+	if !qVNNI {
+		return qDotQ4_0Q8_0Go(w, x)
+	}
+	return qDotQ4_0Q8_0AVX512(&w[0], &x[0], len(x)/qQ8_0Size)
+}

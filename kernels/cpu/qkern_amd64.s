@@ -1,0 +1,464 @@
+//go:build !noasm
+
+#include "textflag.h"
+
+// Inner loops of the quantized kernels (quant.go, qgguf.go). The pure-Go twin of each is named in its comment
+// (qgeneric.go). VPDPBUSD (AVX-512 VNNI) adds, to each int32 lane of its destination, the four products of the
+// unsigned bytes of its second source and the signed bytes of its first source (Go operand order); the sums
+// wrap modulo 2^32, never saturate.
+
+// func qDotI8x4VNNI(w *int8, k int, a *int8, acc *[4]int32)
+// acc[r] = Σ_p (w[r*k+p]+128)·a[p] for the four rows r of w: qDotI8x4Go plus 128·Σa (the caller subtracts it).
+// The weights are made unsigned by flipping their top bit (w^0x80 = w+128).
+TEXT ·qDotI8x4VNNI(SB), NOSPLIT, $0-32
+	MOVQ w+0(FP), SI
+	MOVQ k+8(FP), DX
+	MOVQ a+16(FP), DI
+	MOVQ acc+24(FP), R9
+	LEAQ (SI)(DX*2), R8         // row 2; rows 1 and 3 are (SI)(DX*1) and (R8)(DX*1)
+	MOVQ DX, CX
+	MOVL $0x80, AX
+	VPBROADCASTB AX, Z31
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	CMPQ CX, $64
+	JLT  tail
+
+loop:
+	VMOVDQU8 (DI), Z4
+	VPXORD   (SI), Z31, Z5
+	VPXORD   (SI)(DX*1), Z31, Z6
+	VPXORD   (R8), Z31, Z7
+	VPXORD   (R8)(DX*1), Z31, Z8
+	VPDPBUSD Z4, Z5, Z0
+	VPDPBUSD Z4, Z6, Z1
+	VPDPBUSD Z4, Z7, Z2
+	VPDPBUSD Z4, Z8, Z3
+	ADDQ     $64, SI
+	ADDQ     $64, R8
+	ADDQ     $64, DI
+	SUBQ     $64, CX
+	CMPQ     CX, $64
+	JGE      loop
+
+tail:
+	TESTQ CX, CX
+	JZ    reduce
+	MOVQ  $1, AX
+	SHLQ  CX, AX
+	DECQ  AX
+	KMOVQ AX, K1
+	// Bytes past the end load as zero: the activation's zeros make the (flipped) weights' products zero.
+	VMOVDQU8.Z (DI), K1, Z4
+	VMOVDQU8.Z (SI), K1, Z5
+	VMOVDQU8.Z (SI)(DX*1), K1, Z6
+	VMOVDQU8.Z (R8), K1, Z7
+	VMOVDQU8.Z (R8)(DX*1), K1, Z8
+	VPXORD     Z31, Z5, Z5
+	VPXORD     Z31, Z6, Z6
+	VPXORD     Z31, Z7, Z7
+	VPXORD     Z31, Z8, Z8
+	VPDPBUSD   Z4, Z5, Z0
+	VPDPBUSD   Z4, Z6, Z1
+	VPDPBUSD   Z4, Z7, Z2
+	VPDPBUSD   Z4, Z8, Z3
+
+reduce:
+	// Sum the 16 lanes of each accumulator: 512 -> 256 -> 128 bits, then within 128 bits.
+	VEXTRACTI64X4 $1, Z0, Y4
+	VEXTRACTI64X4 $1, Z1, Y5
+	VEXTRACTI64X4 $1, Z2, Y6
+	VEXTRACTI64X4 $1, Z3, Y7
+	VPADDD        Y4, Y0, Y0
+	VPADDD        Y5, Y1, Y1
+	VPADDD        Y6, Y2, Y2
+	VPADDD        Y7, Y3, Y3
+	VPHADDD       Y1, Y0, Y0 // [0a 0b 1a 1b | 0c 0d 1c 1d]
+	VPHADDD       Y3, Y2, Y2 // [2a 2b 3a 3b | ...]
+	VPHADDD       Y2, Y0, Y0 // [0 1 2 3 | 0' 1' 2' 3']
+	VEXTRACTI128  $1, Y0, X1
+	VPADDD        X1, X0, X0
+	VMOVDQU       X0, (R9)
+	VZEROUPPER
+	RET
+
+// func qSumI8VNNI(a *int8, n int) int32
+// Returns Σ_p a[p] (n > 0): VPDPBUSD of bytes of ones and a.
+TEXT ·qSumI8VNNI(SB), NOSPLIT, $0-20
+	MOVQ a+0(FP), SI
+	MOVQ n+8(FP), CX
+	MOVL $1, AX
+	VPBROADCASTB AX, Z31
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	CMPQ CX, $128
+	JLT  sum64
+
+sum128:
+	VPDPBUSD (SI), Z31, Z0
+	VPDPBUSD 64(SI), Z31, Z1
+	ADDQ     $128, SI
+	SUBQ     $128, CX
+	CMPQ     CX, $128
+	JGE      sum128
+
+sum64:
+	CMPQ     CX, $64
+	JLT      sumtail
+	VPDPBUSD (SI), Z31, Z0
+	ADDQ     $64, SI
+	SUBQ     $64, CX
+
+sumtail:
+	TESTQ      CX, CX
+	JZ         sumreduce
+	MOVQ       $1, AX
+	SHLQ       CX, AX
+	DECQ       AX
+	KMOVQ      AX, K1
+	VMOVDQU8.Z (SI), K1, Z4
+	VPDPBUSD   Z4, Z31, Z1
+
+sumreduce:
+	VPADDD        Z1, Z0, Z0
+	VEXTRACTI64X4 $1, Z0, Y1
+	VPADDD        Y1, Y0, Y0
+	VEXTRACTI128  $1, Y0, X1
+	VPADDD        X1, X0, X0
+	VPSHUFD       $0x4e, X0, X1
+	VPADDD        X1, X0, X0
+	VPSHUFD       $0xb1, X0, X1
+	VPADDD        X1, X0, X0
+	VMOVD         X0, AX
+	MOVL          AX, ret+16(FP)
+	VZEROUPPER
+	RET
+
+// func qKernelI8VNNI(ap *int8, wp *uint8, kq int, c *int32)
+// The W8A8 GEMM micro-kernel: an 8x48 tile of int32 sums c[r*48+j] = Σ_q Σ_t ap[(q*8+r)*4+t]·wp[(q*48+j)*4+t]
+// over kq steps of four k, from A packed [kq][8 rows][4] (signed) and W packed [kq][48 columns][4] (unsigned,
+// offset by 128). 24 accumulators (Z0-Z23): per step three loads of W, eight broadcasts of A, 24 VPDPBUSD.
+TEXT ·qKernelI8VNNI(SB), NOSPLIT, $0-32
+	MOVQ ap+0(FP), AX
+	MOVQ wp+8(FP), BX
+	MOVQ kq+16(FP), CX
+	MOVQ c+24(FP), DX
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	VPXORD Z22, Z22, Z22
+	VPXORD Z23, Z23, Z23
+
+kloop:
+	VMOVDQU32    (BX), Z24
+	VMOVDQU32    64(BX), Z25
+	VMOVDQU32    128(BX), Z26
+	VPBROADCASTD (AX), Z27
+	VPBROADCASTD 4(AX), Z28
+	VPDPBUSD     Z27, Z24, Z0
+	VPDPBUSD     Z27, Z25, Z1
+	VPDPBUSD     Z27, Z26, Z2
+	VPBROADCASTD 8(AX), Z29
+	VPDPBUSD     Z28, Z24, Z3
+	VPDPBUSD     Z28, Z25, Z4
+	VPDPBUSD     Z28, Z26, Z5
+	VPBROADCASTD 12(AX), Z30
+	VPDPBUSD     Z29, Z24, Z6
+	VPDPBUSD     Z29, Z25, Z7
+	VPDPBUSD     Z29, Z26, Z8
+	VPBROADCASTD 16(AX), Z27
+	VPDPBUSD     Z30, Z24, Z9
+	VPDPBUSD     Z30, Z25, Z10
+	VPDPBUSD     Z30, Z26, Z11
+	VPBROADCASTD 20(AX), Z28
+	VPDPBUSD     Z27, Z24, Z12
+	VPDPBUSD     Z27, Z25, Z13
+	VPDPBUSD     Z27, Z26, Z14
+	VPBROADCASTD 24(AX), Z29
+	VPDPBUSD     Z28, Z24, Z15
+	VPDPBUSD     Z28, Z25, Z16
+	VPDPBUSD     Z28, Z26, Z17
+	VPBROADCASTD 28(AX), Z30
+	VPDPBUSD     Z29, Z24, Z18
+	VPDPBUSD     Z29, Z25, Z19
+	VPDPBUSD     Z29, Z26, Z20
+	VPDPBUSD     Z30, Z24, Z21
+	VPDPBUSD     Z30, Z25, Z22
+	VPDPBUSD     Z30, Z26, Z23
+	ADDQ         $32, AX
+	ADDQ         $192, BX
+	DECQ         CX
+	JNZ          kloop
+
+	VMOVDQU32 Z0, (DX)
+	VMOVDQU32 Z1, 64(DX)
+	VMOVDQU32 Z2, 128(DX)
+	VMOVDQU32 Z3, 192(DX)
+	VMOVDQU32 Z4, 256(DX)
+	VMOVDQU32 Z5, 320(DX)
+	VMOVDQU32 Z6, 384(DX)
+	VMOVDQU32 Z7, 448(DX)
+	VMOVDQU32 Z8, 512(DX)
+	VMOVDQU32 Z9, 576(DX)
+	VMOVDQU32 Z10, 640(DX)
+	VMOVDQU32 Z11, 704(DX)
+	VMOVDQU32 Z12, 768(DX)
+	VMOVDQU32 Z13, 832(DX)
+	VMOVDQU32 Z14, 896(DX)
+	VMOVDQU32 Z15, 960(DX)
+	VMOVDQU32 Z16, 1024(DX)
+	VMOVDQU32 Z17, 1088(DX)
+	VMOVDQU32 Z18, 1152(DX)
+	VMOVDQU32 Z19, 1216(DX)
+	VMOVDQU32 Z20, 1280(DX)
+	VMOVDQU32 Z21, 1344(DX)
+	VMOVDQU32 Z22, 1408(DX)
+	VMOVDQU32 Z23, 1472(DX)
+	VZEROUPPER
+	RET
+
+// func qDotI8F32AVX512(x *float32, w *int8, n int) float32
+// Returns Σ_p x[p]·float32(w[p]) for n a multiple of 16 (qDotI8F32Go): sign-extend 16 bytes to int32
+// (VPMOVSXBD), convert (VCVTDQ2PS), multiply-add with x; four accumulators.
+TEXT ·qDotI8F32AVX512(SB), NOSPLIT, $0-28
+	MOVQ x+0(FP), DI
+	MOVQ w+8(FP), SI
+	MOVQ n+16(FP), CX
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	CMPQ CX, $64
+	JLT  f16
+
+f64:
+	VPMOVSXBD   (SI), Z4
+	VPMOVSXBD   16(SI), Z5
+	VPMOVSXBD   32(SI), Z6
+	VPMOVSXBD   48(SI), Z7
+	VCVTDQ2PS   Z4, Z4
+	VCVTDQ2PS   Z5, Z5
+	VCVTDQ2PS   Z6, Z6
+	VCVTDQ2PS   Z7, Z7
+	VFMADD231PS (DI), Z4, Z0
+	VFMADD231PS 64(DI), Z5, Z1
+	VFMADD231PS 128(DI), Z6, Z2
+	VFMADD231PS 192(DI), Z7, Z3
+	ADDQ        $64, SI
+	ADDQ        $256, DI
+	SUBQ        $64, CX
+	CMPQ        CX, $64
+	JGE         f64
+
+f16:
+	TESTQ       CX, CX
+	JZ          fsum
+	VPMOVSXBD   (SI), Z4
+	VCVTDQ2PS   Z4, Z4
+	VFMADD231PS (DI), Z4, Z0
+	ADDQ        $16, SI
+	ADDQ        $64, DI
+	SUBQ        $16, CX
+	JMP         f16
+
+fsum:
+	VADDPS        Z1, Z0, Z0
+	VADDPS        Z3, Z2, Z2
+	VADDPS        Z2, Z0, Z0
+	VEXTRACTF64X4 $1, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $1, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VMOVSS        X0, ret+24(FP)
+	VZEROUPPER
+	RET
+
+// func qDotW4AVX512(xd *float32, w *uint8, s *float32, z *uint8, xgv *float32, groups, pairs int) float32
+// One output of the W4A16 GEMV: Σ_g s[g]·(Σ_{p in g} q[p]·x[p] - z[g]·Σ_{p in g} x[p]) (qW4RowsGo), over groups of
+// 64·pairs values. xd is x rearranged in chunks of 32, evens then odds (the order the low and high nibbles of 16
+// bytes come out in); xgv holds 16 floats a group whose sum is that group's Σ x. Per chunk: VPMOVZXBD widens 16
+// bytes to 16 int32 lanes, VPANDD keeps the low nibbles, VPSRLD $4 gives the high ones.
+TEXT ·qDotW4AVX512(SB), NOSPLIT, $0-60
+	MOVQ xd+0(FP), DI
+	MOVQ w+8(FP), SI
+	MOVQ s+16(FP), R8
+	MOVQ z+24(FP), R9
+	MOVQ xgv+32(FP), R10
+	MOVQ groups+40(FP), R11
+	MOVQ pairs+48(FP), R12
+	MOVL $15, AX
+	VPBROADCASTD AX, Z30
+	VPXORD Z0, Z0, Z0
+
+group:
+	MOVBLZX      (R9), AX
+	VCVTSI2SSL   AX, X9, X9
+	VBROADCASTSS X9, Z9
+	VMULPS       (R10), Z9, Z8 // z·(lanes of Σ x)
+	VPXORD       Z10, Z10, Z10
+	VPXORD       Z11, Z11, Z11
+	VPXORD       Z12, Z12, Z12
+	VPXORD       Z13, Z13, Z13
+	MOVQ         R12, CX
+
+pair:
+	VPMOVZXBD   (SI), Z4
+	VPMOVZXBD   16(SI), Z6
+	VPSRLD      $4, Z4, Z5
+	VPSRLD      $4, Z6, Z7
+	VPANDD      Z30, Z4, Z4
+	VPANDD      Z30, Z6, Z6
+	VCVTDQ2PS   Z4, Z4
+	VCVTDQ2PS   Z5, Z5
+	VCVTDQ2PS   Z6, Z6
+	VCVTDQ2PS   Z7, Z7
+	VFMADD231PS (DI), Z4, Z10
+	VFMADD231PS 64(DI), Z5, Z11
+	VFMADD231PS 128(DI), Z6, Z12
+	VFMADD231PS 192(DI), Z7, Z13
+	ADDQ        $32, SI
+	ADDQ        $256, DI
+	DECQ        CX
+	JNZ         pair
+
+	VADDPS           Z11, Z10, Z10
+	VADDPS           Z13, Z12, Z12
+	VADDPS           Z12, Z10, Z10
+	VSUBPS           Z8, Z10, Z10
+	VFMADD231PS.BCST (R8), Z10, Z0
+	ADDQ             $4, R8
+	INCQ             R9
+	ADDQ             $64, R10
+	DECQ             R11
+	JNZ              group
+
+	VEXTRACTF64X4 $1, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $1, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VMOVSS        X0, ret+56(FP)
+	VZEROUPPER
+	RET
+
+// Loads the binary16 scales at (SI) and (DI), multiplies them (exactly, in float32) and broadcasts the product
+// to Y5. Clobbers AX, BX, X6.
+#define BLOCK_SCALES \
+	MOVWLZX      (SI), AX ; \
+	MOVWLZX      (DI), BX ; \
+	VMOVD        AX, X5 ; \
+	VPINSRW      $1, BX, X5, X5 ; \
+	VCVTPH2PS    X5, X5 ; \
+	VMOVSHDUP    X5, X6 ; \
+	VMULSS       X6, X5, X5 ; \
+	VBROADCASTSS X5, Y5
+
+// func qDotQ8_0AVX512(w, x *byte, nb int) float32
+// Σ over nb Q8_0 blocks of d_w·d_x·Σ q_w·q_x (qDotQ8_0Go). The integer sum of a block is
+// Σ (q_w+128)·q_x - Σ 128·q_x, two VPDPBUSD on 32 bytes.
+TEXT ·qDotQ8_0AVX512(SB), NOSPLIT, $0-28
+	MOVQ w+0(FP), SI
+	MOVQ x+8(FP), DI
+	MOVQ nb+16(FP), CX
+	MOVL $0x80808080, AX
+	VMOVD AX, X15
+	VPBROADCASTD X15, Y15
+	VXORPS Y0, Y0, Y0
+
+q8block:
+	VMOVDQU     2(DI), Y1
+	VPXOR       2(SI), Y15, Y2
+	VPXOR       Y3, Y3, Y3
+	VPXOR       Y4, Y4, Y4
+	VPDPBUSD    Y1, Y2, Y3
+	VPDPBUSD    Y1, Y15, Y4
+	VPSUBD      Y4, Y3, Y3
+	VCVTDQ2PS   Y3, Y3
+	BLOCK_SCALES
+	VFMADD231PS Y3, Y5, Y0
+	ADDQ        $34, SI
+	ADDQ        $34, DI
+	DECQ        CX
+	JNZ         q8block
+
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS       X1, X0, X0
+	VPERMILPS    $0x4e, X0, X1
+	VADDPS       X1, X0, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDSS       X1, X0, X0
+	VMOVSS       X0, ret+24(FP)
+	VZEROUPPER
+	RET
+
+// func qDotQ4_0Q8_0AVX512(w, x *byte, nb int) float32
+// Σ over nb blocks (Q4_0 w, Q8_0 x) of d_w·d_x·Σ (q_w-8)·q_x (qDotQ4_0Q8_0Go). The 16 bytes of codes become 32
+// in element order (low nibbles, then high nibbles), and the block's integer sum is Σ q_w·q_x - Σ 8·q_x.
+TEXT ·qDotQ4_0Q8_0AVX512(SB), NOSPLIT, $0-28
+	MOVQ w+0(FP), SI
+	MOVQ x+8(FP), DI
+	MOVQ nb+16(FP), CX
+	MOVL $0x0f0f0f0f, AX
+	VMOVD AX, X14
+	VPBROADCASTD X14, Y14
+	MOVL $0x08080808, AX
+	VMOVD AX, X13
+	VPBROADCASTD X13, Y13
+	VXORPS Y0, Y0, Y0
+
+q4block:
+	VMOVDQU     2(SI), X2
+	VPSRLW      $4, X2, X3
+	VINSERTI128 $1, X3, Y2, Y2
+	VPAND       Y14, Y2, Y2
+	VMOVDQU     2(DI), Y1
+	VPXOR       Y3, Y3, Y3
+	VPXOR       Y4, Y4, Y4
+	VPDPBUSD    Y1, Y2, Y3
+	VPDPBUSD    Y1, Y13, Y4
+	VPSUBD      Y4, Y3, Y3
+	VCVTDQ2PS   Y3, Y3
+	BLOCK_SCALES
+	VFMADD231PS Y3, Y5, Y0
+	ADDQ        $18, SI
+	ADDQ        $34, DI
+	DECQ        CX
+	JNZ         q4block
+
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS       X1, X0, X0
+	VPERMILPS    $0x4e, X0, X1
+	VADDPS       X1, X0, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDSS       X1, X0, X0
+	VMOVSS       X0, ret+24(FP)
+	VZEROUPPER
+	RET

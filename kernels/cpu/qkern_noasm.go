@@ -1,0 +1,17 @@
+//go:build noasm || !amd64
+
+package cpu
+
+// Without assembly every quantized inner loop is its pure-Go version. qDotI8x4 gets the activation sum that the
+// VNNI path needs for its correction; the exact integer loop does not use it.
+
+func qDotI8F32(x []float32, w []int8) float32      { return qDotI8F32Go(x, w) }
+func qDotI8x4(w, a []int8, _ int32, acc *[4]int32) { qDotI8x4Go(w, a, acc) }
+func qGEMMInt8(m, n, k int, a, w []int8, store func(i, j0 int, acc []int32)) {
+	qGEMMInt8Go(m, n, k, a, w, store)
+}
+func qW4Rows(k, group int, x []float32) func(w []uint8, s []float32, z []uint8) float32 {
+	return qW4RowsGo(k, group, x)
+}
+func qDotQ8_0(w, x []byte) float32     { return qDotQ8_0Go(w, x) }
+func qDotQ4_0Q8_0(w, x []byte) float32 { return qDotQ4_0Q8_0Go(w, x) }

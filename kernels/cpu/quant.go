@@ -1,0 +1,189 @@
+package cpu
+
+import (
+	"math"
+
+	"github.com/morphlab/morphlab/kernels/internal/shape"
+)
+
+// Quantized matmuls: the float32 versions of the kernels in kernels/ref/quant.go, with the same layouts. Every
+// one splits its rows across the worker pool; with one token (m = 1) each runs a matrix-vector loop that streams
+// the weights once, which is what decode is bound by.
+
+// Q8_0 and Q4_0 block sizes in bytes, and values a block.
+const (
+	qBlock    = 32
+	qQ8_0Size = 34
+	qQ4_0Size = 18
+)
+
+// GEMMW8A16 computes C = A·Wᵀ with INT8 per-channel weights: c[i*n+j] = sw[j]·Σ_p a[i*k+p]·w[j*k+p], A [m, k]
+// float32, W [n, k] int8, sw [n]. With m = 1 every row of W is converted and multiplied as it is read
+// (VPMOVSXBD, VCVTDQ2PS, VFMADD on AVX-512); with m > 1 blocks of rows are widened to float32 once and handed to
+// GEMM, so the conversion is paid once per weight rather than once per token.
+func GEMMW8A16(m, n, k int, a []float32, w []int8, sw, c []float32) {
+	shape.GEMM("GEMMW8A16", m, n, k, len(a), len(w), len(c))
+	shape.Len("GEMMW8A16", "sw", len(sw), n, "n")
+	if m == 1 {
+		Parallel(n, qRowGrain(k), func(lo, hi int) {
+			for j := lo; j < hi; j++ {
+				c[j] = sw[j] * qDotI8F32(a, w[j*k:(j+1)*k])
+			}
+		})
+		return
+	}
+	qGEMMDequant(m, n, k, a, c, func(wf []float32, j int) {
+		row, s := w[j*k:(j+1)*k], sw[j]
+		for p, q := range row {
+			wf[p] = float32(q) * s
+		}
+	})
+}
+
+// GEMMW4A16 computes C = A·Wᵀ with group-wise INT4 weights: W [n, k] packed two codes a byte (element 2i in the
+// low nibble of byte i of its row, 2i+1 in the high nibble), scales s and zero points z [n, k/group], and
+// W[j,p] = (q - z)·s for the group of p. With m = 1 the codes are unpacked in registers and each group is summed
+// as s·(Σ q·x - z·Σ x), Σ x per group computed once per call; with m > 1 blocks of rows are dequantized to float32
+// and handed to GEMM.
+func GEMMW4A16(m, n, k, group int, a []float32, w []uint8, s []float32, z []uint8, c []float32) {
+	shape.GEMMGroup("GEMMW4A16", m, n, k, group, len(a), len(w), len(s), len(z), len(c))
+	if m == 1 {
+		qGEMVW4(n, k, group, a, w, s, z, c)
+		return
+	}
+	gpr := k / group
+	qGEMMDequant(m, n, k, a, c, func(wf []float32, j int) {
+		row := w[j*k/2 : (j+1)*k/2]
+		for g := 0; g < gpr; g++ {
+			sc, zp := s[j*gpr+g], float32(z[j*gpr+g])
+			for p := g * group; p < (g+1)*group; p += 2 {
+				b := row[p/2]
+				wf[p] = (float32(b&0xf) - zp) * sc
+				wf[p+1] = (float32(b>>4) - zp) * sc
+			}
+		}
+	})
+}
+
+// qDequantFloats bounds the float32 scratch of qGEMMDequant (4 MiB): big enough that GEMM's packing is amortized.
+const qDequantFloats = 1 << 20
+
+// qGEMMDequant computes C = A·Wᵀ for m > 1 from quantized weights: blocks of rows of W are widened to float32 by
+// dequant(wf, j) (row j into wf, len k), in parallel, then multiplied with GEMM and scattered into c.
+func qGEMMDequant(m, n, k int, a, c []float32, dequant func(wf []float32, j int)) {
+	rows := min(n, max(1, qDequantFloats/k))
+	wf := make([]float32, rows*k)
+	cb := make([]float32, m*rows)
+	for j0 := 0; j0 < n; j0 += rows {
+		nb := min(rows, n-j0)
+		Parallel(nb, qRowGrain(k), func(lo, hi int) {
+			for j := lo; j < hi; j++ {
+				dequant(wf[j*k:(j+1)*k], j0+j)
+			}
+		})
+		GEMM(m, nb, k, a, wf[:nb*k], cb[:m*nb])
+		for i := 0; i < m; i++ {
+			copy(c[i*n+j0:i*n+j0+nb], cb[i*nb:(i+1)*nb])
+		}
+	}
+}
+
+// qRowGrain is how many rows of length k make a chunk worth handing to another thread.
+func qRowGrain(k int) int { return 1<<16/k + 1 }
+
+// GEMMInt8 is the integer core of W8A8: c[i*n+j] = Σ_p a[i*k+p]·w[j*k+p] in int32, exact as long as the result fits
+// an int32 (intermediate sums wrap modulo 2^32 and come back). On AVX-512 VNNI it runs VPDPBUSD, which multiplies
+// unsigned by signed bytes: the weights are offset by 128 (w^0x80 = w+128, unsigned) and the excess 128·Σ_p a[i,p]
+// is subtracted afterwards. This offsets the weights rather than the activations, as the equivalent
+// Σ(a+128)·w - 128·Σ w would, so the correction needs the row sums of the activations (m·k work, per call) and
+// no precomputed sums of the weights.
+func GEMMInt8(m, n, k int, a, w []int8, c []int32) {
+	shape.GEMM("GEMMInt8", m, n, k, len(a), len(w), len(c))
+	qInt8(m, n, k, a, w, func(i, j0 int, acc []int32) { copy(c[i*n+j0:], acc) })
+}
+
+// GEMMW8A8 computes C = A·Wᵀ from per-token INT8 activations and per-channel INT8 weights:
+// c[i*n+j] = sa[i]·sw[j]·Σ_p qa[i*k+p]·qw[j*k+p], the sum exact in int32 (GEMMInt8) and the scaling
+// float32(sum)·(sa[i]·sw[j]).
+func GEMMW8A8(m, n, k int, qa []int8, sa []float32, qw []int8, sw, c []float32) {
+	shape.GEMM("GEMMW8A8", m, n, k, len(qa), len(qw), len(c))
+	shape.Len("GEMMW8A8", "sa", len(sa), m, "m")
+	shape.Len("GEMMW8A8", "sw", len(sw), n, "n")
+	qInt8(m, n, k, qa, qw, func(i, j0 int, acc []int32) {
+		out, s := c[i*n+j0:], sw[j0:]
+		for j, v := range acc {
+			out[j] = float32(v) * (sa[i] * s[j])
+		}
+	})
+}
+
+// qInt8 computes the int32 sums Σ_p a[i*k+p]·w[j*k+p] and hands them to store a run at a time: store(i, j0, acc)
+// receives the sums of row i for columns j0..j0+len(acc)-1. Calls may come from several threads at once, for
+// disjoint outputs.
+func qInt8(m, n, k int, a, w []int8, store func(i, j0 int, acc []int32)) {
+	if m == 1 {
+		qGEMVInt8(n, k, a, w, store)
+		return
+	}
+	qGEMMInt8(m, n, k, a, w, store)
+}
+
+// qGEMVInt8 is qInt8 for one row of A: rows of W four at a time against a, split across threads.
+func qGEMVInt8(n, k int, a, w []int8, store func(i, j0 int, acc []int32)) {
+	var asum int32
+	for _, v := range a {
+		asum += int32(v)
+	}
+	Parallel((n+3)/4, qRowGrain(4*k), func(lo, hi int) {
+		var acc [4]int32
+		for j := 4 * lo; j < min(4*hi, n); j += 4 {
+			if j+4 <= n {
+				qDotI8x4(w[j*k:(j+4)*k], a, asum, &acc)
+				store(0, j, acc[:])
+				continue
+			}
+			for r := j; r < n; r++ {
+				acc[r-j] = qDotI8Go(w[r*k:(r+1)*k], a)
+			}
+			store(0, j, acc[:n-j])
+		}
+	})
+}
+
+// QuantizeRowsInt8 quantizes each row of x [m, k] to int8 for W8A8 (per-token dynamic quantization):
+// s[i] = max_p |x[i,p]| / 127 (float32 division) and q[i,p] = round(x[i,p] / s[i]), halves away from zero, so
+// codes span -127..127. A row of zeros gets s = 0 and q = 0.
+func QuantizeRowsInt8(m, k int, x []float32, q []int8, s []float32) {
+	shape.Positive("QuantizeRowsInt8", "m", m, "k", k)
+	shape.Len("QuantizeRowsInt8", "x", len(x), m*k, "m*k")
+	shape.Len("QuantizeRowsInt8", "q", len(q), m*k, "m*k")
+	shape.Len("QuantizeRowsInt8", "s", len(s), m, "m")
+	Parallel(m, qRowGrain(k), func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			row, qr := x[i*k:(i+1)*k], q[i*k:(i+1)*k]
+			var amax float32
+			for _, v := range row {
+				amax = max(amax, float32(math.Abs(float64(v))))
+			}
+			s[i] = amax / 127
+			if amax == 0 {
+				clear(qr)
+				continue
+			}
+			for p, v := range row {
+				qr[p] = int8(math.Round(float64(v / s[i])))
+			}
+		}
+	})
+}
+
+// qGEMVW4 is GEMMW4A16 for one token: y[j] = Σ_g s[j,g]·(Σ_{p in g} q[j,p]·x[p] - z[j,g]·Σ_{p in g} x[p]).
+func qGEMVW4(n, k, group int, x []float32, w []uint8, s []float32, z []uint8, y []float32) {
+	gpr := k / group
+	row := qW4Rows(k, group, x)
+	Parallel(n, qRowGrain(k/2), func(lo, hi int) {
+		for j := lo; j < hi; j++ {
+			y[j] = row(w[j*k/2:(j+1)*k/2], s[j*gpr:(j+1)*gpr], z[j*gpr:(j+1)*gpr])
+		}
+	})
+}

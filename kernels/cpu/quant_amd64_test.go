@@ -1,0 +1,119 @@
+//go:build !noasm
+
+package cpu
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// qWithoutAsm runs f with the quantized assembly switched off.
+func qWithoutAsm(f func()) {
+	vnni, avx := qVNNI, qAVX512
+	qVNNI, qAVX512 = false, false
+	defer func() { qVNNI, qAVX512 = vnni, avx }()
+	f()
+}
+
+// TestQuantGo runs the conformance suite on the pure-Go paths of this build.
+func TestQuantGo(t *testing.T) { qWithoutAsm(func() { testQuant(t) }) }
+
+// TestQuantAsmMatchesGo compares the assembly with the pure-Go loops on the same inputs: integer results
+// exactly, float results within 2^-20·Σ|terms| (both are sums of the same float32 products in different orders;
+// the worst-case bound of either against the exact sum is k·2^-24·Σ|terms|, 256 times more at k = 4096).
+func TestQuantAsmMatchesGo(t *testing.T) {
+	if !qVNNI || !qAVX512 {
+		t.Skip("no AVX-512 VNNI")
+	}
+	r := rand.New(rand.NewPCG(7, 7))
+	const n, k = 67, 4096
+	x := make([]float32, 5*k)
+	for i := range x {
+		x[i] = float32(r.NormFloat64())
+	}
+	w8 := make([]int8, n*k)
+	for i := range w8 {
+		w8[i] = int8(r.IntN(256) - 128)
+	}
+	w4 := make([]uint8, n*k/2)
+	for i := range w4 {
+		w4[i] = uint8(r.IntN(256))
+	}
+	ones := make([]float32, n*k)
+	for i := range ones {
+		ones[i] = 1
+	}
+	z := make([]uint8, n*k/64)
+	for i := range z {
+		z[i] = uint8(r.IntN(16))
+	}
+	both := func(f func(c []float32), m int) (fast, slow []float32) {
+		fast, slow = make([]float32, m*n), make([]float32, m*n)
+		f(fast)
+		qWithoutAsm(func() { f(slow) })
+		return fast, slow
+	}
+	absX := make([]float64, 5)
+	for i := range absX {
+		for _, v := range x[i*k : (i+1)*k] {
+			absX[i] += math.Abs(float64(v))
+		}
+	}
+	check := func(name string, fast, slow []float32, m int, maxW float64) {
+		for i, v := range fast {
+			if bound := absX[i/n] * maxW / (1 << 20); !(math.Abs(float64(v-slow[i])) <= bound) {
+				t.Fatalf("%s: [%d] asm %v, Go %v, want within %.3g", name, i, v, slow[i], bound)
+			}
+		}
+	}
+	for _, m := range []int{1, 5} {
+		fast, slow := both(func(c []float32) { GEMMW8A16(m, n, k, x[:m*k], w8, ones[:n], c) }, m)
+		check("GEMMW8A16", fast, slow, m, 128)
+		for _, g := range []int{64, 128} {
+			fast, slow = both(func(c []float32) { GEMMW4A16(m, n, k, g, x[:m*k], w4, ones[:n*k/g], z[:n*k/g], c) }, m)
+			check("GEMMW4A16", fast, slow, m, 15)
+		}
+	}
+	// GGUF rows: scale 1/64 on both sides; the largest |d_w·d_x·q_w·q_x| is 2^-12·128·128 = 4.
+	for _, bs := range []int{qQ8_0Size, qQ4_0Size} {
+		wq := make([]byte, n*k/qBlock*bs)
+		xq := make([]byte, k/qBlock*qQ8_0Size)
+		for i := range wq {
+			wq[i] = byte(r.IntN(256))
+		}
+		for i := range xq {
+			xq[i] = byte(r.IntN(256))
+		}
+		for _, blocks := range [][]byte{wq, xq} {
+			size := bs
+			if len(blocks) == len(xq) {
+				size = qQ8_0Size
+			}
+			for i := 0; i < len(blocks); i += size {
+				blocks[i], blocks[i+1] = 0x00, 0x24 // binary16 2^-6
+			}
+		}
+		gemv := GEMVQ8_0
+		if bs == qQ4_0Size {
+			gemv = GEMVQ4_0
+		}
+		fast, slow := make([]float32, n), make([]float32, n)
+		gemv(n, k, wq, xq, fast)
+		qWithoutAsm(func() { gemv(n, k, wq, xq, slow) })
+		for i := range fast {
+			if bound := 4.0 * k / (1 << 20); !(math.Abs(float64(fast[i]-slow[i])) <= bound) {
+				t.Fatalf("GEMVQ block size %d: [%d] asm %v, Go %v, want within %.3g", bs, i, fast[i], slow[i], bound)
+			}
+		}
+	}
+	a8 := w8[:5*k]
+	fast, slow := make([]int32, 5*n), make([]int32, 5*n)
+	GEMMInt8(5, n, k, a8, w8, fast)
+	qWithoutAsm(func() { GEMMInt8(5, n, k, a8, w8, slow) })
+	for i := range fast {
+		if fast[i] != slow[i] {
+			t.Fatalf("GEMMInt8: [%d] asm %d, Go %d", i, fast[i], slow[i])
+		}
+	}
+}
