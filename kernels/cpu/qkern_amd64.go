@@ -131,7 +131,9 @@ func qPack(dst, row []byte, r, lanes int, flip uint32) {
 }
 
 // qBytes views int8s as bytes.
-func qBytes(x []int8) []byte { return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(x))), len(x)) }
+func qBytes(x []int8) []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(x))), len(x))
+}
 
 // qW4Rows returns the row function of qGEMVW4 for activations x. The assembly needs groups of a multiple of 64;
 // it reads x rearranged in chunks of 32 (the 16 even elements, then the 16 odd ones: the order in which the low
