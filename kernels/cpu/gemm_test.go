@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/morphlab/morphlab/kernels/half"
+	"github.com/morphlab/morphlab/kernels/kerneltest"
 	"github.com/morphlab/morphlab/kernels/ref"
 )
 
@@ -18,11 +19,11 @@ var gemmShapes = [][3]int{
 	{28, 64, 513}, {29, 65, 100}, {64, 1025, 64}, {1025, 17, 33}, {500, 70, 300}, {3, 5137, 7}, {33, 2100, 40},
 }
 
-// gemmShortShapes are the subset run under -short (the race detector slows the pure-Go loops 10x or more).
+// gemmShortShapes are the subset run under -short and under the race detector.
 var gemmShortShapes = [][3]int{{1, 7, 17}, {7, 17, 1}, {13, 31, 255}, {15, 33, 257}, {29, 65, 100}, {3, 517, 7}}
 
 func gemmTestShapes() [][3]int {
-	if testing.Short() {
+	if testing.Short() || gemmRace {
 		return gemmShortShapes
 	}
 	return gemmShapes
@@ -95,10 +96,13 @@ func gemmWiden(x []float32) []float64 {
 	return y
 }
 
-// gemmEachPath runs f once per implementation this machine can run (AVX-512, AVX2, pure Go) and thread count.
-func gemmEachPath(t *testing.T, f func(t *testing.T)) {
+// gemmEachPath runs f once per implementation this machine can run (AVX-512, AVX2, pure Go) and thread count
+// (1 thread, 2, and 3: more threads than cores, uneven splits).
+func gemmEachPath(t *testing.T, f func(t *testing.T)) { gemmEachPathThreads(t, []int{1, 2, 3}, f) }
+
+func gemmEachPathThreads(t *testing.T, threadCounts []int, f func(t *testing.T)) {
 	for _, impl := range gemmImpls() {
-		for _, threads := range []int{1, 2, 3} {
+		for _, threads := range threadCounts {
 			t.Run(fmt.Sprintf("impl=%s/threads=%d", impl, threads), func(t *testing.T) {
 				defer gemmUse(impl)()
 				defer SetThreads(SetThreads(threads))
@@ -162,6 +166,11 @@ func TestGEMMF16(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestConformanceGEMM runs the shared suite (kernels/kerneltest) on every implementation.
+func TestConformanceGEMM(t *testing.T) {
+	gemmEachPathThreads(t, []int{2}, func(t *testing.T) { kerneltest.TestGEMM(t, GEMM) })
 }
 
 // TestGEMMNaN checks that a NaN in the inputs reaches the outputs it feeds (the kernels must not drop terms).
