@@ -43,6 +43,9 @@ func gemmKernel6x16AVX2(kc int, a, b, c *float32, ldc, acc int)
 //go:noescape
 func gemmPackB32AVX512(dst, src *float32, ld, rows, kc int)
 
+// The GEMV kernels set y[j] = Σ_p w[j*k+p]·x[p] for j < rows, rows a positive multiple of 4, over every step p < k
+// (AVX-512, whose masked loads read nothing past a row) or over p < k&^7 (AVX2; the caller adds the rest).
+//
 // gemvAVX512 sets y[j] = Σ_{p<k} w[j*k+p]·x[p] for j < rows, rows a positive multiple of 4: it streams four rows
 // of W at a time, two accumulators each, against the same x vector loads.
 //
@@ -53,6 +56,12 @@ func gemvAVX512(rows, k int, w, x, y *float32)
 //
 //go:noescape
 func gemvF16AVX512(rows, k int, w *uint16, x, y *float32)
+
+//go:noescape
+func gemvAVX2(rows, k int, w, x, y *float32)
+
+//go:noescape
+func gemvF16AVX2(rows, k int, w *uint16, x, y *float32)
 
 // Cache blocking, for Zen 4/5 and recent Intel cores (48 KiB L1D, 1-2 MiB L2 per core). A W panel, gemmKC×32
 // floats (32 KiB), stays in L1 while up to gemmMC rows of A (gemmMC×gemmKC floats, under 512 KiB) come from L2;
@@ -78,24 +87,33 @@ var (
 
 var (
 	hasGEMMAVX512 = xcpu.X86.HasAVX512F && xcpu.X86.HasAVX512BW
-	hasGEMMAVX2   = xcpu.X86.HasAVX2 && xcpu.X86.HasFMA
+	hasGEMMAVX2   = xcpu.X86.HasAVX2 && xcpu.X86.HasFMA && xcpu.X86.HasF16C
 )
 
-// gemmActive is the micro-kernel GEMM uses (nil: the pure-Go loop); gemvASM selects the AVX-512 GEMV. Tests
-// switch them to check every path on one machine.
+// gemvArch is one instruction set's GEMV kernels; they leave the last k&rest steps of each row to the caller.
+type gemvArch struct {
+	f32  func(rows, k int, w, x, y *float32)
+	f16  func(rows, k int, w *uint16, x, y *float32)
+	rest int
+}
+
 var (
-	gemmActive = gemmPick()
-	gemvASM    = hasGEMMAVX512
+	gemvAVX512Arch = gemvArch{gemvAVX512, gemvF16AVX512, 0}
+	gemvAVX2Arch   = gemvArch{gemvAVX2, gemvF16AVX2, 7}
 )
 
-func gemmPick() *gemmArch {
+// gemmActive and gemvActive are the kernels GEMM and GEMV use (nil: the pure-Go loops). Tests switch them to
+// check every path on one machine.
+var gemmActive, gemvActive = gemmPick()
+
+func gemmPick() (*gemmArch, *gemvArch) {
 	switch {
 	case hasGEMMAVX512:
-		return &gemmAVX512
+		return &gemmAVX512, &gemvAVX512Arch
 	case hasGEMMAVX2:
-		return &gemmAVX2
+		return &gemmAVX2, &gemvAVX2Arch
 	}
-	return nil
+	return nil, nil
 }
 
 // gemmPackB32 packs a panel of 32 outputs with AVX-512 gathers, or with the Go loop where ld is too large for
@@ -246,13 +264,17 @@ func gemmMacro(u *gemmArch, bufs *gemmBufs, c []float32, ldc, mc, nc, kc, acc in
 }
 
 func gemv(n, k int, w, x, y []float32) {
-	if !gemvASM {
+	g := gemvActive
+	if g == nil {
 		gemvGo(n, k, w, x, y)
 		return
 	}
-	groups := n / 4
+	groups, kk := n/4, k&^g.rest
 	Parallel(groups, gemmMinWork/(4*k)+1, func(lo, hi int) {
-		gemvAVX512(4*(hi-lo), k, &w[4*lo*k], &x[0], &y[4*lo])
+		g.f32(4*(hi-lo), k, &w[4*lo*k], &x[0], &y[4*lo])
+		for j := 4 * lo; kk < k && j < 4*hi; j++ {
+			y[j] += gemmDot(w[j*k+kk:(j+1)*k], x[kk:])
+		}
 	})
 	for j := 4 * groups; j < n; j++ {
 		y[j] = gemmDot(w[j*k:(j+1)*k], x)
@@ -260,13 +282,19 @@ func gemv(n, k int, w, x, y []float32) {
 }
 
 func gemvF16(n, k int, w []uint16, x, y []float32) {
-	if !gemvASM {
+	g := gemvActive
+	if g == nil {
 		gemvF16Go(n, k, w, x, y)
 		return
 	}
-	groups := n / 4
+	groups, kk := n/4, k&^g.rest
 	Parallel(groups, gemmMinWork/(4*k)+1, func(lo, hi int) {
-		gemvF16AVX512(4*(hi-lo), k, &w[4*lo*k], &x[0], &y[4*lo])
+		g.f16(4*(hi-lo), k, &w[4*lo*k], &x[0], &y[4*lo])
+		for j := 4 * lo; kk < k && j < 4*hi; j++ {
+			for p := kk; p < k; p++ {
+				y[j] += half.F16ToF32(w[j*k+p]) * x[p]
+			}
+		}
 	})
 	if rest := n - 4*groups; rest > 0 {
 		gemvF16Go(rest, k, w[4*groups*k:], x, y[4*groups:])

@@ -3,7 +3,7 @@
 package cpu
 
 // gemmImpls names the GEMM/GEMV implementations this machine can run: "avx512" (the 14×32 micro-kernel and the
-// AVX-512 GEMV), "avx2" (the 6×16 micro-kernel, pure-Go GEMV) and "go".
+// AVX-512 GEMV), "avx2" (the 6×16 micro-kernel and the AVX2 GEMV) and "go".
 func gemmImpls() []string {
 	var impls []string
 	if hasGEMMAVX512 {
@@ -17,16 +17,16 @@ func gemmImpls() []string {
 
 // gemmUse selects the implementation impl and returns a function that restores the previous one.
 func gemmUse(impl string) (restore func()) {
-	prevGEMM, prevGEMV := gemmActive, gemvASM
+	prevGEMM, prevGEMV := gemmActive, gemvActive
 	switch impl {
 	case "avx512":
-		gemmActive, gemvASM = &gemmAVX512, true
+		gemmActive, gemvActive = &gemmAVX512, &gemvAVX512Arch
 	case "avx2":
-		gemmActive, gemvASM = &gemmAVX2, false
+		gemmActive, gemvActive = &gemmAVX2, &gemvAVX2Arch
 	case "go":
-		gemmActive, gemvASM = nil, false
+		gemmActive, gemvActive = nil, nil
 	default:
 		panic("gemmUse: unknown implementation " + impl)
 	}
-	return func() { gemmActive, gemvASM = prevGEMM, prevGEMV }
+	return func() { gemmActive, gemvActive = prevGEMM, prevGEMV }
 }
