@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unsafe"
 )
 
 // tinyConfig is a small GQA shape whose sizes are all different, so a swapped dimension cannot go unnoticed.
@@ -147,3 +148,5 @@ func TestCheckErrors(t *testing.T) {
 		}
 	}
 }
+
+func unsafePointer(b []byte) unsafe.Pointer { return unsafe.Pointer(unsafe.SliceData(b)) }
