@@ -1,0 +1,258 @@
+package model
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/morphlab/morphlab/kernels/cpu"
+	"github.com/morphlab/morphlab/quant"
+)
+
+// KVCache is the paged key/value storage of every layer: for layer l, K[l] and V[l] are
+// [NumBlocks, BlockSize, NKVHeads, HeadDim] (kernels/ref's paged layout). Which blocks belong to which sequence is
+// not its business: a Batch carries the block tables.
+type KVCache struct {
+	BlockSize, NumBlocks int
+	K, V                 [][]float32
+}
+
+// NewKVCache allocates a cache of numBlocks blocks of blockSize tokens for every layer of cfg.
+func NewKVCache(cfg Config, numBlocks, blockSize int) *KVCache {
+	c := &KVCache{BlockSize: blockSize, NumBlocks: numBlocks}
+	n := numBlocks * blockSize * cfg.KVDim()
+	for range cfg.NLayers {
+		c.K = append(c.K, make([]float32, n))
+		c.V = append(c.V, make([]float32, n))
+	}
+	return c
+}
+
+// KVBytesPerBlock is the memory one cache block takes across all layers (keys and values, float32).
+func KVBytesPerBlock(cfg Config, blockSize int) int { return 2 * 4 * cfg.NLayers * blockSize * cfg.KVDim() }
+
+// Batch is the work of one forward pass: for each sequence, its next tokens (a prompt chunk, or one decode token),
+// how many tokens its cache holds once these are appended, and its block table. Sequence i's tokens are
+// Tokens[QStart[i]:QStart[i+1]] at positions SeqLens[i]-n .. SeqLens[i]-1 (n its token count).
+type Batch struct {
+	Tokens          []int32
+	QStart          []int32 // len = sequences + 1, QStart[0] = 0
+	SeqLens         []int32
+	BlockTables     []int32 // [sequences, MaxBlocksPerSeq]
+	MaxBlocksPerSeq int
+	// AllLogits asks for the logits of every token (perplexity); otherwise only each sequence's last token's.
+	AllLogits bool
+}
+
+// Seqs is the number of sequences in the batch.
+func (b *Batch) Seqs() int { return len(b.SeqLens) }
+
+// LogitRows is the number of rows Forward writes into logits: every token with AllLogits, else one a sequence.
+func (b *Batch) LogitRows() int {
+	if b.AllLogits {
+		return len(b.Tokens)
+	}
+	return b.Seqs()
+}
+
+// check validates the batch against the model and cache, naming the first bad field.
+func (b *Batch) check(cfg Config, cache *KVCache) error {
+	ns := len(b.SeqLens)
+	switch {
+	case ns == 0:
+		return fmt.Errorf("batch: no sequences")
+	case len(b.QStart) != ns+1 || b.QStart[0] != 0:
+		return fmt.Errorf("batch: QStart has %d entries, want %d starting at 0", len(b.QStart), ns+1)
+	case int(b.QStart[ns]) != len(b.Tokens):
+		return fmt.Errorf("batch: QStart ends at %d, want len(Tokens)=%d", b.QStart[ns], len(b.Tokens))
+	case len(b.BlockTables) != ns*b.MaxBlocksPerSeq:
+		return fmt.Errorf("batch: %d block table entries, want sequences*MaxBlocksPerSeq=%d", len(b.BlockTables), ns*b.MaxBlocksPerSeq)
+	}
+	for i := range ns {
+		n, L := b.QStart[i+1]-b.QStart[i], b.SeqLens[i]
+		if n < 1 || n > L {
+			return fmt.Errorf("batch: sequence %d has %d tokens and SeqLens=%d, want 1 <= tokens <= SeqLens", i, n, L)
+		}
+		if int(L) > b.MaxBlocksPerSeq*cache.BlockSize {
+			return fmt.Errorf("batch: sequence %d: SeqLens=%d exceeds its %d blocks of %d", i, L, b.MaxBlocksPerSeq, cache.BlockSize)
+		}
+		if int(L) > cfg.SeqLen {
+			return fmt.Errorf("batch: sequence %d: SeqLens=%d exceeds the model's context of %d", i, L, cfg.SeqLen)
+		}
+	}
+	for _, t := range b.Tokens {
+		if t < 0 || int(t) >= cfg.VocabSize {
+			return fmt.Errorf("batch: token %d out of the vocabulary [0, %d)", t, cfg.VocabSize)
+		}
+	}
+	return nil
+}
+
+// Workspace holds the activations of a forward pass, grown to the largest batch seen and reused after.
+type Workspace struct {
+	tokens                      int
+	x, xb, q, k, v, att, h1, h3 []float32
+	pos, slots                  []int32
+	qa                          []int8 // activations quantized for W8A8 and Q8_0 matmuls
+	sa                          []float32
+	qb                          []byte
+	rows                        []float32
+}
+
+func (ws *Workspace) grow(cfg Config, tokens int) {
+	if tokens <= ws.tokens {
+		return
+	}
+	ws.tokens = tokens
+	dim, kv, hid := cfg.Dim, cfg.KVDim(), cfg.HiddenDim
+	ws.x, ws.xb, ws.q, ws.att = make([]float32, tokens*dim), make([]float32, tokens*dim), make([]float32, tokens*dim), make([]float32, tokens*dim)
+	ws.k, ws.v = make([]float32, tokens*kv), make([]float32, tokens*kv)
+	ws.h1, ws.h3 = make([]float32, tokens*hid), make([]float32, tokens*hid)
+	ws.pos, ws.slots = make([]int32, tokens), make([]int32, tokens)
+	ws.rows = make([]float32, tokens*dim)
+}
+
+// Tap observes activations during a forward pass, for calibration and profiling: at each point of each layer it
+// gets the [tokens, width] activations that the named weights read. It must not keep or modify x.
+type Tap func(layer int, point TapPoint, x []float32, tokens int)
+
+// TapPoint names where in a decoder layer a Tap sees activations.
+type TapPoint int
+
+// The tap points, in forward order.
+const (
+	TapLayerIn  TapPoint = iota // the residual stream entering the layer [tokens, Dim]
+	TapAttnIn                   // the attention norm's output, read by Wq, Wk, Wv [tokens, Dim]
+	TapAttnOut                  // attention's output, read by Wo [tokens, Dim]
+	TapFFNIn                    // the FFN norm's output, read by W1, W3 [tokens, Dim]
+	TapFFNHidden                // SwiGLU's output, read by W2 [tokens, HiddenDim]
+	TapLayerOut                 // the residual stream leaving the layer [tokens, Dim]
+)
+
+// Forward runs the batch through the model: it appends every token's key and value to the cache at the slots
+// its block table gives, and writes the logits ([b.LogitRows(), VocabSize]) into logits. tap may be nil.
+func (m *Model) Forward(b *Batch, cache *KVCache, ws *Workspace, logits []float32, tap Tap) error {
+	cfg := m.Config
+	if err := b.check(cfg, cache); err != nil {
+		return err
+	}
+	if len(logits) != b.LogitRows()*cfg.VocabSize {
+		return fmt.Errorf("forward: len(logits)=%d, want %d rows of %d", len(logits), b.LogitRows(), cfg.VocabSize)
+	}
+	T, dim, kvDim, hd := len(b.Tokens), cfg.Dim, cfg.KVDim(), cfg.HeadDim()
+	ws.grow(cfg, T)
+	x, xb := ws.x[:T*dim], ws.xb[:T*dim]
+	q, k, v, att := ws.q[:T*dim], ws.k[:T*kvDim], ws.v[:T*kvDim], ws.att[:T*dim]
+	h1, h3 := ws.h1[:T*cfg.HiddenDim], ws.h3[:T*cfg.HiddenDim]
+	pos, slots := ws.pos[:T], ws.slots[:T]
+	for i := range b.Seqs() {
+		n := b.QStart[i+1] - b.QStart[i]
+		table := b.BlockTables[i*b.MaxBlocksPerSeq:]
+		for j := range n {
+			p := b.SeqLens[i] - n + j
+			t := b.QStart[i] + j
+			pos[t] = p
+			slots[t] = table[int(p)/cache.BlockSize]*int32(cache.BlockSize) + p%int32(cache.BlockSize)
+		}
+	}
+	for t, tok := range b.Tokens {
+		copy(x[t*dim:(t+1)*dim], m.Embedding[int(tok)*dim:])
+	}
+	scale := float32(1 / math.Sqrt(float64(hd)))
+	for l, layer := range m.Layers {
+		w := layer.Weights()
+		if tap != nil {
+			tap(l, TapLayerIn, x, T)
+		}
+		cpu.RMSNorm(xb, x, w.AttnNorm, dim, cfg.NormEps)
+		if tap != nil {
+			tap(l, TapAttnIn, xb, T)
+		}
+		ws.matmul(T, xb, w.Wq, q)
+		ws.matmul(T, xb, w.Wk, k)
+		ws.matmul(T, xb, w.Wv, v)
+		cpu.RoPE(q, pos, cfg.NHeads, hd, float32(cfg.RopeTheta))
+		cpu.RoPE(k, pos, cfg.NKVHeads, hd, float32(cfg.RopeTheta))
+		cpu.KVAppend(cache.K[l], cache.V[l], k, v, slots, cfg.NKVHeads, hd)
+		cpu.PagedAttention(att, q, cache.K[l], cache.V[l], b.QStart, b.SeqLens, b.BlockTables,
+			b.MaxBlocksPerSeq, cache.BlockSize, cfg.NHeads, cfg.NKVHeads, hd, scale)
+		if tap != nil {
+			tap(l, TapAttnOut, att, T)
+		}
+		ws.matmul(T, att, w.Wo, q)
+		cpu.AddRMSNorm(xb, x, q, w.FFNNorm, dim, cfg.NormEps)
+		if tap != nil {
+			tap(l, TapFFNIn, xb, T)
+		}
+		ws.matmul(T, xb, w.W1, h1)
+		ws.matmul(T, xb, w.W3, h3)
+		cpu.SwiGLU(h1, h1, h3)
+		if tap != nil {
+			tap(l, TapFFNHidden, h1, T)
+		}
+		ws.matmul(T, h1, w.W2, q)
+		for i, d := range q {
+			x[i] += d
+		}
+		if tap != nil {
+			tap(l, TapLayerOut, x, T)
+		}
+	}
+	rows := b.LogitRows()
+	final := ws.rows[:rows*dim]
+	if b.AllLogits {
+		copy(final, x)
+	} else {
+		for i := range b.Seqs() {
+			last := int(b.QStart[i+1]) - 1
+			copy(final[i*dim:(i+1)*dim], x[last*dim:(last+1)*dim])
+		}
+	}
+	cpu.RMSNorm(final, final, m.FinalNorm, dim, cfg.NormEps)
+	ws.matmul(rows, final, m.Output, logits)
+	return nil
+}
+
+// matmul computes y = x·Wᵀ for tokens rows of x with the kernel that runs on w's format. Int8 weights run as W8A8
+// (activations quantized per token, int8 dot products), as llama.cpp runs Q8_0 weights with Q8_0 activations.
+func (ws *Workspace) matmul(tokens int, x []float32, w *quant.Matrix, y []float32) {
+	n, k := w.Rows, w.Cols
+	x, y = x[:tokens*k], y[:tokens*n]
+	switch w.Format {
+	case quant.F32:
+		cpu.GEMM(tokens, n, k, x, w.F32, y)
+	case quant.F16:
+		cpu.GEMMF16(tokens, n, k, x, w.Half, y)
+	case quant.Int8:
+		qa, sa := ws.int8Scratch(tokens * k)
+		cpu.QuantizeRowsInt8(tokens, k, x, qa, sa[:tokens])
+		cpu.GEMMW8A8(tokens, n, k, qa, sa[:tokens], w.Q, w.Scales, y)
+	case quant.Int4:
+		cpu.GEMMW4A16(tokens, n, k, w.Group, x, w.Packed, w.Scales, w.Zeros, y)
+	case quant.Q8_0, quant.Q4_0:
+		rowBytes := k / quant.BlockSize * quant.Q8_0BlockBytes
+		if len(ws.qb) < rowBytes {
+			ws.qb = make([]byte, rowBytes)
+		}
+		xq := ws.qb[:rowBytes]
+		for t := range tokens {
+			cpu.QuantizeRowQ8_0(x[t*k:(t+1)*k], xq)
+			if w.Format == quant.Q8_0 {
+				cpu.GEMVQ8_0(n, k, w.Packed, xq, y[t*n:(t+1)*n])
+			} else {
+				cpu.GEMVQ4_0(n, k, w.Packed, xq, y[t*n:(t+1)*n])
+			}
+		}
+	default:
+		panic(fmt.Sprintf("model: no kernel for %v weights", w.Format))
+	}
+}
+
+func (ws *Workspace) int8Scratch(n int) ([]int8, []float32) {
+	if len(ws.qa) < n {
+		ws.qa = make([]int8, n)
+	}
+	if len(ws.sa) < ws.tokens {
+		ws.sa = make([]float32, ws.tokens)
+	}
+	return ws.qa[:n], ws.sa
+}
