@@ -28,7 +28,9 @@ func NewKVCache(cfg Config, numBlocks, blockSize int) *KVCache {
 }
 
 // KVBytesPerBlock is the memory one cache block takes across all layers (keys and values, float32).
-func KVBytesPerBlock(cfg Config, blockSize int) int { return 2 * 4 * cfg.NLayers * blockSize * cfg.KVDim() }
+func KVBytesPerBlock(cfg Config, blockSize int) int {
+	return 2 * 4 * cfg.NLayers * blockSize * cfg.KVDim()
+}
 
 // Batch is the work of one forward pass: for each sequence, its next tokens (a prompt chunk, or one decode token),
 // how many tokens its cache holds once these are appended, and its block table. Sequence i's tokens are
@@ -120,12 +122,12 @@ type TapPoint int
 
 // The tap points, in forward order.
 const (
-	TapLayerIn  TapPoint = iota // the residual stream entering the layer [tokens, Dim]
-	TapAttnIn                   // the attention norm's output, read by Wq, Wk, Wv [tokens, Dim]
-	TapAttnOut                  // attention's output, read by Wo [tokens, Dim]
-	TapFFNIn                    // the FFN norm's output, read by W1, W3 [tokens, Dim]
-	TapFFNHidden                // SwiGLU's output, read by W2 [tokens, HiddenDim]
-	TapLayerOut                 // the residual stream leaving the layer [tokens, Dim]
+	TapLayerIn   TapPoint = iota // the residual stream entering the layer [tokens, Dim]
+	TapAttnIn                    // the attention norm's output, read by Wq, Wk, Wv [tokens, Dim]
+	TapAttnOut                   // attention's output, read by Wo [tokens, Dim]
+	TapFFNIn                     // the FFN norm's output, read by W1, W3 [tokens, Dim]
+	TapFFNHidden                 // SwiGLU's output, read by W2 [tokens, HiddenDim]
+	TapLayerOut                  // the residual stream leaving the layer [tokens, Dim]
 )
 
 // Forward runs the batch through the model: it appends every token's key and value to the cache at the slots
