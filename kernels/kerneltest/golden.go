@@ -225,7 +225,10 @@ func newGoldenOp[C refCase](op string, cases func() []goldenCase[C], present fun
 		op: op,
 		generate: func() ([]byte, error) {
 			var b bytes.Buffer
-			head, err := json.Marshal(struct{ Op, About string }{op, goldenAbout})
+			head, err := json.Marshal(struct {
+				Op    string `json:"op"`
+				About string `json:"about"`
+			}{op, goldenAbout})
 			if err != nil {
 				return nil, err
 			}
