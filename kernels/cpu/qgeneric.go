@@ -2,12 +2,30 @@ package cpu
 
 import (
 	"encoding/binary"
+	"math"
 
 	"github.com/morphlab/morphlab/kernels/half"
 )
 
 // The pure-Go inner loops of the quantized kernels: the whole computation under noasm, the reference for the
 // assembly in the tests, and the edges the assembly leaves.
+
+// qMaxAbsGo returns max_p |x[p]| (0 for no x).
+func qMaxAbsGo(x []float32) float32 {
+	var m float32
+	for _, v := range x {
+		m = max(m, math.Float32frombits(math.Float32bits(v)&^(1<<31)))
+	}
+	return m
+}
+
+// qRoundRowGo sets q[p] = qRoundInt8(x[p]·inv).
+func qRoundRowGo(x []float32, q []int8, inv float32) {
+	q = q[:len(x)]
+	for p, v := range x {
+		q[p] = qRoundInt8(v * inv)
+	}
+}
 
 // qDotI8F32Go returns Σ_p x[p]·float32(w[p]) in four interleaved partial sums.
 func qDotI8F32Go(x []float32, w []int8) float32 {

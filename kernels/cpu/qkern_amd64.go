@@ -36,6 +36,12 @@ func qDotI8F32AVX512(x *float32, w *int8, n int) float32
 func qDotW4AVX512(xd *float32, w *uint8, s *float32, z *uint8, xgv *float32, groups, pairs int) float32
 
 //go:noescape
+func qMaxAbsAVX512(x *float32, n int) float32
+
+//go:noescape
+func qRoundInt8AVX512(x *float32, q *int8, n int, inv float32)
+
+//go:noescape
 func qDotQ8_0AVX512(w, x *byte, nb int) float32
 
 //go:noescape
@@ -48,6 +54,25 @@ func qDotI8F32(x []float32, w []int8) float32 {
 		return qDotI8F32Go(x, w)
 	}
 	return qDotI8F32AVX512(&x[0], &w[0], n) + qDotI8F32Go(x[n:], w[n:])
+}
+
+// qMaxAbs returns max_p |x[p]|: the assembly takes whole runs of 16, Go the rest.
+func qMaxAbs(x []float32) float32 {
+	n := len(x) &^ 15
+	if !qAVX512 || n == 0 {
+		return qMaxAbsGo(x)
+	}
+	return max(qMaxAbsAVX512(&x[0], n), qMaxAbsGo(x[n:]))
+}
+
+// qRoundRow sets q[p] = qRoundInt8(x[p]·inv): the assembly takes whole runs of 16, Go the rest.
+func qRoundRow(x []float32, q []int8, inv float32) {
+	n := len(x) &^ 15
+	if qAVX512 && n > 0 {
+		qRoundInt8AVX512(&x[0], &q[0], n, inv)
+		x, q = x[n:], q[n:]
+	}
+	qRoundRowGo(x, q, inv)
 }
 
 // qDotI8x4 sets acc[r] = Σ_p w[r*k+p]·a[p] for the four rows of w (k = len(a)); asum = Σ_p a[p] corrects the

@@ -462,3 +462,74 @@ q4block:
 	VMOVSS       X0, ret+24(FP)
 	VZEROUPPER
 	RET
+
+// func qMaxAbsAVX512(x *float32, n int) float32
+// Returns max_p |x[p]| for n a positive multiple of 16 (the loop of QuantizeRowsInt8).
+TEXT ·qMaxAbsAVX512(SB), NOSPLIT, $0-20
+	MOVQ x+0(FP), SI
+	MOVQ n+8(FP), CX
+	MOVL $0x7fffffff, AX
+	VPBROADCASTD AX, Z31
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+
+maxloop:
+	VPANDD (SI), Z31, Z2
+	VMAXPS Z2, Z0, Z0
+	ADDQ   $64, SI
+	SUBQ   $16, CX
+	JZ     maxdone
+	VPANDD (SI), Z31, Z3
+	VMAXPS Z3, Z1, Z1
+	ADDQ   $64, SI
+	SUBQ   $16, CX
+	JNZ    maxloop
+
+maxdone:
+	VMAXPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $1, Z0, Y1
+	VMAXPS        Y1, Y0, Y0
+	VEXTRACTF128  $1, Y0, X1
+	VMAXPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VMAXPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VMAXSS        X1, X0, X0
+	VMOVSS        X0, ret+16(FP)
+	VZEROUPPER
+	RET
+
+// func qRoundInt8AVX512(x *float32, q *int8, n int, inv float32)
+// q[p] = round(x[p]·inv), halves away from zero, for n a positive multiple of 16 and |x·inv| < 127.5
+// (qRoundInt8): t = trunc(y); y - t is exact, and where |y - t| >= 0.5 t moves one away from zero.
+TEXT ·qRoundInt8AVX512(SB), NOSPLIT, $0-28
+	MOVQ x+0(FP), SI
+	MOVQ q+8(FP), DI
+	MOVQ n+16(FP), CX
+	VBROADCASTSS inv+24(FP), Z31
+	MOVL $0x7fffffff, AX
+	VPBROADCASTD AX, Z30
+	MOVL $0x80000000, AX
+	VPBROADCASTD AX, Z29
+	MOVL $0x3f800000, AX // 1.0
+	VPBROADCASTD AX, Z28
+	MOVL $0x3f000000, AX // 0.5
+	VPBROADCASTD AX, Z27
+
+roundloop:
+	VMULPS      (SI), Z31, Z1
+	VRNDSCALEPS $0x0b, Z1, Z2 // truncate, no precision exception
+	VSUBPS      Z2, Z1, Z3
+	VPANDD      Z30, Z3, Z3
+	VCMPPS      $0x1d, Z27, Z3, K2 // |y - t| >= 0.5
+	VPANDD      Z29, Z1, Z4
+	VPORD       Z28, Z4, Z4 // ±1 with the sign of y
+	VADDPS      Z4, Z2, K2, Z2
+	VCVTTPS2DQ  Z2, Z2
+	VPMOVSDB    Z2, (DI)
+	ADDQ        $64, SI
+	ADDQ        $16, DI
+	SUBQ        $16, CX
+	JNZ         roundloop
+	VZEROUPPER
+	RET

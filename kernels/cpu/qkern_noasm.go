@@ -13,5 +13,7 @@ func qGEMMInt8(m, n, k int, a, w []int8, store func(i, j0 int, acc []int32)) {
 func qW4Rows(k, group int, x []float32) func(w []uint8, s []float32, z []uint8) float32 {
 	return qW4RowsGo(k, group, x)
 }
-func qDotQ8_0(w, x []byte) float32     { return qDotQ8_0Go(w, x) }
-func qDotQ4_0Q8_0(w, x []byte) float32 { return qDotQ4_0Q8_0Go(w, x) }
+func qDotQ8_0(w, x []byte) float32                 { return qDotQ8_0Go(w, x) }
+func qDotQ4_0Q8_0(w, x []byte) float32             { return qDotQ4_0Q8_0Go(w, x) }
+func qMaxAbs(x []float32) float32                  { return qMaxAbsGo(x) }
+func qRoundRow(x []float32, q []int8, inv float32) { qRoundRowGo(x, q, inv) }

@@ -151,8 +151,9 @@ func qGEMVInt8(n, k int, a, w []int8, store func(i, j0 int, acc []int32)) {
 }
 
 // QuantizeRowsInt8 quantizes each row of x [m, k] to int8 for W8A8 (per-token dynamic quantization):
-// s[i] = max_p |x[i,p]| / 127 (float32 division) and q[i,p] = round(x[i,p] / s[i]), halves away from zero, so
-// codes span -127..127. A row of zeros gets s = 0 and q = 0.
+// s[i] = max_p |x[i,p]| / 127 and q[i,p] = round(x[i,p]·(127/max_p |x[i,p]|)), halves away from zero, in float32
+// (a multiplication, not a division per element; the codes are kernels/ref's round(x/s) but for ±1 where x/s is
+// within a few float32 roundings of a half). Codes span -127..127; a row of zeros gets s = 0 and q = 0.
 func QuantizeRowsInt8(m, k int, x []float32, q []int8, s []float32) {
 	shape.Positive("QuantizeRowsInt8", "m", m, "k", k)
 	shape.Len("QuantizeRowsInt8", "x", len(x), m*k, "m*k")
@@ -161,18 +162,13 @@ func QuantizeRowsInt8(m, k int, x []float32, q []int8, s []float32) {
 	Parallel(m, qRowGrain(k), func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			row, qr := x[i*k:(i+1)*k], q[i*k:(i+1)*k]
-			var amax float32
-			for _, v := range row {
-				amax = max(amax, float32(math.Abs(float64(v))))
-			}
+			amax := qMaxAbs(row)
 			s[i] = amax / 127
 			if amax == 0 {
 				clear(qr)
 				continue
 			}
-			for p, v := range row {
-				qr[p] = int8(math.Round(float64(v / s[i])))
-			}
+			qRoundRow(row, qr, 127/amax)
 		}
 	})
 }
@@ -186,4 +182,10 @@ func qGEMVW4(n, k, group int, x []float32, w []uint8, s []float32, z []uint8, y 
 			y[j] = row(w[j*k/2:(j+1)*k/2], s[j*gpr:(j+1)*gpr], z[j*gpr:(j+1)*gpr])
 		}
 	})
+}
+
+// qRoundInt8 rounds y (|y| < 127.5) to the nearest integer, halves away from zero, as math.Round does but
+// without its general cases: in float64 y ± 0.5 is exact, and the conversion truncates toward zero.
+func qRoundInt8(y float32) int8 {
+	return int8(float64(y) + math.Copysign(0.5, float64(y)))
 }

@@ -107,6 +107,22 @@ func TestQuantAsmMatchesGo(t *testing.T) {
 			}
 		}
 	}
+	// Per-token quantization: codes and scales identical; with max|x| = 127 the halves are exact and must round
+	// away from zero.
+	for i := 0; i < 2*k; i++ {
+		x[i] = float32(i%253-126) + 0.5*float32(i%2)
+	}
+	x[0], x[k] = 127, -127
+	qf, qs := make([]int8, 2*k), make([]int8, 2*k)
+	sf, ss := make([]float32, 2), make([]float32, 2)
+	QuantizeRowsInt8(2, k, x[:2*k], qf, sf)
+	qWithoutAsm(func() { QuantizeRowsInt8(2, k, x[:2*k], qs, ss) })
+	for i := range qf {
+		want := int8(math.Round(float64(x[i])))
+		if qf[i] != qs[i] || qf[i] != want || sf[i/k] != ss[i/k] {
+			t.Fatalf("QuantizeRowsInt8: [%d] x=%v asm %d (scale %v), Go %d (scale %v), want %d", i, x[i], qf[i], sf[i/k], qs[i], ss[i/k], want)
+		}
+	}
 	a8 := w8[:5*k]
 	fast, slow := make([]int32, 5*n), make([]int32, 5*n)
 	GEMMInt8(5, n, k, a8, w8, fast)
