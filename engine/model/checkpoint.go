@@ -3,7 +3,10 @@ package model
 import (
 	"encoding/binary"
 	"fmt"
+	"io"
 	"math"
+	"os"
+	"strings"
 	"unsafe"
 
 	"github.com/morphlab/morphlab/engine/tokenizer"
@@ -320,4 +323,28 @@ func loadFile(path string, parse func(name string, data []byte) (*Checkpoint, er
 	}
 	ck.closer = release
 	return ck, nil
+}
+
+// Load opens a checkpoint of any supported format, chosen by content: a directory or a .safetensors file is a
+// Hugging Face safetensors checkpoint (LoadSafetensors), a file starting with "GGUF" is GGUF (LoadGGUF), and any
+// other file is llama2.c (LoadLlama2c, which tells versions 1 and 2 by their "ak42" magic).
+func Load(path string) (*Checkpoint, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if st.IsDir() || strings.HasSuffix(path, ".safetensors") {
+		return LoadSafetensors(path)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	var magic [4]byte
+	_, err = io.ReadFull(f, magic[:])
+	f.Close()
+	if err == nil && binary.LittleEndian.Uint32(magic[:]) == ggufMagic {
+		return LoadGGUF(path)
+	}
+	return LoadLlama2c(path)
 }
