@@ -479,3 +479,24 @@ func TestNaiveBaselineError(t *testing.T) {
 		t.Errorf("naive attention with float16 rounding nMSE = %.3g, want far above float32's %.3g", e16, e)
 	}
 }
+
+// BenchmarkPort runs the float32 port through each benchmark on its smallest shape: it keeps the benchmark code
+// exercised (go test -bench Port -benchtime 1x) without waiting for the port on large shapes.
+func BenchmarkPort(b *testing.B) {
+	b.Run("GEMM/"+GEMMBenchShapes[0].Name(), func(b *testing.B) { BenchmarkGEMM(b, portGEMM, GEMMBenchShapes[0]) })
+	rows := RowsBenchShapes[0]
+	b.Run("RMSNorm/"+rows.Name(), func(b *testing.B) { BenchmarkRMSNorm(b, portRMSNorm, rows) })
+	b.Run("AddRMSNorm/"+rows.Name(), func(b *testing.B) { BenchmarkAddRMSNorm(b, portAddRMSNorm, rows) })
+	b.Run("SwiGLU/"+rows.Name(), func(b *testing.B) { BenchmarkSwiGLU(b, portSwiGLU, rows) })
+	b.Run("Softmax/"+rows.Name(), func(b *testing.B) { BenchmarkSoftmax(b, portSoftmax, rows) })
+	b.Run("RoPE/"+RoPEBenchShapes[0].Name(), func(b *testing.B) { BenchmarkRoPE(b, portRoPE, RoPEBenchShapes[0]) })
+	b.Run("CausalAttention/"+AttentionBenchShapes[0].Name(), func(b *testing.B) {
+		BenchmarkCausalAttention(b, portCausalAttention, AttentionBenchShapes[0])
+	})
+	b.Run("PagedAttention/"+PagedBenchShapes[1].Name(), func(b *testing.B) {
+		BenchmarkPagedAttention(b, portPagedAttention, PagedBenchShapes[1])
+	})
+	b.Run("KVAppend/"+KVAppendBenchShapes[0].Name(), func(b *testing.B) {
+		BenchmarkKVAppend(b, portKVAppend, KVAppendBenchShapes[0])
+	})
+}
