@@ -58,3 +58,14 @@ fuzz:
 
 clean:
 	rm -f $(MORPHLAB)
+
+# CUDA kernels (kernels/cuda): `make ptx` regenerates the committed PTX (sm_80, sm_90); `make cuda-check`, run by
+# `make test`, installs Debian's CUDA toolkit when nvcc is missing, compiles every .cu for sm_80 and sm_90 with
+# warnings, spills and local memory as errors, fails on stale PTX, and vets and builds the cuda-tagged Go code
+# against the toolkit's stub libcuda. No GPU needed; kernels/cuda/run-device.sh is the GPU run.
+.PHONY: ptx cuda-check
+ptx:
+	kernels/cuda/build.sh ptx
+
+cuda-check:
+	kernels/cuda/build.sh check

@@ -67,7 +67,9 @@ func dotGrid(m, n int) (dim3, dim3) {
 	return dim3{ceil(n, dotWarps), ceil(m, dotTM), 1}, dim3{32 * dotWarps, 1, 1}
 }
 
-func tileGrid(m, n int) (dim3, dim3) { return dim3{ceil(n, tileMN), ceil(m, tileMN), 1}, dim3{256, 1, 1} }
+func tileGrid(m, n int) (dim3, dim3) {
+	return dim3{ceil(n, tileMN), ceil(m, tileMN), 1}, dim3{256, 1, 1}
+}
 
 // vec names the vectorized dot kernel when ok (its alignment holds).
 func vec(name string, ok bool) string {
