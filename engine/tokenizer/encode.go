@@ -1,7 +1,5 @@
 package tokenizer
 
-import "container/heap"
-
 // Encode turns text into token ids as run.c's encode does: BOS if bos; a space before non-empty text when
 // AddDummyPrefix; each UTF-8 character (a lead byte and up to three continuation bytes) becomes its piece, or
 // one byte token per byte when the vocabulary has no such piece; then, repeatedly, the adjacent pair whose
@@ -73,27 +71,58 @@ type candidate struct {
 	score           float32
 }
 
-type candidates []candidate
-
-func (c candidates) Len() int { return len(c) }
-func (c candidates) Less(i, j int) bool {
-	if c[i].score != c[j].score {
-		return c[i].score > c[j].score
+// before orders candidates: higher score first, then leftmost (symbol indices increase left to right), which is
+// run.c's choice of the first pair with the strictly highest score.
+func (c candidate) before(d candidate) bool {
+	if c.score != d.score {
+		return c.score > d.score
 	}
-	return c[i].left < c[j].left // symbol indices increase left to right, so this is run.c's leftmost-first
+	return c.left < d.left
 }
-func (c candidates) Swap(i, j int) { c[i], c[j] = c[j], c[i] }
-func (c *candidates) Push(x any)   { *c = append(*c, x.(candidate)) }
-func (c *candidates) Pop() any {
-	old := *c
-	x := old[len(old)-1]
-	*c = old[:len(old)-1]
-	return x
+
+// candidateHeap is a binary heap of candidates, best first (a typed heap: container/heap would box every push).
+type candidateHeap []candidate
+
+func (h *candidateHeap) push(c candidate) {
+	*h = append(*h, c)
+	q := *h
+	for i := len(q) - 1; i > 0; {
+		p := (i - 1) / 2
+		if !q[i].before(q[p]) {
+			break
+		}
+		q[i], q[p] = q[p], q[i]
+		i = p
+	}
+}
+
+func (h *candidateHeap) pop() candidate {
+	q := *h
+	top := q[0]
+	n := len(q) - 1
+	q[0] = q[n]
+	q = q[:n]
+	for i := 0; ; {
+		l, best := 2*i+1, i
+		if l < n && q[l].before(q[best]) {
+			best = l
+		}
+		if l+1 < n && q[l+1].before(q[best]) {
+			best = l + 1
+		}
+		if best == i {
+			break
+		}
+		q[i], q[best] = q[best], q[i]
+		i = best
+	}
+	*h = q
+	return top
 }
 
 // merge performs the greedy merges in place; merged-away symbols get id -1 and are unlinked.
 func (v *Vocab) merge(syms []symbol) {
-	var q candidates
+	var q candidateHeap
 	var buf []byte
 	try := func(l int) {
 		r := syms[l].next
@@ -102,14 +131,14 @@ func (v *Vocab) merge(syms []symbol) {
 		}
 		buf = append(append(buf[:0], v.Pieces[syms[l].id]...), v.Pieces[syms[r].id]...)
 		if id, ok := v.lookup[string(buf)]; ok {
-			heap.Push(&q, candidate{l, r, syms[l].id, syms[r].id, id, v.Scores[id]})
+			q.push(candidate{l, r, syms[l].id, syms[r].id, id, v.Scores[id]})
 		}
 	}
 	for i := 0; i+1 < len(syms); i++ {
 		try(i)
 	}
-	for q.Len() > 0 {
-		c := heap.Pop(&q).(candidate)
+	for len(q) > 0 {
+		c := q.pop()
 		l, r := &syms[c.left], &syms[c.right]
 		if l.id != c.leftID || r.id != c.rightID || l.next != c.right {
 			continue // stale: one side was merged into something else since

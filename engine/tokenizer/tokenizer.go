@@ -24,6 +24,7 @@ const (
 )
 
 // Vocab is a tokenizer vocabulary. Pieces use plain spaces (GGUF's U+2581 '▁' is replaced when loading).
+// Treat it as read-only after New: Encode uses lookup tables built from Pieces and Types.
 type Vocab struct {
 	Pieces []string
 	Scores []float32

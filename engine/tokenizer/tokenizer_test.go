@@ -311,3 +311,30 @@ func FuzzEncode(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkEncode encodes one paragraph-sized text (about 1 KB) with the tiny vocabulary and, when the shared data
+// is present, with the Llama 2 vocabulary; bytes/s is input text.
+func BenchmarkEncode(b *testing.B) {
+	r := rand.New(rand.NewPCG(5, 6))
+	text := randomText(r, []string{"Once", " upon", " a", " time", ",", " Lily", " saw", " the", " dog", ".", "\n"}, 250)
+	vocabs := map[string]*Vocab{"tiny": tinyVocab(b)}
+	if p, err := datadir.Path("models/tokenizer.bin"); err == nil {
+		v, err := LoadBin(p)
+		if err != nil {
+			b.Fatal(err)
+		}
+		vocabs["llama2"] = v
+	}
+	for _, name := range []string{"tiny", "llama2"} {
+		v, ok := vocabs[name]
+		if !ok {
+			continue
+		}
+		b.Run("vocab="+name, func(b *testing.B) {
+			b.SetBytes(int64(len(text)))
+			for b.Loop() {
+				v.Encode(text, true, false)
+			}
+		})
+	}
+}
