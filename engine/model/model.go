@@ -173,8 +173,9 @@ func (l *Layer) Dequantized() *LayerWeights {
 }
 
 // AddVariant prepares layer l in format f by rounding its base weights to nearest (quant.Quantize), and returns
-// the new variant. A variant that exists already is returned as it is. Activation-aware variants (AWQ) are made
-// by the profiler and added with SetVariant.
+// the new variant. A variant that exists already is returned as it is. Int4 groups are quant.DefaultGroup wide,
+// or, where that does not divide a matrix's row, the widest even divisor of the row below it (GroupFor).
+// Activation-aware variants (AWQ) are made by the profiler and added with SetVariant.
 func (m *Model) AddVariant(l int, f quant.Format) (*LayerWeights, error) {
 	layer, err := m.layer(l)
 	if err != nil {
@@ -187,12 +188,23 @@ func (m *Model) AddVariant(l int, f quant.Format) (*LayerWeights, error) {
 	v := &LayerWeights{AttnNorm: src.AttnNorm, FFNNorm: src.FFNNorm}
 	dst := []**quant.Matrix{&v.Wq, &v.Wk, &v.Wv, &v.Wo, &v.W1, &v.W2, &v.W3}
 	for i, s := range src.Matrices() {
-		if *dst[i], err = quant.Quantize(f, s.F32, s.Rows, s.Cols, nil); err != nil {
+		if *dst[i], err = quant.Quantize(f, s.F32, s.Rows, s.Cols, &quant.Options{Group: GroupFor(s.Cols)}); err != nil {
 			return nil, fmt.Errorf("layer %d: %w", l, err)
 		}
 	}
 	layer.Variants[f] = v
 	return v, nil
+}
+
+// GroupFor returns the Int4 group size for rows of k weights: quant.DefaultGroup when it divides k, else the
+// largest even divisor of k below it (stories260K's hidden width 172 gets 86), or 0 when k is odd.
+func GroupFor(k int) int {
+	for g := quant.DefaultGroup; g >= 2; g -= 2 {
+		if k%g == 0 {
+			return g
+		}
+	}
+	return 0
 }
 
 // SetVariant installs v as layer l's variant for its format (replacing one that exists).

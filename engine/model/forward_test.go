@@ -1,0 +1,175 @@
+package model
+
+import (
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/morphlab/morphlab/quant"
+)
+
+// maxAbsDiff returns max |a-b| over equal-length slices, and +Inf if either holds a NaN.
+func maxAbsDiff(a, b []float32) float64 {
+	var d float64
+	for i := range a {
+		x := math.Abs(float64(a[i]) - float64(b[i]))
+		if math.IsNaN(x) {
+			return math.Inf(1)
+		}
+		d = math.Max(d, x)
+	}
+	return d
+}
+
+func randomTokens(rng *rand.Rand, n, vocab int) []int32 {
+	t := make([]int32, n)
+	for i := range t {
+		t[i] = int32(rng.IntN(vocab))
+	}
+	return t
+}
+
+// TestBinAndGGUFLogitsAgree: the llama2.c and GGUF copies of stories260K give the same logits at every position.
+func TestBinAndGGUFLogitsAgree(t *testing.T) {
+	bin, gguf := loadStories(t, "stories260K.bin"), loadStories(t, "stories260K.gguf")
+	toks := randomTokens(rand.New(rand.NewPCG(1, 2)), 100, bin.Config.VocabSize)
+	var logits [2][]float32
+	for i, m := range []*Model{bin, gguf} {
+		seq, err := NewSequence(m, len(toks))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := seq.Feed(toks, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		logits[i] = append([]float32(nil), l...)
+	}
+	if d := maxAbsDiff(logits[0], logits[1]); d > 1e-5 {
+		t.Fatalf("max |logit(.bin) - logit(.gguf)| = %g, want <= 1e-5", d)
+	}
+}
+
+// step is one forward pass of a batch test: for each sequence, how many tokens it feeds (0: it sits out).
+type step []int
+
+// runBatched feeds each sequence's tokens through shared-cache batches as the steps say, with block tables
+// drawn from a shuffled pool, and returns every logit row each sequence received, in order.
+func runBatched(t *testing.T, m *Model, seqs [][]int32, steps []step, blockSize int) [][]float32 {
+	t.Helper()
+	maxLen := 0
+	for _, s := range seqs {
+		maxLen = max(maxLen, len(s))
+	}
+	perSeq := (maxLen + blockSize - 1) / blockSize
+	pool := rand.New(rand.NewPCG(7, 7)).Perm(perSeq * len(seqs))
+	cache := NewKVCache(m.Config, perSeq*len(seqs), blockSize)
+	var ws Workspace
+	fed := make([]int, len(seqs))
+	out := make([][]float32, len(seqs))
+	for _, st := range steps {
+		b := &Batch{MaxBlocksPerSeq: perSeq, QStart: []int32{0}, AllLogits: true}
+		var members []int
+		for i, n := range st {
+			if n == 0 {
+				continue
+			}
+			members = append(members, i)
+			b.Tokens = append(b.Tokens, seqs[i][fed[i]:fed[i]+n]...)
+			b.QStart = append(b.QStart, int32(len(b.Tokens)))
+			b.SeqLens = append(b.SeqLens, int32(fed[i]+n))
+			for j := range perSeq {
+				b.BlockTables = append(b.BlockTables, int32(pool[i*perSeq+j]))
+			}
+		}
+		logits := make([]float32, b.LogitRows()*m.Config.VocabSize)
+		if err := m.Forward(b, cache, &ws, logits, nil); err != nil {
+			t.Fatal(err)
+		}
+		for k, i := range members {
+			rows := logits[int(b.QStart[k])*m.Config.VocabSize : int(b.QStart[k+1])*m.Config.VocabSize]
+			out[i] = append(out[i], rows...)
+			fed[i] += st[i]
+		}
+	}
+	return out
+}
+
+// TestBatchMatchesSingle: sequences served together — prompts in chunks, decode steps, sequences joining late,
+// block tables scattered over a shared cache — get the same logits as each sequence fed alone, in every layer
+// format the model can take.
+func TestBatchMatchesSingle(t *testing.T) {
+	m := loadStories(t, "stories260K.bin")
+	rng := rand.New(rand.NewPCG(3, 4))
+	seqs := [][]int32{randomTokens(rng, 40, 512), randomTokens(rng, 23, 512), randomTokens(rng, 9, 512)}
+	steps := []step{
+		{17, 5, 0},  // two prompt chunks
+		{20, 18, 0}, // the rest of sequence 0's prompt, sequence 1 finishes its prompt
+		{1, 0, 7},   // decode, and sequence 2 joins with a prompt chunk
+		{1, 0, 2},
+		{1, 0, 0},
+	}
+	for _, f := range []quant.Format{quant.F32, quant.F16, quant.Int8, quant.Int4} {
+		for l := range m.Layers {
+			if _, err := m.AddVariant(l, f); err != nil {
+				t.Fatal(err)
+			}
+			if err := m.SetPrecision(l, f); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, bs := range []int{1, 16} {
+			batched := runBatched(t, m, seqs, steps, bs)
+			for i, s := range seqs {
+				seq, err := NewSequence(m, len(s))
+				if err != nil {
+					t.Fatal(err)
+				}
+				fed := 0
+				for _, st := range steps {
+					fed += st[i]
+				}
+				alone, err := seq.Feed(s[:fed], true)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d := maxAbsDiff(batched[i], alone); d > 1e-5 || len(batched[i]) != len(alone) {
+					t.Errorf("%v, block size %d, sequence %d: max |batched - alone| = %g over %d vs %d logits, want <= 1e-5",
+						f, bs, i, d, len(batched[i]), len(alone))
+				}
+			}
+		}
+	}
+}
+
+func TestForwardRejectsBadBatches(t *testing.T) {
+	m := loadStories(t, "stories260K.bin")
+	cache := NewKVCache(m.Config, 4, 16)
+	var ws Workspace
+	good := func() *Batch {
+		return &Batch{Tokens: []int32{1, 2}, QStart: []int32{0, 2}, SeqLens: []int32{2}, BlockTables: []int32{0, 1, 2, 3}, MaxBlocksPerSeq: 4}
+	}
+	cases := []struct {
+		name  string
+		edit  func(b *Batch)
+		error string
+	}{
+		{"token out of vocabulary", func(b *Batch) { b.Tokens[1] = 512 }, "token 512"},
+		{"QStart too short", func(b *Batch) { b.QStart = []int32{0} }, "QStart"},
+		{"more tokens than SeqLens", func(b *Batch) { b.SeqLens[0] = 1 }, "SeqLens=1"},
+		{"too long for its blocks", func(b *Batch) { b.SeqLens[0] = 65 }, "exceeds its 4 blocks"},
+		{"block table size", func(b *Batch) { b.BlockTables = b.BlockTables[:3] }, "block table"},
+	}
+	for _, c := range cases {
+		b := good()
+		c.edit(b)
+		err := m.Forward(b, cache, &ws, make([]float32, m.Config.VocabSize), nil)
+		if err == nil || !strings.Contains(err.Error(), c.error) {
+			t.Errorf("%s: error %v, want one mentioning %q", c.name, err, c.error)
+		}
+	}
+	if err := m.Forward(good(), cache, &ws, make([]float32, 3), nil); err == nil || !strings.Contains(err.Error(), "len(logits)") {
+		t.Errorf("short logits: error %v, want one naming len(logits)", err)
+	}
+}
