@@ -63,16 +63,32 @@ func qDotI8x4Go(w, a []int8, acc *[4]int32) {
 }
 
 // qGEMMInt8Go is qInt8 for m > 1 in pure Go: columns split across threads, each output one dot product.
-func qGEMMInt8Go(m, n, k int, a, w []int8, store func(i, j0 int, acc []int32)) {
+func qGEMMInt8Go(m, n, k int, a, w []int8, store func(i, j0 int, acc []int32, bias int32)) {
 	Parallel(n, gemmMinWork/(m*k)+1, func(lo, hi int) {
 		acc := make([]int32, hi-lo)
 		for i := 0; i < m; i++ {
 			for j := lo; j < hi; j++ {
 				acc[j-lo] = qDotI8Go(w[j*k:(j+1)*k], a[i*k:(i+1)*k])
 			}
-			store(i, lo, acc)
+			store(i, lo, acc, 0)
 		}
 	})
+}
+
+// qStoreInt32Go sets dst[j] = acc[j] - bias.
+func qStoreInt32Go(dst, acc []int32, bias int32) {
+	acc = acc[:len(dst)]
+	for j, v := range acc {
+		dst[j] = v - bias
+	}
+}
+
+// qStoreScaledGo sets dst[j] = float32(acc[j] - bias)·(sa·sw[j]).
+func qStoreScaledGo(dst []float32, acc []int32, bias int32, sa float32, sw []float32) {
+	acc, sw = acc[:len(dst)], sw[:len(dst)]
+	for j, v := range acc {
+		dst[j] = float32(v-bias) * (sa * sw[j])
+	}
 }
 
 // qW4RowsGo returns the pure-Go row function of qGEMVW4 for activations x: it computes one output from a packed

@@ -42,6 +42,12 @@ func qMaxAbsAVX512(x *float32, n int) float32
 func qRoundInt8AVX512(x *float32, q *int8, n int, inv float32)
 
 //go:noescape
+func qStoreInt32AVX512(dst, acc *int32, n int, bias int32)
+
+//go:noescape
+func qStoreScaledAVX512(dst *float32, acc *int32, n int, bias int32, sa float32, sw *float32)
+
+//go:noescape
 func qDotQ8_0AVX512(w, x *byte, nb int) float32
 
 //go:noescape
@@ -88,6 +94,24 @@ func qDotI8x4(w, a []int8, asum int32, acc *[4]int32) {
 	}
 }
 
+// qStoreInt32 sets dst[j] = acc[j] - bias.
+func qStoreInt32(dst, acc []int32, bias int32) {
+	if !qAVX512 {
+		qStoreInt32Go(dst, acc, bias)
+		return
+	}
+	qStoreInt32AVX512(&dst[0], &acc[0], len(dst), bias)
+}
+
+// qStoreScaled sets dst[j] = float32(acc[j] - bias)·(sa·sw[j]).
+func qStoreScaled(dst []float32, acc []int32, bias int32, sa float32, sw []float32) {
+	if !qAVX512 {
+		qStoreScaledGo(dst, acc, bias, sa, sw)
+		return
+	}
+	qStoreScaledAVX512(&dst[0], &acc[0], len(dst), bias, sa, &sw[0])
+}
+
 // The W8A8 GEMM tile: qKernelI8VNNI computes qMR rows of A against qNR rows (columns of C) of W.
 const (
 	qMR = 8
@@ -97,8 +121,8 @@ const (
 // qGEMMInt8 is qInt8 for m > 1. With VNNI: A is packed once into blocks of qMR rows, interleaved four bytes of k
 // at a time ([kq][qMR][4], zero padded); then each thread packs panels of qNR rows of W the same way
 // ([kq][qNR][4], offset by 128) and runs the micro-kernel over every block of A against its panel, which stays
-// in L2. The excess 128·Σ_p a[i,p] comes off each sum before it is stored.
-func qGEMMInt8(m, n, k int, a, w []int8, store func(i, j0 int, acc []int32)) {
+// in L2. The excess 128·Σ_p a[i,p] comes off each sum as it is stored.
+func qGEMMInt8(m, n, k int, a, w []int8, store func(i, j0 int, acc []int32, bias int32)) {
 	if !qVNNI {
 		qGEMMInt8Go(m, n, k, a, w, store)
 		return
@@ -130,11 +154,7 @@ func qGEMMInt8(m, n, k int, a, w []int8, store func(i, j0 int, acc []int32)) {
 				qKernelI8VNNI((*int8)(unsafe.Pointer(&ap[ib*kq*qMR*4])), &wp[0], kq, &tile[0])
 				for r := 0; r < qMR && ib*qMR+r < m; r++ {
 					i := ib*qMR + r
-					run := tile[r*qNR : r*qNR+nc]
-					for j := range run {
-						run[j] -= 128 * asum[i]
-					}
-					store(i, j0, run)
+					store(i, j0, tile[r*qNR:r*qNR+nc], 128*asum[i])
 				}
 			}
 		}

@@ -533,3 +533,80 @@ roundloop:
 	JNZ         roundloop
 	VZEROUPPER
 	RET
+
+// func qStoreInt32AVX512(dst, acc *int32, n int, bias int32)
+// dst[j] = acc[j] - bias for j < n (qStoreInt32Go); the last partial vector is masked.
+TEXT ·qStoreInt32AVX512(SB), NOSPLIT, $0-28
+	MOVQ dst+0(FP), DI
+	MOVQ acc+8(FP), SI
+	MOVQ n+16(FP), CX
+	MOVL bias+24(FP), AX
+	VPBROADCASTD AX, Z31
+	MOVQ $-1, AX
+	KMOVW AX, K1
+
+i32loop:
+	CMPQ CX, $16
+	JGE  i32full
+	TESTQ CX, CX
+	JZ   i32done
+	MOVQ $1, AX
+	SHLQ CX, AX
+	DECQ AX
+	KMOVW AX, K1
+	MOVQ $16, CX
+
+i32full:
+	VMOVDQU32.Z (SI), K1, Z0
+	VPSUBD      Z31, Z0, Z0
+	VMOVDQU32   Z0, K1, (DI)
+	ADDQ        $64, SI
+	ADDQ        $64, DI
+	SUBQ        $16, CX
+	JMP         i32loop
+
+i32done:
+	VZEROUPPER
+	RET
+
+// func qStoreScaledAVX512(dst *float32, acc *int32, n int, bias int32, sa float32, sw *float32)
+// dst[j] = float32(acc[j] - bias)·(sa·sw[j]) for j < n (qStoreScaledGo); the last partial vector is masked.
+TEXT ·qStoreScaledAVX512(SB), NOSPLIT, $0-40
+	MOVQ dst+0(FP), DI
+	MOVQ acc+8(FP), SI
+	MOVQ n+16(FP), CX
+	MOVL bias+24(FP), AX
+	VPBROADCASTD AX, Z31
+	VBROADCASTSS sa+28(FP), Z30
+	MOVQ sw+32(FP), BX
+	MOVQ $-1, AX
+	KMOVW AX, K1
+
+f32loop:
+	CMPQ CX, $16
+	JGE  f32full
+	TESTQ CX, CX
+	JZ   f32done
+	MOVQ $1, AX
+	SHLQ CX, AX
+	DECQ AX
+	KMOVW AX, K1
+	MOVQ $16, CX
+
+f32full:
+	VMOVDQU32.Z (SI), K1, Z0
+	VMOVUPS.Z   (BX), K1, Z1
+	VPSUBD      Z31, Z0, Z0
+	VCVTDQ2PS   Z0, Z0
+	VMULPS      Z30, Z1, Z1
+	VMULPS      Z1, Z0, Z0
+	VMOVUPS     Z0, K1, (DI)
+	ADDQ        $64, SI
+	ADDQ        $64, BX
+	ADDQ        $64, DI
+	SUBQ        $16, CX
+	JMP         f32loop
+
+f32done:
+	VZEROUPPER
+	RET

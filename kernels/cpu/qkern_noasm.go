@@ -7,7 +7,7 @@ package cpu
 
 func qDotI8F32(x []float32, w []int8) float32      { return qDotI8F32Go(x, w) }
 func qDotI8x4(w, a []int8, _ int32, acc *[4]int32) { qDotI8x4Go(w, a, acc) }
-func qGEMMInt8(m, n, k int, a, w []int8, store func(i, j0 int, acc []int32)) {
+func qGEMMInt8(m, n, k int, a, w []int8, store func(i, j0 int, acc []int32, bias int32)) {
 	qGEMMInt8Go(m, n, k, a, w, store)
 }
 func qW4Rows(k, group int, x []float32) func(w []uint8, s []float32, z []uint8) float32 {
@@ -17,3 +17,7 @@ func qDotQ8_0(w, x []byte) float32                 { return qDotQ8_0Go(w, x) }
 func qDotQ4_0Q8_0(w, x []byte) float32             { return qDotQ4_0Q8_0Go(w, x) }
 func qMaxAbs(x []float32) float32                  { return qMaxAbsGo(x) }
 func qRoundRow(x []float32, q []int8, inv float32) { qRoundRowGo(x, q, inv) }
+func qStoreInt32(dst, acc []int32, bias int32)     { qStoreInt32Go(dst, acc, bias) }
+func qStoreScaled(dst []float32, acc []int32, bias int32, sa float32, sw []float32) {
+	qStoreScaledGo(dst, acc, bias, sa, sw)
+}

@@ -99,7 +99,9 @@ func qRowGrain(k int) int { return 1<<16/k + 1 }
 // no precomputed sums of the weights.
 func GEMMInt8(m, n, k int, a, w []int8, c []int32) {
 	shape.GEMM("GEMMInt8", m, n, k, len(a), len(w), len(c))
-	qInt8(m, n, k, a, w, func(i, j0 int, acc []int32) { copy(c[i*n+j0:], acc) })
+	qInt8(m, n, k, a, w, func(i, j0 int, acc []int32, bias int32) {
+		qStoreInt32(c[i*n+j0:i*n+j0+len(acc)], acc, bias)
+	})
 }
 
 // GEMMW8A8 computes C = A·Wᵀ from per-token INT8 activations and per-channel INT8 weights:
@@ -109,18 +111,16 @@ func GEMMW8A8(m, n, k int, qa []int8, sa []float32, qw []int8, sw, c []float32) 
 	shape.GEMM("GEMMW8A8", m, n, k, len(qa), len(qw), len(c))
 	shape.Len("GEMMW8A8", "sa", len(sa), m, "m")
 	shape.Len("GEMMW8A8", "sw", len(sw), n, "n")
-	qInt8(m, n, k, qa, qw, func(i, j0 int, acc []int32) {
-		out, s := c[i*n+j0:], sw[j0:]
-		for j, v := range acc {
-			out[j] = float32(v) * (sa[i] * s[j])
-		}
+	qInt8(m, n, k, qa, qw, func(i, j0 int, acc []int32, bias int32) {
+		qStoreScaled(c[i*n+j0:i*n+j0+len(acc)], acc, bias, sa[i], sw[j0:j0+len(acc)])
 	})
 }
 
-// qInt8 computes the int32 sums Σ_p a[i*k+p]·w[j*k+p] and hands them to store a run at a time: store(i, j0, acc)
-// receives the sums of row i for columns j0..j0+len(acc)-1. Calls may come from several threads at once, for
+// qInt8 computes the int32 sums Σ_p a[i*k+p]·w[j*k+p] and hands them to store a run at a time:
+// store(i, j0, acc, bias) receives the sums of row i for columns j0..j0+len(acc)-1 as acc[j]-bias (the VNNI GEMM
+// leaves its correction to the store, which does it in the same pass). Calls may come from several threads at once, for
 // disjoint outputs.
-func qInt8(m, n, k int, a, w []int8, store func(i, j0 int, acc []int32)) {
+func qInt8(m, n, k int, a, w []int8, store func(i, j0 int, acc []int32, bias int32)) {
 	if m == 1 {
 		qGEMVInt8(n, k, a, w, store)
 		return
@@ -129,7 +129,7 @@ func qInt8(m, n, k int, a, w []int8, store func(i, j0 int, acc []int32)) {
 }
 
 // qGEMVInt8 is qInt8 for one row of A: rows of W four at a time against a, split across threads.
-func qGEMVInt8(n, k int, a, w []int8, store func(i, j0 int, acc []int32)) {
+func qGEMVInt8(n, k int, a, w []int8, store func(i, j0 int, acc []int32, bias int32)) {
 	var asum int32
 	for _, v := range a {
 		asum += int32(v)
@@ -139,13 +139,13 @@ func qGEMVInt8(n, k int, a, w []int8, store func(i, j0 int, acc []int32)) {
 		for j := 4 * lo; j < min(4*hi, n); j += 4 {
 			if j+4 <= n {
 				qDotI8x4(w[j*k:(j+4)*k], a, asum, &acc)
-				store(0, j, acc[:])
+				store(0, j, acc[:], 0)
 				continue
 			}
 			for r := j; r < n; r++ {
 				acc[r-j] = qDotI8Go(w[r*k:(r+1)*k], a)
 			}
-			store(0, j, acc[:n-j])
+			store(0, j, acc[:n-j], 0)
 		}
 	})
 }
