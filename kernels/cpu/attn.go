@@ -293,11 +293,13 @@ func PagedAttention(out, q, kCache, vCache []float32, qStart, seqLens, blockTabl
 				for c := range b.cnt {
 					b.cnt[c] = min(b.cnt[c], int32(nt))
 				}
-				for r := range attnRows {
+				// Padding rows skip the dots and axpys; softmaxRows sees their stale, finite scores.
+				real := min(attnRows, rows-r0)
+				for r := range real {
 					attnDots(b.s[r*attnCols:][:attnCols], b.q[(r0+r)*hd:][:hd], kCache, offs[:min(nk, int(b.cnt[r]))])
 				}
 				b.softmaxRows(r0)
-				for r := range attnRows {
+				for r := range real {
 					attnAxpys(b.o[(r0+r)*hdPad:][:hd], b.s[r*attnCols:][:attnCols], vCache, offs[:nk], b.alpha[r])
 				}
 			}

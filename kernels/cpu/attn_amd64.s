@@ -90,10 +90,27 @@ loop:
 	VZEROUPPER
 	RET
 
-DATA attnExp2Lo<>+0(SB)/4, $0xc3170000 // -151: 2^x rounds to 0 below -150
+// ATTN_EXP2 sets x = 2^x for x <= 0 in the lanes of mask k and 0 in the others; n, y are clobbered. x is
+// clamped below at Z24 = -125, so that no result is a denormal: on this hardware, producing denormals costs a
+// microcode assist per instruction, and a probability below 2^-125 next to the row maximum's 1 changes no
+// float32 sum. Masked-off lanes (scores of -Inf, invisible keys) never reach the arithmetic's result.
+#define ATTN_EXP2(x, n, y, k) \
+	VMAXPS x, Z24, x; \
+	VRNDSCALEPS $0, x, n; \
+	VSUBPS n, x, x; \
+	VMULPS Z26, x, x; \
+	VMOVAPS Z17, y; \
+	VFMADD213PS Z18, x, y; \
+	VFMADD213PS Z19, x, y; \
+	VFMADD213PS Z20, x, y; \
+	VFMADD213PS Z21, x, y; \
+	VFMADD213PS Z22, x, y; \
+	VFMADD213PS Z23, x, y; \
+	VFMADD213PS Z23, x, y; \
+	VSCALEFPS.Z n, y, k, x
+
+DATA attnExp2Lo<>+0(SB)/4, $0xc2fa0000 // -125
 GLOBL attnExp2Lo<>(SB), RODATA|NOPTR, $4
-DATA attnExp2Hi<>+0(SB)/4, $0x43000000 // 128: 2^x is +Inf from here
-GLOBL attnExp2Hi<>(SB), RODATA|NOPTR, $4
 DATA attnLn2<>+0(SB)/4, $0x3f317218
 GLOBL attnLn2<>(SB), RODATA|NOPTR, $4
 DATA attnNegInf<>+0(SB)/4, $0xff800000
@@ -110,7 +127,6 @@ TEXT ·attnSoftmaxAVX512(SB), NOSPLIT, $32-40
 	MOVQ cnt+32(FP), BX
 	EXP_POLY_CONSTS
 	VBROADCASTSS attnExp2Lo<>(SB), Z24
-	VBROADCASTSS attnExp2Hi<>(SB), Z25
 	VBROADCASTSS attnLn2<>(SB), Z26
 	VBROADCASTSS attnNegInf<>(SB), Z16
 	XORQ R12, R12
@@ -143,8 +159,8 @@ row:
 	VBROADCASTSS X4, Z4
 	VSUBPS Z4, Z0, Z0
 	VSUBPS Z4, Z2, Z2
-	EXP2F(Z0, Z5, Z6)
-	EXP2F(Z2, Z7, Z8)
+	ATTN_EXP2(Z0, Z5, Z6, K1)
+	ATTN_EXP2(Z2, Z7, Z8, K2)
 	VMOVUPS Z0, (DI)
 	VMOVUPS Z2, 64(DI)
 	VADDPS Z2, Z0, Z0
@@ -160,7 +176,7 @@ row:
 	VMOVUPS.Z (R10), K3, Z0
 	VMOVUPS.Z (R8), K3, Z1
 	VSUBPS Z1, Z0, Z0
-	EXP2F(Z0, Z5, Z6)
+	ATTN_EXP2(Z0, Z5, Z6, K3)
 	VMOVUPS Z0, K3, (R10)
 	VMOVUPS.Z (R9), K3, Z1
 	VMOVUPS.Z (SP), K3, Z2

@@ -9,13 +9,13 @@ import (
 	"github.com/morphlab/morphlab/kernels/ref"
 )
 
-// Attention is checked by FlashAttention's rule: its error against the float64 reference is at most twice that
-// of the naive float32 implementation below (scores, softmax and weighted sum each in float32, one pass), on the
-// same inputs. Tiling, the online rescaling and the polynomial exp2 may change the rounding but must not make it
-// worse than that. attnFloor is the least bound, for the cases where the naive version happens to be exact
-// (one key: the output is that key's value row): 1e-14 is a few float32 roundings (2⁻⁴⁸ ≈ 3.6e-15 each, squared
-// relative error) of every element.
-const attnFloor = 1e-14
+// Attention is checked by FlashAttention's rule: its RMS error against the float64 reference is at most twice
+// that of the naive float32 implementation below (scores, softmax and weighted sum each in float32, one pass) on
+// the same inputs, that is its normalized MSE at most 4 times the naive one. Tiling, the online rescaling, the
+// pre-scaled queries and the polynomial exp2 change the rounding but must not make it worse than that.
+// attnFloor keeps the bound above 0 where the naive version happens to be exact (one key: out = v): 16·u²
+// (u = 2⁻²⁴), an RMS error of 4 float32 ulps, as kernels/kerneltest allows.
+const attnFloor = 16 * 0x1p-48
 
 // attnNaive is the naive float32 attention of one query over n keys: o = Σ softmax(scale·q·k)·v.
 func attnNaive(o, q []float32, n int, scale float32, keyAt, valueAt func(s int) []float32) {
@@ -75,8 +75,8 @@ func attnPaths(t *testing.T, test func(t *testing.T)) {
 func attnCheck(t *testing.T, what string, got, naive []float32, want []float64) {
 	t.Helper()
 	e, en := elemNMSE(got, want), elemNMSE(naive, want)
-	if bound := max(2*en, attnFloor); e > bound {
-		t.Errorf("%s: nMSE %.3g > %.3g (2x naive float32 %.3g)", what, e, bound, en)
+	if bound := 4 * max(en, attnFloor); e > bound {
+		t.Errorf("%s: nMSE %.3g > %.3g (4x naive float32 %.3g)", what, e, bound, en)
 	}
 }
 
@@ -92,8 +92,8 @@ func TestCausalAttention(t *testing.T) {
 		for _, hs := range attnHeadShapes {
 			for _, lens := range [][2]int{{1, 1}, {7, 7}, {17, 54}, {54, 54}, {1, 97}, {97, 97}, {40, 97}} {
 				nq, kvLen := lens[0], lens[1]
-				if testing.Short() && hs.headDim == 128 && nq > 50 {
-					continue
+				if testing.Short() && (hs.headDim == 128 || hs.nHeads == 8) && nq > 20 {
+					continue // keeps -race -short quick
 				}
 				q, q64 := elemRand(rng, nq*hs.nHeads*hs.headDim, 1)
 				k, k64 := elemRand(rng, kvLen*hs.nKVHeads*hs.headDim, 1)
@@ -178,7 +178,11 @@ func (c attnPagedCase) run(t *testing.T, rng *rand.Rand) {
 func TestPagedAttention(t *testing.T) {
 	attnPaths(t, func(t *testing.T) {
 		rng := rand.New(rand.NewPCG(13, 14))
-		for _, bs := range []int{1, 8, 16, 32} {
+		blockSizes := []int{1, 8, 16, 32}
+		if testing.Short() {
+			blockSizes = []int{1, 16}
+		}
+		for _, bs := range blockSizes {
 			for _, hs := range attnHeadShapes {
 				// Decode: one query a sequence.
 				attnPagedCase{[]int{1, 54, 97, 33}, []int{1, 1, 1, 1}, bs, hs}.run(t, rng)
@@ -194,7 +198,11 @@ func TestPagedAttention(t *testing.T) {
 func TestPagedAttentionSplit(t *testing.T) {
 	attnPaths(t, func(t *testing.T) {
 		rng := rand.New(rand.NewPCG(15, 16))
-		for _, hs := range []attnHeads{{1, 1, 64}, {4, 2, 40}, {8, 2, 64}} {
+		heads := []attnHeads{{1, 1, 64}, {4, 2, 40}, {8, 2, 64}}
+		if testing.Short() {
+			heads = heads[:2]
+		}
+		for _, hs := range heads {
 			attnPagedCase{[]int{1100}, []int{1}, 16, hs}.run(t, rng)
 			attnPagedCase{[]int{777}, []int{5}, 8, hs}.run(t, rng)
 			attnPagedCase{[]int{900, 3}, []int{2, 3}, 32, hs}.run(t, rng)

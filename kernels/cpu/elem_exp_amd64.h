@@ -1,12 +1,12 @@
-// Vectorized e^x and 2^x for float32 in AVX-512 registers, shared by elem_amd64.s and attn_amd64.s.
+// Vectorized e^x for float32 in AVX-512 registers (elem_amd64.s), and the polynomial and reductions that
+// attn_amd64.s shares for its 2^x.
 //
 // Range reduction x = n·ln2 + r with |r| <= ln2/2, then e^r by Cephes expf's polynomial (about 1 ulp),
 // then VSCALEFPS multiplies by 2^n, which handles the underflow to denormals and zero and the overflow to +Inf
 // without integer tricks. Inputs are clamped first so that r stays small; NaN stays NaN.
 //
-// EXP_POLY_CONSTS loads the polynomial into Z17..Z23 (Z23 = 1). The caller loads its clamp bounds into Z24, Z25.
-// For EXPF: Z26 = log2(e), Z27 + Z28 = ln2 split into a high part exact in a few bits and a low part.
-// For EXP2F: Z26 = ln2.
+// EXP_POLY_CONSTS loads the polynomial into Z17..Z23 (Z23 = 1). For EXPF the caller loads the clamp bounds into
+// Z24, Z25, log2(e) into Z26, and ln2 split into a high part exact in a few bits and a low part into Z27, Z28.
 
 DATA elemExpP0<>+0(SB)/4, $0x39506967
 GLOBL elemExpP0<>(SB), RODATA|NOPTR, $4
@@ -52,15 +52,6 @@ GLOBL elemExpOne<>(SB), RODATA|NOPTR, $4
 	VRNDSCALEPS $0, n, n; \
 	VFNMADD231PS Z27, n, x; \
 	VFNMADD231PS Z28, n, x; \
-	EXP_POLY(x, n, y)
-
-// EXP2F sets x = 2^x; n and y are clobbered.
-#define EXP2F(x, n, y) \
-	VMAXPS x, Z24, x; \
-	VMINPS x, Z25, x; \
-	VRNDSCALEPS $0, x, n; \
-	VSUBPS n, x, x; \
-	VMULPS Z26, x, x; \
 	EXP_POLY(x, n, y)
 
 // HSUM_Z0 leaves the sum of Z0's 16 lanes in X0's low lane; HMAX_Z0 the largest. Z1 is clobbered.
