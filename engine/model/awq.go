@@ -208,7 +208,7 @@ func divideRows(w, s []float32, k int) []float32 {
 
 // layerActs holds one decoder layer's inputs over the calibration tokens, each [tokens, width].
 type layerActs struct {
-	tokens                             int
+	tokens                            int
 	attnIn, attnOut, ffnIn, ffnHidden []float32
 }
 
