@@ -1,0 +1,156 @@
+package model
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/morphlab/morphlab/kernels/probe"
+	"github.com/morphlab/morphlab/quant"
+)
+
+// Decode and prefill benchmarks on a synthetic model of a named shape, in each layer format:
+//
+//	go test -run '^$' -bench 'Decode|Prefill' -count 6 ./engine/model/
+//
+// Decode runs one step for batch sequences that each hold 64 cached tokens (the step rewrites position 64, so
+// every iteration costs the same). It reports tok/s and, at batch 1, %bound: tok/s over the memory-bandwidth bound,
+// bytes read per token (the active weights, the embedding table excepted when it is not also the classifier)
+// against the probe's read bandwidth at that working set.
+
+var benchModels sync.Map // shape name -> *Model with every benchmarked format prepared
+
+var benchFormats = []quant.Format{quant.F32, quant.F16, quant.Int8, quant.Int4}
+
+func benchModel(b *testing.B, shape string) *Model {
+	if m, ok := benchModels.Load(shape); ok {
+		return m.(*Model)
+	}
+	cfg, err := ShapeByName(shape)
+	if err != nil {
+		b.Fatal(err)
+	}
+	m, err := FromCheckpoint(Synthesize(cfg, 1))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for l := range m.Layers {
+		for _, f := range benchFormats {
+			if _, err := m.AddVariant(l, f); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	benchModels.Store(shape, m)
+	return m
+}
+
+func setFormat(b *testing.B, m *Model, f quant.Format) {
+	for l := range m.Layers {
+		if err := m.SetPrecision(l, f); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// decodeBytes is what one decode step reads from memory for weights.
+func decodeBytes(m *Model) int {
+	n := m.WeightBytes()
+	if !m.Config.TiedEmbeddings {
+		n -= 4 * len(m.Embedding)
+	}
+	return n
+}
+
+func BenchmarkDecode(b *testing.B) {
+	const context = 64
+	for _, shape := range []string{"stories110M"} {
+		for _, f := range benchFormats {
+			for _, batch := range []int{1, 32} {
+				b.Run(fmt.Sprintf("shape=%s/format=%v/batch=%d", shape, f, batch), func(b *testing.B) {
+					m := benchModel(b, shape)
+					setFormat(b, m, f)
+					cfg := m.Config
+					blocks := (context + 1 + sequenceBlock - 1) / sequenceBlock
+					cache := NewKVCache(cfg, batch*blocks, sequenceBlock)
+					var ws Workspace
+					prefill := &Batch{MaxBlocksPerSeq: blocks, QStart: []int32{0}}
+					step := &Batch{MaxBlocksPerSeq: blocks, QStart: []int32{0}}
+					for s := range batch {
+						for j := range blocks {
+							prefill.BlockTables = append(prefill.BlockTables, int32(s*blocks+j))
+						}
+						for range context {
+							prefill.Tokens = append(prefill.Tokens, int32(s+1))
+						}
+						prefill.QStart = append(prefill.QStart, int32(len(prefill.Tokens)))
+						prefill.SeqLens = append(prefill.SeqLens, context)
+						step.Tokens = append(step.Tokens, int32(s+2))
+						step.QStart = append(step.QStart, int32(s+1))
+						step.SeqLens = append(step.SeqLens, context+1)
+					}
+					step.BlockTables = prefill.BlockTables
+					if err := m.Forward(prefill, cache, &ws, make([]float32, batch*cfg.VocabSize), nil); err != nil {
+						b.Fatal(err)
+					}
+					logits := make([]float32, batch*cfg.VocabSize)
+					b.SetBytes(int64(decodeBytes(m)))
+					b.ResetTimer()
+					for b.Loop() {
+						if err := m.Forward(step, cache, &ws, logits, nil); err != nil {
+							b.Fatal(err)
+						}
+					}
+					tokPerSec := float64(batch*b.N) / b.Elapsed().Seconds()
+					b.ReportMetric(tokPerSec, "tok/s")
+					if batch == 1 {
+						bytes := int64(decodeBytes(m))
+						bound := probe.Cached().BandwidthAt(bytes) * 1e9 / float64(bytes)
+						b.ReportMetric(100*tokPerSec/bound, "%bound")
+					}
+				})
+			}
+		}
+	}
+}
+
+// BenchmarkPrefill feeds a 512-token prompt to a fresh sequence and reports GFLOP/s over the matrix products
+// (2 FLOPs per weight per token, classifier for the last token only) and the attention (causal: 2·2·dim·n²/2 per
+// layer), and %peak against the probe's f32 FMA peak.
+func BenchmarkPrefill(b *testing.B) {
+	const tokens = 512
+	for _, shape := range []string{"stories110M"} {
+		for _, f := range benchFormats {
+			b.Run(fmt.Sprintf("shape=%s/format=%v/tokens=%d", shape, f, tokens), func(b *testing.B) {
+				m := benchModel(b, shape)
+				setFormat(b, m, f)
+				cfg := m.Config
+				seq, err := NewSequence(m, tokens)
+				if err != nil {
+					b.Fatal(err)
+				}
+				toks := make([]int32, tokens)
+				for i := range toks {
+					toks[i] = int32(i % cfg.VocabSize)
+				}
+				layerWeights := cfg.Params() - 2*cfg.VocabSize*cfg.Dim - cfg.Dim
+				if cfg.TiedEmbeddings {
+					layerWeights += cfg.VocabSize * cfg.Dim
+				}
+				flops := 2*float64(layerWeights)*tokens + 2*float64(cfg.VocabSize*cfg.Dim) +
+					float64(cfg.NLayers)*2*float64(cfg.Dim)*tokens*tokens
+				b.ResetTimer()
+				for b.Loop() {
+					seq.Reset()
+					if _, err := seq.Feed(toks, false); err != nil {
+						b.Fatal(err)
+					}
+				}
+				gflops := flops * float64(b.N) / b.Elapsed().Seconds() / 1e9
+				b.ReportMetric(gflops, "GFLOP/s")
+				b.ReportMetric(float64(tokens*b.N)/b.Elapsed().Seconds(), "tok/s")
+				b.ReportMetric(100*gflops/probe.Cached().FMAPeakGFLOPS, "%peak")
+			})
+		}
+	}
+}
