@@ -27,6 +27,9 @@ func qDotI8x4VNNI(w *int8, k int, a *int8, acc *[4]int32)
 func qSumI8VNNI(a *int8, n int) int32
 
 //go:noescape
+func qPackAVX512(dst, src *byte, idx *[16]int32, mask uint16, stride, kq int, flip uint32)
+
+//go:noescape
 func qKernelI8VNNI(ap *int8, wp *uint8, kq int, c *int32)
 
 //go:noescape
@@ -46,6 +49,12 @@ func qStoreInt32AVX512(dst, acc *int32, n int, bias int32)
 
 //go:noescape
 func qStoreScaledAVX512(dst *float32, acc *int32, n int, bias int32, sa float32, sw *float32)
+
+//go:noescape
+func qTileI8F32AVX512(a *float32, lda int, w *int8, ldw int, n int, c *[16]float32)
+
+//go:noescape
+func qTileW4AVX512(xd *float32, ldx int, w *uint8, ldw int, sz *float32, groups, chunks int, c *[16]float32)
 
 //go:noescape
 func qDotQ8_0AVX512(w, x *byte, nb int) float32
@@ -134,9 +143,9 @@ func qGEMMInt8(m, n, k int, a, w []int8, store func(i, j0 int, acc []int32, bias
 	asum := make([]int32, m)
 	Parallel(mb, 1, func(lo, hi int) {
 		for ib := lo; ib < hi; ib++ {
-			for r := 0; r < qMR && ib*qMR+r < m; r++ {
-				i := ib*qMR + r
-				qPack(ap[ib*kq*qMR*4:], ab[i*k:(i+1)*k], r, qMR, 0)
+			i0 := ib * qMR
+			qPackRows(ap[ib*kq*qMR*4:], ab[i0*k:], min(qMR, m-i0), k, qMR, 0)
+			for i := i0; i < min(m, i0+qMR); i++ {
 				asum[i] = qSumI8VNNI(&a[i*k], k)
 			}
 		}
@@ -147,8 +156,8 @@ func qGEMMInt8(m, n, k int, a, w []int8, store func(i, j0 int, acc []int32, bias
 		for pj := lo; pj < hi; pj++ {
 			j0 := pj * qNR
 			nc := min(qNR, n-j0)
-			for c := 0; c < nc; c++ {
-				qPack(wp, wb[(j0+c)*k:(j0+c+1)*k], c, qNR, 0x80808080)
+			for g := 0; g < nc; g += 16 {
+				qPackRows(wp[g*4:], wb[(j0+g)*k:], min(16, nc-g), k, qNR, 0x80808080)
 			}
 			for ib := 0; ib < mb; ib++ {
 				qKernelI8VNNI((*int8)(unsafe.Pointer(&ap[ib*kq*qMR*4])), &wp[0], kq, &tile[0])
@@ -161,16 +170,24 @@ func qGEMMInt8(m, n, k int, a, w []int8, store func(i, j0 int, acc []int32, bias
 	})
 }
 
-// qPack writes row (one row of A or W, k bytes) as lane r of a packed block of width lanes: its bytes 4q..4q+3
-// go to dst[(q*lanes+r)*4:], XORed with flip; the last group of four is padded with zeros (before the flip).
-func qPack(dst, row []byte, r, lanes int, flip uint32) {
-	q := 0
-	for ; 4*q+4 <= len(row); q++ {
-		binary.LittleEndian.PutUint32(dst[(q*lanes+r)*4:], binary.LittleEndian.Uint32(row[4*q:])^flip)
+// qPackRows writes rows (at most 16) rows of src, k bytes each, as lanes 0..rows-1 of a packed block lanes wide:
+// bytes 4q..4q+3 of row r go to dst[(q*lanes+r)*4:], XORed with flip. Whole groups of four are gathered by
+// qPackAVX512; a last partial group is padded with zeros (before the flip).
+func qPackRows(dst, src []byte, rows, k, lanes int, flip uint32) {
+	var idx [16]int32
+	for r := 0; r < rows; r++ {
+		idx[r] = int32(r * k)
 	}
-	if rest := row[4*q:]; len(rest) > 0 {
+	if k/4 > 0 {
+		qPackAVX512(&dst[0], &src[0], &idx, uint16(1)<<rows-1, lanes*4, k/4, flip)
+	}
+	if k%4 == 0 {
+		return
+	}
+	q := k / 4
+	for r := 0; r < rows; r++ {
 		var b [4]byte
-		copy(b[:], rest)
+		copy(b[:], src[r*k+4*q:(r+1)*k])
 		binary.LittleEndian.PutUint32(dst[(q*lanes+r)*4:], binary.LittleEndian.Uint32(b[:])^flip)
 	}
 }
@@ -219,4 +236,92 @@ func qDotQ4_0Q8_0(w, x []byte) float32 {
 		return qDotQ4_0Q8_0Go(w, x)
 	}
 	return qDotQ4_0Q8_0AVX512(&w[0], &x[0], len(x)/qQ8_0Size)
+}
+
+// qTokens is how many tokens' activations (k floats each) a tile loop keeps in L2 (256 KiB) while it passes over
+// its rows of W; a multiple of four, at least four.
+func qTokens(k int) int { return max(4, (1<<16/k)&^3) }
+
+// qGEMMW8 is GEMMW8A16 for m > 1: with AVX-512, the rows and tokens that fill tiles of four by four run
+// qTileI8F32AVX512 (the last k%16 columns in Go), and the rest run as GEMVs.
+func qGEMMW8(m, n, k int, a []float32, w []int8, sw, c []float32) {
+	m4, n4, k16 := m&^3, n&^3, k&^15
+	if !qAVX512 || m4 == 0 || n4 == 0 || k16 == 0 {
+		qGEMMW8Go(m, n, k, a, w, sw, c)
+		return
+	}
+	Parallel(n4/4, qRowGrain(4*k), func(lo, hi int) {
+		var tile [16]float32
+		for i0 := 0; i0 < m4; i0 += qTokens(k) {
+			for jb := lo; jb < hi; jb++ {
+				j0 := 4 * jb
+				for i := i0; i < min(m4, i0+qTokens(k)); i += 4 {
+					qTileI8F32AVX512(&a[i*k], k, &w[j0*k], k, k16, &tile)
+					for t := 0; t < 4; t++ {
+						for r := 0; r < 4; r++ {
+							v := tile[t*4+r]
+							if k16 < k {
+								v += qDotI8F32Go(a[(i+t)*k+k16:(i+t+1)*k], w[(j0+r)*k+k16:(j0+r+1)*k])
+							}
+							c[(i+t)*n+j0+r] = sw[j0+r] * v
+						}
+					}
+				}
+			}
+		}
+	})
+	for i := 0; i < m; i++ {
+		if i < m4 && n4 < n {
+			qGEMVW8(n-n4, k, a[i*k:(i+1)*k], w[n4*k:], sw[n4:], c[i*n+n4:(i+1)*n])
+		} else if i >= m4 {
+			qGEMVW8(n, k, a[i*k:(i+1)*k], w, sw, c[i*n:(i+1)*n])
+		}
+	}
+}
+
+// qGEMMW4 is GEMMW4A16 for m > 1: with AVX-512 and groups of a multiple of 32, the rows and tokens that fill
+// tiles of four by four run qTileW4AVX512, and the rest run as GEMVs.
+func qGEMMW4(m, n, k, group int, a []float32, w []uint8, s []float32, z []uint8, c []float32) {
+	m4, n4 := m&^3, n&^3
+	if !qAVX512 || group%32 != 0 || m4 == 0 || n4 == 0 {
+		qGEMMW4Go(m, n, k, group, a, w, s, z, c)
+		return
+	}
+	gpr := k / group
+	xd := make([]float32, m4*k) // tokens rearranged as qDotW4AVX512 reads them
+	for i := 0; i < m4*k; i += 32 {
+		for t := 0; t < 16; t++ {
+			xd[i+t], xd[i+16+t] = a[i+2*t], a[i+2*t+1]
+		}
+	}
+	Parallel(n4/4, qRowGrain(2*k), func(lo, hi int) {
+		var tile [16]float32
+		sz := make([]float32, gpr*8)
+		for i0 := 0; i0 < m4; i0 += qTokens(k) {
+			for jb := lo; jb < hi; jb++ {
+				j0 := 4 * jb
+				for g := 0; g < gpr; g++ {
+					for r := 0; r < 4; r++ {
+						sc := s[(j0+r)*gpr+g]
+						sz[g*8+2*r], sz[g*8+2*r+1] = sc, -float32(z[(j0+r)*gpr+g])*sc
+					}
+				}
+				for i := i0; i < min(m4, i0+qTokens(k)); i += 4 {
+					qTileW4AVX512(&xd[i*k], k, &w[j0*k/2], k/2, &sz[0], gpr, group/32, &tile)
+					for t := 0; t < 4; t++ {
+						for r := 0; r < 4; r++ {
+							c[(i+t)*n+j0+r] = tile[t*4+r]
+						}
+					}
+				}
+			}
+		}
+	})
+	for i := 0; i < m; i++ {
+		if i < m4 && n4 < n {
+			qGEMVW4(n-n4, k, group, a[i*k:(i+1)*k], w[n4*k/2:], s[n4*gpr:], z[n4*gpr:], c[i*n+n4:(i+1)*n])
+		} else if i >= m4 {
+			qGEMVW4(n, k, group, a[i*k:(i+1)*k], w, s, z, c[i*n:(i+1)*n])
+		}
+	}
 }

@@ -610,3 +610,200 @@ f32full:
 f32done:
 	VZEROUPPER
 	RET
+
+// Stores the sum of the 16 lanes of Zi (an accumulator among Z0-Z15) at off(DI). Clobbers X16.
+#define HSUM(Zi, Yi, Xi, off) \
+	VEXTRACTF64X4 $1, Zi, Y16 ; \
+	VADDPS        Y16, Yi, Yi ; \
+	VEXTRACTF32X4 $1, Yi, X16 ; \
+	VADDPS        X16, Xi, Xi ; \
+	VPERMILPS     $0x4e, Xi, X16 ; \
+	VADDPS        X16, Xi, Xi ; \
+	VPERMILPS     $0xb1, Xi, X16 ; \
+	VADDSS        X16, Xi, Xi ; \
+	VMOVSS        Xi, off(DI)
+
+// Stores the 16 accumulators Z0-Z15 as c[0..15] at (DI).
+#define HSUM16 \
+	HSUM(Z0, Y0, X0, 0) ; \
+	HSUM(Z1, Y1, X1, 4) ; \
+	HSUM(Z2, Y2, X2, 8) ; \
+	HSUM(Z3, Y3, X3, 12) ; \
+	HSUM(Z4, Y4, X4, 16) ; \
+	HSUM(Z5, Y5, X5, 20) ; \
+	HSUM(Z6, Y6, X6, 24) ; \
+	HSUM(Z7, Y7, X7, 28) ; \
+	HSUM(Z8, Y8, X8, 32) ; \
+	HSUM(Z9, Y9, X9, 36) ; \
+	HSUM(Z10, Y10, X10, 40) ; \
+	HSUM(Z11, Y11, X11, 44) ; \
+	HSUM(Z12, Y12, X12, 48) ; \
+	HSUM(Z13, Y13, X13, 52) ; \
+	HSUM(Z14, Y14, X14, 56) ; \
+	HSUM(Z15, Y15, X15, 60)
+
+#define ZERO16 \
+	VPXORD Z0, Z0, Z0 ; \
+	VPXORD Z1, Z1, Z1 ; \
+	VPXORD Z2, Z2, Z2 ; \
+	VPXORD Z3, Z3, Z3 ; \
+	VPXORD Z4, Z4, Z4 ; \
+	VPXORD Z5, Z5, Z5 ; \
+	VPXORD Z6, Z6, Z6 ; \
+	VPXORD Z7, Z7, Z7 ; \
+	VPXORD Z8, Z8, Z8 ; \
+	VPXORD Z9, Z9, Z9 ; \
+	VPXORD Z10, Z10, Z10 ; \
+	VPXORD Z11, Z11, Z11 ; \
+	VPXORD Z12, Z12, Z12 ; \
+	VPXORD Z13, Z13, Z13 ; \
+	VPXORD Z14, Z14, Z14 ; \
+	VPXORD Z15, Z15, Z15
+
+// Multiply-adds the weight vectors Zw (row r) into the accumulators of the four tokens at (AX), (AX)(R8*1),
+// (AX)(R8*2), (R9), offset off: acc[t*4+r] += x_t·w.
+#define TOKENS4(Zw, off, A0, A1, A2, A3) \
+	VFMADD231PS off(AX), Zw, A0 ; \
+	VFMADD231PS off(AX)(R8*1), Zw, A1 ; \
+	VFMADD231PS off(AX)(R8*2), Zw, A2 ; \
+	VFMADD231PS off(R9), Zw, A3
+
+// func qTileI8F32AVX512(a *float32, lda int, w *int8, ldw int, n int, c *[16]float32)
+// The W8A16 tile for m > 1: c[t*4+r] = Σ_{p<n} a[t*lda+p]·float32(w[r*ldw+p]) for four tokens t and four rows r
+// of W (n a positive multiple of 16; lda in floats, ldw in bytes). Each 16 weights of a row are widened once and
+// used by all four tokens.
+TEXT ·qTileI8F32AVX512(SB), NOSPLIT, $0-48
+	MOVQ a+0(FP), AX
+	MOVQ lda+8(FP), R8
+	SHLQ $2, R8
+	LEAQ (AX)(R8*2), R9
+	ADDQ R8, R9 // token 3
+	MOVQ w+16(FP), SI
+	MOVQ ldw+24(FP), DX
+	LEAQ (SI)(DX*2), R10
+	ADDQ DX, R10 // row 3
+	MOVQ n+32(FP), CX
+	SHRQ $4, CX
+	ZERO16
+
+i8tile:
+	VPMOVSXBD (SI), Z16
+	VPMOVSXBD (SI)(DX*1), Z17
+	VPMOVSXBD (SI)(DX*2), Z18
+	VPMOVSXBD (R10), Z19
+	VCVTDQ2PS Z16, Z16
+	VCVTDQ2PS Z17, Z17
+	VCVTDQ2PS Z18, Z18
+	VCVTDQ2PS Z19, Z19
+	TOKENS4(Z16, 0, Z0, Z4, Z8, Z12)
+	TOKENS4(Z17, 0, Z1, Z5, Z9, Z13)
+	TOKENS4(Z18, 0, Z2, Z6, Z10, Z14)
+	TOKENS4(Z19, 0, Z3, Z7, Z11, Z15)
+	ADDQ $16, SI
+	ADDQ $16, R10
+	ADDQ $64, AX
+	ADDQ $64, R9
+	DECQ CX
+	JNZ  i8tile
+
+	MOVQ c+40(FP), DI
+	HSUM16
+	VZEROUPPER
+	RET
+
+// Dequantizes 32 codes of one W4A16 row at off(SI...) into Z24 (evens) and Z25 (odds) as (q - z)·s = q·s + zs,
+// with s in Zs and zs broadcast from zsoff(R11).
+#define W4ROW(wmem, Zs, zsoff) \
+	VPMOVZXBD        wmem, Z24 ; \
+	VPSRLD           $4, Z24, Z25 ; \
+	VPANDD           Z26, Z24, Z24 ; \
+	VCVTDQ2PS        Z24, Z24 ; \
+	VCVTDQ2PS        Z25, Z25 ; \
+	VFMADD213PS.BCST zsoff(R11), Zs, Z24 ; \
+	VFMADD213PS.BCST zsoff(R11), Zs, Z25
+
+// func qTileW4AVX512(xd *float32, ldx int, w *uint8, ldw int, sz *float32, groups, chunks int, c *[16]float32)
+// The W4A16 tile for m > 1: c[t*4+r] = Σ_p x_t[p]·(q_r[p] - z_r)·s_r for four tokens and four rows, over groups
+// of 32·chunks values. Tokens are rearranged as in qDotW4AVX512 (xd, ldx floats apart); rows are packed codes
+// ldw bytes apart; sz holds, for each group, s and -z·s of the four rows (8 floats). Each 32 codes of a row are
+// dequantized once and used by all four tokens.
+TEXT ·qTileW4AVX512(SB), NOSPLIT, $0-64
+	MOVQ xd+0(FP), AX
+	MOVQ ldx+8(FP), R8
+	SHLQ $2, R8
+	LEAQ (AX)(R8*2), R9
+	ADDQ R8, R9
+	MOVQ w+16(FP), SI
+	MOVQ ldw+24(FP), DX
+	LEAQ (SI)(DX*2), R10
+	ADDQ DX, R10
+	MOVQ sz+32(FP), R11
+	MOVQ groups+40(FP), DI
+	MOVL $15, BX
+	VPBROADCASTD BX, Z26
+	ZERO16
+
+w4group:
+	VBROADCASTSS 0(R11), Z16
+	VBROADCASTSS 8(R11), Z17
+	VBROADCASTSS 16(R11), Z18
+	VBROADCASTSS 24(R11), Z19
+	MOVQ         chunks+48(FP), CX
+
+w4chunk:
+	W4ROW((SI), Z16, 4)
+	TOKENS4(Z24, 0, Z0, Z4, Z8, Z12)
+	TOKENS4(Z25, 64, Z0, Z4, Z8, Z12)
+	W4ROW((SI)(DX*1), Z17, 12)
+	TOKENS4(Z24, 0, Z1, Z5, Z9, Z13)
+	TOKENS4(Z25, 64, Z1, Z5, Z9, Z13)
+	W4ROW((SI)(DX*2), Z18, 20)
+	TOKENS4(Z24, 0, Z2, Z6, Z10, Z14)
+	TOKENS4(Z25, 64, Z2, Z6, Z10, Z14)
+	W4ROW((R10), Z19, 28)
+	TOKENS4(Z24, 0, Z3, Z7, Z11, Z15)
+	TOKENS4(Z25, 64, Z3, Z7, Z11, Z15)
+	ADDQ $16, SI
+	ADDQ $16, R10
+	ADDQ $128, AX
+	ADDQ $128, R9
+	DECQ CX
+	JNZ  w4chunk
+
+	ADDQ $32, R11
+	DECQ DI
+	JNZ  w4group
+
+	MOVQ c+56(FP), DI
+	HSUM16
+	VZEROUPPER
+	RET
+
+// func qPackAVX512(dst, src *byte, idx *[16]int32, mask uint16, stride, kq int, flip uint32)
+// Packs up to 16 rows for the W8A8 GEMM: for q < kq, lane r of the 64 bytes at dst+q·stride gets the four bytes
+// src[idx[r]+4q:]^flip, for the rows r whose bit is set in mask (a gather of one dword a row; other lanes of
+// dst are left as they are).
+TEXT ·qPackAVX512(SB), NOSPLIT, $0-52
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ idx+16(FP), AX
+	VMOVDQU32 (AX), Z1
+	MOVWLZX mask+24(FP), BX
+	KMOVW BX, K2
+	MOVQ stride+32(FP), DX
+	MOVQ kq+40(FP), CX
+	MOVL flip+48(FP), AX
+	VPBROADCASTD AX, Z31
+
+packloop:
+	KMOVW      BX, K1
+	VPXORD     Z2, Z2, Z2
+	VPGATHERDD (SI)(Z1*1), K1, Z2
+	VPXORD     Z31, Z2, Z2
+	VMOVDQU32  Z2, K2, (DI)
+	ADDQ       $4, SI
+	ADDQ       DX, DI
+	DECQ       CX
+	JNZ        packloop
+	VZEROUPPER
+	RET

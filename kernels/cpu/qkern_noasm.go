@@ -21,3 +21,7 @@ func qStoreInt32(dst, acc []int32, bias int32)     { qStoreInt32Go(dst, acc, bia
 func qStoreScaled(dst []float32, acc []int32, bias int32, sa float32, sw []float32) {
 	qStoreScaledGo(dst, acc, bias, sa, sw)
 }
+func qGEMMW8(m, n, k int, a []float32, w []int8, sw, c []float32) { qGEMMW8Go(m, n, k, a, w, sw, c) }
+func qGEMMW4(m, n, k, group int, a []float32, w []uint8, s []float32, z []uint8, c []float32) {
+	qGEMMW4Go(m, n, k, group, a, w, s, z, c)
+}

@@ -18,73 +18,53 @@ const (
 )
 
 // GEMMW8A16 computes C = A·Wᵀ with INT8 per-channel weights: c[i*n+j] = sw[j]·Σ_p a[i*k+p]·w[j*k+p], A [m, k]
-// float32, W [n, k] int8, sw [n]. With m = 1 every row of W is converted and multiplied as it is read
-// (VPMOVSXBD, VCVTDQ2PS, VFMADD on AVX-512); with m > 1 blocks of rows are widened to float32 once and handed to
-// GEMM, so the conversion is paid once per weight rather than once per token.
+// float32, W [n, k] int8, sw [n]. Weights are converted as they are read (VPMOVSXBD, VCVTDQ2PS, then VFMADD on
+// AVX-512): with m = 1 a row at a time, with m > 1 in tiles of four rows by four tokens, so each converted weight
+// serves four tokens.
 func GEMMW8A16(m, n, k int, a []float32, w []int8, sw, c []float32) {
 	shape.GEMM("GEMMW8A16", m, n, k, len(a), len(w), len(c))
 	shape.Len("GEMMW8A16", "sw", len(sw), n, "n")
 	if m == 1 {
-		Parallel(n, qRowGrain(k), func(lo, hi int) {
-			for j := lo; j < hi; j++ {
-				c[j] = sw[j] * qDotI8F32(a, w[j*k:(j+1)*k])
-			}
-		})
+		qGEMVW8(n, k, a, w, sw, c)
 		return
 	}
-	qGEMMDequant(m, n, k, a, c, func(wf []float32, j int) {
-		row, s := w[j*k:(j+1)*k], sw[j]
-		for p, q := range row {
-			wf[p] = float32(q) * s
+	qGEMMW8(m, n, k, a, w, sw, c)
+}
+
+// qGEMVW8 is GEMMW8A16 for one token, rows split across threads.
+func qGEMVW8(n, k int, x []float32, w []int8, sw, y []float32) {
+	Parallel(n, qRowGrain(k), func(lo, hi int) {
+		for j := lo; j < hi; j++ {
+			y[j] = sw[j] * qDotI8F32(x, w[j*k:(j+1)*k])
 		}
 	})
 }
 
+// qGEMMW8Go is GEMMW8A16 for m > 1 in pure Go: one GEMV a token.
+func qGEMMW8Go(m, n, k int, a []float32, w []int8, sw, c []float32) {
+	for i := 0; i < m; i++ {
+		qGEMVW8(n, k, a[i*k:(i+1)*k], w, sw, c[i*n:(i+1)*n])
+	}
+}
+
 // GEMMW4A16 computes C = A·Wᵀ with group-wise INT4 weights: W [n, k] packed two codes a byte (element 2i in the
 // low nibble of byte i of its row, 2i+1 in the high nibble), scales s and zero points z [n, k/group], and
-// W[j,p] = (q - z)·s for the group of p. With m = 1 the codes are unpacked in registers and each group is summed
-// as s·(Σ q·x - z·Σ x), Σ x per group computed once per call; with m > 1 blocks of rows are dequantized to float32
-// and handed to GEMM.
+// W[j,p] = (q - z)·s for the group of p. Codes are unpacked in registers. With m = 1 each group is summed as
+// s·(Σ q·x - z·Σ x), Σ x per group computed once per call; with m > 1 tiles of four rows by four tokens
+// dequantize each 32 codes once ((q - z)·s as one FMA) and use them for four tokens.
 func GEMMW4A16(m, n, k, group int, a []float32, w []uint8, s []float32, z []uint8, c []float32) {
 	shape.GEMMGroup("GEMMW4A16", m, n, k, group, len(a), len(w), len(s), len(z), len(c))
 	if m == 1 {
 		qGEMVW4(n, k, group, a, w, s, z, c)
 		return
 	}
-	gpr := k / group
-	qGEMMDequant(m, n, k, a, c, func(wf []float32, j int) {
-		row := w[j*k/2 : (j+1)*k/2]
-		for g := 0; g < gpr; g++ {
-			sc, zp := s[j*gpr+g], float32(z[j*gpr+g])
-			for p := g * group; p < (g+1)*group; p += 2 {
-				b := row[p/2]
-				wf[p] = (float32(b&0xf) - zp) * sc
-				wf[p+1] = (float32(b>>4) - zp) * sc
-			}
-		}
-	})
+	qGEMMW4(m, n, k, group, a, w, s, z, c)
 }
 
-// qDequantFloats bounds the float32 scratch of qGEMMDequant (4 MiB): big enough that GEMM's packing is amortized.
-const qDequantFloats = 1 << 20
-
-// qGEMMDequant computes C = A·Wᵀ for m > 1 from quantized weights: blocks of rows of W are widened to float32 by
-// dequant(wf, j) (row j into wf, len k), in parallel, then multiplied with GEMM and scattered into c.
-func qGEMMDequant(m, n, k int, a, c []float32, dequant func(wf []float32, j int)) {
-	rows := min(n, max(1, qDequantFloats/k))
-	wf := make([]float32, rows*k)
-	cb := make([]float32, m*rows)
-	for j0 := 0; j0 < n; j0 += rows {
-		nb := min(rows, n-j0)
-		Parallel(nb, qRowGrain(k), func(lo, hi int) {
-			for j := lo; j < hi; j++ {
-				dequant(wf[j*k:(j+1)*k], j0+j)
-			}
-		})
-		GEMM(m, nb, k, a, wf[:nb*k], cb[:m*nb])
-		for i := 0; i < m; i++ {
-			copy(c[i*n+j0:i*n+j0+nb], cb[i*nb:(i+1)*nb])
-		}
+// qGEMMW4Go is GEMMW4A16 for m > 1 without the tile kernel: one GEMV a token.
+func qGEMMW4Go(m, n, k, group int, a []float32, w []uint8, s []float32, z []uint8, c []float32) {
+	for i := 0; i < m; i++ {
+		qGEMVW4(n, k, group, a[i*k:(i+1)*k], w, s, z, c[i*n:(i+1)*n])
 	}
 }
 
@@ -118,34 +98,43 @@ func GEMMW8A8(m, n, k int, qa []int8, sa []float32, qw []int8, sw, c []float32) 
 
 // qInt8 computes the int32 sums Σ_p a[i*k+p]·w[j*k+p] and hands them to store a run at a time:
 // store(i, j0, acc, bias) receives the sums of row i for columns j0..j0+len(acc)-1 as acc[j]-bias (the VNNI GEMM
-// leaves its correction to the store, which does it in the same pass). Calls may come from several threads at once, for
-// disjoint outputs.
+// leaves its correction to the store, which does it in the same pass). Calls may come from several threads at
+// once, for disjoint outputs. Below qGEMMMinM tokens it runs GEMVs, each block of four rows of W serving every
+// token while it is in L1; from qGEMMMinM on, the packed GEMM, whose packing of W pays off over many tokens.
 func qInt8(m, n, k int, a, w []int8, store func(i, j0 int, acc []int32, bias int32)) {
-	if m == 1 {
-		qGEMVInt8(n, k, a, w, store)
+	if m < qGEMMMinM {
+		qGEMVInt8(m, n, k, a, w, store)
 		return
 	}
 	qGEMMInt8(m, n, k, a, w, store)
 }
 
-// qGEMVInt8 is qInt8 for one row of A: rows of W four at a time against a, split across threads.
-func qGEMVInt8(n, k int, a, w []int8, store func(i, j0 int, acc []int32, bias int32)) {
-	var asum int32
-	for _, v := range a {
-		asum += int32(v)
+// qGEMMMinM is the fewest tokens for which qInt8 packs W for the GEMM micro-kernel.
+const qGEMMMinM = 16
+
+// qGEMVInt8 is qInt8 as GEMVs: rows of W four at a time against every row of a, rows split across threads.
+func qGEMVInt8(m, n, k int, a, w []int8, store func(i, j0 int, acc []int32, bias int32)) {
+	asum := make([]int32, m)
+	for i := range asum {
+		for _, v := range a[i*k : (i+1)*k] {
+			asum[i] += int32(v)
+		}
 	}
-	Parallel((n+3)/4, qRowGrain(4*k), func(lo, hi int) {
+	Parallel((n+3)/4, qRowGrain(4*k*m), func(lo, hi int) {
 		var acc [4]int32
 		for j := 4 * lo; j < min(4*hi, n); j += 4 {
-			if j+4 <= n {
-				qDotI8x4(w[j*k:(j+4)*k], a, asum, &acc)
-				store(0, j, acc[:], 0)
-				continue
+			for i := 0; i < m; i++ {
+				ai := a[i*k : (i+1)*k]
+				if j+4 <= n {
+					qDotI8x4(w[j*k:(j+4)*k], ai, asum[i], &acc)
+					store(i, j, acc[:], 0)
+					continue
+				}
+				for r := j; r < n; r++ {
+					acc[r-j] = qDotI8Go(w[r*k:(r+1)*k], ai)
+				}
+				store(i, j, acc[:n-j], 0)
 			}
-			for r := j; r < n; r++ {
-				acc[r-j] = qDotI8Go(w[r*k:(r+1)*k], a)
-			}
-			store(0, j, acc[:n-j], 0)
 		}
 	})
 }
