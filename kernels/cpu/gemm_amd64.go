@@ -44,16 +44,13 @@ func gemmKernel6x16AVX2(kc int, a, b, c *float32, ldc, acc int)
 func gemmPackB32AVX512(dst, src *float32, ld, rows, kc int)
 
 // The GEMV kernels set y[j] = Σ_p w[j*k+p]·x[p] for j < rows, rows a positive multiple of 4, over every step p < k
-// (AVX-512, whose masked loads read nothing past a row) or over p < k&^7 (AVX2; the caller adds the rest).
-//
-// gemvAVX512 sets y[j] = Σ_{p<k} w[j*k+p]·x[p] for j < rows, rows a positive multiple of 4: it streams four rows
-// of W at a time, two accumulators each, against the same x vector loads.
+// (AVX-512, whose masked loads read nothing past a row) or over p < k&^7 (AVX2; the caller adds the rest). They
+// stream four rows of W at a time, two accumulators each, against the same loads of x. The F16 kernels widen
+// the binary16 weights with VCVTPH2PS as they are loaded.
 //
 //go:noescape
 func gemvAVX512(rows, k int, w, x, y *float32)
 
-// gemvF16AVX512 is gemvAVX512 with binary16 weights, widened with VCVTPH2PS as they are loaded.
-//
 //go:noescape
 func gemvF16AVX512(rows, k int, w *uint16, x, y *float32)
 
