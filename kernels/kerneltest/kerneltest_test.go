@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/morphlab/morphlab/kernels/half"
 	"github.com/morphlab/morphlab/kernels/internal/shape"
 )
 
@@ -469,8 +470,7 @@ func TestNaiveBaselineError(t *testing.T) {
 	t.Logf("naive float32 attention nMSE %.3g for %s", e, s.Name())
 
 	// At float16 (10 stored mantissa bits), the naive baseline's error grows by about 2^26.
-	half := func(x float32) float32 { return roundMantissa(x, 11) }
-	naiveCausalAttention(base, c.Q, c.K, c.V, c.NQ, c.KVLen, c.NHeads, c.NKVHeads, c.HeadDim, c.Scale, half)
+	naiveCausalAttention(base, c.Q, c.K, c.V, c.NQ, c.KVLen, c.NHeads, c.NKVHeads, c.HeadDim, c.Scale, toF16)
 	e16, err := nmse("baseline", base, c.reference()["out"])
 	if err != nil {
 		t.Fatal(err)
@@ -499,4 +499,48 @@ func BenchmarkPort(b *testing.B) {
 	b.Run("KVAppend/"+KVAppendBenchShapes[0].Name(), func(b *testing.B) {
 		BenchmarkKVAppend(b, portKVAppend, KVAppendBenchShapes[0])
 	})
+}
+
+func toF16(x float32) float32 { return half.F16ToF32(half.F32ToF16(x)) }
+
+// TestReducedPrecisionOptions shows what the Options are for: implementations that store float16 outputs fail
+// the float32 default and pass once the Options say float16.
+func TestReducedPrecisionOptions(t *testing.T) {
+	f16 := Options{InputRounding: toF16, BaselineRounding: toF16, ToleranceScale: 1 << 26}
+
+	attention := func(out, q, k, v []float32, nq, kvLen, nHeads, nKVHeads, headDim int, scale float32) {
+		portCausalAttention(out, q, k, v, nq, kvLen, nHeads, nKVHeads, headDim, scale)
+		for i := range out {
+			out[i] = toF16(out[i])
+		}
+	}
+	s := AttentionShape{NQ: 17, KVLen: 97, NHeads: 8, NKVHeads: 2, HeadDim: 64}
+	if err := checkCausalAttention(attention, s, Options{}); err == nil {
+		t.Errorf("attention with float16 outputs passes the float32 bound")
+	}
+	if err := checkCausalAttention(attention, s, f16); err != nil {
+		t.Errorf("attention with float16 outputs, float16 options: %v", err)
+	}
+
+	gemm := func(m, n, k int, a, w, c []float32) {
+		portGEMM(m, n, k, a, w, c)
+		for i := range c {
+			c[i] = toF16(c[i])
+		}
+	}
+	g := GEMMShape{M: 7, N: 17, K: 1025}
+	if err := checkGEMM(gemm, g, Options{}); err == nil {
+		t.Errorf("GEMM with float16 outputs passes the float32 tolerance")
+	}
+	if err := checkGEMM(gemm, g, f16); err != nil {
+		t.Errorf("GEMM with float16 outputs, float16 options: %v", err)
+	}
+
+	// InputRounding reaches the inputs: with it, every input of a case is a float16 value.
+	c := newAttentionCase(s, newRand("CausalAttention", s.Name()), f16)
+	for i, v := range c.Q {
+		if toF16(v) != v {
+			t.Fatalf("q[%d] = %v is not a float16 value", i, v)
+		}
+	}
 }
