@@ -110,7 +110,7 @@ func qInt8(m, n, k int, a, w []int8, store func(i, j0 int, acc []int32, bias int
 }
 
 // qGEMMMinM is the fewest tokens for which qInt8 packs W for the GEMM micro-kernel.
-const qGEMMMinM = 16
+const qGEMMMinM = 32
 
 // qGEMVInt8 is qInt8 as GEMVs: rows of W four at a time against every row of a, rows split across threads.
 func qGEMVInt8(m, n, k int, a, w []int8, store func(i, j0 int, acc []int32, bias int32)) {
