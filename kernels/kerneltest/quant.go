@@ -23,7 +23,7 @@ import (
 //   - Quantizers: the same scale as the reference bit for bit, and each code the nearest integer to x/scale
 //     (halves away from zero), allowing ±1 only where x/scale is within 2^-12 of a half (float32 vs float64).
 //   - Quantization error as llama.cpp's test-quantize-fns measures it: a quantized dot product of its synthetic
-//     data within 0.02·n (Q8_0) or 0.04·n (Q4_0) of the float dot product.
+//     data within 0.02·n (8-bit: Q8_0, W8A16, W8A8) or 0.04·n (4-bit: Q4_0, W4A16) of the float dot product.
 // Outputs are poisoned with NaN before every call, and a NaN never passes a bound.
 
 const u32 = 1.0 / (1 << 24) // unit roundoff of float32
@@ -121,6 +121,10 @@ func TestGEMMW8A16(t *testing.T, f GEMMW8A16Func) {
 		}
 		qCheck(t, fmt.Sprintf("GEMMW8A16 m=%d n=%d k=%d", m, n, k), c, want, bound)
 	}
+	qGEMMError(t, "GEMMW8A16", 0.02, func(m, n, k int, a, w, c []float32) {
+		qw, sw := qQuantizeRowsRTN(n, k, w)
+		f(m, n, k, a, qw, sw, c)
+	})
 	qWantPanic(t, "GEMMW8A16", "len(sw)", func() {
 		f(2, 3, 4, make([]float32, 8), make([]int8, 12), make([]float32, 2), make([]float32, 6))
 	})
@@ -176,6 +180,11 @@ func TestGEMMW8A8(t *testing.T, f GEMMW8A8Func) {
 		}
 		qCheck(t, fmt.Sprintf("GEMMW8A8 m=%d n=%d k=%d", m, n, k), c, want, bound)
 	}
+	qGEMMError(t, "GEMMW8A8", 0.02, func(m, n, k int, a, w, c []float32) {
+		qw, sw := qQuantizeRowsRTN(n, k, w)
+		qa, sa := qQuantizeRowsRTN(m, k, a)
+		f(m, n, k, qa, sa, qw, sw, c)
+	})
 	qWantPanic(t, "GEMMW8A8", "len(sa)", func() {
 		f(2, 3, 4, make([]int8, 8), make([]float32, 3), make([]int8, 12), make([]float32, 3), make([]float32, 6))
 	})
@@ -262,6 +271,10 @@ func TestGEMMW4A16(t *testing.T, f GEMMW4A16Func) {
 		}
 		qCheck(t, fmt.Sprintf("GEMMW4A16 m=%d n=%d k=%d group=%d", m, n, k, g), c, want, bound)
 	}
+	qGEMMError(t, "GEMMW4A16", 0.04, func(m, n, k int, a, w, c []float32) {
+		qw, s, z := qQuantizeInt4(n, k, 128, w)
+		f(m, n, k, 128, a, qw, s, z, c)
+	})
 	qWantPanic(t, "GEMMW4A16", "group=40", func() {
 		f(1, 1, 96, 40, make([]float32, 96), make([]uint8, 48), make([]float32, 2), make([]uint8, 2), make([]float32, 1))
 	})
@@ -474,3 +487,64 @@ func TestGEMVQ4_0(t *testing.T, f GEMVQFunc) {
 }
 
 func qAbs(v int) int { return max(v, -v) }
+
+// qGEMMError is test-quantize-fns' dot_product_error for a quantized GEMM: run quantizes its float inputs (rows of
+// llama.cpp's synthetic data, each with its own offset) and multiplies them; every output must be within
+// maxErr·k of the float product.
+func qGEMMError(t *testing.T, op string, maxErr float64, run func(m, n, k int, a, w, c []float32)) {
+	t.Helper()
+	const m, n, k = 5, 6, 4096
+	a, w := make([]float32, 0, m*k), make([]float32, 0, n*k)
+	for i := 0; i < m; i++ {
+		a = append(a, qSynthetic(k, float64(i))...)
+	}
+	for j := 0; j < n; j++ {
+		w = append(w, qSynthetic(k, float64(10+j))...)
+	}
+	c := make([]float32, m*n)
+	qPoison(c)
+	run(m, n, k, a, w, c)
+	for i := 0; i < m; i++ {
+		for j := 0; j < n; j++ {
+			var exact float64
+			for p := 0; p < k; p++ {
+				exact += float64(a[i*k+p]) * float64(w[j*k+p])
+			}
+			if e := math.Abs(float64(c[i*n+j])-exact) / k; !(e <= maxErr) {
+				t.Errorf("%s: quantization error of [%d,%d] %.4g per element, want <= %g", op, i, j, e, maxErr)
+			}
+		}
+	}
+}
+
+// qQuantizeRowsRTN is symmetric per-row int8 round-to-nearest (the W8A16 and W8A8 formats): s = max|x|/127.
+func qQuantizeRowsRTN(rows, k int, x []float32) ([]int8, []float32) {
+	q, s := make([]int8, rows*k), make([]float64, rows)
+	ref.QuantizeRowsInt8(rows, k, qF64(x), q, s)
+	s32 := make([]float32, rows)
+	for i, v := range s {
+		s32[i] = float32(v)
+	}
+	return q, s32
+}
+
+// qQuantizeInt4 is asymmetric group-wise INT4 round-to-nearest in the W4A16 layout: per group s = (max-min)/15,
+// z = round(-min/s) clamped to 0..15, q = clamp(round(x/s) + z, 0, 15).
+func qQuantizeInt4(n, k, group int, x []float32) ([]uint8, []float32, []uint8) {
+	w, s, z := make([]uint8, n*k/2), make([]float32, n*k/group), make([]uint8, n*k/group)
+	for g := range s {
+		xs := x[g*group : (g+1)*group]
+		lo, hi := xs[0], xs[0]
+		for _, v := range xs {
+			lo, hi = min(lo, v), max(hi, v)
+		}
+		s[g] = (hi - lo) / 15
+		z[g] = uint8(min(15, max(0, math.Round(float64(-lo/s[g])))))
+		for i, v := range xs {
+			q := uint8(min(15, max(0, math.Round(float64(v/s[g]))+float64(z[g]))))
+			p := g*group + i
+			w[p/2] |= q << (4 * (p % 2))
+		}
+	}
+	return w, s, z
+}
