@@ -1,0 +1,239 @@
+package exec
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/morphlab/morphlab/engine/model"
+	"github.com/morphlab/morphlab/engine/sample"
+	"github.com/morphlab/morphlab/quant"
+)
+
+// CPUOptions configure a CPU executor.
+type CPUOptions struct {
+	// Budget is the memory budget in bytes that the executor emulates (a GPU's memory at a smaller scale).
+	Budget int64
+	// BlockSize is the KV block size in tokens.
+	BlockSize int
+	// MaxTokens is the most tokens one step feeds; the workspace is reserved for it.
+	MaxTokens int
+	// Blocks is the KV blocks attached at the start; 0 attaches every block the budget holds.
+	Blocks int
+}
+
+// CPU runs steps with the model's forward pass on the CPU kernels (paged attention over the KV cache).
+//
+// KV storage: the cache is allocated once for the largest block count the budget could ever hold (the budget
+// less the smallest prepared variant of every layer, less the workspace). Go's zeroed allocations are committed
+// by the OS only when touched, so blocks never attached cost no memory; AttachKV and DetachKV are then logical
+// (they move the attached count that the budget accounts and that a batch's block ids must stay below). Variants
+// must therefore be prepared (model.AddVariant) before NewCPU.
+type CPU struct {
+	m     *model.Model
+	cache *model.KVCache
+	ws    model.Workspace
+	opt   CPUOptions
+
+	logits []float32
+	tables []int32
+
+	mu      sync.Mutex // guards the fields below, which SetLayerPrecision, AttachKV and Memory touch
+	formats []quant.Format
+	pending map[int]quant.Format
+	blocks  int
+}
+
+// NewCPU returns an executor over m with opt's budget. It fails when the budget does not hold the weights, the
+// workspace and opt.Blocks blocks.
+func NewCPU(m *model.Model, opt CPUOptions) (*CPU, error) {
+	if opt.BlockSize <= 0 || opt.MaxTokens <= 0 {
+		return nil, fmt.Errorf("exec: block size %d and max tokens %d, want > 0", opt.BlockSize, opt.MaxTokens)
+	}
+	e := &CPU{m: m, opt: opt, pending: map[int]quant.Format{}}
+	for _, l := range m.Layers {
+		e.formats = append(e.formats, l.Active)
+	}
+	mem := e.memoryLocked()
+	minWeights := e.weightBytes(func(l int) quant.Format { return smallestVariant(m.Layers[l]) })
+	maxBlocks := int((opt.Budget - minWeights - mem.Workspace) / mem.BlockBytes)
+	if opt.Blocks == 0 {
+		opt.Blocks = mem.Attachable()
+	}
+	if opt.Blocks <= 0 || opt.Blocks > mem.Attachable() {
+		return nil, fmt.Errorf("exec: budget of %d bytes holds %d KV blocks of %d beside %d bytes of weights and %d of workspace, want %d",
+			opt.Budget, mem.Attachable(), mem.BlockBytes, mem.Weights, mem.Workspace, opt.Blocks)
+	}
+	e.blocks = opt.Blocks
+	e.cache = model.NewKVCache(m.Config, maxBlocks, opt.BlockSize)
+	return e, nil
+}
+
+func smallestVariant(l *model.Layer) quant.Format {
+	best := l.Active
+	for f, v := range l.Variants {
+		if v.Bytes() < l.Variants[best].Bytes() {
+			best = f
+		}
+	}
+	return best
+}
+
+// WorkspaceBytes is the workspace a step of tokens tokens over cfg needs: the forward pass's activations (as
+// model.Workspace allocates them: residual, normed, query, attention, scratch rows [tokens, Dim]; keys and values
+// [tokens, KVDim]; the two SwiGLU inputs [tokens, HiddenDim]; positions and slots; int8 activations and their
+// scales) and at most one logit row per token.
+func WorkspaceBytes(cfg model.Config, tokens int) int64 {
+	t := int64(tokens)
+	dim, kv, hid, voc := int64(cfg.Dim), int64(cfg.KVDim()), int64(cfg.HiddenDim), int64(cfg.VocabSize)
+	f32 := 5*t*dim + 2*t*kv + 2*t*hid + t*voc
+	return 4*f32 + 4*2*t + t*max(dim, hid) + 4*t
+}
+
+func (e *CPU) weightBytes(format func(l int) quant.Format) int64 {
+	n := int64(e.m.WeightBytes())
+	for l, layer := range e.m.Layers {
+		n += int64(layer.Variants[format(l)].Bytes() - layer.Weights().Bytes())
+	}
+	return n
+}
+
+func (e *CPU) memoryLocked() Memory {
+	cfg := e.m.Config
+	bb := int64(model.KVBytesPerBlock(cfg, e.opt.BlockSize))
+	return Memory{
+		Budget:    e.opt.Budget,
+		Weights:   e.weightBytes(func(l int) quant.Format { return e.formats[l] }),
+		KV:        int64(e.blocks) * bb,
+		Workspace: WorkspaceBytes(cfg, e.opt.MaxTokens),
+		PendingWeights: e.weightBytes(func(l int) quant.Format {
+			if f, ok := e.pending[l]; ok {
+				return f
+			}
+			return e.formats[l]
+		}),
+		BlockBytes: bb,
+		Blocks:     e.blocks,
+	}
+}
+
+// Memory reports the budget and its parts.
+func (e *CPU) Memory() Memory {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.memoryLocked()
+}
+
+// SetLayerPrecision asks for layer to run in f from the next step; see Executor.
+func (e *CPU) SetLayerPrecision(layer int, f quant.Format) error {
+	if layer < 0 || layer >= len(e.m.Layers) {
+		return fmt.Errorf("exec: layer %d out of range [0, %d)", layer, len(e.m.Layers))
+	}
+	if _, ok := e.m.Layers[layer].Variants[f]; !ok {
+		return fmt.Errorf("exec: layer %d has no %v variant prepared", layer, f)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	old, had := e.pending[layer]
+	e.pending[layer] = f
+	if mem := e.memoryLocked(); mem.PendingWeights > mem.Budget-mem.KV-mem.Workspace {
+		if had {
+			e.pending[layer] = old
+		} else {
+			delete(e.pending, layer)
+		}
+		return fmt.Errorf("exec: layer %d in %v needs %d bytes more than the budget has free; detach KV first",
+			layer, f, mem.PendingWeights-(mem.Budget-mem.KV-mem.Workspace))
+	}
+	return nil
+}
+
+// AttachKV grows the attached KV blocks; see Executor.
+func (e *CPU) AttachKV(blocks int) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	mem := e.memoryLocked()
+	if blocks <= 0 || blocks > mem.Attachable() || e.blocks+blocks > e.cache.NumBlocks {
+		return fmt.Errorf("exec: attach %d KV blocks, room for %d", blocks, min(mem.Attachable(), e.cache.NumBlocks-e.blocks))
+	}
+	e.blocks += blocks
+	return nil
+}
+
+// DetachKV shrinks the attached KV blocks; see Executor.
+func (e *CPU) DetachKV(blocks int) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if blocks <= 0 || blocks > e.blocks {
+		return fmt.Errorf("exec: detach %d KV blocks of %d attached", blocks, e.blocks)
+	}
+	e.blocks -= blocks
+	return nil
+}
+
+// applyPending makes the swaps asked for active and returns the formats the step runs with and the attached
+// block count.
+func (e *CPU) applyPending() ([]quant.Format, int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for l, f := range e.pending {
+		if err := e.m.SetPrecision(l, f); err != nil {
+			panic(err) // SetLayerPrecision checked the variant exists
+		}
+		e.formats[l] = f
+	}
+	clear(e.pending)
+	return append([]quant.Format(nil), e.formats...), e.blocks
+}
+
+// Step applies pending swaps, then runs the batch through the model and picks each asked-for next token.
+func (e *CPU) Step(b *Batch) (Result, error) {
+	start := time.Now()
+	formats, blocks := e.applyPending()
+	n := len(b.Seqs)
+	if n == 0 {
+		return Result{Formats: formats}, fmt.Errorf("exec: empty batch")
+	}
+	if t := b.Tokens(); t > e.opt.MaxTokens {
+		return Result{Formats: formats}, fmt.Errorf("exec: batch of %d tokens, the workspace holds %d", t, e.opt.MaxTokens)
+	}
+	mb := 0
+	for _, s := range b.Seqs {
+		mb = max(mb, len(s.Table))
+	}
+	fb := model.Batch{QStart: make([]int32, 1, n+1), SeqLens: make([]int32, n), MaxBlocksPerSeq: mb}
+	e.tables = append(e.tables[:0], make([]int32, n*mb)...)
+	for i, s := range b.Seqs {
+		fb.Tokens = append(fb.Tokens, s.Tokens...)
+		fb.QStart = append(fb.QStart, int32(len(fb.Tokens)))
+		fb.SeqLens[i] = int32(s.SeqLen)
+		for _, id := range s.Table {
+			if id < 0 || int(id) >= blocks {
+				return Result{Formats: formats}, fmt.Errorf("exec: sequence %d uses block %d, %d attached", i, id, blocks)
+			}
+		}
+		copy(e.tables[i*mb:], s.Table)
+	}
+	fb.BlockTables = e.tables
+	voc := e.m.Config.VocabSize
+	if cap(e.logits) < n*voc {
+		e.logits = make([]float32, n*voc)
+	}
+	logits := e.logits[:n*voc]
+	if err := e.m.Forward(&fb, e.cache, &e.ws, logits, nil); err != nil {
+		return Result{Formats: formats}, err
+	}
+	next := make([]int32, n)
+	for i, s := range b.Seqs {
+		row := logits[i*voc : (i+1)*voc]
+		switch {
+		case !s.Sample:
+			next[i] = -1
+		case s.Sampler != nil:
+			next[i] = int32(s.Sampler.Sample(row))
+		default:
+			next[i] = int32(sample.Argmax(row))
+		}
+	}
+	return Result{Next: next, Duration: time.Since(start), Formats: formats}, nil
+}

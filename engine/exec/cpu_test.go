@@ -1,0 +1,115 @@
+package exec
+
+import (
+	"testing"
+
+	"github.com/morphlab/morphlab/engine/model"
+	"github.com/morphlab/morphlab/engine/sample"
+	"github.com/morphlab/morphlab/quant"
+)
+
+func synthModel(t *testing.T) *model.Model {
+	t.Helper()
+	cfg, err := model.ShapeByName("stories260K")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := model.FromCheckpoint(model.Synthesize(cfg, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for l := range m.Layers {
+		for _, f := range []quant.Format{quant.Int8, quant.Int4} {
+			if _, err := m.AddVariant(l, f); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return m
+}
+
+// TestStepMatchesSequence: a step over two sequences (one prompt, one prompt chunk that does not sample) picks the
+// greedy token model.Sequence picks for the same tokens.
+func TestStepMatchesSequence(t *testing.T) {
+	m := synthModel(t)
+	e, err := NewCPU(m, CPUOptions{Budget: 8 << 20, BlockSize: 4, MaxTokens: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := []int32{1, 5, 9, 33, 100, 7}
+	b := []int32{3, 4, 200}
+	res, err := e.Step(&Batch{Seqs: []SeqWork{
+		{Tokens: a, SeqLen: len(a), Table: []int32{0, 1}, Sample: true},
+		{Tokens: b, SeqLen: len(b), Table: []int32{2}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq, err := model.NewSequence(m, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logits, err := seq.Feed(a, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := int32(sample.Argmax(logits)); res.Next[0] != want || res.Next[1] != -1 {
+		t.Errorf("next = %v, want [%d -1]", res.Next, want)
+	}
+	if res.Duration <= 0 {
+		t.Errorf("duration %v, want > 0", res.Duration)
+	}
+	if _, err := e.Step(&Batch{Seqs: []SeqWork{{Tokens: a, SeqLen: len(a), Table: []int32{0, int32(e.Memory().Blocks)}}}}); err == nil {
+		t.Error("a block id past the attached blocks was accepted")
+	}
+}
+
+// TestMemoryAccounting: the parts add up to Used exactly, weights follow the applied precision (a swap shows as
+// pending until the next step), freed bytes can be attached as KV and must be detached before going back.
+func TestMemoryAccounting(t *testing.T) {
+	m := synthModel(t)
+	cfg := m.Config
+	full := int64(m.WeightBytes())
+	ws := WorkspaceBytes(cfg, 32)
+	bb := int64(model.KVBytesPerBlock(cfg, 16))
+	budget := full + ws + 10*bb + bb/2
+	e, err := NewCPU(m, CPUOptions{Budget: budget, BlockSize: 16, MaxTokens: 32})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem := e.Memory()
+	if mem.Blocks != 10 || mem.Weights != full || mem.KV != 10*bb || mem.Workspace != ws || mem.Used() != full+ws+10*bb || mem.Free() != bb/2 {
+		t.Fatalf("memory %+v: want 10 blocks, weights %d, workspace %d, free %d", mem, full, ws, bb/2)
+	}
+	saved := int64(m.Layers[2].Variants[quant.F32].Bytes() - m.Layers[2].Variants[quant.Int4].Bytes())
+	if err := e.SetLayerPrecision(2, quant.Int4); err != nil {
+		t.Fatal(err)
+	}
+	mem = e.Memory()
+	if mem.Weights != full || mem.SwapFrees() != saved || mem.Attachable() != 0 {
+		t.Fatalf("pending swap: %+v, want weights %d, swap frees %d, nothing attachable yet", mem, full, saved)
+	}
+	if _, err := e.Step(&Batch{Seqs: []SeqWork{{Tokens: []int32{1}, SeqLen: 1, Table: []int32{0}, Sample: true}}}); err != nil {
+		t.Fatal(err)
+	}
+	mem = e.Memory()
+	wantBlocks := int((saved + bb/2) / bb)
+	if mem.Weights != full-saved || mem.SwapFrees() != 0 || mem.Attachable() != wantBlocks || mem.Used() != mem.Weights+mem.KV+mem.Workspace {
+		t.Fatalf("after swap: %+v, want weights %d and %d attachable blocks", mem, full-saved, wantBlocks)
+	}
+	if err := e.AttachKV(wantBlocks); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.SetLayerPrecision(2, quant.F32); err == nil {
+		t.Fatal("going back to F32 with the freed bytes attached as KV was accepted")
+	}
+	if err := e.DetachKV(wantBlocks); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.SetLayerPrecision(2, quant.F32); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.Memory().SwapFrees(); got != -saved {
+		t.Errorf("pending swap back frees %d, want %d", got, -saved)
+	}
+}

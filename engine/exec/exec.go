@@ -1,0 +1,139 @@
+// Package exec runs the engine's iterations. An Executor takes one batch (each sequence's next tokens, its cache
+// length and block table), runs the model over it and returns each sequence's next token and how long the step
+// took. It owns the weights and the KV storage; the kv.Manager above it owns only block ids. The scheduler and the
+// morphing controller see only this interface, so a real (CPU) and a simulated executor run the same engine code.
+package exec
+
+import (
+	"sync"
+	"time"
+
+	"github.com/morphlab/morphlab/engine/sample"
+	"github.com/morphlab/morphlab/quant"
+)
+
+// SeqWork is one sequence's share of a step: Tokens are appended at positions SeqLen-len(Tokens) .. SeqLen-1 of its
+// cache, whose blocks Table lists in order.
+type SeqWork struct {
+	Tokens []int32
+	SeqLen int
+	Table  []int32
+	// Sample asks for the sequence's next token (its last prompt chunk or a decode step); a prompt chunk that does
+	// not end the prompt only fills the cache.
+	Sample bool
+	// Sampler draws the next token; nil means greedy (argmax).
+	Sampler *sample.Sampler
+}
+
+// Batch is the work of one iteration.
+type Batch struct {
+	Seqs []SeqWork
+}
+
+// Tokens is the number of tokens the batch feeds.
+func (b *Batch) Tokens() int {
+	n := 0
+	for _, s := range b.Seqs {
+		n += len(s.Tokens)
+	}
+	return n
+}
+
+// Result is what one step produced.
+type Result struct {
+	// Next holds each sequence's next token, or -1 where it was not asked for (SeqWork.Sample false).
+	Next []int32
+	// Duration is how long the step took: wall time for a real executor, cost-model time for a simulated one.
+	Duration time.Duration
+	// Formats are the layers' precisions the step ran with (pending swaps are applied before a step).
+	Formats []quant.Format
+}
+
+// Executor runs iterations on one device.
+type Executor interface {
+	// Step runs one batch.
+	Step(b *Batch) (Result, error)
+	// SetLayerPrecision asks for layer to run in format f from the next step on; the variant must have been
+	// prepared. It returns at once; the swap happens at the next step boundary. It fails when the variant is
+	// missing or when the memory budget could not hold the layer in f (detach KV first).
+	SetLayerPrecision(layer int, f quant.Format) error
+	// Memory reports the memory budget and what holds it.
+	Memory() Memory
+	// AttachKV grows the KV storage by blocks blocks (ids following the current ones); it fails when the budget
+	// cannot hold them with every swap asked for so far done.
+	AttachKV(blocks int) error
+	// DetachKV shrinks the KV storage by its last blocks blocks.
+	DetachKV(blocks int) error
+}
+
+// Memory is a device's memory budget in bytes and its parts. Used = Weights + KV + Workspace exactly.
+type Memory struct {
+	Budget    int64
+	Weights   int64 // model weights by each layer's current precision
+	KV        int64 // KV pool: attached blocks × BlockBytes
+	Workspace int64 // activations and logits of the largest step, reserved
+	// PendingWeights is what Weights becomes once the swaps asked for are applied.
+	PendingWeights int64
+	BlockBytes     int64 // bytes of one KV block over all layers
+	Blocks         int   // KV blocks attached
+}
+
+// Used is the memory in use.
+func (m Memory) Used() int64 { return m.Weights + m.KV + m.Workspace }
+
+// Free is the budget not in use.
+func (m Memory) Free() int64 { return m.Budget - m.Used() }
+
+// SwapFrees is what the pending swaps free (negative when they need more than they free).
+func (m Memory) SwapFrees() int64 { return m.Weights - m.PendingWeights }
+
+// Attachable is the number of whole KV blocks that fit in the budget once pending swaps are applied (and while
+// they are not: the larger of current and pending weights counts).
+func (m Memory) Attachable() int {
+	room := m.Budget - max(m.Weights, m.PendingWeights) - m.KV - m.Workspace
+	if room <= 0 || m.BlockBytes == 0 {
+		return 0
+	}
+	return int(room / m.BlockBytes)
+}
+
+// Clock is the engine's time: the wall clock, or a virtual clock that the engine advances by each step's
+// duration (and moves to the next arrival when idle), so that a simulated run has a timeline.
+type Clock interface {
+	Now() time.Duration
+	Advance(d time.Duration)
+}
+
+// WallClock is real time since it was made; Advance does nothing because time passes on its own.
+type WallClock struct{ start time.Time }
+
+// NewWallClock returns a wall clock reading 0 now.
+func NewWallClock() *WallClock { return &WallClock{start: time.Now()} }
+
+// Now is the time since the clock was made.
+func (c *WallClock) Now() time.Duration { return time.Since(c.start) }
+
+// Advance does nothing: wall time advances by itself.
+func (c *WallClock) Advance(time.Duration) {}
+
+// VirtualClock is time that moves only when advanced. It is safe for concurrent use.
+type VirtualClock struct {
+	mu sync.Mutex
+	t  time.Duration
+}
+
+// Now is the virtual time.
+func (c *VirtualClock) Now() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+// Advance moves the clock forward by d (a negative d is ignored).
+func (c *VirtualClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if d > 0 {
+		c.t += d
+	}
+}
