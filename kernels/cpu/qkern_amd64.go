@@ -27,10 +27,10 @@ func qDotI8x4VNNI(w *int8, k int, a *int8, acc *[4]int32)
 func qSumI8VNNI(a *int8, n int) int32
 
 //go:noescape
-func qPackAVX512(dst, src *byte, idx *[16]int32, mask uint16, stride, kq int, flip uint32)
+func qPackW(dst, src *byte, k, rows, kq int)
 
 //go:noescape
-func qKernelI8VNNI(ap *int8, wp *uint8, kq int, c *int32)
+func qKernelI8VNNI(a *int8, lda int, wp *uint8, kq int, c *int32)
 
 //go:noescape
 func qDotI8F32AVX512(x *float32, w *int8, n int) float32
@@ -127,40 +127,39 @@ const (
 	qNR = 48
 )
 
-// qGEMMInt8 is qInt8 for m > 1. With VNNI: A is packed once into blocks of qMR rows, interleaved four bytes of k
-// at a time ([kq][qMR][4], zero padded); then each thread packs panels of qNR rows of W the same way
-// ([kq][qNR][4], offset by 128) and runs the micro-kernel over every block of A against its panel, which stays
-// in L2. The excess 128·Σ_p a[i,p] comes off each sum as it is stored.
+// qGEMMInt8 is qInt8 for many tokens. With VNNI, each thread packs panels of qNR rows of W, four bytes of k at a
+// time and offset by 128 ([kq][qNR][4]), and runs the micro-kernel over every block of qMR rows of A against its
+// panel, which stays in L2; A is read in place (a copy only pads k to a multiple of four, and the last block to
+// qMR rows, with zeros). The excess 128·Σ_p a[i,p] comes off each sum as it is stored.
 func qGEMMInt8(m, n, k int, a, w []int8, store func(i, j0 int, acc []int32, bias int32)) {
 	if !qVNNI {
 		qGEMMInt8Go(m, n, k, a, w, store)
 		return
 	}
-	ab, wb := qBytes(a), qBytes(w)
-	kq := (k + 3) / 4
-	mb := (m + qMR - 1) / qMR
-	ap := make([]byte, mb*kq*qMR*4)
 	asum := make([]int32, m)
-	Parallel(mb, 1, func(lo, hi int) {
-		for ib := lo; ib < hi; ib++ {
-			i0 := ib * qMR
-			qPackRows(ap[ib*kq*qMR*4:], ab[i0*k:], min(qMR, m-i0), k, qMR, 0)
-			for i := i0; i < min(m, i0+qMR); i++ {
-				asum[i] = qSumI8VNNI(&a[i*k], k)
-			}
+	for i := range asum {
+		asum[i] = qSumI8VNNI(&a[i*k], k)
+	}
+	kq := (k + 3) / 4
+	lda := 4 * kq
+	mb := (m + qMR - 1) / qMR
+	if lda != k || m%qMR != 0 {
+		pad := make([]int8, mb*qMR*lda)
+		for i := 0; i < m; i++ {
+			copy(pad[i*lda:], a[i*k:(i+1)*k])
 		}
-	})
+		a = pad
+	}
+	wb := qBytes(w)
 	Parallel((n+qNR-1)/qNR, 1, func(lo, hi int) {
 		wp := make([]byte, kq*qNR*4)
 		var tile [qMR * qNR]int32
 		for pj := lo; pj < hi; pj++ {
 			j0 := pj * qNR
 			nc := min(qNR, n-j0)
-			for g := 0; g < nc; g += 16 {
-				qPackRows(wp[g*4:], wb[(j0+g)*k:], min(16, nc-g), k, qNR, 0x80808080)
-			}
+			qPackPanel(wp, wb[j0*k:(j0+nc)*k], nc, k)
 			for ib := 0; ib < mb; ib++ {
-				qKernelI8VNNI((*int8)(unsafe.Pointer(&ap[ib*kq*qMR*4])), &wp[0], kq, &tile[0])
+				qKernelI8VNNI(&a[ib*qMR*lda], lda, &wp[0], kq, &tile[0])
 				for r := 0; r < qMR && ib*qMR+r < m; r++ {
 					i := ib*qMR + r
 					store(i, j0, tile[r*qNR:r*qNR+nc], 128*asum[i])
@@ -170,25 +169,20 @@ func qGEMMInt8(m, n, k int, a, w []int8, store func(i, j0 int, acc []int32, bias
 	})
 }
 
-// qPackRows writes rows (at most 16) rows of src, k bytes each, as lanes 0..rows-1 of a packed block lanes wide:
-// bytes 4q..4q+3 of row r go to dst[(q*lanes+r)*4:], XORed with flip. Whole groups of four are gathered by
-// qPackAVX512; a last partial group is padded with zeros (before the flip).
-func qPackRows(dst, src []byte, rows, k, lanes int, flip uint32) {
-	var idx [16]int32
-	for r := 0; r < rows; r++ {
-		idx[r] = int32(r * k)
-	}
+// qPackPanel packs rows (at most qNR) rows of W, k bytes each, for qKernelI8VNNI: byte 4q+t of row c, XOR 0x80, at
+// dst[(q*qNR+c)*4+t]. qPackW copies the whole groups of four; a last partial group is padded with zeros.
+func qPackPanel(dst, src []byte, rows, k int) {
 	if k/4 > 0 {
-		qPackAVX512(&dst[0], &src[0], &idx, uint16(1)<<rows-1, lanes*4, k/4, flip)
+		qPackW(&dst[0], &src[0], k, rows, k/4)
 	}
 	if k%4 == 0 {
 		return
 	}
 	q := k / 4
-	for r := 0; r < rows; r++ {
+	for c := 0; c < rows; c++ {
 		var b [4]byte
-		copy(b[:], src[r*k+4*q:(r+1)*k])
-		binary.LittleEndian.PutUint32(dst[(q*lanes+r)*4:], binary.LittleEndian.Uint32(b[:])^flip)
+		copy(b[:], src[c*k+4*q:(c+1)*k])
+		binary.LittleEndian.PutUint32(dst[(q*qNR+c)*4:], binary.LittleEndian.Uint32(b[:])^0x80808080)
 	}
 }
 

@@ -136,15 +136,21 @@ sumreduce:
 	VZEROUPPER
 	RET
 
-// func qKernelI8VNNI(ap *int8, wp *uint8, kq int, c *int32)
-// The W8A8 GEMM micro-kernel: an 8x48 tile of int32 sums c[r*48+j] = Σ_q Σ_t ap[(q*8+r)*4+t]·wp[(q*48+j)*4+t]
-// over kq steps of four k, from A packed [kq][8 rows][4] (signed) and W packed [kq][48 columns][4] (unsigned,
-// offset by 128). 24 accumulators (Z0-Z23): per step three loads of W, eight broadcasts of A, 24 VPDPBUSD.
-TEXT ·qKernelI8VNNI(SB), NOSPLIT, $0-32
-	MOVQ ap+0(FP), AX
-	MOVQ wp+8(FP), BX
-	MOVQ kq+16(FP), CX
-	MOVQ c+24(FP), DX
+// func qKernelI8VNNI(a *int8, lda int, wp *uint8, kq int, c *int32)
+// The W8A8 GEMM micro-kernel: an 8x48 tile of int32 sums c[r*48+j] = Σ_{p<4kq} a[r*lda+p]·wp[(p/4*48+j)*4+p%4]
+// from eight rows of A (signed, lda bytes apart, read in place) and W packed [kq][48 columns][4] (unsigned,
+// offset by 128). 24 accumulators (Z0-Z23): per step of four k, three loads of W, eight broadcasts of four bytes
+// of A, 24 VPDPBUSD.
+TEXT ·qKernelI8VNNI(SB), NOSPLIT, $0-40
+	MOVQ a+0(FP), AX
+	MOVQ lda+8(FP), R8
+	LEAQ (AX)(R8*2), R9
+	ADDQ R8, R9         // row 3
+	LEAQ (R9)(R8*2), R10
+	ADDQ R8, R10        // row 6
+	MOVQ wp+16(FP), BX
+	MOVQ kq+24(FP), CX
+	MOVQ c+32(FP), DX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
@@ -175,38 +181,40 @@ kloop:
 	VMOVDQU32    64(BX), Z25
 	VMOVDQU32    128(BX), Z26
 	VPBROADCASTD (AX), Z27
-	VPBROADCASTD 4(AX), Z28
+	VPBROADCASTD (AX)(R8*1), Z28
 	VPDPBUSD     Z27, Z24, Z0
 	VPDPBUSD     Z27, Z25, Z1
 	VPDPBUSD     Z27, Z26, Z2
-	VPBROADCASTD 8(AX), Z29
+	VPBROADCASTD (AX)(R8*2), Z29
 	VPDPBUSD     Z28, Z24, Z3
 	VPDPBUSD     Z28, Z25, Z4
 	VPDPBUSD     Z28, Z26, Z5
-	VPBROADCASTD 12(AX), Z30
+	VPBROADCASTD (R9), Z30
 	VPDPBUSD     Z29, Z24, Z6
 	VPDPBUSD     Z29, Z25, Z7
 	VPDPBUSD     Z29, Z26, Z8
-	VPBROADCASTD 16(AX), Z27
+	VPBROADCASTD (AX)(R8*4), Z27
 	VPDPBUSD     Z30, Z24, Z9
 	VPDPBUSD     Z30, Z25, Z10
 	VPDPBUSD     Z30, Z26, Z11
-	VPBROADCASTD 20(AX), Z28
+	VPBROADCASTD (R9)(R8*2), Z28
 	VPDPBUSD     Z27, Z24, Z12
 	VPDPBUSD     Z27, Z25, Z13
 	VPDPBUSD     Z27, Z26, Z14
-	VPBROADCASTD 24(AX), Z29
+	VPBROADCASTD (R10), Z29
 	VPDPBUSD     Z28, Z24, Z15
 	VPDPBUSD     Z28, Z25, Z16
 	VPDPBUSD     Z28, Z26, Z17
-	VPBROADCASTD 28(AX), Z30
+	VPBROADCASTD (R10)(R8*1), Z30
 	VPDPBUSD     Z29, Z24, Z18
 	VPDPBUSD     Z29, Z25, Z19
 	VPDPBUSD     Z29, Z26, Z20
 	VPDPBUSD     Z30, Z24, Z21
 	VPDPBUSD     Z30, Z25, Z22
 	VPDPBUSD     Z30, Z26, Z23
-	ADDQ         $32, AX
+	ADDQ         $4, AX
+	ADDQ         $4, R9
+	ADDQ         $4, R10
 	ADDQ         $192, BX
 	DECQ         CX
 	JNZ          kloop
@@ -779,31 +787,32 @@ w4chunk:
 	VZEROUPPER
 	RET
 
-// func qPackAVX512(dst, src *byte, idx *[16]int32, mask uint16, stride, kq int, flip uint32)
-// Packs up to 16 rows for the W8A8 GEMM: for q < kq, lane r of the 64 bytes at dst+q·stride gets the four bytes
-// src[idx[r]+4q:]^flip, for the rows r whose bit is set in mask (a gather of one dword a row; other lanes of
-// dst are left as they are).
-TEXT ·qPackAVX512(SB), NOSPLIT, $0-52
+// func qPackW(dst, src *byte, k, rows, kq int)
+// Packs rows (at most 48) rows of W, k bytes apart, for qKernelI8VNNI: for q < kq, bytes 4q..4q+3 of row c,
+// offset by 128 (XOR 0x80 on each byte), go to dst[(q*48+c)*4:]. A scalar copy of one dword at a time.
+TEXT ·qPackW(SB), NOSPLIT, $0-40
 	MOVQ dst+0(FP), DI
 	MOVQ src+8(FP), SI
-	MOVQ idx+16(FP), AX
-	VMOVDQU32 (AX), Z1
-	MOVWLZX mask+24(FP), BX
-	KMOVW BX, K2
-	MOVQ stride+32(FP), DX
-	MOVQ kq+40(FP), CX
-	MOVL flip+48(FP), AX
-	VPBROADCASTD AX, Z31
+	MOVQ k+16(FP), DX
+	MOVQ rows+24(FP), R8
+	MOVQ kq+32(FP), R9
 
-packloop:
-	KMOVW      BX, K1
-	VPXORD     Z2, Z2, Z2
-	VPGATHERDD (SI)(Z1*1), K1, Z2
-	VPXORD     Z31, Z2, Z2
-	VMOVDQU32  Z2, K2, (DI)
-	ADDQ       $4, SI
-	ADDQ       DX, DI
-	DECQ       CX
-	JNZ        packloop
-	VZEROUPPER
+packrow:
+	MOVQ SI, R10
+	MOVQ DI, R11
+	MOVQ R9, CX
+
+packword:
+	MOVL (R10), AX
+	XORL $0x80808080, AX
+	MOVL AX, (R11)
+	ADDQ $4, R10
+	ADDQ $192, R11
+	DECQ CX
+	JNZ  packword
+
+	ADDQ DX, SI
+	ADDQ $4, DI
+	DECQ R8
+	JNZ  packrow
 	RET
