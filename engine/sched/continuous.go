@@ -1,0 +1,127 @@
+package sched
+
+import (
+	"time"
+
+	"github.com/morphlab/morphlab/engine/kv"
+)
+
+// Continuous is the iteration-level scheduler (Orca, vLLM). Each iteration it
+//
+//  1. gives every running sequence in decode one token, in admission order; when the KV pool cannot hold the
+//     token, it preempts the newest running sequence (freeing its blocks, putting it back at the head of the
+//     waiting queue for recompute) until it can, or preempts the sequence itself when it is the newest;
+//  2. continues the prefill of running sequences whose prompt is not all in the cache, in chunks;
+//  3. admits waiting sequences first come first served, while the token budget, the sequence limit and the KV pool
+//     (kv.Manager.CanAdmit, which keeps the watermark free) allow; a sequence that does not fit stops admission, so
+//     that later arrivals never overtake it.
+//
+// An admitted sequence gets blocks for all its current tokens at once, so its prefill chunks never fail; only
+// decodes grow. No iteration feeds more than MaxTokens tokens or runs more than MaxSeqs sequences.
+type Continuous struct {
+	KV        *kv.Manager
+	MaxTokens int // token budget of an iteration
+	MaxSeqs   int // running sequences at most
+
+	waiting []*Seq // FCFS; preempted sequences return to the front
+	running []*Seq // in admission order; the last is the newest
+}
+
+// Add queues s at the back of the waiting queue.
+func (c *Continuous) Add(s *Seq) { c.waiting = append(c.waiting, s) }
+
+// Waiting is the number of queued sequences.
+func (c *Continuous) Waiting() int { return len(c.waiting) }
+
+// Running is the number of sequences in the running batch.
+func (c *Continuous) Running() int { return len(c.running) }
+
+// NextWake: the continuous scheduler only waits for arrivals or finishing sequences.
+func (c *Continuous) NextWake() (time.Duration, bool) { return 0, false }
+
+// preemptNewest sends the newest running sequence back to the head of the waiting queue for recompute.
+func (c *Continuous) preemptNewest(p *Plan) *Seq {
+	v := c.running[len(c.running)-1]
+	c.running = c.running[:len(c.running)-1]
+	c.KV.Free(v.ID)
+	v.Computed = 0
+	v.Preemptions++
+	c.waiting = append([]*Seq{v}, c.waiting...)
+	p.Preempted = append(p.Preempted, v)
+	return v
+}
+
+// Schedule picks the next iteration; see Continuous.
+func (c *Continuous) Schedule(time.Duration) Plan {
+	var p Plan
+	budget := c.MaxTokens
+	// 1. Decodes, oldest first; make room by preempting the newest.
+	var prefilling []*Seq
+	for i := 0; i < len(c.running) && budget > 0; i++ {
+		s := c.running[i]
+		if s.Len()-s.Computed > 1 {
+			prefilling = append(prefilling, s)
+			continue
+		}
+		for !c.KV.CanGrow(s.ID, s.Len()) && c.preemptNewest(&p) != s {
+		}
+		if i >= len(c.running) || c.running[i] != s {
+			break // s itself was the newest and is preempted
+		}
+		if err := c.KV.Grow(s.ID, s.Len()); err != nil {
+			panic(err) // CanGrow said it fits
+		}
+		p.Work = append(p.Work, work(s, 1))
+		budget--
+	}
+	// 2. Running prefills (their blocks are allocated): the next chunk each.
+	for _, s := range prefilling {
+		if budget == 0 || !c.isRunning(s) {
+			continue
+		}
+		n := min(s.Len()-s.Computed, budget)
+		p.Work = append(p.Work, work(s, n))
+		budget -= n
+	}
+	// 3. Admit waiting sequences in order.
+	for len(c.waiting) > 0 && budget > 0 && len(c.running) < c.MaxSeqs {
+		s := c.waiting[0]
+		if !c.KV.CanAdmit(s.Len()) {
+			break
+		}
+		if err := c.KV.Grow(s.ID, s.Len()); err != nil {
+			panic(err) // CanAdmit said it fits
+		}
+		c.waiting = c.waiting[1:]
+		c.running = append(c.running, s)
+		p.Started = append(p.Started, s)
+		n := min(s.Len()-s.Computed, budget)
+		p.Work = append(p.Work, work(s, n))
+		budget -= n
+	}
+	return p
+}
+
+func (c *Continuous) isRunning(s *Seq) bool {
+	for _, r := range c.running {
+		if r == s {
+			return true
+		}
+	}
+	return false
+}
+
+// Update records the iteration's tokens and drops finished sequences from the running batch.
+func (c *Continuous) Update(p Plan, next []int32) []*Seq {
+	done := apply(c.KV, p, next)
+	if len(done) > 0 {
+		kept := c.running[:0]
+		for _, s := range c.running {
+			if !s.Finished() {
+				kept = append(kept, s)
+			}
+		}
+		c.running = kept
+	}
+	return done
+}

@@ -1,0 +1,128 @@
+// Package sched decides what each iteration runs. Continuous is vLLM's iteration-level scheduler: requests join and
+// leave the running batch at every iteration, decodes go first, prompts are prefilled in chunks within a token
+// budget, and when KV blocks run out the newest running request is preempted and later recomputed. Static and
+// Dynamic are the request-level baselines: a batch is formed (when it is full, or for Dynamic also when the oldest
+// request has waited long enough), padded to its longest member, and run to completion before the next one.
+package sched
+
+import (
+	"time"
+
+	"github.com/morphlab/morphlab/engine/kv"
+)
+
+// Seq is a request as the scheduler sees it. Its tokens are Prompt followed by Output; Computed of them are in the
+// KV cache. A preempted sequence keeps its output and restarts with Computed = 0, so recomputing feeds the prompt
+// and the generated tokens together and rebuilds the same state.
+type Seq struct {
+	ID        kv.SeqID
+	Prompt    []int32
+	Output    []int32
+	MaxTokens int     // output tokens to generate at most
+	MaxLen    int     // prompt plus output at most (the model's context)
+	Stop      []int32 // tokens that end the output (kept as its last token)
+	Arrival   time.Duration
+	Computed  int
+	// Preemptions counts how often the sequence was preempted.
+	Preemptions int
+	// Pad marks the padding work of a baseline batch: its tokens are computed and its outputs dropped.
+	Pad bool
+}
+
+// Len is the number of tokens (prompt and output).
+func (s *Seq) Len() int { return len(s.Prompt) + len(s.Output) }
+
+// Tokens returns tokens [from, to) of Prompt followed by Output.
+func (s *Seq) Tokens(from, to int) []int32 {
+	out := make([]int32, 0, to-from)
+	for i := from; i < to; i++ {
+		if i < len(s.Prompt) {
+			out = append(out, s.Prompt[i])
+		} else {
+			out = append(out, s.Output[i-len(s.Prompt)])
+		}
+	}
+	return out
+}
+
+// Finished reports whether the sequence has all its output: MaxTokens tokens, a stop token, or a full context.
+func (s *Seq) Finished() bool {
+	if len(s.Output) >= s.MaxTokens || s.Len() >= s.MaxLen {
+		return true
+	}
+	if n := len(s.Output); n > 0 {
+		for _, t := range s.Stop {
+			if s.Output[n-1] == t {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// limit is the most tokens the sequence can ever hold.
+func (s *Seq) limit() int { return min(s.MaxLen, len(s.Prompt)+s.MaxTokens) }
+
+// Work is a sequence's share of an iteration: tokens [Start, Start+N) of it are fed.
+type Work struct {
+	Seq      *Seq
+	Start, N int
+	// Sample: the work ends at the sequence's last token, so it yields the next one (padding never samples).
+	Sample bool
+}
+
+// work returns s's next n tokens as work.
+func work(s *Seq, n int) Work {
+	return Work{Seq: s, Start: s.Computed, N: n, Sample: s.Computed+n == s.Len() && !s.Pad}
+}
+
+// Plan is one iteration's decision.
+type Plan struct {
+	Work      []Work
+	Preempted []*Seq // running sequences sent back to the waiting queue, newest first
+	Started   []*Seq // sequences scheduled for the first time (or again after a preemption)
+}
+
+// Tokens is the number of tokens the plan feeds.
+func (p *Plan) Tokens() int {
+	n := 0
+	for _, w := range p.Work {
+		n += w.N
+	}
+	return n
+}
+
+// Scheduler is an iteration policy over a kv.Manager it owns.
+type Scheduler interface {
+	// Add queues a new sequence.
+	Add(s *Seq)
+	// Schedule picks the next iteration's work at time now; an empty plan means nothing can run now.
+	Schedule(now time.Duration) Plan
+	// Update records a run plan's sampled tokens (next[i] for p.Work[i], -1 where none) and returns the
+	// sequences that finished (their blocks freed).
+	Update(p Plan, next []int32) []*Seq
+	// Waiting and Running count the sequences queued and in the batch.
+	Waiting() int
+	Running() int
+	// NextWake is the earliest time at which a plan with no work could change without a new arrival (Dynamic's
+	// queueing delay); ok is false when only an arrival can.
+	NextWake() (t time.Duration, ok bool)
+}
+
+// apply advances each work's sequence by its tokens and appends sampled tokens; it returns the finished
+// sequences, whose blocks it frees.
+func apply(m *kv.Manager, p Plan, next []int32) []*Seq {
+	var done []*Seq
+	for i, w := range p.Work {
+		s := w.Seq
+		s.Computed = w.Start + w.N
+		if w.Sample && next[i] >= 0 && !s.Finished() {
+			s.Output = append(s.Output, next[i])
+			if s.Finished() {
+				m.Free(s.ID)
+				done = append(done, s)
+			}
+		}
+	}
+	return done
+}

@@ -1,0 +1,222 @@
+package sched
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/morphlab/morphlab/engine/kv"
+)
+
+// fakeModel stands in for a model over a paged cache: feeding a token writes it into its slot, and the next token
+// is a hash of every slot the sequence's block table reaches up to its length. A scheduler that fed a wrong token,
+// skipped one, or handed one block to two sequences changes the outputs.
+type fakeModel struct {
+	t     *testing.T
+	m     *kv.Manager
+	slots map[int32]int32
+}
+
+func (f *fakeModel) step(p Plan) []int32 {
+	next := make([]int32, len(p.Work))
+	for i, w := range p.Work {
+		for j, tok := range w.Seq.Tokens(w.Start, w.Start+w.N) {
+			f.slots[f.m.Slot(w.Seq.ID, w.Start+j)] = tok
+		}
+		h := uint64(1469598103934665603)
+		for pos := range w.Start + w.N {
+			h = (h ^ uint64(f.slots[f.m.Slot(w.Seq.ID, pos)])) * 1099511628211
+		}
+		next[i] = int32(h % 97)
+		if !w.Sample {
+			next[i] = -1
+		}
+	}
+	return next
+}
+
+type arrival struct {
+	iter int
+	seq  *Seq
+}
+
+// drive runs a scheduler over arrivals (by iteration) until all finish, checking the token budget and that the
+// fake KV slots are never shared, and returns each iteration's plan.
+func drive(t *testing.T, s Scheduler, m *kv.Manager, maxTokens int, arrivals []arrival) []Plan {
+	t.Helper()
+	f := &fakeModel{t: t, m: m, slots: map[int32]int32{}}
+	var plans []Plan
+	left := len(arrivals)
+	for iter := 0; left > 0; iter++ {
+		if iter > 100000 {
+			t.Fatalf("no progress: %d sequences left after %d iterations", left, iter)
+		}
+		for _, a := range arrivals {
+			if a.iter == iter {
+				a.seq.Arrival = time.Duration(iter) * time.Millisecond
+				s.Add(a.seq)
+			}
+		}
+		p := s.Schedule(time.Duration(iter) * time.Millisecond)
+		if p.Tokens() > maxTokens {
+			t.Fatalf("iteration %d feeds %d tokens, budget %d", iter, p.Tokens(), maxTokens)
+		}
+		seen := map[kv.SeqID]bool{}
+		for _, w := range p.Work {
+			if seen[w.Seq.ID] || w.N < 1 || w.Start != w.Seq.Computed {
+				t.Fatalf("iteration %d: bad work %+v (seq %d, computed %d)", iter, w, w.Seq.ID, w.Seq.Computed)
+			}
+			seen[w.Seq.ID] = true
+		}
+		plans = append(plans, p)
+		left -= len(s.Update(p, f.step(p)))
+	}
+	if m.Sequences() != 0 || m.FreeBlocks() != m.TotalBlocks() {
+		t.Fatalf("after the run %d sequences hold blocks, %d of %d free", m.Sequences(), m.FreeBlocks(), m.TotalBlocks())
+	}
+	return plans
+}
+
+func randomSeqs(rng *rand.Rand, n, maxPrompt, maxOut, ctx int) []arrival {
+	var out []arrival
+	for i := range n {
+		p := make([]int32, 1+rng.IntN(maxPrompt))
+		for j := range p {
+			p[j] = int32(rng.IntN(97))
+		}
+		out = append(out, arrival{iter: rng.IntN(3 * n), seq: &Seq{ID: kv.SeqID(i), Prompt: p, MaxTokens: 1 + rng.IntN(maxOut), MaxLen: ctx}})
+	}
+	return out
+}
+
+func clone(as []arrival) []arrival {
+	out := make([]arrival, len(as))
+	for i, a := range as {
+		s := *a.seq
+		s.Prompt = append([]int32(nil), s.Prompt...)
+		out[i] = arrival{a.iter, &s}
+	}
+	return out
+}
+
+// alone returns each sequence's output served by itself with a pool that never preempts.
+func alone(t *testing.T, as []arrival) [][]int32 {
+	var out [][]int32
+	for _, a := range clone(as) {
+		m, _ := kv.New(4, 1000, 0)
+		drive(t, &Continuous{KV: m, MaxTokens: 1000, MaxSeqs: 1}, m, 1000, []arrival{{0, a.seq}})
+		out = append(out, a.seq.Output)
+	}
+	return out
+}
+
+func checkOutputs(t *testing.T, name string, as []arrival, want [][]int32) {
+	t.Helper()
+	for i, a := range as {
+		if string(rune32(a.seq.Output)) != string(rune32(want[i])) {
+			t.Errorf("%s: sequence %d output %v, want %v (served alone)", name, i, a.seq.Output, want[i])
+		}
+	}
+}
+
+func rune32(x []int32) []rune {
+	r := make([]rune, len(x))
+	for i, v := range x {
+		r[i] = rune(v)
+	}
+	return r
+}
+
+// TestContinuousPreemptionKeepsOutputs: under a KV pool small enough to force preemptions, every iteration stays in
+// the token budget and every sequence ends with exactly the output it has when served alone.
+func TestContinuousPreemptionKeepsOutputs(t *testing.T) {
+	for seed := range uint64(20) {
+		rng := rand.New(rand.NewPCG(seed, 7))
+		as := randomSeqs(rng, 16, 40, 30, 80)
+		want := alone(t, as)
+		m, _ := kv.New(4, 24, 0.05)
+		c := &Continuous{KV: m, MaxTokens: 16, MaxSeqs: 8}
+		plans := drive(t, c, m, 16, as)
+		checkOutputs(t, "continuous", as, want)
+		pre := 0
+		for _, p := range plans {
+			pre += len(p.Preempted)
+			for j := 1; j < len(p.Preempted); j++ {
+				if p.Preempted[j].Arrival > p.Preempted[j-1].Arrival {
+					t.Errorf("seed %d: preempted %d before the newer %d", seed, p.Preempted[j-1].ID, p.Preempted[j].ID)
+				}
+			}
+		}
+		if seed == 0 && pre == 0 {
+			t.Errorf("seed %d: no preemption; the test pool is meant to force some", seed)
+		}
+	}
+}
+
+// TestContinuousFCFS: sequences are first admitted in arrival order (no overtaking, so none starves), a long
+// prompt waiting at the head is not bypassed by short ones behind it, and decodes come before prefill chunks.
+func TestContinuousFCFS(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	as := randomSeqs(rng, 30, 60, 20, 100)
+	as[3].seq.Prompt = make([]int32, 90) // a long prompt among short ones
+	m, _ := kv.New(4, 40, 0)
+	plans := drive(t, &Continuous{KV: m, MaxTokens: 24, MaxSeqs: 6}, m, 24, as)
+	order := map[*Seq]int{}
+	firstStart := map[*Seq]int{}
+	for i, p := range plans {
+		for _, s := range p.Started {
+			if _, ok := firstStart[s]; !ok {
+				firstStart[s] = i
+				order[s] = len(order)
+			}
+		}
+		decodes := true
+		for _, w := range p.Work {
+			isDecode := w.N == 1 && w.Start == w.Seq.Len()-1 && w.Seq.Computed > 0
+			if isDecode && !decodes {
+				t.Fatalf("iteration %d: a decode after a prefill chunk", i)
+			}
+			decodes = decodes && isDecode
+		}
+	}
+	for _, a := range as {
+		for _, b := range as {
+			if (a.seq.Arrival < b.seq.Arrival || (a.seq.Arrival == b.seq.Arrival && a.seq.ID < b.seq.ID)) && order[a.seq] > order[b.seq] {
+				t.Errorf("sequence %d (arrived %v) admitted after %d (arrived %v)", a.seq.ID, a.seq.Arrival, b.seq.ID, b.seq.Arrival)
+			}
+		}
+	}
+}
+
+// TestBatchedBaselines: static and dynamic batching give the same outputs, keep the token budget, run each batch
+// to completion (no sequence starts while a batch runs), and dynamic batching holds a partial batch until the
+// oldest has waited MaxDelay.
+func TestBatchedBaselines(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	as := randomSeqs(rng, 20, 30, 20, 60)
+	want := alone(t, as)
+	for _, delay := range []time.Duration{0, 5 * time.Millisecond} {
+		run := clone(as)
+		m, _ := kv.New(4, 200, 0)
+		b := &Batched{KV: m, MaxTokens: 64, BatchSize: 4, MaxDelay: delay}
+		plans := drive(t, b, m, 64, run)
+		checkOutputs(t, "batched", run, want)
+		running := 0
+		for i, p := range plans {
+			if len(p.Started) > 0 && running > 0 {
+				t.Fatalf("delay %v, iteration %d: a batch started while %d sequences ran", delay, i, running)
+			}
+			if delay > 0 && len(p.Started) > 0 && len(p.Started) < 4 {
+				if now := time.Duration(i) * time.Millisecond; now-p.Started[0].Arrival < delay {
+					t.Errorf("partial batch of %d started at %v, oldest arrived %v", len(p.Started), now, p.Started[0].Arrival)
+				}
+			}
+			running += len(p.Started)
+			for _, w := range p.Work {
+				if !w.Seq.Pad && w.Seq.Finished() && w.Sample {
+					running--
+				}
+			}
+		}
+	}
+}
