@@ -202,7 +202,15 @@ func (c *attentionCase) reference() map[string][]float64 {
 	return map[string][]float64{"out": out}
 }
 
-func (c *attentionCase) check(f CausalAttentionFunc, want map[string][]float64, o Options) error {
+// naiveError is the nMSE of the naive attention baseline on this case (see naive.go).
+func (c *attentionCase) naiveError(want map[string][]float64, o Options) float64 {
+	base := poisoned(len(c.Q))
+	naiveCausalAttention(base, c.Q, c.K, c.V, c.NQ, c.KVLen, c.NHeads, c.NKVHeads, c.HeadDim, c.Scale, o.BaselineRounding)
+	return naiveNMSE(base, want["out"])
+}
+
+// check compares with the attention rule, given the naive baseline's error on this case.
+func (c *attentionCase) check(f CausalAttentionFunc, want map[string][]float64, naive float64) error {
 	q, k, v, out := clone(c.Q), clone(c.K), clone(c.V), poisoned(len(c.Q))
 	if err := call(func() { f(out, q, k, v, c.NQ, c.KVLen, c.NHeads, c.NKVHeads, c.HeadDim, c.Scale) }); err != nil {
 		return err
@@ -210,9 +218,7 @@ func (c *attentionCase) check(f CausalAttentionFunc, want map[string][]float64, 
 	if err := errors.Join(unchanged("q", q, c.Q), unchanged("k", k, c.K), unchanged("v", v, c.V)); err != nil {
 		return err
 	}
-	base := poisoned(len(c.Q))
-	naiveCausalAttention(base, c.Q, c.K, c.V, c.NQ, c.KVLen, c.NHeads, c.NKVHeads, c.HeadDim, c.Scale, o.BaselineRounding)
-	return compareAttention(out, base, want["out"])
+	return compareAttention(out, want["out"], naive)
 }
 
 type kvAppendCase struct {
@@ -322,7 +328,15 @@ func (c *pagedCase) reference() map[string][]float64 {
 	return map[string][]float64{"out": out}
 }
 
-func (c *pagedCase) check(f PagedAttentionFunc, want map[string][]float64, o Options) error {
+// naiveError is the nMSE of the naive attention baseline on this case (see naive.go).
+func (c *pagedCase) naiveError(want map[string][]float64, o Options) float64 {
+	base := poisoned(len(c.Q))
+	naivePagedAttention(base, c, o.BaselineRounding)
+	return naiveNMSE(base, want["out"])
+}
+
+// check compares with the attention rule, given the naive baseline's error on this case.
+func (c *pagedCase) check(f PagedAttentionFunc, want map[string][]float64, naive float64) error {
 	q, kc, vc, out := clone(c.Q), clone(c.KCache), clone(c.VCache), poisoned(len(c.Q))
 	qStart, seqLens, tables := clone(c.QStart), clone(c.SeqLens), clone(c.BlockTables)
 	if err := call(func() {
@@ -333,9 +347,7 @@ func (c *pagedCase) check(f PagedAttentionFunc, want map[string][]float64, o Opt
 	if err := errors.Join(unchanged("q", q, c.Q), unchanged("kCache", kc, c.KCache), unchanged("vCache", vc, c.VCache)); err != nil {
 		return err
 	}
-	base := poisoned(len(c.Q))
-	naivePagedAttention(base, c, o.BaselineRounding)
-	return compareAttention(out, base, want["out"])
+	return compareAttention(out, want["out"], naive)
 }
 
 func clone[T any](x []T) []T { return append([]T(nil), x...) }

@@ -363,7 +363,7 @@ var goldenOps = []goldenOp{
 			func(s AttentionShape, r *rand.Rand) *attentionCase { return newAttentionCase(s, r, Options{}) }),
 		func(fs Funcs) bool { return fs.CausalAttention != nil },
 		func(fs Funcs, c *attentionCase, want map[string][]float64, o Options) error {
-			return c.check(fs.CausalAttention, want, o)
+			return c.check(fs.CausalAttention, want, c.naiveError(want, o))
 		}),
 	newGoldenOp("KVAppend",
 		goldenCases("KVAppend", []KVAppendShape{{3, 8, 2, 4}, {5, 6, 1, 8}},
@@ -379,6 +379,6 @@ var goldenOps = []goldenOp{
 		}, func(s PagedShape, r *rand.Rand) *pagedCase { return newPagedCase(s, r, Options{}, false) }),
 		func(fs Funcs) bool { return fs.PagedAttention != nil },
 		func(fs Funcs, c *pagedCase, want map[string][]float64, o Options) error {
-			return c.check(fs.PagedAttention, want, o)
+			return c.check(fs.PagedAttention, want, c.naiveError(want, o))
 		}),
 }

@@ -458,23 +458,15 @@ func TestBadSizeChecks(t *testing.T) {
 func TestNaiveBaselineError(t *testing.T) {
 	s := AttentionShape{NQ: 97, KVLen: 97, NHeads: 8, NKVHeads: 2, HeadDim: 64}
 	c := newAttentionCase(s, newRand("CausalAttention", s.Name()), Options{})
-	base := poisoned(len(c.Q))
-	naiveCausalAttention(base, c.Q, c.K, c.V, c.NQ, c.KVLen, c.NHeads, c.NKVHeads, c.HeadDim, c.Scale, nil)
-	e, err := nmse("baseline", base, c.reference()["out"])
-	if err != nil {
-		t.Fatal(err)
-	}
+	want := c.reference()
+	e := c.naiveError(want, Options{})
 	if e < unitRoundoff2/4 || e > 1e-12 {
 		t.Errorf("naive float32 attention nMSE = %.3g, want between u²/4 = %.3g and 1e-12", e, unitRoundoff2/4)
 	}
 	t.Logf("naive float32 attention nMSE %.3g for %s", e, s.Name())
 
 	// At float16 (10 stored mantissa bits), the naive baseline's error grows by about 2^26.
-	naiveCausalAttention(base, c.Q, c.K, c.V, c.NQ, c.KVLen, c.NHeads, c.NKVHeads, c.HeadDim, c.Scale, toF16)
-	e16, err := nmse("baseline", base, c.reference()["out"])
-	if err != nil {
-		t.Fatal(err)
-	}
+	e16 := c.naiveError(want, Options{BaselineRounding: toF16})
 	if e16 < e*1e5 {
 		t.Errorf("naive attention with float16 rounding nMSE = %.3g, want far above float32's %.3g", e16, e)
 	}
