@@ -277,3 +277,17 @@ func TestSynthForward(t *testing.T) {
 		}
 	}
 }
+
+func BenchmarkSynthesize(b *testing.B) {
+	cfg, _ := ShapeByName("stories15M")
+	for _, typ := range []TensorType{F32, Q4_0} {
+		b.Run("shape=stories15M/type="+typ.String(), func(b *testing.B) {
+			b.SetBytes(int64(cfg.Params()) * 4)
+			for b.Loop() {
+				if _, err := SynthesizeAs(cfg, 1, typ); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -80,7 +80,7 @@ func runQuantize(e *env, args []string) error {
 			"bytes": size, "seconds": sec})
 	}
 	t := newTable(e.stdout, "model", "out", "format", "layers", "size", "seconds")
-	t.row(*in, *out, *format, fmt.Sprintf("%d of %d", n, ck.Config.NLayers), formatBytes(size), formatValue(sec))
+	t.row(*in, *out, *format, fmt.Sprintf("%d of %d", n, ck.Config.NLayers), formatValue(float64(size)/(1<<20))+" MiB", formatValue(sec))
 	return t.flush()
 }
 

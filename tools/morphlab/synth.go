@@ -109,7 +109,7 @@ func runSynth(e *env, args []string) error {
 			"params": cfg.Params(), "bytes": size, "synth_seconds": synthSec, "write_seconds": writeSec})
 	}
 	t := newTable(e.stdout, "shape", "type", "params", "file", "size", "synth s", "write s")
-	t.row(*shape, *typ, formatCount(cfg.Params()), *out, formatBytes(size), formatValue(synthSec), formatValue(writeSec))
+	t.row(*shape, *typ, formatCount(cfg.Params()), *out, formatValue(float64(size)/(1<<20))+" MiB", formatValue(synthSec), formatValue(writeSec))
 	return t.flush()
 }
 
