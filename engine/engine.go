@@ -146,13 +146,15 @@ type Options struct {
 type StepInfo struct {
 	Iter     int
 	Time     time.Duration // clock after the step
-	Duration time.Duration
-	Work     []WorkInfo
-	Formats  []quant.Format // layer precisions the step ran with
-	Waiting  int
-	Running  int
-	Free     int // free KV blocks after the step
-	Total    int // KV blocks attached
+	Duration time.Duration // the executor's step time
+	// Wall is the wall time Step took in all: the executor's step plus the engine's scheduling and bookkeeping.
+	Wall    time.Duration
+	Work    []WorkInfo
+	Formats []quant.Format // layer precisions the step ran with
+	Waiting int
+	Running int
+	Free    int // free KV blocks after the step
+	Total   int // KV blocks attached
 }
 
 // WorkInfo is one request's share of an iteration.
@@ -368,6 +370,7 @@ func (e *Engine) Pending() int {
 // Step runs one iteration: it takes in new requests and queued KV commands, schedules, runs the batch and
 // delivers the tokens. It reports whether there was work.
 func (e *Engine) Step() (bool, error) {
+	start := time.Now()
 	e.mu.Lock()
 	inbox, cmds := e.inbox, e.cmds
 	e.inbox, e.cmds = nil, nil
@@ -439,6 +442,7 @@ func (e *Engine) Step() (bool, error) {
 	if e.opt.OnStep != nil {
 		info.Waiting, info.Running = e.sched.Waiting(), e.sched.Running()
 		info.Free, info.Total = e.kv.FreeBlocks(), e.kv.TotalBlocks()
+		info.Wall = time.Since(start)
 		e.opt.OnStep(info)
 	}
 	return true, nil

@@ -1,0 +1,195 @@
+package engine
+
+import (
+	"context"
+	"encoding/csv"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/morphlab/morphlab/engine/exec"
+	"github.com/morphlab/morphlab/engine/model"
+	"github.com/morphlab/morphlab/internal/datadir"
+)
+
+// shareGPTLengths draws n (prompt, output) lengths from the ShareGPT length trace, scaled from its 8K context to ctx
+// (each length times ctx/8192, at least 1).
+func shareGPTLengths(tb testing.TB, n, ctx int, seed uint64) [][2]int {
+	f, err := os.Open(datadir.ForTest(tb, "traces/lengths/sharegpt_8k_filtered_stats_llama2_tokenizer.csv"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer f.Close()
+	rows, err := csv.NewReader(f).ReadAll()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	rows = rows[1:] // header
+	rng := rand.New(rand.NewPCG(seed, 2))
+	scale := float64(ctx) / 8192
+	var out [][2]int
+	for range n {
+		r := rows[rng.IntN(len(rows))]
+		p, err1 := strconv.Atoi(r[0])
+		d, err2 := strconv.Atoi(r[1])
+		if err1 != nil || err2 != nil {
+			tb.Fatalf("bad row %v", r)
+		}
+		ps, ds := max(1, int(math.Round(float64(p)*scale))), max(1, int(math.Round(float64(d)*scale)))
+		out = append(out, [2]int{min(ps, ctx-2), min(ds, ctx-1-min(ps, ctx-2))})
+	}
+	return out
+}
+
+// serveStats are vLLM benchmark_serving's metrics over one run.
+type serveStats struct {
+	Duration                time.Duration
+	Requests, OutputTokens  int
+	ReqPerSec, OutTokPerSec float64
+	MeanTTFT, MeanTPOT      time.Duration
+	Preemptions             int
+	Overhead                float64 // share of step wall time spent outside the executor
+	MeanBatch               float64 // sequences per decode iteration (padding included)
+}
+
+// BenchmarkServe compares continuous, static and dynamic batching on a synthetic stories110M (F32) at the same
+// offered load: requests (ShareGPT lengths scaled to the 1024-token context, output lengths forced, as vLLM's
+// benchmark does with ignore_eos) arrive as a Poisson process of -serve.rate requests/s (0: all at once), batch
+// size / running sequences 32, 512 tokens an iteration, and a KV pool that holds 32 padded sequences.
+//
+//	go test -run '^$' -bench BenchmarkServe -benchtime 1x -timeout 30m ./engine/
+func BenchmarkServe(b *testing.B) {
+	n := 64
+	if s := os.Getenv("MORPHLAB_SERVE_REQUESTS"); s != "" {
+		n, _ = strconv.Atoi(s)
+	}
+	rate := 0.0
+	if s := os.Getenv("MORPHLAB_SERVE_RATE"); s != "" {
+		rate, _ = strconv.ParseFloat(s, 64)
+	}
+	cfg, err := model.ShapeByName("stories110M")
+	if err != nil {
+		b.Fatal(err)
+	}
+	lengths := shareGPTLengths(b, n, cfg.SeqLen, 1)
+	m, err := model.FromCheckpoint(model.Synthesize(cfg, 110))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, policy := range []string{"continuous", "static", "dynamic"} {
+		b.Run("policy="+policy, func(b *testing.B) {
+			var st serveStats
+			for range b.N {
+				st = serveTrace(b, m, policy, lengths, rate)
+			}
+			b.ReportMetric(st.OutTokPerSec, "out-tok/s")
+			b.ReportMetric(st.ReqPerSec, "req/s")
+			b.ReportMetric(st.MeanTTFT.Seconds()*1e3, "ttft-ms")
+			b.ReportMetric(st.MeanTPOT.Seconds()*1e3, "tpot-ms")
+			b.ReportMetric(float64(st.Preemptions), "preemptions")
+			b.ReportMetric(100*st.Overhead, "overhead-%")
+			b.ReportMetric(st.MeanBatch, "decode-batch")
+			b.Logf("%s: %+v", policy, st)
+		})
+	}
+}
+
+func serveTrace(tb testing.TB, m *model.Model, policy string, lengths [][2]int, rate float64) serveStats {
+	const blockSize, maxTokens, batch = 16, 512, 32
+	blocks := batch * (m.Config.SeqLen/blockSize + 2)
+	budget := int64(m.WeightBytes()) + exec.WorkspaceBytes(m.Config, maxTokens) + int64(blocks*model.KVBytesPerBlock(m.Config, blockSize))
+	x, err := exec.NewCPU(m, exec.CPUOptions{Budget: budget, BlockSize: blockSize, MaxTokens: maxTokens})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var stepWall, stepExec time.Duration
+	var decodeSeqs, decodeIters int
+	e, err := New(x, Options{Policy: policy, MaxTokens: maxTokens, MaxSeqs: batch, BatchSize: batch, MaxDelay: 100 * time.Millisecond,
+		BlockSize: blockSize, Context: m.Config.SeqLen, Vocab: m.Config.VocabSize,
+		OnStep: func(info StepInfo) {
+			stepWall += info.Wall
+			stepExec += info.Duration
+			if t := len(info.Work); t > 0 && info.Work[0].Tokens == 1 {
+				decodeSeqs += t
+				decodeIters++
+			}
+		}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	loop := make(chan error, 1)
+	go func() { loop <- e.Run(ctx) }()
+	rng := rand.New(rand.NewPCG(7, 7))
+	var streams []*Stream
+	start := time.Now()
+	next := time.Duration(0)
+	for _, l := range lengths {
+		if rate > 0 {
+			next += time.Duration(rng.ExpFloat64() / rate * float64(time.Second))
+			time.Sleep(time.Until(start.Add(next)))
+		}
+		p := make([]int32, l[0])
+		for i := range p {
+			p[i] = int32(rng.IntN(m.Config.VocabSize))
+		}
+		streams = append(streams, e.Submit(Request{Prompt: p, MaxTokens: l[1]}))
+	}
+	var st serveStats
+	var first, last time.Duration = math.MaxInt64, 0
+	var ttft, tpot time.Duration
+	for i, s := range streams {
+		r := s.Wait()
+		if r.Err != nil || len(r.Output) != lengths[i][1] {
+			tb.Fatalf("request %d: %d tokens of %d, %v", i, len(r.Output), lengths[i][1], r.Err)
+		}
+		tl := r.Timeline
+		first, last = min(first, tl.Arrival), max(last, tl.Finish)
+		ttft += tl.FirstToken - tl.Arrival
+		if n := len(r.Output); n > 1 {
+			tpot += (tl.Finish - tl.FirstToken) / time.Duration(n-1)
+		}
+		st.OutputTokens += len(r.Output)
+		st.Preemptions += r.Preemptions
+	}
+	cancel()
+	if err := <-loop; err != context.Canceled {
+		tb.Fatal(err)
+	}
+	st.Requests = len(streams)
+	st.Duration = last - first
+	st.ReqPerSec = float64(st.Requests) / st.Duration.Seconds()
+	st.OutTokPerSec = float64(st.OutputTokens) / st.Duration.Seconds()
+	st.MeanTTFT = ttft / time.Duration(st.Requests)
+	st.MeanTPOT = tpot / time.Duration(st.Requests)
+	st.Overhead = 1 - stepExec.Seconds()/stepWall.Seconds()
+	if decodeIters > 0 {
+		st.MeanBatch = float64(decodeSeqs) / float64(decodeIters)
+	}
+	return st
+}
+
+// TestServeTraceSmall runs the throughput experiment's driver on a small synthetic model and a handful of
+// requests, so that the benchmark's code is exercised by the ordinary test run.
+func TestServeTraceSmall(t *testing.T) {
+	m := synthModel(t)
+	lengths := shareGPTLengths(t, 12, 256, 3)
+	for i := range lengths {
+		lengths[i] = [2]int{min(lengths[i][0], 200), min(lengths[i][1], 40)}
+	}
+	var out []string
+	for _, policy := range []string{"continuous", "static", "dynamic"} {
+		st := serveTrace(t, m, policy, lengths, 0)
+		if st.OutputTokens == 0 || st.OutTokPerSec <= 0 || st.Overhead < 0 || st.Overhead >= 1 {
+			t.Errorf("%s: %+v", policy, st)
+		}
+		out = append(out, fmt.Sprintf("%s %.0f tok/s", policy, st.OutTokPerSec))
+	}
+	t.Log(slices.Clip(out))
+}
