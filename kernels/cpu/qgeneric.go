@@ -91,26 +91,23 @@ func qStoreScaledGo(dst []float32, acc []int32, bias int32, sa float32, sw []flo
 	}
 }
 
-// qW4RowsGo returns the pure-Go row function of qGEMVW4 for activations x: it computes one output from a packed
-// row, its scales and its zero points, with the group sums of x computed once here.
+// qW4RowsGo returns the pure-Go row function of qGEMVW4 for activations x: one output from a packed row, its
+// scales and its zero points, Σ_p x[p]·T_g[q[p]] with each group's table T_g[q] = (q - z[g])·s[g].
 func qW4RowsGo(k, group int, x []float32) func(w []uint8, s []float32, z []uint8) float32 {
-	xg := make([]float32, k/group)
-	for g := range xg {
-		for _, v := range x[g*group : (g+1)*group] {
-			xg[g] += v
-		}
-	}
 	return func(w []uint8, s []float32, z []uint8) float32 {
-		var y float32
+		var y0, y1 float32
+		var t [16]float32
 		for g := range s {
-			var acc float32
+			for q := range t {
+				t[q] = (float32(q) - float32(z[g])) * s[g]
+			}
 			for p := g * group; p < (g+1)*group; p += 2 {
 				b := w[p/2]
-				acc += float32(b&0xf)*x[p] + float32(b>>4)*x[p+1]
+				y0 += t[b&0xf] * x[p]
+				y1 += t[b>>4] * x[p+1]
 			}
-			y += s[g] * (acc - float32(z[g])*xg[g])
 		}
-		return y
+		return y0 + y1
 	}
 }
 

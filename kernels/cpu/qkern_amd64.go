@@ -16,8 +16,9 @@ var (
 	// GGUF dots), VNNI, and F16C for the GGUF block scales.
 	qVNNI = xcpu.X86.HasAVX512F && xcpu.X86.HasAVX512BW && xcpu.X86.HasAVX512VL && xcpu.X86.HasAVX512VNNI &&
 		xcpu.X86.HasF16C
-	// qAVX512 selects the float kernels of W8A16 and W4A16 (AVX-512 F).
-	qAVX512 = xcpu.X86.HasAVX512F
+	// qAVX512 selects the float kernels of W8A16, W4A16 and the quantizer (AVX-512 F, and VL for the 128- and
+	// 256-bit EVEX forms of their reductions).
+	qAVX512 = xcpu.X86.HasAVX512F && xcpu.X86.HasAVX512VL
 )
 
 //go:noescape
@@ -36,7 +37,7 @@ func qKernelI8VNNI(a *int8, lda int, wp *uint8, kq int, c *int32)
 func qDotI8F32AVX512(x *float32, w *int8, n int) float32
 
 //go:noescape
-func qDotW4AVX512(xd *float32, w *uint8, s *float32, z *uint8, xgv *float32, groups, pairs int) float32
+func qDotW4AVX512(xd *float32, w *uint8, s *float32, z *uint8, groups, pairs int) float32
 
 //go:noescape
 func qMaxAbsAVX512(x *float32, n int) float32
@@ -191,10 +192,9 @@ func qBytes(x []int8) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(x))), len(x))
 }
 
-// qW4Rows returns the row function of qGEMVW4 for activations x. The assembly needs groups of a multiple of 64;
-// it reads x rearranged in chunks of 32 (the 16 even elements, then the 16 odd ones: the order in which the low
-// and high nibbles of 16 packed bytes come out) and, for each group, 16 partial sums of x whose total is the
-// group's Σ x.
+// qW4Rows returns the row function of qGEMVW4 for activations x. The assembly needs groups of a multiple of 64,
+// and x rearranged in chunks of 32: the 16 even elements, then the 16 odd ones, the order in which the low and
+// high nibbles of 16 packed bytes come out.
 func qW4Rows(k, group int, x []float32) func(w []uint8, s []float32, z []uint8) float32 {
 	if !qAVX512 || group%64 != 0 {
 		return qW4RowsGo(k, group, x)
@@ -205,16 +205,9 @@ func qW4Rows(k, group int, x []float32) func(w []uint8, s []float32, z []uint8) 
 			xd[c+t], xd[c+16+t] = x[c+2*t], x[c+2*t+1]
 		}
 	}
-	xgv := make([]float32, k/group*16)
-	for p := 0; p < k; p += 32 {
-		g := p / group
-		for t := 0; t < 16; t++ {
-			xgv[g*16+t] += xd[p+t] + xd[p+16+t]
-		}
-	}
 	pairs := group / 64
 	return func(w []uint8, s []float32, z []uint8) float32 {
-		return qDotW4AVX512(&xd[0], &w[0], &s[0], &z[0], &xgv[0], len(s), pairs)
+		return qDotW4AVX512(&xd[0], &w[0], &s[0], &z[0], len(s), pairs)
 	}
 }
 

@@ -306,32 +306,50 @@ fsum:
 	VZEROUPPER
 	RET
 
-// func qDotW4AVX512(xd *float32, w *uint8, s *float32, z *uint8, xgv *float32, groups, pairs int) float32
-// One output of the W4A16 GEMV: Σ_g s[g]·(Σ_{p in g} q[p]·x[p] - z[g]·Σ_{p in g} x[p]) (qW4RowsGo), over groups of
-// 64·pairs values. xd is x rearranged in chunks of 32, evens then odds (the order the low and high nibbles of 16
-// bytes come out in); xgv holds 16 floats a group whose sum is that group's Σ x. Per chunk: VPMOVZXBD widens 16
-// bytes to 16 int32 lanes, VPANDD keeps the low nibbles, VPSRLD $4 gives the high ones.
-TEXT ·qDotW4AVX512(SB), NOSPLIT, $0-60
+// The float32 values 0..15: the codes a W4A16 group's table is built from.
+DATA qIota<>+0(SB)/4, $0x00000000
+DATA qIota<>+4(SB)/4, $0x3f800000
+DATA qIota<>+8(SB)/4, $0x40000000
+DATA qIota<>+12(SB)/4, $0x40400000
+DATA qIota<>+16(SB)/4, $0x40800000
+DATA qIota<>+20(SB)/4, $0x40a00000
+DATA qIota<>+24(SB)/4, $0x40c00000
+DATA qIota<>+28(SB)/4, $0x40e00000
+DATA qIota<>+32(SB)/4, $0x41000000
+DATA qIota<>+36(SB)/4, $0x41100000
+DATA qIota<>+40(SB)/4, $0x41200000
+DATA qIota<>+44(SB)/4, $0x41300000
+DATA qIota<>+48(SB)/4, $0x41400000
+DATA qIota<>+52(SB)/4, $0x41500000
+DATA qIota<>+56(SB)/4, $0x41600000
+DATA qIota<>+60(SB)/4, $0x41700000
+GLOBL qIota<>(SB), RODATA|NOPTR, $64
+
+// func qDotW4AVX512(xd *float32, w *uint8, s *float32, z *uint8, groups, pairs int) float32
+// One output of the W4A16 GEMV: Σ_p x[p]·T_g[q[p]] over groups of 64·pairs values, T_g[q] = (q - z[g])·s[g]
+// (qW4RowsGo). xd is x rearranged in chunks of 32, evens then odds: the order in which VPMOVZXBD of 16 packed
+// bytes yields their low nibbles (after it) and high nibbles (after VPSRLD $4). Each group's table of 16 values
+// sits in Z9, and VPERMPS, which reads only the low four bits of each index, looks the codes up: no masking and
+// no conversion a weight.
+TEXT ·qDotW4AVX512(SB), NOSPLIT, $0-52
 	MOVQ xd+0(FP), DI
 	MOVQ w+8(FP), SI
 	MOVQ s+16(FP), R8
 	MOVQ z+24(FP), R9
-	MOVQ xgv+32(FP), R10
-	MOVQ groups+40(FP), R11
-	MOVQ pairs+48(FP), R12
-	MOVL $15, AX
-	VPBROADCASTD AX, Z30
-	VPXORD Z0, Z0, Z0
+	MOVQ groups+32(FP), R11
+	MOVQ pairs+40(FP), R12
+	VMOVUPS qIota<>(SB), Z27
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
 
 group:
 	MOVBLZX      (R9), AX
-	VCVTSI2SSL   AX, X9, X9
+	VCVTSI2SSL   AX, X28, X9 // X28 only fills the upper lanes: no dependency on the last group
 	VBROADCASTSS X9, Z9
-	VMULPS       (R10), Z9, Z8 // z·(lanes of Σ x)
-	VPXORD       Z10, Z10, Z10
-	VPXORD       Z11, Z11, Z11
-	VPXORD       Z12, Z12, Z12
-	VPXORD       Z13, Z13, Z13
+	VSUBPS       Z9, Z27, Z9
+	VMULPS.BCST  (R8), Z9, Z9 // T = (0..15 - z)·s
 	MOVQ         R12, CX
 
 pair:
@@ -339,12 +357,10 @@ pair:
 	VPMOVZXBD   16(SI), Z6
 	VPSRLD      $4, Z4, Z5
 	VPSRLD      $4, Z6, Z7
-	VPANDD      Z30, Z4, Z4
-	VPANDD      Z30, Z6, Z6
-	VCVTDQ2PS   Z4, Z4
-	VCVTDQ2PS   Z5, Z5
-	VCVTDQ2PS   Z6, Z6
-	VCVTDQ2PS   Z7, Z7
+	VPERMPS     Z9, Z4, Z4
+	VPERMPS     Z9, Z5, Z5
+	VPERMPS     Z9, Z6, Z6
+	VPERMPS     Z9, Z7, Z7
 	VFMADD231PS (DI), Z4, Z10
 	VFMADD231PS 64(DI), Z5, Z11
 	VFMADD231PS 128(DI), Z6, Z12
@@ -354,17 +370,14 @@ pair:
 	DECQ        CX
 	JNZ         pair
 
-	VADDPS           Z11, Z10, Z10
-	VADDPS           Z13, Z12, Z12
-	VADDPS           Z12, Z10, Z10
-	VSUBPS           Z8, Z10, Z10
-	VFMADD231PS.BCST (R8), Z10, Z0
-	ADDQ             $4, R8
-	INCQ             R9
-	ADDQ             $64, R10
-	DECQ             R11
-	JNZ              group
+	ADDQ $4, R8
+	INCQ R9
+	DECQ R11
+	JNZ  group
 
+	VADDPS        Z11, Z10, Z10
+	VADDPS        Z13, Z12, Z12
+	VADDPS        Z12, Z10, Z0
 	VEXTRACTF64X4 $1, Z0, Y1
 	VADDPS        Y1, Y0, Y0
 	VEXTRACTF128  $1, Y0, X1
@@ -373,7 +386,7 @@ pair:
 	VADDPS        X1, X0, X0
 	VPERMILPS     $0xb1, X0, X1
 	VADDSS        X1, X0, X0
-	VMOVSS        X0, ret+56(FP)
+	VMOVSS        X0, ret+48(FP)
 	VZEROUPPER
 	RET
 

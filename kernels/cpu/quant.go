@@ -49,8 +49,8 @@ func qGEMMW8Go(m, n, k int, a []float32, w []int8, sw, c []float32) {
 
 // GEMMW4A16 computes C = A·Wᵀ with group-wise INT4 weights: W [n, k] packed two codes a byte (element 2i in the
 // low nibble of byte i of its row, 2i+1 in the high nibble), scales s and zero points z [n, k/group], and
-// W[j,p] = (q - z)·s for the group of p. Codes are unpacked in registers. With m = 1 each group is summed as
-// s·(Σ q·x - z·Σ x), Σ x per group computed once per call; with m > 1 tiles of four rows by four tokens
+// W[j,p] = (q - z)·s for the group of p. Codes are unpacked in registers. With m = 1 each group's 16 possible
+// weights (q - z)·s are tabulated and the codes looked up (VPERMPS); with m > 1 tiles of four rows by four tokens
 // dequantize each 32 codes once ((q - z)·s as one FMA) and use them for four tokens.
 func GEMMW4A16(m, n, k, group int, a []float32, w []uint8, s []float32, z []uint8, c []float32) {
 	shape.GEMMGroup("GEMMW4A16", m, n, k, group, len(a), len(w), len(s), len(z), len(c))
@@ -162,7 +162,7 @@ func QuantizeRowsInt8(m, k int, x []float32, q []int8, s []float32) {
 	})
 }
 
-// qGEMVW4 is GEMMW4A16 for one token: y[j] = Σ_g s[j,g]·(Σ_{p in g} q[j,p]·x[p] - z[j,g]·Σ_{p in g} x[p]).
+// qGEMVW4 is GEMMW4A16 for one token: y[j] = Σ_p x[p]·(q[j,p] - z[j,g])·s[j,g], g the group of p.
 func qGEMVW4(n, k, group int, x []float32, w []uint8, s []float32, z []uint8, y []float32) {
 	gpr := k / group
 	row := qW4Rows(k, group, x)
