@@ -57,35 +57,48 @@ type serveStats struct {
 	MeanBatch               float64 // sequences per decode iteration (padding included)
 }
 
-// BenchmarkServe compares continuous, static and dynamic batching on a synthetic stories110M (F32) at the same
-// offered load: requests (ShareGPT lengths scaled to the 1024-token context, output lengths forced, as vLLM's
-// benchmark does with ignore_eos) arrive as a Poisson process of -serve.rate requests/s (0: all at once), batch
-// size / running sequences 32, 512 tokens an iteration, and a KV pool that holds 32 padded sequences.
-//
-//	go test -run '^$' -bench BenchmarkServe -benchtime 1x -timeout 30m ./engine/
-func BenchmarkServe(b *testing.B) {
-	n := 64
-	if s := os.Getenv("MORPHLAB_SERVE_REQUESTS"); s != "" {
-		n, _ = strconv.Atoi(s)
+// envInt reads an integer setting of the serving benchmarks from the environment.
+func envInt(tb testing.TB, name string, def int) int {
+	s := os.Getenv(name)
+	if s == "" {
+		return def
 	}
-	rate := 0.0
-	if s := os.Getenv("MORPHLAB_SERVE_RATE"); s != "" {
-		rate, _ = strconv.ParseFloat(s, 64)
+	v, err := strconv.Atoi(s)
+	if err != nil {
+		tb.Fatalf("%s=%q: %v", name, s, err)
 	}
+	return v
+}
+
+func stories110M(b *testing.B) *model.Model {
 	cfg, err := model.ShapeByName("stories110M")
 	if err != nil {
 		b.Fatal(err)
 	}
-	lengths := shareGPTLengths(b, n, cfg.SeqLen, 1)
 	m, err := model.FromCheckpoint(model.Synthesize(cfg, 110))
 	if err != nil {
 		b.Fatal(err)
 	}
+	return m
+}
+
+// BenchmarkServe compares continuous, static and dynamic batching on a synthetic stories110M (F32) at the same
+// offered load: MORPHLAB_SERVE_REQUESTS requests (default 64; ShareGPT lengths scaled to the 1024-token context,
+// output lengths forced as vLLM's benchmark does with ignore_eos) arrive as a Poisson process of
+// MORPHLAB_SERVE_RATE requests/s (default 0: all at once); batch size and running sequences at most
+// MORPHLAB_SERVE_BATCH (default 32), 512 tokens an iteration, dynamic batching's delay 100 ms, and a KV pool that
+// holds a full batch of padded sequences.
+//
+//	MORPHLAB_SERVE_REQUESTS=16 MORPHLAB_SERVE_BATCH=8 go test -run '^$' -bench BenchmarkServe -benchtime 1x -timeout 60m ./engine/
+func BenchmarkServe(b *testing.B) {
+	n, batch, rate := envInt(b, "MORPHLAB_SERVE_REQUESTS", 64), envInt(b, "MORPHLAB_SERVE_BATCH", 32), envInt(b, "MORPHLAB_SERVE_RATE", 0)
+	m := stories110M(b)
+	lengths := shareGPTLengths(b, n, m.Config.SeqLen, 1)
 	for _, policy := range []string{"continuous", "static", "dynamic"} {
 		b.Run("policy="+policy, func(b *testing.B) {
 			var st serveStats
 			for range b.N {
-				st = serveTrace(b, m, policy, lengths, rate)
+				st = serveTrace(b, m, policy, lengths, float64(rate), batch)
 			}
 			b.ReportMetric(st.OutTokPerSec, "out-tok/s")
 			b.ReportMetric(st.ReqPerSec, "req/s")
@@ -99,8 +112,30 @@ func BenchmarkServe(b *testing.B) {
 	}
 }
 
-func serveTrace(tb testing.TB, m *model.Model, policy string, lengths [][2]int, rate float64) serveStats {
-	const blockSize, maxTokens, batch = 16, 512, 32
+// BenchmarkDecodeOverhead measures the share of step time the engine spends outside the executor (scheduling,
+// block tables, batch building, token delivery) with 32 sequences decoding on a synthetic stories110M: 32 requests
+// of 8 prompt tokens and 48 output tokens, all at once. Profile it with
+//
+//	go test -run '^$' -bench BenchmarkDecodeOverhead -benchtime 1x -cpuprofile /tmp/decode.prof ./engine/
+//	go tool pprof -top /tmp/decode.prof
+func BenchmarkDecodeOverhead(b *testing.B) {
+	m := stories110M(b)
+	lengths := make([][2]int, 32)
+	for i := range lengths {
+		lengths[i] = [2]int{8, 48}
+	}
+	b.ResetTimer()
+	var st serveStats
+	for range b.N {
+		st = serveTrace(b, m, "continuous", lengths, 0, 32)
+	}
+	b.ReportMetric(100*st.Overhead, "overhead-%")
+	b.ReportMetric(st.MeanBatch, "decode-batch")
+	b.ReportMetric(st.MeanTPOT.Seconds()*1e3, "tpot-ms")
+}
+
+func serveTrace(tb testing.TB, m *model.Model, policy string, lengths [][2]int, rate float64, batch int) serveStats {
+	const blockSize, maxTokens = 16, 512
 	blocks := batch * (m.Config.SeqLen/blockSize + 2)
 	budget := int64(m.WeightBytes()) + exec.WorkspaceBytes(m.Config, maxTokens) + int64(blocks*model.KVBytesPerBlock(m.Config, blockSize))
 	x, err := exec.NewCPU(m, exec.CPUOptions{Budget: budget, BlockSize: blockSize, MaxTokens: maxTokens})
@@ -185,7 +220,7 @@ func TestServeTraceSmall(t *testing.T) {
 	}
 	var out []string
 	for _, policy := range []string{"continuous", "static", "dynamic"} {
-		st := serveTrace(t, m, policy, lengths, 0)
+		st := serveTrace(t, m, policy, lengths, 0, 8)
 		if st.OutputTokens == 0 || st.OutTokPerSec <= 0 || st.Overhead < 0 || st.Overhead >= 1 {
 			t.Errorf("%s: %+v", policy, st)
 		}
