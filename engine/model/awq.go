@@ -7,20 +7,21 @@ import (
 	"github.com/morphlab/morphlab/quant"
 )
 
-// Int4Group returns the Int4 group size a matrix with k inputs gets when group is asked for: group itself when
-// it divides k, else the smallest even divisor of k above group (k itself at worst), so that models whose widths
-// are not multiples of the usual 128 (stories260K's hidden 172) still quantize. An odd k has no even divisor and
-// is an error.
+// Int4Group returns the Int4 group size for rows of k weights when group is asked for: the smallest even divisor
+// of k that is at least min(group, k). That is group itself when it divides k (the usual case: 128 | 4096), a
+// wider group otherwise (stories260K's hidden width 172 gets 86 for 32 or 64, and 172 for 128), and the whole row
+// when the row is narrower than group (dim 64 at 128 gets 64). It fails for an odd k or a group that is not a
+// positive even number.
 func Int4Group(k, group int) (int, error) {
 	if group <= 0 || group%2 != 0 {
 		return 0, fmt.Errorf("int4 group %d, want a positive even number", group)
 	}
-	for g := group; g <= k; g += 2 {
-		if k%g == 0 {
+	for g := min(group, k); g <= k; g++ {
+		if g%2 == 0 && k%g == 0 {
 			return g, nil
 		}
 	}
-	return 0, fmt.Errorf("int4: k=%d has no even divisor >= group %d", k, group)
+	return 0, fmt.Errorf("int4: row of %d weights has no even group size", k)
 }
 
 // AddInt4Variant prepares every layer's Int4 variant by rounding to nearest, with the group size of Int4Group
@@ -29,17 +30,9 @@ func Int4Group(k, group int) (int, error) {
 func (m *Model) AddInt4Variant(group int) error {
 	variants := make([]*LayerWeights, len(m.Layers))
 	for l, layer := range m.Layers {
-		src := layer.Dequantized()
-		v := &LayerWeights{AttnNorm: src.AttnNorm, FFNNorm: src.FFNNorm}
-		dst := []**quant.Matrix{&v.Wq, &v.Wk, &v.Wv, &v.Wo, &v.W1, &v.W2, &v.W3}
-		for i, s := range src.Matrices() {
-			g, err := Int4Group(s.Cols, group)
-			if err != nil {
-				return fmt.Errorf("layer %d: %w", l, err)
-			}
-			if *dst[i], err = quant.Quantize(quant.Int4, s.F32, s.Rows, s.Cols, &quant.Options{Group: g}); err != nil {
-				return fmt.Errorf("layer %d: %w", l, err)
-			}
+		v, err := quantizeLayer(layer.Dequantized(), quant.Int4, group)
+		if err != nil {
+			return fmt.Errorf("layer %d: %w", l, err)
 		}
 		variants[l] = v
 	}

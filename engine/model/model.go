@@ -173,9 +173,8 @@ func (l *Layer) Dequantized() *LayerWeights {
 }
 
 // AddVariant prepares layer l in format f by rounding its base weights to nearest (quant.Quantize), and returns
-// the new variant. A variant that exists already is returned as it is. Int4 groups are quant.DefaultGroup wide,
-// or, where that does not divide a matrix's row, the widest even divisor of the row below it (GroupFor).
-// Activation-aware variants (AWQ) are made by the profiler and added with SetVariant.
+// the new variant. A variant that exists already is returned as it is. Int4 groups are Int4Group's for
+// quant.DefaultGroup. Activation-aware variants are made by AddAWQVariant and AddSmoothQuantVariant.
 func (m *Model) AddVariant(l int, f quant.Format) (*LayerWeights, error) {
 	layer, err := m.layer(l)
 	if err != nil {
@@ -184,27 +183,42 @@ func (m *Model) AddVariant(l int, f quant.Format) (*LayerWeights, error) {
 	if v, ok := layer.Variants[f]; ok {
 		return v, nil
 	}
-	src := layer.Dequantized()
-	v := &LayerWeights{AttnNorm: src.AttnNorm, FFNNorm: src.FFNNorm}
-	dst := []**quant.Matrix{&v.Wq, &v.Wk, &v.Wv, &v.Wo, &v.W1, &v.W2, &v.W3}
-	for i, s := range src.Matrices() {
-		if *dst[i], err = quant.Quantize(f, s.F32, s.Rows, s.Cols, &quant.Options{Group: GroupFor(s.Cols)}); err != nil {
-			return nil, fmt.Errorf("layer %d: %w", l, err)
-		}
+	v, err := quantizeLayer(layer.Dequantized(), f, quant.DefaultGroup)
+	if err != nil {
+		return nil, fmt.Errorf("layer %d: %w", l, err)
 	}
 	layer.Variants[f] = v
 	return v, nil
 }
 
-// GroupFor returns the Int4 group size for rows of k weights: quant.DefaultGroup when it divides k, else the
-// largest even divisor of k below it (stories260K's hidden width 172 gets 86), or 0 when k is odd.
-func GroupFor(k int) int {
-	for g := quant.DefaultGroup; g >= 2; g -= 2 {
-		if k%g == 0 {
-			return g
+// quantizeLayer rounds every matrix of src (F32) to format f, Int4 with Int4Group(k, group); the norms are shared.
+func quantizeLayer(src *LayerWeights, f quant.Format, group int) (*LayerWeights, error) {
+	if f == quant.BF16 {
+		return nil, fmt.Errorf("no CPU kernel runs bf16 weights; use f16")
+	}
+	v := &LayerWeights{AttnNorm: src.AttnNorm, FFNNorm: src.FFNNorm}
+	dst := []**quant.Matrix{&v.Wq, &v.Wk, &v.Wv, &v.Wo, &v.W1, &v.W2, &v.W3}
+	for i, s := range src.Matrices() {
+		opts := &quant.Options{}
+		if f == quant.Int4 {
+			g, err := Int4Group(s.Cols, group)
+			if err != nil {
+				return nil, err
+			}
+			opts.Group = g
+		}
+		var err error
+		if *dst[i], err = quant.Quantize(f, s.F32, s.Rows, s.Cols, opts); err != nil {
+			return nil, err
 		}
 	}
-	return 0
+	return v, nil
+}
+
+// GroupFor is the Int4 group of rows of k weights at quant.DefaultGroup (Int4Group), 0 when k is odd.
+func GroupFor(k int) int {
+	g, _ := Int4Group(k, quant.DefaultGroup)
+	return g
 }
 
 // SetVariant installs v as layer l's variant for its format (replacing one that exists).
