@@ -120,7 +120,8 @@ func TestQuantAsmMatchesGo(t *testing.T) {
 	for i := range qf {
 		want := int8(math.Round(float64(x[i])))
 		if qf[i] != qs[i] || qf[i] != want || sf[i/k] != ss[i/k] {
-			t.Fatalf("QuantizeRowsInt8: [%d] x=%v asm %d (scale %v), Go %d (scale %v), want %d", i, x[i], qf[i], sf[i/k], qs[i], ss[i/k], want)
+			t.Fatalf("QuantizeRowsInt8: [%d] x=%v asm %d (scale %v), Go %d (scale %v), want %d",
+				i, x[i], qf[i], sf[i/k], qs[i], ss[i/k], want)
 		}
 	}
 	a8 := w8[:5*k]

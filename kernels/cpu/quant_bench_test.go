@@ -27,7 +27,9 @@ func BenchmarkQuant(b *testing.B) {
 		}
 	}
 	b.Run("m=1024/n=1024/k=1024/dtype=f32", func(b *testing.B) { qBenchF32(b, 1024, 1024, 1024) })
-	b.Run("m=1024/n=1024/k=1024/dtype=int8", func(b *testing.B) { kerneltest.BenchmarkGEMMInt8(b, GEMMInt8, 1024, 1024, 1024) })
+	b.Run("m=1024/n=1024/k=1024/dtype=int8", func(b *testing.B) {
+		kerneltest.BenchmarkGEMMInt8(b, GEMMInt8, 1024, 1024, 1024)
+	})
 	b.Run("m=1024/n=1024/k=1024/dtype=w8a8", func(b *testing.B) {
 		kerneltest.BenchmarkGEMMW8A8(b, QuantizeRowsInt8, GEMMW8A8, 1024, 1024, 1024)
 	})

@@ -29,8 +29,10 @@ import (
 const u32 = 1.0 / (1 << 24) // unit roundoff of float32
 
 var (
-	qGEMMShapes = [][3]int{{1, 1, 1}, {1, 7, 5}, {1, 1025, 67}, {1, 17, 1024}, {7, 17, 67}, {17, 7, 1}, {17, 1025, 256}, {33, 50, 67}, {40, 1025, 130}, {32, 5, 3},
-		{7, 1, 1031}, {17, 48, 64}, {9, 33, 1024}}
+	// m, n, k: one token (GEMV paths), a few, and from 32 on (the packed W8A8 GEMM in kernels/cpu); k below,
+	// at and past multiples of 4, 16 and 64.
+	qGEMMShapes = [][3]int{{1, 1, 1}, {1, 7, 5}, {1, 1025, 67}, {1, 17, 1024}, {7, 17, 67}, {17, 7, 1},
+		{17, 1025, 256}, {33, 50, 67}, {40, 1025, 130}, {32, 5, 3}, {7, 1, 1031}, {17, 48, 64}, {9, 33, 1024}}
 	qBlockShapes = [][2]int{{1, 32}, {7, 96}, {17, 4096}, {1025, 64}, {3, 1056}}
 )
 
@@ -225,7 +227,8 @@ func TestQuantizeRowsInt8(t *testing.T, f QuantizeRowsInt8Func) {
 			if s[i] != float32(wantS[i]) {
 				t.Fatalf("QuantizeRowsInt8 m=%d k=%d: s[%d] = %v, want %v", m, k, i, s[i], float32(wantS[i]))
 			}
-			qCheckCodes(t, fmt.Sprintf("QuantizeRowsInt8 m=%d k=%d row %d", m, k, i), x[i*k:(i+1)*k], q[i*k:(i+1)*k], float64(s[i]))
+			what := fmt.Sprintf("QuantizeRowsInt8 m=%d k=%d row %d", m, k, i)
+			qCheckCodes(t, what, x[i*k:(i+1)*k], q[i*k:(i+1)*k], float64(s[i]))
 		}
 	}
 	qWantPanic(t, "QuantizeRowsInt8", "len(s)", func() { f(2, 3, make([]float32, 6), make([]int8, 6), make([]float32, 1)) })
@@ -412,7 +415,8 @@ func TestDotQ8_0(t *testing.T, f DotQFunc) {
 		r := qRand(uint64(600 + n))
 		w, x := qQ8_0(r, n), qQ8_0(r, n)
 		got, want := f(n, w, x), ref.DotQ8_0(n, w, x)
-		qCheck(t, fmt.Sprintf("DotQ8_0 n=%d", n), []float32{got}, []float64{want}, []float64{qDotBound(n, w, x, ref.Q8_0Bytes, q8Code)})
+		bound := qDotBound(n, w, x, ref.Q8_0Bytes, q8Code)
+		qCheck(t, fmt.Sprintf("DotQ8_0 n=%d", n), []float32{got}, []float64{want}, []float64{bound})
 	}
 	qDotError(t, "DotQ8_0", f, func(x []float32) []byte { return qQuantizeQ8_0(x) }, 0.02)
 	qWantPanic(t, "DotQ8_0", "len(x)", func() { f(64, make([]byte, 68), make([]byte, 34)) })
@@ -425,7 +429,8 @@ func TestDotQ4_0Q8_0(t *testing.T, f DotQFunc) {
 		r := qRand(uint64(700 + n))
 		w, x := qQ4_0(r, n), qQ8_0(r, n)
 		got, want := f(n, w, x), ref.DotQ4_0Q8_0(n, w, x)
-		qCheck(t, fmt.Sprintf("DotQ4_0Q8_0 n=%d", n), []float32{got}, []float64{want}, []float64{qDotBound(n, w, x, ref.Q4_0Bytes, q4Code)})
+		bound := qDotBound(n, w, x, ref.Q4_0Bytes, q4Code)
+		qCheck(t, fmt.Sprintf("DotQ4_0Q8_0 n=%d", n), []float32{got}, []float64{want}, []float64{bound})
 	}
 	qDotError(t, "DotQ4_0Q8_0", f, qQuantizeQ4_0, 0.04)
 	qWantPanic(t, "DotQ4_0Q8_0", "len(w)", func() { f(64, make([]byte, 34), make([]byte, 68)) })
