@@ -43,7 +43,7 @@ func GEMMW8A16(m, n, k int, a []float64, w []int8, sw []float64, c []float64) {
 }
 
 // GEMMInt8 is the integer core of W8A8: c[i*n+j] = Σ_p a[i*k+p]·w[j*k+p], exact. It panics if a sum does not fit
-// an int32 (k > 133144 can overflow), since every fast implementation accumulates in int32.
+// an int32 (k > 131072 can overflow: 128·128·131072 = 2^31), since every fast implementation accumulates in int32.
 func GEMMInt8(m, n, k int, a, w []int8, c []int32) {
 	shape.GEMM("GEMMInt8", m, n, k, len(a), len(w), len(c))
 	for i := 0; i < m; i++ {
