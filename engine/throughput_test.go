@@ -160,7 +160,10 @@ func serveTrace(tb testing.TB, m *model.Model, policy string, lengths [][2]int, 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	loop := make(chan error, 1)
-	go func() { loop <- e.Run(ctx) }()
+	run := func() { go func() { loop <- e.Run(ctx) }() }
+	if rate > 0 {
+		run()
+	}
 	rng := rand.New(rand.NewPCG(7, 7))
 	var streams []*Stream
 	start := time.Now()
@@ -175,6 +178,9 @@ func serveTrace(tb testing.TB, m *model.Model, policy string, lengths [][2]int, 
 			p[i] = int32(rng.IntN(m.Config.VocabSize))
 		}
 		streams = append(streams, e.Submit(Request{Prompt: p, MaxTokens: l[1]}))
+	}
+	if rate == 0 {
+		run() // all requests are queued before the first iteration, so that every policy sees them together
 	}
 	var st serveStats
 	var first, last time.Duration = math.MaxInt64, 0
