@@ -65,14 +65,15 @@ func (tm *team) close() {
 
 // rate measures units per second of a team's work: it grows the count until one run takes about opt.Target,
 // then keeps the median rate over opt.Repeats runs of that count. unitsPerCount is the work one count does
-// over all members.
+// over all members. Calibration times each count by the fastest of three runs, so that one run stretched by
+// another process (common on a shared machine) cannot shrink the count to where timing overhead dominates.
 func (tm *team) rate(unitsPerCount float64, opt Options) float64 {
 	target := max(opt.Target, time.Microsecond)
 	n := 1
 	for {
-		d := tm.run(n)
+		d := min(tm.run(n), tm.run(n), tm.run(n))
 		if d >= target/2 {
-			n = max(1, int(float64(n)*float64(target)/float64(d)))
+			n = max(n, int(float64(n)*float64(target)/float64(d)))
 			break
 		}
 		if d < target/64 {
