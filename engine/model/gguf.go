@@ -646,7 +646,8 @@ func lenOf(v any) int {
 }
 
 // WriteGGUF writes ck as a GGUF v3 llama file that ParseGGUFCheckpoint and llama.cpp read: llama.* metadata from
-// the config, the vocabulary (if any) as tokenizer.ggml.* with spaces written as '▁', and the tensors (the
+// the config, the vocabulary (if any) as tokenizer.ggml.* with spaces written as '▁' and control pieces without
+// llama2.c's surrounding newlines (so llama.cpp recognises "</s>" as end of generation), and the tensors (the
 // required ones in Config.Tensors order, then any others by name) aligned to 32 bytes. Q8Group tensors have no
 // GGUF type and are an error.
 func WriteGGUF(w io.Writer, ck *Checkpoint) error {
@@ -676,6 +677,9 @@ func WriteGGUF(w io.Writer, ck *Checkpoint) error {
 		tokens := make([]string, v.Len())
 		types := make([]int32, v.Len())
 		for i, p := range v.Pieces {
+			if v.Types[i] == tokenizer.Control {
+				p = strings.Trim(p, "\n") // llama2.c's tokenizer.bin spells BOS and EOS "\n<s>\n" and "\n</s>\n"
+			}
 			tokens[i] = strings.ReplaceAll(p, " ", "\u2581")
 			types[i] = int32(v.Types[i])
 		}

@@ -317,6 +317,10 @@ func TestStories260KGGUF(t *testing.T) {
 		t.Fatal(err)
 	}
 	sameTensors(t, b, again)
+	if again.Vocab.Pieces[1] != "<s>" || again.Vocab.Pieces[2] != "</s>" {
+		t.Fatalf("BOS and EOS written as %q and %q, want <s> and </s>", again.Vocab.Pieces[1], again.Vocab.Pieces[2])
+	}
+	again.Vocab.Pieces[1], again.Vocab.Pieces[2] = tok.Pieces[1], tok.Pieces[2]
 	sameVocab(t, tok, again.Vocab)
 }
 
