@@ -31,8 +31,7 @@ test: fmt-check
 	$(GO) test ./...
 	$(GO) test -race -short ./...
 	$(GO) test -tags noasm -short $(NOASM_PKGS)
-	@# >>> cuda-check: runs here once the CUDA kernels' cuda-check target is in this Makefile.
-	@if grep -q '^cuda-check:' $(firstword $(MAKEFILE_LIST)); then $(MAKE) cuda-check; fi
+	$(MAKE) cuda-check
 
 # fmt-check fails listing the Go files that gofmt would change.
 fmt-check:
