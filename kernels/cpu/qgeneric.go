@@ -117,6 +117,14 @@ func qBlockScales(wb, xb []byte) float32 {
 	return half.F16ToF32(binary.LittleEndian.Uint16(wb)) * half.F16ToF32(binary.LittleEndian.Uint16(xb))
 }
 
+// qGGUFRowsGo returns the pure-Go dot product of a row of GGUF blocks (Q4_0 if q4, else Q8_0) with xq.
+func qGGUFRowsGo(xq []byte, q4 bool) func(w []byte) float32 {
+	if q4 {
+		return func(w []byte) float32 { return qDotQ4_0Q8_0Go(w, xq) }
+	}
+	return func(w []byte) float32 { return qDotQ8_0Go(w, xq) }
+}
+
 // qDotQ8_0Go is DotQ8_0 over the blocks of x.
 func qDotQ8_0Go(w, x []byte) float32 {
 	var sum float32

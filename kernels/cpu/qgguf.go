@@ -40,7 +40,7 @@ func DotQ8_0(n int, w, x []byte) float32 {
 	shape.Blocks("DotQ8_0", "n", n, qBlock)
 	shape.Len("DotQ8_0", "w", len(w), n/qBlock*qQ8_0Size, "n/32*34")
 	shape.Len("DotQ8_0", "x", len(x), n/qBlock*qQ8_0Size, "n/32*34")
-	return qDotQ8_0(w, x)
+	return qGGUFRows(x, false)(w)
 }
 
 // DotQ4_0Q8_0 is the dot product of n values stored as Q4_0 blocks in w and Q8_0 blocks in x:
@@ -49,7 +49,7 @@ func DotQ4_0Q8_0(n int, w, x []byte) float32 {
 	shape.Blocks("DotQ4_0Q8_0", "n", n, qBlock)
 	shape.Len("DotQ4_0Q8_0", "w", len(w), n/qBlock*qQ4_0Size, "n/32*18")
 	shape.Len("DotQ4_0Q8_0", "x", len(x), n/qBlock*qQ8_0Size, "n/32*34")
-	return qDotQ4_0Q8_0(w, x)
+	return qGGUFRows(x, true)(w)
 }
 
 // GEMVQ8_0 computes y = W·x for W [n, k] stored as n rows of k/32 Q8_0 blocks and x as k/32 Q8_0 blocks:
@@ -61,9 +61,10 @@ func GEMVQ8_0(n, k int, w, xq []byte, y []float32) {
 	shape.Len("GEMVQ8_0", "w", len(w), n*row, "n*k/32*34")
 	shape.Len("GEMVQ8_0", "xq", len(xq), row, "k/32*34")
 	shape.Len("GEMVQ8_0", "y", len(y), n, "n")
+	dot := qGGUFRows(xq, false)
 	Parallel(n, qRowGrain(row), func(lo, hi int) {
 		for j := lo; j < hi; j++ {
-			y[j] = qDotQ8_0(w[j*row:(j+1)*row], xq)
+			y[j] = dot(w[j*row : (j+1)*row])
 		}
 	})
 }
@@ -77,9 +78,10 @@ func GEMVQ4_0(n, k int, w, xq []byte, y []float32) {
 	shape.Len("GEMVQ4_0", "w", len(w), n*row, "n*k/32*18")
 	shape.Len("GEMVQ4_0", "xq", len(xq), k/qBlock*qQ8_0Size, "k/32*34")
 	shape.Len("GEMVQ4_0", "y", len(y), n, "n")
+	dot := qGGUFRows(xq, true)
 	Parallel(n, qRowGrain(row), func(lo, hi int) {
 		for j := lo; j < hi; j++ {
-			y[j] = qDotQ4_0Q8_0(w[j*row:(j+1)*row], xq)
+			y[j] = dot(w[j*row : (j+1)*row])
 		}
 	})
 }

@@ -6,6 +6,8 @@ import (
 	"encoding/binary"
 	"unsafe"
 
+	"github.com/morphlab/morphlab/kernels/half"
+
 	xcpu "golang.org/x/sys/cpu"
 )
 
@@ -58,10 +60,10 @@ func qTileI8F32AVX512(a *float32, lda int, w *int8, ldw int, n int, c *[16]float
 func qTileW4AVX512(xd *float32, ldx int, w *uint8, ldw int, sz *float32, groups, chunks int, c *[16]float32)
 
 //go:noescape
-func qDotQ8_0AVX512(w, x *byte, nb int) float32
+func qRowQ8_0AVX512(w *byte, xq *int8, dx *float32, corr *int32, nb int) float32
 
 //go:noescape
-func qDotQ4_0Q8_0AVX512(w, x *byte, nb int) float32
+func qRowQ4_0AVX512(w *byte, xq *int8, dx *float32, corr *int32, nb int) float32
 
 // qDotI8F32 returns Σ_p x[p]·float32(w[p]): the assembly takes whole runs of 16, Go the rest.
 func qDotI8F32(x []float32, w []int8) float32 {
@@ -211,18 +213,34 @@ func qW4Rows(k, group int, x []float32) func(w []uint8, s []float32, z []uint8) 
 	}
 }
 
-func qDotQ8_0(w, x []byte) float32 {
+// qGGUFRows returns the dot product of a row of GGUF blocks (Q4_0 if q4, else Q8_0) with the Q8_0 blocks xq. With
+// VNNI, xq is first laid out for qRowQ8_0AVX512 and qRowQ4_0AVX512: codes contiguous, scales as float32, and the
+// correction of each block's integer sum (128·Σ q_x for Q8_0 weights, offset by 128 to make them unsigned; 8·Σ q_x
+// for Q4_0's codes, which are stored offset by 8) in lane 0 of eight int32.
+func qGGUFRows(xq []byte, q4 bool) func(w []byte) float32 {
 	if !qVNNI {
-		return qDotQ8_0Go(w, x)
+		return qGGUFRowsGo(xq, q4)
 	}
-	return qDotQ8_0AVX512(&w[0], &x[0], len(x)/qQ8_0Size)
-}
-
-func qDotQ4_0Q8_0(w, x []byte) float32 {
-	if !qVNNI {
-		return qDotQ4_0Q8_0Go(w, x)
+	nb := len(xq) / qQ8_0Size
+	codes, dx, corr := make([]int8, nb*qBlock), make([]float32, nb), make([]int32, nb*8)
+	off := int32(128)
+	if q4 {
+		off = 8
 	}
-	return qDotQ4_0Q8_0AVX512(&w[0], &x[0], len(x)/qQ8_0Size)
+	for b := 0; b < nb; b++ {
+		blk := xq[b*qQ8_0Size : (b+1)*qQ8_0Size]
+		dx[b] = half.F16ToF32(binary.LittleEndian.Uint16(blk))
+		var sum int32
+		for i, c := range blk[2:] {
+			codes[b*qBlock+i] = int8(c)
+			sum += int32(int8(c))
+		}
+		corr[b*8] = off * sum
+	}
+	if q4 {
+		return func(w []byte) float32 { return qRowQ4_0AVX512(&w[0], &codes[0], &dx[0], &corr[0], nb) }
+	}
+	return func(w []byte) float32 { return qRowQ8_0AVX512(&w[0], &codes[0], &dx[0], &corr[0], nb) }
 }
 
 // qTokens is how many tokens' activations (k floats each) a tile loop keeps in L2 (256 KiB) while it passes over

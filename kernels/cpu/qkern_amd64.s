@@ -390,98 +390,133 @@ pair:
 	VZEROUPPER
 	RET
 
-// Loads the binary16 scales at (SI) and (DI), multiplies them (exactly, in float32) and broadcasts the product
-// to Y5. Clobbers AX, BX, X6.
-#define BLOCK_SCALES \
+// Adds one GGUF block's contribution to the float accumulator Yacc: its eight int32 lane sums in Y3 (before the
+// offset correction), less the correction at (R8) (lane 0 only), converted and scaled by d_w·d_x, d_w the
+// binary16 at (SI) and d_x the float32 at (R9). Clobbers AX, X5.
+#define GGUF_BLOCK(Yacc) \
+	VPSUBD       (R8), Y3, Y3 ; \
+	VCVTDQ2PS    Y3, Y3 ; \
 	MOVWLZX      (SI), AX ; \
-	MOVWLZX      (DI), BX ; \
 	VMOVD        AX, X5 ; \
-	VPINSRW      $1, BX, X5, X5 ; \
 	VCVTPH2PS    X5, X5 ; \
-	VMOVSHDUP    X5, X6 ; \
-	VMULSS       X6, X5, X5 ; \
-	VBROADCASTSS X5, Y5
+	VMULSS       (R9), X5, X5 ; \
+	VBROADCASTSS X5, Y5 ; \
+	VFMADD231PS  Y3, Y5, Yacc
 
-// func qDotQ8_0AVX512(w, x *byte, nb int) float32
-// Σ over nb Q8_0 blocks of d_w·d_x·Σ q_w·q_x (qDotQ8_0Go). The integer sum of a block is
-// Σ (q_w+128)·q_x - Σ 128·q_x, two VPDPBUSD on 32 bytes.
-TEXT ·qDotQ8_0AVX512(SB), NOSPLIT, $0-28
+// One Q8_0 block of w at (SI) against 32 codes of x at (DI): Y3 = lane sums of (q_w+128)·q_x (the offset makes
+// q_w unsigned for VPDPBUSD; the correction 128·Σ q_x comes off in GGUF_BLOCK).
+#define Q8_SUMS \
+	VPXOR    2(SI), Y15, Y2 ; \
+	VPXOR    Y3, Y3, Y3 ; \
+	VPDPBUSD (DI), Y2, Y3
+
+// One Q4_0 block of w at (SI) against 32 codes of x at (DI): the 16 bytes become 32 codes in element order (low
+// nibbles, then high nibbles), and Y3 = lane sums of q_w·q_x (the correction 8·Σ q_x comes off in GGUF_BLOCK).
+#define Q4_SUMS \
+	VMOVDQU     2(SI), X2 ; \
+	VPSRLW      $4, X2, X4 ; \
+	VINSERTI128 $1, X4, Y2, Y2 ; \
+	VPAND       Y14, Y2, Y2 ; \
+	VPXOR       Y3, Y3, Y3 ; \
+	VPDPBUSD    (DI), Y2, Y3
+
+// Sums the lanes of Y0 + Y1 into X0 and stores it at ret.
+#define GGUF_RETURN(ret) \
+	VADDPS       Y1, Y0, Y0 ; \
+	VEXTRACTF128 $1, Y0, X1 ; \
+	VADDPS       X1, X0, X0 ; \
+	VPERMILPS    $0x4e, X0, X1 ; \
+	VADDPS       X1, X0, X0 ; \
+	VPERMILPS    $0xb1, X0, X1 ; \
+	VADDSS       X1, X0, X0 ; \
+	VMOVSS       X0, ret ; \
+	VZEROUPPER
+
+// func qRowQ8_0AVX512(w *byte, xq *int8, dx *float32, corr *int32, nb int) float32
+// Σ over nb Q8_0 blocks of w of d_w·d_x·Σ q_w·q_x (qDotQ8_0Go), with x prepared once for all rows (qGGUFRows):
+// its codes contiguous (xq), its scales as float32 (dx), and for each block eight int32 holding 128·Σ q_x and
+// seven zeros (corr). Two blocks an iteration, into two accumulators.
+TEXT ·qRowQ8_0AVX512(SB), NOSPLIT, $0-44
 	MOVQ w+0(FP), SI
-	MOVQ x+8(FP), DI
-	MOVQ nb+16(FP), CX
+	MOVQ xq+8(FP), DI
+	MOVQ dx+16(FP), R9
+	MOVQ corr+24(FP), R8
+	MOVQ nb+32(FP), CX
 	MOVL $0x80808080, AX
 	VMOVD AX, X15
 	VPBROADCASTD X15, Y15
 	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
 
-q8block:
-	VMOVDQU     2(DI), Y1
-	VPXOR       2(SI), Y15, Y2
-	VPXOR       Y3, Y3, Y3
-	VPXOR       Y4, Y4, Y4
-	VPDPBUSD    Y1, Y2, Y3
-	VPDPBUSD    Y1, Y15, Y4
-	VPSUBD      Y4, Y3, Y3
-	VCVTDQ2PS   Y3, Y3
-	BLOCK_SCALES
-	VFMADD231PS Y3, Y5, Y0
-	ADDQ        $34, SI
-	ADDQ        $34, DI
-	DECQ        CX
-	JNZ         q8block
+q8two:
+	CMPQ CX, $2
+	JLT  q8one
+	Q8_SUMS
+	GGUF_BLOCK(Y0)
+	ADDQ $34, SI
+	ADDQ $32, DI
+	ADDQ $32, R8
+	ADDQ $4, R9
+	Q8_SUMS
+	GGUF_BLOCK(Y1)
+	ADDQ $34, SI
+	ADDQ $32, DI
+	ADDQ $32, R8
+	ADDQ $4, R9
+	SUBQ $2, CX
+	JMP  q8two
 
-	VEXTRACTF128 $1, Y0, X1
-	VADDPS       X1, X0, X0
-	VPERMILPS    $0x4e, X0, X1
-	VADDPS       X1, X0, X0
-	VPERMILPS    $0xb1, X0, X1
-	VADDSS       X1, X0, X0
-	VMOVSS       X0, ret+24(FP)
-	VZEROUPPER
+q8one:
+	TESTQ CX, CX
+	JZ    q8done
+	Q8_SUMS
+	GGUF_BLOCK(Y0)
+
+q8done:
+	GGUF_RETURN(ret+40(FP))
 	RET
 
-// func qDotQ4_0Q8_0AVX512(w, x *byte, nb int) float32
-// Σ over nb blocks (Q4_0 w, Q8_0 x) of d_w·d_x·Σ (q_w-8)·q_x (qDotQ4_0Q8_0Go). The 16 bytes of codes become 32
-// in element order (low nibbles, then high nibbles), and the block's integer sum is Σ q_w·q_x - Σ 8·q_x.
-TEXT ·qDotQ4_0Q8_0AVX512(SB), NOSPLIT, $0-28
+// func qRowQ4_0AVX512(w *byte, xq *int8, dx *float32, corr *int32, nb int) float32
+// Σ over nb Q4_0 blocks of w of d_w·d_x·Σ (q_w-8)·q_x (qDotQ4_0Q8_0Go), x prepared as for qRowQ8_0AVX512 but
+// with 8·Σ q_x in corr.
+TEXT ·qRowQ4_0AVX512(SB), NOSPLIT, $0-44
 	MOVQ w+0(FP), SI
-	MOVQ x+8(FP), DI
-	MOVQ nb+16(FP), CX
+	MOVQ xq+8(FP), DI
+	MOVQ dx+16(FP), R9
+	MOVQ corr+24(FP), R8
+	MOVQ nb+32(FP), CX
 	MOVL $0x0f0f0f0f, AX
 	VMOVD AX, X14
 	VPBROADCASTD X14, Y14
-	MOVL $0x08080808, AX
-	VMOVD AX, X13
-	VPBROADCASTD X13, Y13
 	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
 
-q4block:
-	VMOVDQU     2(SI), X2
-	VPSRLW      $4, X2, X3
-	VINSERTI128 $1, X3, Y2, Y2
-	VPAND       Y14, Y2, Y2
-	VMOVDQU     2(DI), Y1
-	VPXOR       Y3, Y3, Y3
-	VPXOR       Y4, Y4, Y4
-	VPDPBUSD    Y1, Y2, Y3
-	VPDPBUSD    Y1, Y13, Y4
-	VPSUBD      Y4, Y3, Y3
-	VCVTDQ2PS   Y3, Y3
-	BLOCK_SCALES
-	VFMADD231PS Y3, Y5, Y0
-	ADDQ        $18, SI
-	ADDQ        $34, DI
-	DECQ        CX
-	JNZ         q4block
+q4two:
+	CMPQ CX, $2
+	JLT  q4one
+	Q4_SUMS
+	GGUF_BLOCK(Y0)
+	ADDQ $18, SI
+	ADDQ $32, DI
+	ADDQ $32, R8
+	ADDQ $4, R9
+	Q4_SUMS
+	GGUF_BLOCK(Y1)
+	ADDQ $18, SI
+	ADDQ $32, DI
+	ADDQ $32, R8
+	ADDQ $4, R9
+	SUBQ $2, CX
+	JMP  q4two
 
-	VEXTRACTF128 $1, Y0, X1
-	VADDPS       X1, X0, X0
-	VPERMILPS    $0x4e, X0, X1
-	VADDPS       X1, X0, X0
-	VPERMILPS    $0xb1, X0, X1
-	VADDSS       X1, X0, X0
-	VMOVSS       X0, ret+24(FP)
-	VZEROUPPER
+q4one:
+	TESTQ CX, CX
+	JZ    q4done
+	Q4_SUMS
+	GGUF_BLOCK(Y0)
+
+q4done:
+	GGUF_RETURN(ret+40(FP))
 	RET
 
 // func qMaxAbsAVX512(x *float32, n int) float32

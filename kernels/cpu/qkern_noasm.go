@@ -13,11 +13,10 @@ func qGEMMInt8(m, n, k int, a, w []int8, store func(i, j0 int, acc []int32, bias
 func qW4Rows(k, group int, x []float32) func(w []uint8, s []float32, z []uint8) float32 {
 	return qW4RowsGo(k, group, x)
 }
-func qDotQ8_0(w, x []byte) float32                 { return qDotQ8_0Go(w, x) }
-func qDotQ4_0Q8_0(w, x []byte) float32             { return qDotQ4_0Q8_0Go(w, x) }
-func qMaxAbs(x []float32) float32                  { return qMaxAbsGo(x) }
-func qRoundRow(x []float32, q []int8, inv float32) { qRoundRowGo(x, q, inv) }
-func qStoreInt32(dst, acc []int32, bias int32)     { qStoreInt32Go(dst, acc, bias) }
+func qGGUFRows(xq []byte, q4 bool) func(w []byte) float32 { return qGGUFRowsGo(xq, q4) }
+func qMaxAbs(x []float32) float32                         { return qMaxAbsGo(x) }
+func qRoundRow(x []float32, q []int8, inv float32)        { qRoundRowGo(x, q, inv) }
+func qStoreInt32(dst, acc []int32, bias int32)            { qStoreInt32Go(dst, acc, bias) }
 func qStoreScaled(dst []float32, acc []int32, bias int32, sa float32, sw []float32) {
 	qStoreScaledGo(dst, acc, bias, sa, sw)
 }
