@@ -54,6 +54,7 @@ type Evaluator struct {
 	m      *model.Model
 	ref    *model.Model
 	toks   [][]int32
+	refLP  [][]float32 // the reference's log-probabilities per sequence, once computed (refCacheBytes)
 	mu     sync.Mutex
 	scored map[string]Comparison
 }
@@ -94,7 +95,10 @@ func (e *Evaluator) Quantized(f quant.Format, layers []int) (Comparison, error) 
 	if err != nil {
 		return Comparison{}, err
 	}
-	if c, err = Compare(e.ref, cfg, e.toks); err != nil {
+	if err := e.cacheReference(); err != nil {
+		return Comparison{}, err
+	}
+	if c, err = compare(e.ref, e.refLP, cfg, e.toks); err != nil {
 		return Comparison{}, err
 	}
 	e.mu.Lock()
@@ -103,52 +107,166 @@ func (e *Evaluator) Quantized(f quant.Format, layers []int) (Comparison, error) 
 	return c, nil
 }
 
-// Compare runs every token sequence through ref and m (two views of one model, or two models with one
-// vocabulary) and returns m's perplexity on seqs[i][1:] and the mean KL(P_ref ‖ P_m) over the same positions.
-// Sequences run in parallel; the sums are added in sequence order, so the result does not depend on scheduling.
-func Compare(ref, m *model.Model, seqs [][]int32) (Comparison, error) {
-	if ref.Config.VocabSize != m.Config.VocabSize {
-		return Comparison{}, fmt.Errorf("compare: vocabularies of %d and %d tokens", ref.Config.VocabSize, m.Config.VocabSize)
+// refCacheBytes bounds the reference log-probabilities an Evaluator keeps (float32, tokens × vocabulary); above
+// it the reference runs again beside every configuration.
+const refCacheBytes = 512 << 20
+
+// cacheReference computes the reference's log-probabilities once, when they fit in refCacheBytes.
+func (e *Evaluator) cacheReference() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.refLP != nil {
+		return nil
 	}
-	type part struct {
-		nll, kl float64
-		tokens  int
-		err     error
+	n := 0
+	for _, t := range e.toks {
+		n += len(t) - 1
 	}
-	parts := make([]part, len(seqs))
+	v := e.m.Config.VocabSize
+	if 4*n*v > refCacheBytes {
+		return nil
+	}
+	lp := make([][]float32, len(e.toks))
+	err := parallel(e.ref, len(e.toks), func(_ int, s *model.Sequence, j int) error {
+		toks := e.toks[j]
+		s.Reset()
+		logits, err := s.Feed(toks[:len(toks)-1], true)
+		if err != nil {
+			return err
+		}
+		out := make([]float32, len(logits))
+		row := make([]float64, v)
+		for t := range len(toks) - 1 {
+			logSoftmax(row, logits[t*v:(t+1)*v])
+			for i, x := range row {
+				out[t*v+i] = float32(x)
+			}
+		}
+		lp[j] = out
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	e.refLP = lp
+	return nil
+}
+
+// parallel runs fn for j = 0..n-1 on min(GOMAXPROCS, n) workers w = 0, 1, ..., each with its own sequence on m,
+// and returns the error of the lowest j that failed.
+func parallel(m *model.Model, n int, fn func(w int, s *model.Sequence, j int) error) error {
+	errs := make([]error, n)
 	var mu sync.Mutex
 	next := 0
 	var wg sync.WaitGroup
-	for range min(runtime.GOMAXPROCS(0), len(seqs)) {
+	for w := range min(runtime.GOMAXPROCS(0), n) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rs, err1 := model.NewSequence(ref, ref.Config.SeqLen)
-			ms, err2 := model.NewSequence(m, m.Config.SeqLen)
-			lp, lq := make([]float64, m.Config.VocabSize), make([]float64, m.Config.VocabSize)
+			s, err := model.NewSequence(m, m.Config.SeqLen)
 			for {
 				mu.Lock()
 				j := next
 				next++
 				mu.Unlock()
-				if j >= len(seqs) {
+				if j >= n {
 					return
 				}
-				if p := &parts[j]; err1 != nil || err2 != nil {
-					p.err = fmt.Errorf("sequence: %w", cmpErr(err1, err2))
+				if err != nil {
+					errs[j] = err
 				} else {
-					p.nll, p.kl, p.tokens, p.err = compareSequence(rs, ms, seqs[j], lp, lq)
+					errs[j] = fn(w, s, j)
 				}
 			}
 		}()
 	}
 	wg.Wait()
+	for j, err := range errs {
+		if err != nil {
+			return fmt.Errorf("sequence %d: %w", j, err)
+		}
+	}
+	return nil
+}
+
+// Compare runs every token sequence through ref and m (two views of one model, or two models with one
+// vocabulary) and returns m's perplexity on seqs[i][1:] and the mean KL(P_ref ‖ P_m) over the same positions.
+// Sequences run in parallel; the sums are added in sequence order, so the result does not depend on scheduling.
+func Compare(ref, m *model.Model, seqs [][]int32) (Comparison, error) {
+	return compare(ref, nil, m, seqs)
+}
+
+// compare is Compare with, when refLP is not nil, the reference's log-probabilities given for every sequence
+// instead of computed.
+func compare(ref *model.Model, refLP [][]float32, m *model.Model, seqs [][]int32) (Comparison, error) {
+	if ref.Config.VocabSize != m.Config.VocabSize {
+		return Comparison{}, fmt.Errorf("compare: vocabularies of %d and %d tokens", ref.Config.VocabSize, m.Config.VocabSize)
+	}
+	v := m.Config.VocabSize
+	type part struct {
+		nll, kl float64
+		tokens  int
+	}
+	parts := make([]part, len(seqs))
+	// Each worker owns a reference sequence (when the reference runs) and scratch.
+	type scratch struct {
+		rs     *model.Sequence
+		lp, lq []float64
+	}
+	own := make([]*scratch, runtime.GOMAXPROCS(0))
+	err := parallel(m, len(seqs), func(w int, ms *model.Sequence, j int) error {
+		sc := own[w]
+		if sc == nil {
+			sc = &scratch{lp: make([]float64, v), lq: make([]float64, v)}
+			if refLP == nil {
+				rs, err := model.NewSequence(ref, ref.Config.SeqLen)
+				if err != nil {
+					return err
+				}
+				sc.rs = rs
+			}
+			own[w] = sc
+		}
+		toks := seqs[j]
+		if len(toks) < 2 {
+			return nil
+		}
+		in := toks[:len(toks)-1]
+		var rl []float32
+		if refLP == nil {
+			sc.rs.Reset()
+			var err error
+			if rl, err = sc.rs.Feed(in, true); err != nil {
+				return err
+			}
+		}
+		ms.Reset()
+		ml, err := ms.Feed(in, true)
+		if err != nil {
+			return err
+		}
+		p := &parts[j]
+		for t := range in {
+			if refLP == nil {
+				logSoftmax(sc.lp, rl[t*v:(t+1)*v])
+			} else {
+				for i, x := range refLP[j][t*v : (t+1)*v] {
+					sc.lp[i] = float64(x)
+				}
+			}
+			logSoftmax(sc.lq, ml[t*v:(t+1)*v])
+			p.nll -= sc.lq[toks[t+1]]
+			p.kl += KL(sc.lp, sc.lq)
+		}
+		p.tokens = len(in)
+		return nil
+	})
+	if err != nil {
+		return Comparison{}, err
+	}
 	var c Comparison
 	var nll, kl float64
-	for j, p := range parts {
-		if p.err != nil {
-			return Comparison{}, fmt.Errorf("sequence %d: %w", j, p.err)
-		}
+	for _, p := range parts {
 		nll += p.nll
 		kl += p.kl
 		c.Tokens += p.tokens
@@ -160,40 +278,6 @@ func Compare(ref, m *model.Model, seqs [][]int32) (Comparison, error) {
 	c.PPL = math.Exp(c.NLL)
 	c.KL = kl / float64(c.Tokens)
 	return c, nil
-}
-
-func cmpErr(a, b error) error {
-	if a != nil {
-		return a
-	}
-	return b
-}
-
-// compareSequence feeds toks[:n-1] through both sequences and returns, summed over the n-1 positions, m's NLL of
-// the next token and KL(P_ref ‖ P_m); lp and lq are [vocab] scratch for the log-probabilities.
-func compareSequence(rs, ms *model.Sequence, toks []int32, lp, lq []float64) (nll, kl float64, n int, err error) {
-	if len(toks) < 2 {
-		return 0, 0, 0, nil
-	}
-	in := toks[:len(toks)-1]
-	rs.Reset()
-	ms.Reset()
-	rl, err := rs.Feed(in, true)
-	if err != nil {
-		return 0, 0, 0, err
-	}
-	ml, err := ms.Feed(in, true)
-	if err != nil {
-		return 0, 0, 0, err
-	}
-	v := len(lp)
-	for t := range in {
-		logSoftmax(lp, rl[t*v:(t+1)*v])
-		logSoftmax(lq, ml[t*v:(t+1)*v])
-		nll -= lq[toks[t+1]]
-		kl += KL(lp, lq)
-	}
-	return nll, kl, len(in), nil
 }
 
 // logSoftmax writes log softmax(logits) into dst, in float64.

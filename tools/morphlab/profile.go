@@ -31,7 +31,7 @@ only that layer quantized) and MDS (final hidden state with the quantized set Q 
 as LIS = 0.25 LTS + 0.25 LRS + 0.5 MDS; the layer with the highest LIS is quantized next (1 + L(L+1)/2 forward
 passes over the calibration tokens).
 
-Calibration uses the paragraphs of --calib from the start until --calib-tokens tokens. With --eval, each order
+Calibration uses the paragraphs of --calib from the start until --calib-tokens tokens (or --calib-paragraphs). With --eval, each order
 of --orders (lis, front, back, random; random once per seed 1..--seeds) is scored after 1, 2, 4, ... L layers
 (every k with --all-ks) by perplexity and KL divergence from full precision on --eval-paragraphs paragraphs of
 --eval, starting after the calibration paragraphs when it is the same file; the table shows PPL by order and k.
@@ -44,7 +44,8 @@ func runProfile(e *env, args []string) error {
 	format := fs.String("format", "int4", "quantized `format` to rank the layers in: int4 or int8")
 	method := fs.String("method", "rtn", "how the quantized variant is made: rtn, awq (int4) or smoothquant (int8)")
 	calibPath := fs.String("calib", "", "calibration text `file` (paragraphs separated by blank lines)")
-	calibTokens := fs.Int("calib-tokens", 8192, "calibration `tokens`")
+	calibTokens := fs.Int("calib-tokens", 8192, "calibration `tokens` at most")
+	calibParas := fs.Int("calib-paragraphs", 0, "calibration `paragraphs` at most (0: as many as --calib-tokens takes)")
 	evalPath := fs.String("eval", "", "evaluation text `file` (none: no curves)")
 	evalParas := fs.Int("eval-paragraphs", 500, "evaluation `paragraphs`")
 	evalOffset := fs.Int("eval-offset", -1, "evaluation paragraphs to skip (default: after the calibration paragraphs when --eval is --calib, else 0)")
@@ -106,6 +107,9 @@ func runProfile(e *env, args []string) error {
 	start := time.Now()
 
 	paras := eval.Paragraphs(string(calibText))
+	if *calibParas > 0 {
+		paras = paras[:min(*calibParas, len(paras))]
+	}
 	calib, used := sensitivity.CalibrationTokens(vocab, paras, *calibTokens, m.Config.SeqLen)
 	group := model.GroupFor(m.Config.Dim)
 	if err := prepare(m, f, *method, calib, group); err != nil {
