@@ -459,6 +459,10 @@ func (e *Engine) drop(q *request, ev Event) {
 	e.finish(q, ev, err)
 }
 
+// NextWake is when the scheduler could next find work without a new request (dynamic batching's queueing
+// deadline); ok is false when only a request can. Like Step, it belongs to the loop's goroutine.
+func (e *Engine) NextWake() (time.Duration, bool) { return e.sched.NextWake() }
+
 // Run drives the loop until ctx is done, sleeping while there is no work (until a submission, a KV command or,
 // for dynamic batching, the oldest request's queueing deadline). A step error ends the loop and is returned.
 func (e *Engine) Run(ctx context.Context) error {
@@ -471,7 +475,7 @@ func (e *Engine) Run(ctx context.Context) error {
 			continue
 		}
 		var timer <-chan time.Time
-		if t, ok := e.sched.NextWake(); ok {
+		if t, ok := e.NextWake(); ok {
 			timer = time.After(t - e.opt.Clock.Now())
 		}
 		select {

@@ -1,7 +1,8 @@
+//go:build unix
+
 package engine
 
 import (
-	"context"
 	"encoding/csv"
 	"fmt"
 	"math"
@@ -9,12 +10,14 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/morphlab/morphlab/engine/exec"
 	"github.com/morphlab/morphlab/engine/model"
 	"github.com/morphlab/morphlab/internal/datadir"
+	"github.com/morphlab/morphlab/kernels/cpu"
 )
 
 // shareGPTLengths draws n (prompt, output) lengths from the ShareGPT length trace, scaled from its 8K context to ctx
@@ -53,8 +56,8 @@ type serveStats struct {
 	ReqPerSec, OutTokPerSec float64
 	MeanTTFT, MeanTPOT      time.Duration
 	Preemptions             int
-	Overhead                float64 // share of step wall time spent outside the executor
-	MeanBatch               float64 // sequences per decode iteration (padding included)
+	Overhead                float64 // share of the engine's step wall time spent outside the executor
+	MeanBatch               float64 // sequences in iterations that decode (padding included)
 }
 
 // envInt reads an integer setting of the serving benchmarks from the environment.
@@ -134,21 +137,49 @@ func BenchmarkDecodeOverhead(b *testing.B) {
 	b.ReportMetric(st.MeanTPOT.Seconds()*1e3, "tpot-ms")
 }
 
+// cpuTimed is the CPU executor with each step's duration taken as the process CPU time it used divided by the
+// kernel threads: on a shared, loaded machine this is steadier than wall time, and it equals wall time on an idle
+// one whose threads are all busy. Wall time spent in the executor is kept too, for the overhead share.
+type cpuTimed struct {
+	*exec.CPU
+	wall time.Duration
+}
+
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		panic(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func (c *cpuTimed) Step(b *exec.Batch) (exec.Result, error) {
+	w, u := time.Now(), processCPU()
+	r, err := c.CPU.Step(b)
+	r.Duration = (processCPU() - u) / time.Duration(cpu.Threads())
+	c.wall += time.Since(w)
+	return r, err
+}
+
+// serveTrace serves requests of the given (prompt, output) lengths with random prompt tokens, arriving as a
+// Poisson process of rate requests/s (0: all at time 0), on a virtual clock advanced by each step's CPU time
+// (cpuTimed); a request arriving during a step is submitted at the step's end. It returns vLLM's benchmark metrics.
 func serveTrace(tb testing.TB, m *model.Model, policy string, lengths [][2]int, rate float64, batch int) serveStats {
 	const blockSize, maxTokens = 16, 512
 	blocks := batch * (m.Config.SeqLen/blockSize + 2)
 	budget := int64(m.WeightBytes()) + exec.WorkspaceBytes(m.Config, maxTokens) + int64(blocks*model.KVBytesPerBlock(m.Config, blockSize))
-	x, err := exec.NewCPU(m, exec.CPUOptions{Budget: budget, BlockSize: blockSize, MaxTokens: maxTokens})
+	cx, err := exec.NewCPU(m, exec.CPUOptions{Budget: budget, BlockSize: blockSize, MaxTokens: maxTokens})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	var stepWall, stepExec time.Duration
+	x := &cpuTimed{CPU: cx}
+	clock := &exec.VirtualClock{}
+	var stepWall time.Duration
 	var decodeSeqs, decodeIters int
 	e, err := New(x, Options{Policy: policy, MaxTokens: maxTokens, MaxSeqs: batch, BatchSize: batch, MaxDelay: 100 * time.Millisecond,
-		BlockSize: blockSize, Context: m.Config.SeqLen, Vocab: m.Config.VocabSize,
+		BlockSize: blockSize, Context: m.Config.SeqLen, Vocab: m.Config.VocabSize, Clock: clock,
 		OnStep: func(info StepInfo) {
 			stepWall += info.Wall
-			stepExec += info.Duration
 			if t := len(info.Work); t > 0 && info.Work[0].Tokens == 1 {
 				decodeSeqs += t
 				decodeIters++
@@ -157,30 +188,34 @@ func serveTrace(tb testing.TB, m *model.Model, policy string, lengths [][2]int, 
 	if err != nil {
 		tb.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	loop := make(chan error, 1)
-	run := func() { go func() { loop <- e.Run(ctx) }() }
-	if rate > 0 {
-		run()
-	}
 	rng := rand.New(rand.NewPCG(7, 7))
-	var streams []*Stream
-	start := time.Now()
-	next := time.Duration(0)
-	for _, l := range lengths {
-		if rate > 0 {
-			next += time.Duration(rng.ExpFloat64() / rate * float64(time.Second))
-			time.Sleep(time.Until(start.Add(next)))
-		}
-		p := make([]int32, l[0])
-		for i := range p {
-			p[i] = int32(rng.IntN(m.Config.VocabSize))
-		}
-		streams = append(streams, e.Submit(Request{Prompt: p, MaxTokens: l[1]}))
+	arrivals := make([]time.Duration, len(lengths))
+	for i := 1; i < len(arrivals) && rate > 0; i++ {
+		arrivals[i] = arrivals[i-1] + time.Duration(rng.ExpFloat64()/rate*float64(time.Second))
 	}
-	if rate == 0 {
-		run() // all requests are queued before the first iteration, so that every policy sees them together
+	var streams []*Stream
+	for len(streams) < len(lengths) || e.Pending() > 0 {
+		for i := len(streams); i < len(lengths) && arrivals[i] <= clock.Now(); i++ {
+			p := make([]int32, lengths[i][0])
+			for j := range p {
+				p[j] = int32(rng.IntN(m.Config.VocabSize))
+			}
+			streams = append(streams, e.Submit(Request{Prompt: p, MaxTokens: lengths[i][1]}))
+		}
+		ran, err := e.Step()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if !ran { // idle: move to the next arrival or the dynamic batcher's deadline
+			wake, ok := e.NextWake()
+			if i := len(streams); i < len(lengths) && (!ok || arrivals[i] < wake) {
+				wake, ok = arrivals[i], true
+			}
+			if !ok {
+				tb.Fatalf("%s: stalled with %d requests pending", policy, e.Pending())
+			}
+			clock.Advance(wake - clock.Now())
+		}
 	}
 	var st serveStats
 	var first, last time.Duration = math.MaxInt64, 0
@@ -199,17 +234,13 @@ func serveTrace(tb testing.TB, m *model.Model, policy string, lengths [][2]int, 
 		st.OutputTokens += len(r.Output)
 		st.Preemptions += r.Preemptions
 	}
-	cancel()
-	if err := <-loop; err != context.Canceled {
-		tb.Fatal(err)
-	}
 	st.Requests = len(streams)
 	st.Duration = last - first
 	st.ReqPerSec = float64(st.Requests) / st.Duration.Seconds()
 	st.OutTokPerSec = float64(st.OutputTokens) / st.Duration.Seconds()
 	st.MeanTTFT = ttft / time.Duration(st.Requests)
 	st.MeanTPOT = tpot / time.Duration(st.Requests)
-	st.Overhead = 1 - stepExec.Seconds()/stepWall.Seconds()
+	st.Overhead = 1 - x.wall.Seconds()/stepWall.Seconds()
 	if decodeIters > 0 {
 		st.MeanBatch = float64(decodeSeqs) / float64(decodeIters)
 	}
