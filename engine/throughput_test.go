@@ -251,9 +251,13 @@ func serveTrace(tb testing.TB, m *model.Model, policy string, lengths [][2]int, 
 // requests, so that the benchmark's code is exercised by the ordinary test run.
 func TestServeTraceSmall(t *testing.T) {
 	m := synthModel(t)
-	lengths := shareGPTLengths(t, 12, 256, 3)
+	n := 12
+	if testing.Short() {
+		n = 6 // the race detector run
+	}
+	lengths := shareGPTLengths(t, n, 256, 3)
 	for i := range lengths {
-		lengths[i] = [2]int{min(lengths[i][0], 200), min(lengths[i][1], 40)}
+		lengths[i] = [2]int{min(lengths[i][0], 100), min(lengths[i][1], 30)}
 	}
 	var out []string
 	for _, policy := range []string{"continuous", "static", "dynamic"} {
