@@ -204,17 +204,45 @@ func (c Config) LayerShape(part string) []int {
 // Tensors lists every tensor the config requires, with its shape: token_embd, then each layer's parts in
 // llama2.c order, then output_norm and (unless tied) output.
 func (c Config) Tensors() []TensorSpec {
-	specs := []TensorSpec{{TokenEmbd, []int{c.VocabSize, c.Dim}}}
+	var specs []TensorSpec
+	c.eachTensor(func(s TensorSpec) bool {
+		specs = append(specs, s)
+		return true
+	})
+	return specs
+}
+
+// eachTensor calls fn on the tensors of Tensors in order until fn returns false. Checks use it rather than
+// Tensors so that a hostile header claiming millions of layers fails at the first missing tensor instead of
+// first building a list of them all.
+func (c Config) eachTensor(fn func(TensorSpec) bool) {
+	if !fn(TensorSpec{TokenEmbd, []int{c.VocabSize, c.Dim}}) {
+		return
+	}
 	for l := 0; l < c.NLayers; l++ {
 		for _, p := range LayerParts {
-			specs = append(specs, TensorSpec{LayerTensor(l, p), c.LayerShape(p)})
+			if !fn(TensorSpec{LayerTensor(l, p), c.LayerShape(p)}) {
+				return
+			}
 		}
 	}
-	specs = append(specs, TensorSpec{OutputNorm, []int{c.Dim}})
-	if !c.TiedEmbeddings {
-		specs = append(specs, TensorSpec{Output, []int{c.VocabSize, c.Dim}})
+	if fn(TensorSpec{OutputNorm, []int{c.Dim}}) && !c.TiedEmbeddings {
+		fn(TensorSpec{Output, []int{c.VocabSize, c.Dim}})
 	}
-	return specs
+}
+
+// checkedParams is the number of weights the config requires, computed without listing its tensors; ok is false
+// if it exceeds 2^50 (no real model; a corrupt header).
+func (c Config) checkedParams() (n int, ok bool) {
+	q, kv := c.NHeads*c.HeadDim(), c.KVDim()
+	layer, ok1 := elements(c.Dim, 2+2*q+2*kv+3*c.HiddenDim)
+	layers, ok2 := elements(c.NLayers, layer)
+	embed, ok3 := elements(c.VocabSize, c.Dim)
+	n = layers + embed + c.Dim
+	if !c.TiedEmbeddings {
+		n += embed
+	}
+	return n, ok1 && ok2 && ok3 && n <= maxElements
 }
 
 // Checkpoint is a loaded model: its config, its tensors under canonical names, and its vocabulary when the file
@@ -245,14 +273,19 @@ func (c *Checkpoint) Check(file string) error {
 	if _, ok := c.Tensors[Output]; ok && c.Config.TiedEmbeddings {
 		return fmt.Errorf("%s: tensor %s present but the config says the embeddings are tied", file, Output)
 	}
-	for _, s := range c.Config.Tensors() {
+	var err error
+	c.Config.eachTensor(func(s TensorSpec) bool {
 		t, ok := c.Tensors[s.Name]
-		if !ok {
-			return fmt.Errorf("%s: tensor %s missing", file, s.Name)
+		switch {
+		case !ok:
+			err = fmt.Errorf("%s: tensor %s missing", file, s.Name)
+		case !equalShape(t.Shape, s.Shape):
+			err = fmt.Errorf("%s: tensor %s: shape %v, want %v", file, s.Name, t.Shape, s.Shape)
 		}
-		if !equalShape(t.Shape, s.Shape) {
-			return fmt.Errorf("%s: tensor %s: shape %v, want %v", file, s.Name, t.Shape, s.Shape)
-		}
+		return err == nil
+	})
+	if err != nil {
+		return err
 	}
 	for _, t := range c.Tensors {
 		if err := checkData(t); err != nil {

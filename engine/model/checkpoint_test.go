@@ -215,3 +215,22 @@ func BenchmarkLoad(b *testing.B) {
 		})
 	}
 }
+
+func TestCheckedParams(t *testing.T) {
+	for _, tied := range []bool{true, false} {
+		cfg := tinyConfig(tied)
+		want := 0
+		for _, s := range cfg.Tensors() {
+			n, _ := elements(s.Shape...)
+			want += n
+		}
+		if got, ok := cfg.checkedParams(); got != want || !ok {
+			t.Errorf("tied=%v: checkedParams() = %d, %v; want %d (sum over Tensors)", tied, got, ok, want)
+		}
+	}
+	huge := Config{Dim: 1 << 24, HiddenDim: 1 << 24, NLayers: 1 << 24, NHeads: 2, NKVHeads: 2, VocabSize: 1 << 24,
+		SeqLen: 1, RopeTheta: 1, NormEps: 1}
+	if _, ok := huge.checkedParams(); ok {
+		t.Error("checkedParams accepted 2^72 weights")
+	}
+}

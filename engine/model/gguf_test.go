@@ -218,6 +218,8 @@ func TestGGUFErrors(t *testing.T) {
 		{"offset", ggufPatch(t, good, embd+"\x00\x00\x00\x00", 4), "offset 4 is not a multiple of the alignment 32"},
 		{"shape", ggufPatch(t, good, "llama.feed_forward_length\x04\x00\x00\x00", 32),
 			"f.gguf: tensor blk.0.ffn_gate.weight: shape [96 64], want [32 64]"},
+		{"many layers", ggufPatch(t, good, "llama.block_count\x04\x00\x00\x00", 1<<24),
+			"f.gguf: tensor blk.2.attn_norm.weight missing"},
 		{"missing key", bytes.Replace(good, []byte("llama.block_count"), []byte("llama.block_cOunt"), 1),
 			"f.gguf: gguf metadata llama.block_count missing"},
 		{"arch", bytes.Replace(good, []byte("\x05\x00\x00\x00\x00\x00\x00\x00llama"), []byte("\x05\x00\x00\x00\x00\x00\x00\x00gemma"), 1),

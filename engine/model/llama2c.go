@@ -77,6 +77,12 @@ func ParseLlama2c(name string, data []byte) (*Checkpoint, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
+	// Every format stores at least one byte per weight: reject a header that cannot fit before listing tensors.
+	if n, ok := cfg.checkedParams(); !ok || n > len(data) {
+		return nil, fmt.Errorf("%s: %d bytes cannot hold the %v weights of %d layers x dim %d x hidden %d x vocab %d "+
+			"(truncated or corrupt header?)", name, len(data), paramsText(n, ok), cfg.NLayers, cfg.Dim, cfg.HiddenDim,
+			cfg.VocabSize)
+	}
 	ck := &Checkpoint{Config: cfg, Tensors: map[string]*Tensor{}}
 	shapes := specShapes(cfg)
 	pos := 28
@@ -119,6 +125,13 @@ func ParseLlama2c(name string, data []byte) (*Checkpoint, error) {
 		return nil, err
 	}
 	return ck, nil
+}
+
+func paramsText(n int, ok bool) string {
+	if !ok {
+		return "over 2^50"
+	}
+	return fmt.Sprint(n)
 }
 
 type llama2cEntry struct {
