@@ -15,12 +15,15 @@ import (
 //
 // Scores are in base 2: queries are multiplied by scale·log2(e) when they are packed, so that the kernels call
 // exp2. m starts at -MaxFloat32, not -Inf, so that a row with no visible key in a tile gets α = 1 and p = 0
-// rather than Inf-Inf = NaN. The three micro-kernels (attnQK, attnSoftmax, attnPV and the paged path's attnDots,
+// rather than Inf-Inf = NaN. The micro-kernels (attnQK, attnSoftmax, attnPV and the paged path's attnKeys,
 // attnAxpys) have AVX-512 twins in attn_amd64.s and pure-Go loops in attn_generic.go.
 const (
 	attnRows = 8  // query rows in a micro-kernel block
 	attnCols = 32 // keys in a tile
 )
+
+// attnRound16 rounds n up to a multiple of 16, the floats in a vector register.
+func attnRound16(n int) int { return (n + 15) &^ 15 }
 
 // attnInitMax is the running maximum of a row that has seen no key yet.
 const attnInitMax = -math.MaxFloat32
@@ -99,7 +102,7 @@ func (b *attnBlock) tileCounts(r0, s0 int) int {
 
 // softmaxRows runs the online-softmax update on rows [r0, r0+attnRows) of the block for the scores in b.s.
 func (b *attnBlock) softmaxRows(r0 int) {
-	attnSoftmax(b.s, b.m[r0:r0+attnRows], b.l[r0:r0+attnRows], b.alpha, b.cnt)
+	attnSoftmax(b.s, b.m[r0:r0+attnRows], b.l[r0:r0+attnRows], b.alpha, b.cnt, attnRows)
 }
 
 // finish writes row r's normalized output o/l into dst.
@@ -212,10 +215,13 @@ const attnPagedSplit = 256
 // seqLens[i]-n+j. Token s is read from block blockTables[i*maxBlocksPerSeq+s/blockSize] at offset s%blockSize.
 // q, out: [qStart[nSeqs], nHeads*headDim]; caches [numBlocks, blockSize, nKVHeads, headDim].
 //
-// Work items are (sequence, KV head, part of the KV range): all the query rows of the sequence and of the query
-// heads sharing the KV head run together over tiles of attnCols tokens, whose cache offsets are looked up once.
-// When there are fewer (sequence, KV head) pairs than threads can use, long sequences are split into parts of
-// at least attnPagedSplit tokens (flash-decoding); each part keeps its own m, l and o, merged at the end.
+// Work items are (sequence, part of its KV range). An item walks its range in tiles of up to attnCols tokens
+// within one cache block, so that a tile is one contiguous stretch of the cache (all KV heads of its tokens)
+// and memory is read in order. For each KV head, all the query rows of the sequence and of the query heads
+// sharing that KV head are scored against the tile's keys at once by attnKeys (the keys are loaded and
+// transposed once for every row), then attnAxpys adds the tile's value rows to each output row. When there
+// are fewer sequences than threads can use, long sequences are split into parts of at least attnPagedSplit
+// tokens (flash-decoding); each part keeps its own m, l and o, merged at the end.
 func PagedAttention(out, q, kCache, vCache []float32, qStart, seqLens, blockTables []int32,
 	maxBlocksPerSeq, blockSize, nHeads, nKVHeads, headDim int, scale float32) {
 	shape.PagedAttention("PagedAttention", len(out), len(q), len(kCache), len(vCache), qStart, seqLens, blockTables,
@@ -224,10 +230,9 @@ func PagedAttention(out, q, kCache, vCache []float32, qStart, seqLens, blockTabl
 	kvRow := nKVHeads * hd
 	nSeqs := len(seqLens)
 
-	// Items of sequence i are parts [firstItem[i], firstItem[i+1]), each covering ceil(L/parts) tokens rounded
-	// to tiles, times nKVHeads.
-	pairs := nSeqs * nKVHeads
-	wantParts := max(1, (4*Threads()+pairs-1)/pairs)
+	// Parts of sequence i are [firstItem[i], firstItem[i+1]), each covering ceil(L/parts) tokens rounded to
+	// tiles.
+	wantParts := max(1, (4*Threads()+nSeqs-1)/nSeqs)
 	firstItem := make([]int, nSeqs+1)
 	maxRows := 0
 	for i, L := range seqLens {
@@ -235,30 +240,35 @@ func PagedAttention(out, q, kCache, vCache []float32, qStart, seqLens, blockTabl
 		firstItem[i+1] = firstItem[i] + parts
 		maxRows = max(maxRows, int(qStart[i+1]-qStart[i])*group)
 	}
-	nItems := firstItem[nSeqs] * nKVHeads
-	seqOf := make([]int, firstItem[nSeqs])
+	nItems := firstItem[nSeqs]
+	seqOf := make([]int, nItems)
 	for i := range nSeqs {
 		for p := firstItem[i]; p < firstItem[i+1]; p++ {
 			seqOf[p] = i
 		}
 	}
-	// Partial results of split sequences: per item and row, o [hdPad] then m and l.
+	// Partial results of split sequences: per part, KV head and row, o [hdPad] then m and l.
 	hdPad := (hd + attnCols - 1) / attnCols * attnCols
 	var partial []float32
-	if firstItem[nSeqs] > nSeqs {
-		partial = make([]float32, nItems*maxRows*(hdPad+2))
+	if nItems > nSeqs {
+		partial = make([]float32, nItems*nKVHeads*maxRows*(hdPad+2))
 	}
 	sc := scale * math.Log2E
 
+	hd16 := attnRound16(hd)
+	rowsMax := (maxRows + attnRows - 1) / attnRows * attnRows
 	type scratch struct {
-		b    *attnBlock
-		offs []int32
+		b    []*attnBlock // per KV head
+		q, s []float32    // queries [nKVHeads, rowsMax, hd16] zero-padded, scores [rowsMax, attnCols]
 	}
 	attnParallel(nItems, func() scratch {
-		return scratch{newAttnBlock(maxRows, hd), make([]int32, attnCols)}
-	}, func(it int, sc2 scratch) {
-		b, offs := sc2.b, sc2.offs
-		pi, g := it/nKVHeads, it%nKVHeads
+		b := make([]*attnBlock, nKVHeads)
+		for g := range b {
+			b[g] = newAttnBlock(maxRows, hd)
+		}
+		return scratch{b, make([]float32, nKVHeads*rowsMax*hd16), make([]float32, rowsMax*attnCols)}
+	}, func(pi int, sc2 scratch) {
+		sp := sc2.s
 		i := seqOf[pi]
 		parts := firstItem[i+1] - firstItem[i]
 		L := int(seqLens[i])
@@ -266,63 +276,74 @@ func PagedAttention(out, q, kCache, vCache []float32, qStart, seqLens, blockTabl
 		per := ((L+parts-1)/parts + attnCols - 1) / attnCols * attnCols
 		lo, hi := (pi-firstItem[i])*per, min(L, (pi-firstItem[i]+1)*per)
 		rows := n * group
-		rowsPad := b.reset(rows)
-		for j := range n {
-			t := int(qStart[i]) + j
-			for hh := range group {
-				r := j*group + hh
-				b.packQuery(r, q[(t*nHeads+g*group+hh)*hd:], sc)
-				b.limit[r] = L - n + j + 1
-			}
-		}
-		for r := rows; r < rowsPad; r++ {
-			b.limit[r] = b.limit[rows-1]
-		}
-		table := blockTables[i*maxBlocksPerSeq:][:maxBlocksPerSeq]
-		for s0 := lo; s0 < min(hi, b.limit[rows-1]); s0 += attnCols {
-			nt := min(attnCols, hi-s0)
-			for c := range nt {
-				s := s0 + c
-				offs[c] = int32((int(table[s/blockSize])*blockSize+s%blockSize)*kvRow + g*hd)
-			}
-			for r0 := 0; r0 < rowsPad; r0 += attnRows {
-				nk := min(b.tileCounts(r0, s0), nt)
-				if nk == 0 {
-					continue
-				}
-				for c := range b.cnt {
-					b.cnt[c] = min(b.cnt[c], int32(nt))
-				}
-				// Padding rows skip the dots and axpys; softmaxRows sees their stale, finite scores.
-				real := min(attnRows, rows-r0)
-				for r := range real {
-					attnDots(b.s[r*attnCols:][:attnCols], b.q[(r0+r)*hd:][:hd], kCache, offs[:min(nk, int(b.cnt[r]))])
-				}
-				b.softmaxRows(r0)
-				for r := range real {
-					attnAxpys(b.o[(r0+r)*hdPad:][:hd], b.s[r*attnCols:][:attnCols], vCache, offs[:nk], b.alpha[r])
-				}
-			}
-		}
-		if partial == nil {
+		for g, b := range sc2.b {
+			rowsPad := b.reset(rows)
+			qp := sc2.q[g*rowsMax*hd16:]
 			for j := range n {
 				t := int(qStart[i]) + j
 				for hh := range group {
-					b.finish(out[(t*nHeads+g*group+hh)*hd:], j*group+hh)
+					r := j*group + hh
+					dst := qp[r*hd16 : (r+1)*hd16]
+					for d, x := range q[(t*nHeads+g*group+hh)*hd:][:hd] {
+						dst[d] = x * sc
+					}
+					clear(dst[hd:])
+					b.limit[r] = L - n + j + 1
 				}
 			}
-			return
+			for r := rows; r < rowsPad; r++ {
+				b.limit[r] = b.limit[rows-1]
+			}
 		}
-		for r := range rows {
-			p := partial[(it*maxRows+r)*(hdPad+2):][:hdPad+2]
-			copy(p, b.o[r*hdPad:(r+1)*hdPad])
-			p[hdPad], p[hdPad+1] = b.m[r], b.l[r]
+		table := blockTables[i*maxBlocksPerSeq:][:maxBlocksPerSeq]
+		end := min(hi, L)
+		blk, pos := lo/blockSize, lo%blockSize
+		for s0 := lo; s0 < end; {
+			nt := min(attnCols, blockSize-pos, end-s0)
+			tile := (int(table[blk])*blockSize + pos) * kvRow
+			for g, b := range sc2.b {
+				off := tile + g*hd
+				attnKeys(sp, sc2.q[g*rowsMax*hd16:], kCache[off:], kvRow, nt, rows, hd)
+				for r0 := 0; r0 < rows; r0 += attnRows {
+					if b.tileCounts(r0, s0) == 0 {
+						continue
+					}
+					for c := range b.cnt {
+						b.cnt[c] = min(b.cnt[c], int32(nt))
+					}
+					real := min(attnRows, rows-r0)
+					attnSoftmax(sp[r0*attnCols:], b.m[r0:], b.l[r0:], b.alpha, b.cnt, real)
+					for r := range real {
+						attnAxpys(b.o[(r0+r)*hdPad:][:hd], sp[(r0+r)*attnCols:][:b.cnt[r]], vCache[off:], kvRow, b.alpha[r])
+					}
+				}
+			}
+			s0 += nt
+			if pos += nt; pos == blockSize {
+				blk, pos = blk+1, 0
+			}
+		}
+		for g, b := range sc2.b {
+			if partial == nil {
+				for j := range n {
+					t := int(qStart[i]) + j
+					for hh := range group {
+						b.finish(out[(t*nHeads+g*group+hh)*hd:], j*group+hh)
+					}
+				}
+				continue
+			}
+			for r := range rows {
+				p := partial[((pi*nKVHeads+g)*maxRows+r)*(hdPad+2):][:hdPad+2]
+				copy(p, b.o[r*hdPad:(r+1)*hdPad])
+				p[hdPad], p[hdPad+1] = b.m[r], b.l[r]
+			}
 		}
 	})
 	if partial == nil {
 		return
 	}
-	attnParallel(pairs, func() []float32 { return make([]float32, hd) }, func(it int, acc []float32) {
+	attnParallel(nSeqs*nKVHeads, func() []float32 { return make([]float32, hd) }, func(it int, acc []float32) {
 		i, g := it/nKVHeads, it%nKVHeads
 		n := int(qStart[i+1] - qStart[i])
 		for j := range n {

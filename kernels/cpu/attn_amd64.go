@@ -20,18 +20,21 @@ func attnQK(s, q, kt []float32, hd int) {
 	attnQKAVX512(&s[0], &q[0], &kt[0], hd)
 }
 
-func attnSoftmax(s, m, l, alpha []float32, cnt []int32) {
+func attnSoftmax(s, m, l, alpha []float32, cnt []int32, rows int) {
 	if !attnAVX512 {
-		attnSoftmaxGo(s, m, l, alpha, cnt)
+		attnSoftmaxGo(s, m, l, alpha, cnt, rows)
 		return
 	}
-	_, _, _, _, _ = s[attnRows*attnCols-1], m[attnRows-1], l[attnRows-1], alpha[attnRows-1], cnt[attnRows-1]
-	for _, c := range cnt[:attnRows] {
+	if rows < 1 || rows > attnRows {
+		panic("cpu: attnSoftmax: rows out of range")
+	}
+	_, _, _, _, _ = s[rows*attnCols-1], m[rows-1], l[rows-1], alpha[rows-1], cnt[rows-1]
+	for _, c := range cnt[:rows] {
 		if c < 0 || c > attnCols {
 			panic("cpu: attnSoftmax: count out of range")
 		}
 	}
-	attnSoftmaxAVX512(&s[0], &m[0], &l[0], &alpha[0], &cnt[0])
+	attnSoftmaxAVX512(&s[0], &m[0], &l[0], &alpha[0], &cnt[0], rows)
 }
 
 func attnPV(o, p, v []float32, vStride, nk, hd int, alpha []float32) {
@@ -44,31 +47,25 @@ func attnPV(o, p, v []float32, vStride, nk, hd int, alpha []float32) {
 	attnPVAVX512(&o[0], &p[0], &v[0], vStride, nk, hd, &alpha[0])
 }
 
-func attnDots(s, q, base []float32, offs []int32) {
+func attnKeys(s, q, k []float32, kStride, nk, rows, hd int) {
 	if !attnAVX512 {
-		attnDotsGo(s, q, base, offs)
+		attnKeysGo(s, q, k, kStride, nk, rows, hd)
 		return
 	}
-	if len(offs) == 0 {
-		return
+	if nk < 1 || nk > attnCols || rows < 1 || hd < 1 || kStride < hd {
+		panic("cpu: attnKeys: size out of range")
 	}
-	_ = s[len(offs)-1]
-	for _, off := range offs {
-		_ = base[int(off)+len(q)-1]
-	}
-	attnDotsAVX512(&s[0], &q[0], &base[0], &offs[0], len(offs), len(q))
+	_, _, _ = s[rows*attnCols-1], q[rows*attnRound16(hd)-1], k[(nk-1)*kStride+hd-1]
+	attnKeysAVX512(&s[0], &q[0], &k[0], kStride, nk, rows, hd)
 }
 
-func attnAxpys(o, p, base []float32, offs []int32, alpha float32) {
-	if !attnAVX512 || len(offs) == 0 {
-		attnAxpysGo(o, p, base, offs, alpha)
+func attnAxpys(o, p, v []float32, vStride int, alpha float32) {
+	if !attnAVX512 || len(p) == 0 {
+		attnAxpysGo(o, p, v, vStride, alpha)
 		return
 	}
-	_ = p[len(offs)-1]
-	for _, off := range offs {
-		_ = base[int(off)+len(o)-1]
-	}
-	attnAxpysAVX512(&o[0], &p[0], &base[0], &offs[0], len(offs), len(o), alpha)
+	_ = v[(len(p)-1)*vStride+len(o)-1]
+	attnAxpysAVX512(&o[0], &p[0], &v[0], vStride, len(p), len(o), alpha)
 }
 
 // The AVX-512 twins of the attn*Go loops (same docs), on the first elements of the slices.
@@ -77,13 +74,13 @@ func attnAxpys(o, p, base []float32, offs []int32, alpha float32) {
 func attnQKAVX512(s, q, kt *float32, hd int)
 
 //go:noescape
-func attnSoftmaxAVX512(s, m, l, alpha *float32, cnt *int32)
+func attnSoftmaxAVX512(s, m, l, alpha *float32, cnt *int32, rows int)
 
 //go:noescape
 func attnPVAVX512(o, p, v *float32, vStride, nk, hd int, alpha *float32)
 
 //go:noescape
-func attnDotsAVX512(s, q, base *float32, offs *int32, n, hd int)
+func attnKeysAVX512(s, q, k *float32, kStride, nk, rows, hd int)
 
 //go:noescape
-func attnAxpysAVX512(o, p, base *float32, offs *int32, n, hd int, alpha float32)
+func attnAxpysAVX512(o, p, v *float32, vStride, n, hd int, alpha float32)

@@ -116,15 +116,16 @@ GLOBL attnLn2<>(SB), RODATA|NOPTR, $4
 DATA attnNegInf<>+0(SB)/4, $0xff800000
 GLOBL attnNegInf<>(SB), RODATA|NOPTR, $4
 
-// func attnSoftmaxAVX512(s, m, l, alpha *float32, cnt *int32)
+// func attnSoftmaxAVX512(s, m, l, alpha *float32, cnt *int32, rows int)
 // Row by row: mask, max, exponentials and their sum (kept in the 32-byte frame); then alpha and l for the
-// 8 rows at once. alpha[r] holds the old m[r] until then.
-TEXT ·attnSoftmaxAVX512(SB), NOSPLIT, $32-40
+// rows (at most 8) at once. alpha[r] holds the old m[r] until then.
+TEXT ·attnSoftmaxAVX512(SB), NOSPLIT, $32-48
 	MOVQ s+0(FP), DI
 	MOVQ m+8(FP), R8
 	MOVQ l+16(FP), R9
 	MOVQ alpha+24(FP), R10
 	MOVQ cnt+32(FP), BX
+	MOVQ rows+40(FP), R11
 	EXP_POLY_CONSTS
 	VBROADCASTSS attnExp2Lo<>(SB), Z24
 	VBROADCASTSS attnLn2<>(SB), Z26
@@ -168,10 +169,13 @@ row:
 	MOVSS X0, (SP)(R12*4)
 	ADDQ $128, DI
 	INCQ R12
-	CMPQ R12, $8
+	CMPQ R12, R11
 	JB   row
 
-	MOVL $0xff, AX
+	MOVQ R11, CX
+	MOVQ $1, AX
+	SHLQ CX, AX
+	DECQ AX
 	KMOVW AX, K3
 	VMOVUPS.Z (R10), K3, Z0
 	VMOVUPS.Z (R8), K3, Z1
@@ -336,81 +340,179 @@ done:
 	SHRQ $16, AX; \
 	KMOVW AX, K4
 
-// func attnDotsAVX512(s, q, base *float32, offs *int32, n, hd int)
-// Per key row: four accumulators over chunks of 64 dims (the last one masked), then a horizontal sum.
-TEXT ·attnDotsAVX512(SB), NOSPLIT, $0-48
+// TRANSPOSE16 transposes the 16×16 block in Z0..Z15 (row i in Zi) in place, through Z16..Z31: unpack
+// single then double words within 128-bit lanes, then shuffle the lanes twice.
+#define TRANSPOSE16 \
+	VUNPCKLPS Z1, Z0, Z16; VUNPCKHPS Z1, Z0, Z17; VUNPCKLPS Z3, Z2, Z18; VUNPCKHPS Z3, Z2, Z19; \
+	VUNPCKLPS Z5, Z4, Z20; VUNPCKHPS Z5, Z4, Z21; VUNPCKLPS Z7, Z6, Z22; VUNPCKHPS Z7, Z6, Z23; \
+	VUNPCKLPS Z9, Z8, Z24; VUNPCKHPS Z9, Z8, Z25; VUNPCKLPS Z11, Z10, Z26; VUNPCKHPS Z11, Z10, Z27; \
+	VUNPCKLPS Z13, Z12, Z28; VUNPCKHPS Z13, Z12, Z29; VUNPCKLPS Z15, Z14, Z30; VUNPCKHPS Z15, Z14, Z31; \
+	VUNPCKLPD Z18, Z16, Z0; VUNPCKHPD Z18, Z16, Z1; VUNPCKLPD Z19, Z17, Z2; VUNPCKHPD Z19, Z17, Z3; \
+	VUNPCKLPD Z22, Z20, Z4; VUNPCKHPD Z22, Z20, Z5; VUNPCKLPD Z23, Z21, Z6; VUNPCKHPD Z23, Z21, Z7; \
+	VUNPCKLPD Z26, Z24, Z8; VUNPCKHPD Z26, Z24, Z9; VUNPCKLPD Z27, Z25, Z10; VUNPCKHPD Z27, Z25, Z11; \
+	VUNPCKLPD Z30, Z28, Z12; VUNPCKHPD Z30, Z28, Z13; VUNPCKLPD Z31, Z29, Z14; VUNPCKHPD Z31, Z29, Z15; \
+	VSHUFF32X4 $0x88, Z4, Z0, Z16; VSHUFF32X4 $0x88, Z5, Z1, Z17; VSHUFF32X4 $0x88, Z6, Z2, Z18; \
+	VSHUFF32X4 $0x88, Z7, Z3, Z19; VSHUFF32X4 $0xdd, Z4, Z0, Z20; VSHUFF32X4 $0xdd, Z5, Z1, Z21; \
+	VSHUFF32X4 $0xdd, Z6, Z2, Z22; VSHUFF32X4 $0xdd, Z7, Z3, Z23; \
+	VSHUFF32X4 $0x88, Z12, Z8, Z24; VSHUFF32X4 $0x88, Z13, Z9, Z25; VSHUFF32X4 $0x88, Z14, Z10, Z26; \
+	VSHUFF32X4 $0x88, Z15, Z11, Z27; VSHUFF32X4 $0xdd, Z12, Z8, Z28; VSHUFF32X4 $0xdd, Z13, Z9, Z29; \
+	VSHUFF32X4 $0xdd, Z14, Z10, Z30; VSHUFF32X4 $0xdd, Z15, Z11, Z31; \
+	VSHUFF32X4 $0x88, Z24, Z16, Z0; VSHUFF32X4 $0x88, Z25, Z17, Z1; VSHUFF32X4 $0x88, Z26, Z18, Z2; \
+	VSHUFF32X4 $0x88, Z27, Z19, Z3; VSHUFF32X4 $0x88, Z28, Z20, Z4; VSHUFF32X4 $0x88, Z29, Z21, Z5; \
+	VSHUFF32X4 $0x88, Z30, Z22, Z6; VSHUFF32X4 $0x88, Z31, Z23, Z7; \
+	VSHUFF32X4 $0xdd, Z24, Z16, Z8; VSHUFF32X4 $0xdd, Z25, Z17, Z9; VSHUFF32X4 $0xdd, Z26, Z18, Z10; \
+	VSHUFF32X4 $0xdd, Z27, Z19, Z11; VSHUFF32X4 $0xdd, Z28, Z20, Z12; VSHUFF32X4 $0xdd, Z29, Z21, Z13; \
+	VSHUFF32X4 $0xdd, Z30, Z22, Z14; VSHUFF32X4 $0xdd, Z31, Z23, Z15
+
+// func attnKeysAVX512(s, q, k *float32, kStride, nk, rows, hd int)
+// Per half tile of 16 keys: the 16 key row addresses go to the frame (rows past nk repeat the last key, so
+// that nothing past it is read; their scores are finite and masked later). Then per chunk of 16 dims (masked
+// past hd): load the 16 key chunks, transpose them so that Zj holds dim j of the 16 keys, and for every query
+// row add Σ_j q[r][d+j]·Zj to the row's 16 scores, in four accumulators. 128(SP) holds the query row stride.
+TEXT ·attnKeysAVX512(SB), NOSPLIT, $136-56
 	MOVQ s+0(FP), DI
 	MOVQ q+8(FP), SI
-	MOVQ base+16(FP), DX
-	MOVQ offs+24(FP), R9
-	MOVQ n+32(FP), R10
-	MOVQ hd+40(FP), R11
-	MOVQ R11, CX
-	ANDQ $63, CX
+	MOVQ k+16(FP), DX
+	MOVQ kStride+24(FP), R8
+	SHLQ $2, R8
+	MOVQ nk+32(FP), R9
+	MOVQ rows+40(FP), R10
+	MOVQ hd+48(FP), R11
+	LEAQ 15(R11), AX
+	ANDQ $-16, AX
+	SHLQ $2, AX
+	MOVQ AX, 128(SP)
+	XORQ BX, BX
+
+half:
+	MOVQ R9, R12
+	SUBQ BX, R12
+	DECQ R12
+	XORQ AX, AX
+
+ptrs:
+	MOVQ    AX, R13
+	CMPQ    R13, R12
+	CMOVQGT R12, R13
+	ADDQ    BX, R13
+	IMULQ   R8, R13
+	ADDQ    DX, R13
+	MOVQ    R13, (SP)(AX*8)
+	INCQ    AX
+	CMPQ    AX, $16
+	JB      ptrs
+
+	LEAQ   (DI)(BX*4), R13
+	MOVQ   R10, AX
+	VPXORD Z16, Z16, Z16
+
+zero:
+	VMOVUPS Z16, (R13)
+	ADDQ    $128, R13
+	DECQ    AX
+	JNZ     zero
+	XORQ    CX, CX
+
+chunk:
+	MOVQ R11, AX
+	SUBQ CX, AX
+	CMPQ AX, $16
+	JB   part
+	MOVQ $0xffff, AX
+	JMP  mask
+
+part:
+	MOVQ CX, R12
+	MOVQ AX, CX
 	MOVQ $1, AX
 	SHLQ CX, AX
 	DECQ AX
-	KMASK64
-	SHRQ $6, R11
+	MOVQ R12, CX
 
-token:
-	MOVLQSX (R9), AX
-	LEAQ (DX)(AX*4), AX
-	MOVQ SI, BX
-	VPXORD Z0, Z0, Z0
-	VPXORD Z1, Z1, Z1
-	VPXORD Z2, Z2, Z2
-	VPXORD Z3, Z3, Z3
-	MOVQ R11, CX
+mask:
+	KMOVW AX, K1
+	MOVQ  0(SP), AX
+	VMOVUPS.Z (AX)(CX*4), K1, Z0
+	MOVQ  8(SP), AX
+	VMOVUPS.Z (AX)(CX*4), K1, Z1
+	MOVQ  16(SP), AX
+	VMOVUPS.Z (AX)(CX*4), K1, Z2
+	MOVQ  24(SP), AX
+	VMOVUPS.Z (AX)(CX*4), K1, Z3
+	MOVQ  32(SP), AX
+	VMOVUPS.Z (AX)(CX*4), K1, Z4
+	MOVQ  40(SP), AX
+	VMOVUPS.Z (AX)(CX*4), K1, Z5
+	MOVQ  48(SP), AX
+	VMOVUPS.Z (AX)(CX*4), K1, Z6
+	MOVQ  56(SP), AX
+	VMOVUPS.Z (AX)(CX*4), K1, Z7
+	MOVQ  64(SP), AX
+	VMOVUPS.Z (AX)(CX*4), K1, Z8
+	MOVQ  72(SP), AX
+	VMOVUPS.Z (AX)(CX*4), K1, Z9
+	MOVQ  80(SP), AX
+	VMOVUPS.Z (AX)(CX*4), K1, Z10
+	MOVQ  88(SP), AX
+	VMOVUPS.Z (AX)(CX*4), K1, Z11
+	MOVQ  96(SP), AX
+	VMOVUPS.Z (AX)(CX*4), K1, Z12
+	MOVQ  104(SP), AX
+	VMOVUPS.Z (AX)(CX*4), K1, Z13
+	MOVQ  112(SP), AX
+	VMOVUPS.Z (AX)(CX*4), K1, Z14
+	MOVQ  120(SP), AX
+	VMOVUPS.Z (AX)(CX*4), K1, Z15
+	TRANSPOSE16
 
-full:
-	TESTQ CX, CX
-	JZ    tail
-	VMOVUPS (AX), Z4
-	VMOVUPS 64(AX), Z5
-	VMOVUPS 128(AX), Z6
-	VMOVUPS 192(AX), Z7
-	VFMADD231PS (BX), Z4, Z0
-	VFMADD231PS 64(BX), Z5, Z1
-	VFMADD231PS 128(BX), Z6, Z2
-	VFMADD231PS 192(BX), Z7, Z3
-	ADDQ $256, AX
-	ADDQ $256, BX
-	DECQ CX
-	JMP  full
+	LEAQ (SI)(CX*4), R12
+	LEAQ (DI)(BX*4), R13
+	MOVQ R10, AX
 
-tail:
-	VMOVUPS.Z (AX), K1, Z4
-	VMOVUPS.Z 64(AX), K2, Z5
-	VMOVUPS.Z 128(AX), K3, Z6
-	VMOVUPS.Z 192(AX), K4, Z7
-	VMOVUPS.Z (BX), K1, Z8
-	VMOVUPS.Z 64(BX), K2, Z9
-	VMOVUPS.Z 128(BX), K3, Z10
-	VMOVUPS.Z 192(BX), K4, Z11
-	VFMADD231PS Z8, Z4, Z0
-	VFMADD231PS Z9, Z5, Z1
-	VFMADD231PS Z10, Z6, Z2
-	VFMADD231PS Z11, Z7, Z3
-	VADDPS Z1, Z0, Z0
-	VADDPS Z3, Z2, Z2
-	VADDPS Z2, Z0, Z0
-	HSUM_Z0
-	MOVSS X0, (DI)
-	ADDQ $4, DI
-	ADDQ $4, R9
-	DECQ R10
-	JNZ  token
+row:
+	VMOVUPS (R13), Z16
+	VMULPS.BCST (R12), Z0, Z17
+	VMULPS.BCST 4(R12), Z1, Z18
+	VMULPS.BCST 8(R12), Z2, Z19
+	VFMADD231PS.BCST 12(R12), Z3, Z16
+	VFMADD231PS.BCST 16(R12), Z4, Z17
+	VFMADD231PS.BCST 20(R12), Z5, Z18
+	VFMADD231PS.BCST 24(R12), Z6, Z19
+	VFMADD231PS.BCST 28(R12), Z7, Z16
+	VFMADD231PS.BCST 32(R12), Z8, Z17
+	VFMADD231PS.BCST 36(R12), Z9, Z18
+	VFMADD231PS.BCST 40(R12), Z10, Z19
+	VFMADD231PS.BCST 44(R12), Z11, Z16
+	VFMADD231PS.BCST 48(R12), Z12, Z17
+	VFMADD231PS.BCST 52(R12), Z13, Z18
+	VFMADD231PS.BCST 56(R12), Z14, Z19
+	VFMADD231PS.BCST 60(R12), Z15, Z16
+	VADDPS  Z18, Z17, Z17
+	VADDPS  Z19, Z16, Z16
+	VADDPS  Z17, Z16, Z16
+	VMOVUPS Z16, (R13)
+	ADDQ    128(SP), R12
+	ADDQ    $128, R13
+	DECQ    AX
+	JNZ     row
+
+	ADDQ $16, CX
+	CMPQ CX, R11
+	JB   chunk
+	ADDQ $16, BX
+	CMPQ BX, R9
+	JB   half
 	VZEROUPPER
 	RET
 
-// func attnAxpysAVX512(o, p, base *float32, offs *int32, n, hd int, alpha float32)
+// func attnAxpysAVX512(o, p, v *float32, vStride, n, hd int, alpha float32)
 // Per chunk of 64 output dims (masked past hd): Z0..Z3 = alpha·o, plus p[c] times each value row.
 TEXT ·attnAxpysAVX512(SB), NOSPLIT, $0-52
 	MOVQ o+0(FP), DI
 	MOVQ p+8(FP), SI
-	MOVQ base+16(FP), DX
-	MOVQ offs+24(FP), R9
+	MOVQ v+16(FP), DX
+	MOVQ vStride+24(FP), R9
+	SHLQ $2, R9
 	MOVQ n+32(FP), R10
 	MOVQ hd+40(FP), R11
 	VBROADCASTSS alpha+48(FP), Z16
@@ -439,16 +541,13 @@ full:
 	VMULPS Z16, Z1, Z1
 	VMULPS Z16, Z2, Z2
 	VMULPS Z16, Z3, Z3
-	LEAQ (DX)(BX*4), R13
-	MOVQ SI, R8
+	LEAQ (DX)(BX*4), AX
 	XORQ CX, CX
 
 tok:
 	CMPQ CX, R10
 	JAE  store
-	MOVLQSX (R9)(CX*4), AX
-	LEAQ (R13)(AX*4), AX
-	VBROADCASTSS (R8)(CX*4), Z8
+	VBROADCASTSS (SI)(CX*4), Z8
 	VMOVUPS.Z (AX), K1, Z4
 	VMOVUPS.Z 64(AX), K2, Z5
 	VMOVUPS.Z 128(AX), K3, Z6
@@ -457,6 +556,7 @@ tok:
 	VFMADD231PS Z8, Z5, Z1
 	VFMADD231PS Z8, Z6, Z2
 	VFMADD231PS Z8, Z7, Z3
+	ADDQ R9, AX
 	INCQ CX
 	JMP  tok
 

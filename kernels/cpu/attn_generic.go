@@ -19,11 +19,11 @@ func attnQKGo(s, q, kt []float32, hd int) {
 	}
 }
 
-// attnSoftmaxGo runs the online-softmax step on the attnRows rows of s, of which row r has cnt[r] visible
-// scores (the others count as -Inf): with m' = max(m[r], max(s[r])), s[r] becomes 2^(s[r]-m') (0 where
-// masked), alpha[r] = 2^(m[r]-m'), l[r] = alpha[r]·l[r] + Σ s[r], m[r] = m'.
-func attnSoftmaxGo(s, m, l, alpha []float32, cnt []int32) {
-	for r := range attnRows {
+// attnSoftmaxGo runs the online-softmax step on the first rows (at most attnRows) rows of s, of which row r has
+// cnt[r] visible scores (the others count as -Inf): with m' = max(m[r], max(s[r])), s[r] becomes 2^(s[r]-m')
+// (0 where masked), alpha[r] = 2^(m[r]-m'), l[r] = alpha[r]·l[r] + Σ s[r], m[r] = m'.
+func attnSoftmaxGo(s, m, l, alpha []float32, cnt []int32, rows int) {
+	for r := range rows {
 		row := s[r*attnCols : (r+1)*attnCols]
 		n := int(cnt[r])
 		mx := m[r]
@@ -62,25 +62,31 @@ func attnPVGo(o, p, v []float32, vStride, nk, hd int, alpha []float32) {
 	}
 }
 
-// attnDotsGo sets s[c] = Σ_d q[d]·base[offs[c]+d] over the len(q) dims, for each key row offset in offs.
-func attnDotsGo(s, q, base []float32, offs []int32) {
-	for c, off := range offs {
-		var dot float32
-		for d, k := range base[off : int(off)+len(q)] {
-			dot += q[d] * k
+// attnKeysGo sets s[r*attnCols+c] = Σ_d q[r*hd16+d]·k[c*kStride+d] over the hd dims, for the rows query rows
+// (row stride hd16 = hd rounded up to 16) and the nk (<= attnCols) key rows of k, kStride apart. Other columns
+// of those rows are left finite (the assembly twin fills them with repeats of key nk-1).
+func attnKeysGo(s, q, k []float32, kStride, nk, rows, hd int) {
+	hd16 := attnRound16(hd)
+	for r := range rows {
+		qr := q[r*hd16:][:hd]
+		for c := range nk {
+			var dot float32
+			for d, x := range k[c*kStride:][:hd] {
+				dot += qr[d] * x
+			}
+			s[r*attnCols+c] = dot
 		}
-		s[c] = dot
 	}
 }
 
-// attnAxpysGo sets o = alpha·o + Σ_c p[c]·base[offs[c]:][:len(o)], for each value row offset in offs.
-func attnAxpysGo(o, p, base []float32, offs []int32, alpha float32) {
+// attnAxpysGo sets o = alpha·o + Σ_c p[c]·v[c*vStride:][:len(o)] over the len(p) value rows of v.
+func attnAxpysGo(o, p, v []float32, vStride int, alpha float32) {
 	for d := range o {
 		o[d] *= alpha
 	}
-	for c, off := range offs {
-		for d, x := range base[off : int(off)+len(o)] {
-			o[d] += p[c] * x
+	for c, pc := range p {
+		for d, x := range v[c*vStride:][:len(o)] {
+			o[d] += pc * x
 		}
 	}
 }
