@@ -63,14 +63,14 @@ func qDotI8x4Go(w, a []int8, acc *[4]int32) {
 }
 
 // qGEMMInt8Go is qInt8 for m > 1 in pure Go: columns split across threads, each output one dot product.
-func qGEMMInt8Go(m, n, k int, a, w []int8, store func(i, j0 int, acc []int32, bias int32)) {
+func qGEMMInt8Go(m, n, k int, a, w []int8, out *qInt8Out) {
 	Parallel(n, gemmMinWork/(m*k)+1, func(lo, hi int) {
 		acc := make([]int32, hi-lo)
 		for i := 0; i < m; i++ {
 			for j := lo; j < hi; j++ {
 				acc[j-lo] = qDotI8Go(w[j*k:(j+1)*k], a[i*k:(i+1)*k])
 			}
-			store(i, lo, acc, 0)
+			out.store(i, lo, acc, 0)
 		}
 	})
 }

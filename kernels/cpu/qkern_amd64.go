@@ -33,7 +33,11 @@ func qSumI8VNNI(a *int8, n int) int32
 func qPackW(dst, src *byte, k, rows, kq int)
 
 //go:noescape
-func qKernelI8VNNI(a *int8, lda int, wp *uint8, kq int, c *int32)
+func qKernelI8VNNI(a *int8, lda int, wp *uint8, kq int, c *int32, ldc, rows int, mask uint64, bias *int32)
+
+//go:noescape
+func qKernelI8F32VNNI(a *int8, lda int, wp *uint8, kq int, c *float32, ldc, rows int, mask uint64, bias *int32,
+	sa, sw *float32)
 
 //go:noescape
 func qDotI8F32AVX512(x *float32, w *int8, n int) float32
@@ -124,7 +128,7 @@ func qStoreScaled(dst []float32, acc []int32, bias int32, sa float32, sw []float
 	qStoreScaledAVX512(&dst[0], &acc[0], len(dst), bias, sa, &sw[0])
 }
 
-// The W8A8 GEMM tile: qKernelI8VNNI computes qMR rows of A against qNR rows (columns of C) of W.
+// The W8A8 GEMM tile: the micro-kernels compute qMR rows of A against qNR rows (columns of C) of W.
 const (
 	qMR = 8
 	qNR = 48
@@ -133,15 +137,16 @@ const (
 // qGEMMInt8 is qInt8 for many tokens. With VNNI, each thread packs panels of qNR rows of W, four bytes of k at a
 // time and offset by 128 ([kq][qNR][4]), and runs the micro-kernel over every block of qMR rows of A against its
 // panel, which stays in L2; A is read in place (a copy only pads k to a multiple of four, and the last block to
-// qMR rows, with zeros). The excess 128·Σ_p a[i,p] comes off each sum as it is stored.
-func qGEMMInt8(m, n, k int, a, w []int8, store func(i, j0 int, acc []int32, bias int32)) {
+// qMR rows, with zeros). The micro-kernel writes C itself, taking off the excess 128·Σ_p a[i,p] (and scaling, for
+// W8A8) as it stores.
+func qGEMMInt8(m, n, k int, a, w []int8, out *qInt8Out) {
 	if !qVNNI {
-		qGEMMInt8Go(m, n, k, a, w, store)
+		qGEMMInt8Go(m, n, k, a, w, out)
 		return
 	}
-	asum := make([]int32, m)
-	for i := range asum {
-		asum[i] = qSumI8VNNI(&a[i*k], k)
+	bias := make([]int32, m)
+	for i := range bias {
+		bias[i] = 128 * qSumI8VNNI(&a[i*k], k)
 	}
 	kq := (k + 3) / 4
 	lda := 4 * kq
@@ -156,16 +161,19 @@ func qGEMMInt8(m, n, k int, a, w []int8, store func(i, j0 int, acc []int32, bias
 	wb := qBytes(w)
 	Parallel((n+qNR-1)/qNR, 1, func(lo, hi int) {
 		wp := make([]byte, kq*qNR*4)
-		var tile [qMR * qNR]int32
 		for pj := lo; pj < hi; pj++ {
 			j0 := pj * qNR
 			nc := min(qNR, n-j0)
 			qPackPanel(wp, wb[j0*k:(j0+nc)*k], nc, k)
+			mask := uint64(1)<<nc - 1
 			for ib := 0; ib < mb; ib++ {
-				qKernelI8VNNI(&a[ib*qMR*lda], lda, &wp[0], kq, &tile[0])
-				for r := 0; r < qMR && ib*qMR+r < m; r++ {
-					i := ib*qMR + r
-					store(i, j0, tile[r*qNR:r*qNR+nc], 128*asum[i])
+				i0 := ib * qMR
+				rows := min(qMR, m-i0)
+				if out.cf != nil {
+					qKernelI8F32VNNI(&a[i0*lda], lda, &wp[0], kq, &out.cf[i0*n+j0], n, rows, mask, &bias[i0],
+						&out.sa[i0], &out.sw[j0])
+				} else {
+					qKernelI8VNNI(&a[i0*lda], lda, &wp[0], kq, &out.ci[i0*n+j0], n, rows, mask, &bias[i0])
 				}
 			}
 		}

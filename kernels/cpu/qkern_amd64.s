@@ -136,113 +136,198 @@ sumreduce:
 	VZEROUPPER
 	RET
 
-// func qKernelI8VNNI(a *int8, lda int, wp *uint8, kq int, c *int32)
-// The W8A8 GEMM micro-kernel: an 8x48 tile of int32 sums c[r*48+j] = Σ_{p<4kq} a[r*lda+p]·wp[(p/4*48+j)*4+p%4]
-// from eight rows of A (signed, lda bytes apart, read in place) and W packed [kq][48 columns][4] (unsigned,
-// offset by 128). 24 accumulators (Z0-Z23): per step of four k, three loads of W, eight broadcasts of four bytes
-// of A, 24 VPDPBUSD.
-TEXT ·qKernelI8VNNI(SB), NOSPLIT, $0-40
-	MOVQ a+0(FP), AX
-	MOVQ lda+8(FP), R8
-	LEAQ (AX)(R8*2), R9
-	ADDQ R8, R9         // row 3
-	LEAQ (R9)(R8*2), R10
-	ADDQ R8, R10        // row 6
-	MOVQ wp+16(FP), BX
-	MOVQ kq+24(FP), CX
-	MOVQ c+32(FP), DX
-	VPXORD Z0, Z0, Z0
-	VPXORD Z1, Z1, Z1
-	VPXORD Z2, Z2, Z2
-	VPXORD Z3, Z3, Z3
-	VPXORD Z4, Z4, Z4
-	VPXORD Z5, Z5, Z5
-	VPXORD Z6, Z6, Z6
-	VPXORD Z7, Z7, Z7
-	VPXORD Z8, Z8, Z8
-	VPXORD Z9, Z9, Z9
-	VPXORD Z10, Z10, Z10
-	VPXORD Z11, Z11, Z11
-	VPXORD Z12, Z12, Z12
-	VPXORD Z13, Z13, Z13
-	VPXORD Z14, Z14, Z14
-	VPXORD Z15, Z15, Z15
-	VPXORD Z16, Z16, Z16
-	VPXORD Z17, Z17, Z17
-	VPXORD Z18, Z18, Z18
-	VPXORD Z19, Z19, Z19
-	VPXORD Z20, Z20, Z20
-	VPXORD Z21, Z21, Z21
-	VPXORD Z22, Z22, Z22
+// The W8A8 GEMM micro-kernel's main loop: an 8x48 tile of int32 sums in Z0-Z23 (row r in Z(3r)..Z(3r+2)),
+// acc[r][j] = Σ_{p<4kq} a[r*lda+p]·wp[(p/4*48+j)*4+p%4], from eight rows of A (signed, lda bytes apart, read in
+// place from AX, lda in R8) and W packed [kq][48 columns][4] at BX (unsigned, offset by 128). I8_SETUP finds the
+// row addresses and zeroes the sums; I8_STEP is one step of four k: three loads of W, eight broadcasts of four bytes of A,
+// 24 VPDPBUSD. They use AX, BX, CX (kq), R8 (lda), R9, R10, Z24-Z30.
+#define I8_SETUP \
+	LEAQ (AX)(R8*2), R9 ; \
+	ADDQ R8, R9 ; \
+	LEAQ (R9)(R8*2), R10 ; \
+	ADDQ R8, R10 ; \
+	VPXORD Z0, Z0, Z0 ; \
+	VPXORD Z1, Z1, Z1 ; \
+	VPXORD Z2, Z2, Z2 ; \
+	VPXORD Z3, Z3, Z3 ; \
+	VPXORD Z4, Z4, Z4 ; \
+	VPXORD Z5, Z5, Z5 ; \
+	VPXORD Z6, Z6, Z6 ; \
+	VPXORD Z7, Z7, Z7 ; \
+	VPXORD Z8, Z8, Z8 ; \
+	VPXORD Z9, Z9, Z9 ; \
+	VPXORD Z10, Z10, Z10 ; \
+	VPXORD Z11, Z11, Z11 ; \
+	VPXORD Z12, Z12, Z12 ; \
+	VPXORD Z13, Z13, Z13 ; \
+	VPXORD Z14, Z14, Z14 ; \
+	VPXORD Z15, Z15, Z15 ; \
+	VPXORD Z16, Z16, Z16 ; \
+	VPXORD Z17, Z17, Z17 ; \
+	VPXORD Z18, Z18, Z18 ; \
+	VPXORD Z19, Z19, Z19 ; \
+	VPXORD Z20, Z20, Z20 ; \
+	VPXORD Z21, Z21, Z21 ; \
+	VPXORD Z22, Z22, Z22 ; \
 	VPXORD Z23, Z23, Z23
 
-kloop:
-	VMOVDQU32    (BX), Z24
-	VMOVDQU32    64(BX), Z25
-	VMOVDQU32    128(BX), Z26
-	VPBROADCASTD (AX), Z27
-	VPBROADCASTD (AX)(R8*1), Z28
-	VPDPBUSD     Z27, Z24, Z0
-	VPDPBUSD     Z27, Z25, Z1
-	VPDPBUSD     Z27, Z26, Z2
-	VPBROADCASTD (AX)(R8*2), Z29
-	VPDPBUSD     Z28, Z24, Z3
-	VPDPBUSD     Z28, Z25, Z4
-	VPDPBUSD     Z28, Z26, Z5
-	VPBROADCASTD (R9), Z30
-	VPDPBUSD     Z29, Z24, Z6
-	VPDPBUSD     Z29, Z25, Z7
-	VPDPBUSD     Z29, Z26, Z8
-	VPBROADCASTD (AX)(R8*4), Z27
-	VPDPBUSD     Z30, Z24, Z9
-	VPDPBUSD     Z30, Z25, Z10
-	VPDPBUSD     Z30, Z26, Z11
-	VPBROADCASTD (R9)(R8*2), Z28
-	VPDPBUSD     Z27, Z24, Z12
-	VPDPBUSD     Z27, Z25, Z13
-	VPDPBUSD     Z27, Z26, Z14
-	VPBROADCASTD (R10), Z29
-	VPDPBUSD     Z28, Z24, Z15
-	VPDPBUSD     Z28, Z25, Z16
-	VPDPBUSD     Z28, Z26, Z17
-	VPBROADCASTD (R10)(R8*1), Z30
-	VPDPBUSD     Z29, Z24, Z18
-	VPDPBUSD     Z29, Z25, Z19
-	VPDPBUSD     Z29, Z26, Z20
-	VPDPBUSD     Z30, Z24, Z21
-	VPDPBUSD     Z30, Z25, Z22
-	VPDPBUSD     Z30, Z26, Z23
-	ADDQ         $4, AX
-	ADDQ         $4, R9
-	ADDQ         $4, R10
+#define I8_STEP \
+	VMOVDQU32    (BX), Z24 ; \
+	VMOVDQU32    64(BX), Z25 ; \
+	VMOVDQU32    128(BX), Z26 ; \
+	VPBROADCASTD (AX), Z27 ; \
+	VPBROADCASTD (AX)(R8*1), Z28 ; \
+	VPDPBUSD     Z27, Z24, Z0 ; \
+	VPDPBUSD     Z27, Z25, Z1 ; \
+	VPDPBUSD     Z27, Z26, Z2 ; \
+	VPBROADCASTD (AX)(R8*2), Z29 ; \
+	VPDPBUSD     Z28, Z24, Z3 ; \
+	VPDPBUSD     Z28, Z25, Z4 ; \
+	VPDPBUSD     Z28, Z26, Z5 ; \
+	VPBROADCASTD (R9), Z30 ; \
+	VPDPBUSD     Z29, Z24, Z6 ; \
+	VPDPBUSD     Z29, Z25, Z7 ; \
+	VPDPBUSD     Z29, Z26, Z8 ; \
+	VPBROADCASTD (AX)(R8*4), Z27 ; \
+	VPDPBUSD     Z30, Z24, Z9 ; \
+	VPDPBUSD     Z30, Z25, Z10 ; \
+	VPDPBUSD     Z30, Z26, Z11 ; \
+	VPBROADCASTD (R9)(R8*2), Z28 ; \
+	VPDPBUSD     Z27, Z24, Z12 ; \
+	VPDPBUSD     Z27, Z25, Z13 ; \
+	VPDPBUSD     Z27, Z26, Z14 ; \
+	VPBROADCASTD (R10), Z29 ; \
+	VPDPBUSD     Z28, Z24, Z15 ; \
+	VPDPBUSD     Z28, Z25, Z16 ; \
+	VPDPBUSD     Z28, Z26, Z17 ; \
+	VPBROADCASTD (R10)(R8*1), Z30 ; \
+	VPDPBUSD     Z29, Z24, Z18 ; \
+	VPDPBUSD     Z29, Z25, Z19 ; \
+	VPDPBUSD     Z29, Z26, Z20 ; \
+	VPDPBUSD     Z30, Z24, Z21 ; \
+	VPDPBUSD     Z30, Z25, Z22 ; \
+	VPDPBUSD     Z30, Z26, Z23 ; \
+	ADDQ         $4, AX ; \
+	ADDQ         $4, R9 ; \
+	ADDQ         $4, R10 ; \
 	ADDQ         $192, BX
-	DECQ         CX
-	JNZ          kloop
 
-	VMOVDQU32 Z0, (DX)
-	VMOVDQU32 Z1, 64(DX)
-	VMOVDQU32 Z2, 128(DX)
-	VMOVDQU32 Z3, 192(DX)
-	VMOVDQU32 Z4, 256(DX)
-	VMOVDQU32 Z5, 320(DX)
-	VMOVDQU32 Z6, 384(DX)
-	VMOVDQU32 Z7, 448(DX)
-	VMOVDQU32 Z8, 512(DX)
-	VMOVDQU32 Z9, 576(DX)
-	VMOVDQU32 Z10, 640(DX)
-	VMOVDQU32 Z11, 704(DX)
-	VMOVDQU32 Z12, 768(DX)
-	VMOVDQU32 Z13, 832(DX)
-	VMOVDQU32 Z14, 896(DX)
-	VMOVDQU32 Z15, 960(DX)
-	VMOVDQU32 Z16, 1024(DX)
-	VMOVDQU32 Z17, 1088(DX)
-	VMOVDQU32 Z18, 1152(DX)
-	VMOVDQU32 Z19, 1216(DX)
-	VMOVDQU32 Z20, 1280(DX)
-	VMOVDQU32 Z21, 1344(DX)
-	VMOVDQU32 Z22, 1408(DX)
-	VMOVDQU32 Z23, 1472(DX)
+// Loads the 48-bit column mask in AX into K1, K2, K3 (16 columns each) and turns ldc (SI) into bytes.
+#define I8_STORE_SETUP \
+	KMOVW AX, K1 ; \
+	SHRQ  $16, AX ; \
+	KMOVW AX, K2 ; \
+	SHRQ  $16, AX ; \
+	KMOVW AX, K3 ; \
+	SHLQ  $2, SI
+
+// Stores row r of the tile (Za, Zb, Zc) less bias[r] at (DI), masked to the valid columns, and moves to the next
+// row of C; leaves when the valid rows are done.
+#define I32_ROW(Za, Zb, Zc, r) \
+	VPBROADCASTD (r*4)(R12), Z27 ; \
+	VPSUBD       Z27, Za, Za ; \
+	VPSUBD       Z27, Zb, Zb ; \
+	VPSUBD       Z27, Zc, Zc ; \
+	VMOVDQU32    Za, K1, (DI) ; \
+	VMOVDQU32    Zb, K2, 64(DI) ; \
+	VMOVDQU32    Zc, K3, 128(DI) ; \
+	ADDQ         SI, DI ; \
+	DECQ         R13 ; \
+	JZ           i32done
+
+// func qKernelI8VNNI(a *int8, lda int, wp *uint8, kq int, c *int32, ldc, rows int, mask uint64, bias *int32)
+// The W8A8 GEMM micro-kernel for GEMMInt8: c[r*ldc+j] = acc[r][j] - bias[r] (I8_STEP) for the first rows rows
+// (1..8) and the columns j whose bit is set in mask.
+TEXT ·qKernelI8VNNI(SB), NOSPLIT, $0-72
+	MOVQ a+0(FP), AX
+	MOVQ lda+8(FP), R8
+	MOVQ wp+16(FP), BX
+	MOVQ kq+24(FP), CX
+	I8_SETUP
+
+i32loop:
+	I8_STEP
+	DECQ CX
+	JNZ  i32loop
+	MOVQ  mask+56(FP), AX
+	MOVQ  c+32(FP), DI
+	MOVQ  ldc+40(FP), SI
+	MOVQ  rows+48(FP), R13
+	MOVQ  bias+64(FP), R12
+	I8_STORE_SETUP
+	I32_ROW(Z0, Z1, Z2, 0)
+	I32_ROW(Z3, Z4, Z5, 1)
+	I32_ROW(Z6, Z7, Z8, 2)
+	I32_ROW(Z9, Z10, Z11, 3)
+	I32_ROW(Z12, Z13, Z14, 4)
+	I32_ROW(Z15, Z16, Z17, 5)
+	I32_ROW(Z18, Z19, Z20, 6)
+	I32_ROW(Z21, Z22, Z23, 7)
+
+i32done:
+	VZEROUPPER
+	RET
+
+// Stores row r of the tile (Za, Zb, Zc) as float32(acc - bias[r])·(sa[r]·sw[j]) at (DI), masked to the valid
+// columns (sw[j] in Z24-Z26), and moves to the next row of C; leaves when the valid rows are done.
+#define F32_ROW(Za, Zb, Zc, r) \
+	VPBROADCASTD (r*4)(R12), Z27 ; \
+	VBROADCASTSS (r*4)(BX), Z28 ; \
+	VPSUBD       Z27, Za, Za ; \
+	VPSUBD       Z27, Zb, Zb ; \
+	VPSUBD       Z27, Zc, Zc ; \
+	VCVTDQ2PS    Za, Za ; \
+	VCVTDQ2PS    Zb, Zb ; \
+	VCVTDQ2PS    Zc, Zc ; \
+	VMULPS       Z24, Z28, Z29 ; \
+	VMULPS       Z29, Za, Za ; \
+	VMULPS       Z25, Z28, Z29 ; \
+	VMULPS       Z29, Zb, Zb ; \
+	VMULPS       Z26, Z28, Z29 ; \
+	VMULPS       Z29, Zc, Zc ; \
+	VMOVUPS      Za, K1, (DI) ; \
+	VMOVUPS      Zb, K2, 64(DI) ; \
+	VMOVUPS      Zc, K3, 128(DI) ; \
+	ADDQ         SI, DI ; \
+	DECQ         R13 ; \
+	JZ           f32done
+
+// func qKernelI8F32VNNI(a *int8, lda int, wp *uint8, kq int, c *float32, ldc, rows int, mask uint64, bias *int32,
+//	sa, sw *float32)
+// The W8A8 GEMM micro-kernel for GEMMW8A8: c[r*ldc+j] = float32(acc[r][j] - bias[r])·(sa[r]·sw[j]) (I8_STEP) for
+// the first rows rows and the columns j whose bit is set in mask (sw is read only there).
+TEXT ·qKernelI8F32VNNI(SB), NOSPLIT, $0-88
+	MOVQ a+0(FP), AX
+	MOVQ lda+8(FP), R8
+	MOVQ wp+16(FP), BX
+	MOVQ kq+24(FP), CX
+	I8_SETUP
+
+f32loop:
+	I8_STEP
+	DECQ CX
+	JNZ  f32loop
+	MOVQ  mask+56(FP), AX
+	MOVQ  c+32(FP), DI
+	MOVQ  ldc+40(FP), SI
+	MOVQ  rows+48(FP), R13
+	MOVQ  bias+64(FP), R12
+	I8_STORE_SETUP
+	MOVQ         sa+72(FP), BX
+	MOVQ         sw+80(FP), CX
+	VMOVUPS.Z    (CX), K1, Z24
+	VMOVUPS.Z    64(CX), K2, Z25
+	VMOVUPS.Z    128(CX), K3, Z26
+	F32_ROW(Z0, Z1, Z2, 0)
+	F32_ROW(Z3, Z4, Z5, 1)
+	F32_ROW(Z6, Z7, Z8, 2)
+	F32_ROW(Z9, Z10, Z11, 3)
+	F32_ROW(Z12, Z13, Z14, 4)
+	F32_ROW(Z15, Z16, Z17, 5)
+	F32_ROW(Z18, Z19, Z20, 6)
+	F32_ROW(Z21, Z22, Z23, 7)
+
+f32done:
 	VZEROUPPER
 	RET
 

@@ -79,9 +79,7 @@ func qRowGrain(k int) int { return 1<<16/k + 1 }
 // no precomputed sums of the weights.
 func GEMMInt8(m, n, k int, a, w []int8, c []int32) {
 	shape.GEMM("GEMMInt8", m, n, k, len(a), len(w), len(c))
-	qInt8(m, n, k, a, w, func(i, j0 int, acc []int32, bias int32) {
-		qStoreInt32(c[i*n+j0:i*n+j0+len(acc)], acc, bias)
-	})
+	qInt8(m, n, k, a, w, &qInt8Out{n: n, ci: c})
 }
 
 // GEMMW8A8 computes C = A·Wᵀ from per-token INT8 activations and per-channel INT8 weights:
@@ -91,29 +89,44 @@ func GEMMW8A8(m, n, k int, qa []int8, sa []float32, qw []int8, sw, c []float32) 
 	shape.GEMM("GEMMW8A8", m, n, k, len(qa), len(qw), len(c))
 	shape.Len("GEMMW8A8", "sa", len(sa), m, "m")
 	shape.Len("GEMMW8A8", "sw", len(sw), n, "n")
-	qInt8(m, n, k, qa, qw, func(i, j0 int, acc []int32, bias int32) {
-		qStoreScaled(c[i*n+j0:i*n+j0+len(acc)], acc, bias, sa[i], sw[j0:j0+len(acc)])
-	})
+	qInt8(m, n, k, qa, qw, &qInt8Out{n: n, cf: c, sa: sa, sw: sw})
 }
 
-// qInt8 computes the int32 sums Σ_p a[i*k+p]·w[j*k+p] and hands them to store a run at a time:
-// store(i, j0, acc, bias) receives the sums of row i for columns j0..j0+len(acc)-1 as acc[j]-bias (the VNNI GEMM
-// leaves its correction to the store, which does it in the same pass). Calls may come from several threads at
-// once, for disjoint outputs. Below qGEMMMinM tokens it runs GEMVs, each block of four rows of W serving every
-// token while it is in L1; from qGEMMMinM on, the packed GEMM, whose packing of W pays off over many tokens.
-func qInt8(m, n, k int, a, w []int8, store func(i, j0 int, acc []int32, bias int32)) {
-	if m < qGEMMMinM {
-		qGEMVInt8(m, n, k, a, w, store)
+// qInt8Out is where qInt8 writes C [m, n]: the int32 sums into ci, or, when cf is set, float32(sum)·(sa[i]·sw[j])
+// into cf.
+type qInt8Out struct {
+	n      int
+	ci     []int32
+	cf     []float32
+	sa, sw []float32
+}
+
+// store writes the sums of row i for columns j0..j0+len(acc)-1, given as acc[j]-bias (the VNNI kernels leave their
+// correction to the store, which does it in the same pass).
+func (o *qInt8Out) store(i, j0 int, acc []int32, bias int32) {
+	if o.cf != nil {
+		qStoreScaled(o.cf[i*o.n+j0:i*o.n+j0+len(acc)], acc, bias, o.sa[i], o.sw[j0:j0+len(acc)])
 		return
 	}
-	qGEMMInt8(m, n, k, a, w, store)
+	qStoreInt32(o.ci[i*o.n+j0:i*o.n+j0+len(acc)], acc, bias)
+}
+
+// qInt8 computes the int32 sums Σ_p a[i*k+p]·w[j*k+p] and writes them to out, from several threads at once for
+// disjoint outputs. Below qGEMMMinM tokens it runs GEMVs, each block of four rows of W serving every token while
+// it is in L1; from qGEMMMinM on, the packed GEMM, whose packing of W pays off over many tokens.
+func qInt8(m, n, k int, a, w []int8, out *qInt8Out) {
+	if m < qGEMMMinM {
+		qGEMVInt8(m, n, k, a, w, out)
+		return
+	}
+	qGEMMInt8(m, n, k, a, w, out)
 }
 
 // qGEMMMinM is the fewest tokens for which qInt8 packs W for the GEMM micro-kernel.
 const qGEMMMinM = 32
 
 // qGEMVInt8 is qInt8 as GEMVs: rows of W four at a time against every row of a, rows split across threads.
-func qGEMVInt8(m, n, k int, a, w []int8, store func(i, j0 int, acc []int32, bias int32)) {
+func qGEMVInt8(m, n, k int, a, w []int8, out *qInt8Out) {
 	asum := make([]int32, m)
 	for i := range asum {
 		for _, v := range a[i*k : (i+1)*k] {
@@ -127,13 +140,13 @@ func qGEMVInt8(m, n, k int, a, w []int8, store func(i, j0 int, acc []int32, bias
 				ai := a[i*k : (i+1)*k]
 				if j+4 <= n {
 					qDotI8x4(w[j*k:(j+4)*k], ai, asum[i], &acc)
-					store(i, j, acc[:], 0)
+					out.store(i, j, acc[:], 0)
 					continue
 				}
 				for r := j; r < n; r++ {
 					acc[r-j] = qDotI8Go(w[r*k:(r+1)*k], ai)
 				}
-				store(i, j, acc[:n-j], 0)
+				out.store(i, j, acc[:n-j], 0)
 			}
 		}
 	})
