@@ -301,7 +301,23 @@ func PagedAttention(out, q, kCache, vCache []float32, qStart, seqLens, blockTabl
 		for s0 := lo; s0 < end; {
 			nt := min(attnCols, blockSize-pos, end-s0)
 			tile := (int(table[blk])*blockSize + pos) * kvRow
+			// The next tile is elsewhere in the cache: ask for it a KV head's share at a time while this
+			// one is computed.
+			var nextK, nextV []float32
+			if s1 := s0 + nt; s1 < end {
+				b1, p1 := blk, pos+nt
+				if p1 == blockSize {
+					b1, p1 = b1+1, 0
+				}
+				n1 := min(attnCols, blockSize-p1, end-s1) * kvRow
+				o1 := (int(table[b1])*blockSize + p1) * kvRow
+				nextK, nextV = kCache[o1:][:n1], vCache[o1:][:n1]
+			}
+			share := (len(nextK) + nKVHeads - 1) / nKVHeads
 			for g, b := range sc2.b {
+				lo1, hi1 := min(g*share, len(nextK)), min((g+1)*share, len(nextK))
+				attnPrefetch(nextK[lo1:hi1])
+				attnPrefetch(nextV[lo1:hi1])
 				off := tile + g*hd
 				attnKeys(sp, sc2.q[g*rowsMax*hd16:], kCache[off:], kvRow, nt, rows, hd)
 				for r0 := 0; r0 < rows; r0 += attnRows {

@@ -68,6 +68,13 @@ func attnAxpys(o, p, v []float32, vStride int, alpha float32) {
 	attnAxpysAVX512(&o[0], &p[0], &v[0], vStride, len(p), len(o), alpha)
 }
 
+// attnPrefetch asks for x to be brought into the cache; it reads nothing that results depend on.
+func attnPrefetch(x []float32) {
+	if len(x) > 0 {
+		attnPrefetchAVX512(&x[0], len(x))
+	}
+}
+
 // The AVX-512 twins of the attn*Go loops (same docs), on the first elements of the slices.
 
 //go:noescape
@@ -84,3 +91,6 @@ func attnKeysAVX512(s, q, k *float32, kStride, nk, rows, hd int)
 
 //go:noescape
 func attnAxpysAVX512(o, p, v *float32, vStride, n, hd int, alpha float32)
+
+//go:noescape
+func attnPrefetchAVX512(p *float32, n int)

@@ -571,3 +571,17 @@ store:
 done:
 	VZEROUPPER
 	RET
+
+// func attnPrefetchAVX512(p *float32, n int)
+// One PREFETCHT0 per 64-byte line of the n floats at p.
+TEXT ·attnPrefetchAVX512(SB), NOSPLIT, $0-16
+	MOVQ p+0(FP), SI
+	MOVQ n+8(FP), CX
+	LEAQ (SI)(CX*4), CX
+
+line:
+	PREFETCHT0 (SI)
+	ADDQ $64, SI
+	CMPQ SI, CX
+	JB   line
+	RET

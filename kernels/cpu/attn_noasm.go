@@ -19,3 +19,6 @@ func attnAxpys(o, p, v []float32, vStride int, alpha float32) { attnAxpysGo(o, p
 func attnPV(o, p, v []float32, vStride, nk, hd int, alpha []float32) {
 	attnPVGo(o, p, v, vStride, nk, hd, alpha)
 }
+
+// attnPrefetch is a hint that pure Go cannot give.
+func attnPrefetch([]float32) {}
