@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -23,7 +24,7 @@ func TestUsageErrors(t *testing.T) {
 		args []string
 		want string // the whole of stderr
 	}{
-		{[]string{"nope"}, "morphlab: unknown command \"nope\" (commands: bench, probe)\n"},
+		{[]string{"nope"}, "morphlab: unknown command \"nope\" (commands: " + strings.Join(names(), ", ") + ")\n"},
 		{[]string{"probe", "--bogus"}, "morphlab probe: flag provided but not defined: -bogus (run 'morphlab probe -h' for usage)\n"},
 		{[]string{"probe", "--threads", "x"}, "morphlab probe: invalid value \"x\" for flag -threads: parse error (run 'morphlab probe -h' for usage)\n"},
 		{[]string{"probe", "--threads", "0"}, "morphlab probe: --threads=0, want at least 1\n"},
@@ -142,5 +143,16 @@ func TestProgress(t *testing.T) {
 		"\r\033[Kprobe [" + strings.Repeat("#", 30) + "] 4/4" + "\r\033[K"
 	if buf.String() != want {
 		t.Errorf("progress drew %q, want %q", buf.String(), want)
+	}
+}
+
+// TestCommandsRegistered: every subcommand this build implements is in the table that help and dispatch read.
+func TestCommandsRegistered(t *testing.T) {
+	want := []string{"bench", "generate", "perplexity", "probe", "profile", "quantize", "synth"}
+	got := names()
+	for _, w := range want {
+		if !slices.Contains(got, w) {
+			t.Errorf("command %q is not registered (have %v)", w, got)
+		}
 	}
 }
