@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"math"
+	"slices"
 	"sync/atomic"
 
 	"github.com/morphlab/morphlab/kernels/internal/shape"
@@ -206,6 +207,10 @@ func KVAppend(kCache, vCache, k, v []float32, slots []int32, nKVHeads, headDim i
 	})
 }
 
+// attnPVRows is the fewest query rows of a block for which PagedAttention adds the value rows with attnPV,
+// which loads each value row once for attnRows output rows; fewer rows use attnAxpys row by row.
+const attnPVRows = 4
+
 // attnPagedSplit is the fewest keys worth a part of their own when PagedAttention splits a sequence's KV range.
 const attnPagedSplit = 256
 
@@ -328,10 +333,17 @@ func PagedAttention(out, q, kCache, vCache []float32, qStart, seqLens, blockTabl
 						b.cnt[c] = min(b.cnt[c], int32(nt))
 					}
 					real := min(attnRows, rows-r0)
-					attnSoftmax(sp[r0*attnCols:], b.m[r0:], b.l[r0:], b.alpha, b.cnt, real)
-					for r := range real {
-						attnAxpys(b.o[(r0+r)*hdPad:][:hd], sp[(r0+r)*attnCols:][:b.cnt[r]], vCache[off:], kvRow, b.alpha[r])
+					ps := sp[r0*attnCols : (r0+attnRows)*attnCols]
+					attnSoftmax(ps, b.m[r0:], b.l[r0:], b.alpha, b.cnt, real)
+					if real < attnPVRows {
+						for r := range real {
+							attnAxpys(b.o[(r0+r)*hdPad:][:hd], ps[r*attnCols:][:b.cnt[r]], vCache[off:], kvRow, b.alpha[r])
+						}
+						continue
 					}
+					// Padding rows get zero probabilities, so their outputs stay zero.
+					clear(ps[real*attnCols:])
+					attnPV(b.o[r0*hdPad:], ps, vCache[off:], kvRow, int(slices.Max(b.cnt)), hd, b.alpha)
 				}
 			}
 			s0 += nt
