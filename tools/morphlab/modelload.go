@@ -3,7 +3,6 @@ package main
 import (
 	"flag"
 	"fmt"
-	"strings"
 
 	"github.com/morphlab/morphlab/engine/model"
 	"github.com/morphlab/morphlab/engine/tokenizer"
@@ -19,7 +18,7 @@ type modelFlags struct {
 }
 
 func (f *modelFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.path, "model", "", "checkpoint `file`: llama2.c .bin, GGUF .gguf, or a safetensors file with config.json beside it")
+	fs.StringVar(&f.path, "model", "", "checkpoint: a llama2.c or GGUF `file` (told apart by content), or a safetensors file or folder with config.json")
 	fs.StringVar(&f.tokenizer, "tokenizer", "", "llama2.c tokenizer.bin `file` (GGUF files carry their own vocabulary)")
 	fs.StringVar(&f.format, "format", "", "run every decoder layer in `format` (f32, f16, int8, int4, q8_0, q4_0); default: as stored")
 	fs.IntVar(&f.threads, "threads", 0, "kernel threads (default GOMAXPROCS)")
@@ -32,7 +31,7 @@ func (f *modelFlags) load() (*model.Model, *tokenizer.Vocab, error) {
 		return nil, nil, usagef("--model is required")
 	}
 	cpu.SetThreads(f.threads)
-	ck, err := openCheckpoint(f.path)
+	ck, err := model.Load(f.path)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -76,14 +75,4 @@ func setFormat(m *model.Model, name string) error {
 		}
 	}
 	return nil
-}
-
-// openCheckpoint loads a checkpoint by its file name: .gguf, .safetensors, else llama2.c.
-func openCheckpoint(path string) (*model.Checkpoint, error) {
-	switch {
-	case strings.HasSuffix(path, ".gguf"):
-		return model.LoadGGUF(path)
-	default:
-		return model.LoadLlama2c(path)
-	}
 }

@@ -52,7 +52,7 @@ func runQuantize(e *env, args []string) error {
 		return err
 	}
 	start := time.Now()
-	ck, err := openCheckpoint(*in)
+	ck, err := model.Load(*in)
 	if err != nil {
 		return err
 	}
