@@ -28,7 +28,7 @@ Profile ranks the model's decoder layers by MorphServe's Layer Importance Score 
 JSON profile whose "order" the engine uses as its swap order (quantize order[0] first). The scores are cosines,
 averaged over the calibration tokens: LTS (layer output vs input), LRS (layer output at full precision vs with
 only that layer quantized) and MDS (final hidden state with the quantized set Q vs Q plus the layer), combined
-as LIS = 0.25 LTS + 0.25 LRS + 0.5 MDS; the layer with the highest LIS is quantized next (1 + L(L+1)/2 forward
+as LIS = 0.25 LTS + 0.25 LRS + 0.5 MDS (--weights); the layer with the highest LIS is quantized next (1 + L(L+1)/2 forward
 passes over the calibration tokens).
 
 Calibration uses the paragraphs of --calib from the start until --calib-tokens tokens (or --calib-paragraphs). With --eval, each order
@@ -52,6 +52,7 @@ func runProfile(e *env, args []string) error {
 	orders := fs.String("orders", "lis,front,back,random", "comma-separated `orders` to evaluate: lis, front, back, random")
 	seeds := fs.Int("seeds", 3, "random orders (seeds 1..`n`)")
 	allKs := fs.Bool("all-ks", false, "evaluate after every number of quantized layers, not only 1, 2, 4, ..., L")
+	weights := fs.String("weights", "0.25,0.25,0.5", "LIS `weights` of LTS,LRS,MDS")
 	out := fs.String("out", "", "write the profile to `file`")
 	asJSON := fs.Bool("json", false, "print the profile as JSON instead of tables")
 	var prof profileFlags
@@ -71,6 +72,10 @@ func runProfile(e *env, args []string) error {
 	case *method == "awq" && f == quant.Int4, *method == "smoothquant" && f == quant.Int8:
 	default:
 		return usagef("--method=%q with --format=%s, want rtn, awq (int4) or smoothquant (int8)", *method, *format)
+	}
+	var w sensitivity.Weights
+	if _, err := fmt.Sscanf(*weights, "%g,%g,%g", &w.LTS, &w.LRS, &w.MDS); err != nil || w == (sensitivity.Weights{}) {
+		return usagef("--weights=%q, want three numbers LTS,LRS,MDS, not all zero", *weights)
 	}
 	orderList := strings.Split(*orders, ",")
 	for _, o := range orderList {
@@ -123,6 +128,7 @@ func runProfile(e *env, args []string) error {
 		Orders:      orderList,
 		Seeds:       *seeds,
 		AllKs:       *allKs,
+		Options:     sensitivity.Options{Weights: w},
 	}
 	if f == quant.Int4 {
 		spec.Quantizer.Group = group

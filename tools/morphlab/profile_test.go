@@ -48,6 +48,9 @@ func TestProfile(t *testing.T) {
 	if p.Calibration.Tokens != 60 || p.Calibration.Paragraphs != 3 || p.Evaluation.Offset != 3 || p.Evaluation.Paragraphs != 3 {
 		t.Errorf("calibration %+v, evaluation %+v: want 60 tokens from 3 paragraphs, evaluation on the next 3", p.Calibration, *p.Evaluation)
 	}
+	if p.Weights != sensitivity.DefaultWeights {
+		t.Errorf("weights %+v, want the default %+v", p.Weights, sensitivity.DefaultWeights)
+	}
 	if len(p.Model.SHA256) != 64 || p.Quantizer.Format != "int8" || len(p.Orders) != 4 {
 		t.Errorf("model %+v, quantizer %+v, %d orders", p.Model, p.Quantizer, len(p.Orders))
 	}
@@ -78,6 +81,7 @@ func TestProfileUsage(t *testing.T) {
 		{[]string{"profile", "--model", "m.bin", "--calib", "c", "--format", "f16"}, "--format"},
 		{[]string{"profile", "--model", "m.bin", "--calib", "c", "--format", "int8", "--method", "awq"}, "--method"},
 		{[]string{"profile", "--model", "m.bin", "--calib", "c", "--orders", "lis,best"}, "unknown order \"best\""},
+		{[]string{"profile", "--model", "m.bin", "--calib", "c", "--weights", "1,2"}, "--weights"},
 	} {
 		code, _, stderr := runCLI(c.args...)
 		if code != 2 || !strings.Contains(stderr, c.want) {
