@@ -211,6 +211,10 @@ func KVAppend(kCache, vCache, k, v []float32, slots []int32, nKVHeads, headDim i
 // which loads each value row once for attnRows output rows; fewer rows use attnAxpys row by row.
 const attnPVRows = 4
 
+// attnPagedOut bounds the output rows of a PagedAttention work item, in bytes: about an L2 share. A variable so
+// that tests can make every KV head a group of its own.
+var attnPagedOut = 256 << 10
+
 // attnPagedSplit is the fewest keys worth a part of their own when PagedAttention splits a sequence's KV range.
 const attnPagedSplit = 256
 
@@ -220,12 +224,14 @@ const attnPagedSplit = 256
 // seqLens[i]-n+j. Token s is read from block blockTables[i*maxBlocksPerSeq+s/blockSize] at offset s%blockSize.
 // q, out: [qStart[nSeqs], nHeads*headDim]; caches [numBlocks, blockSize, nKVHeads, headDim].
 //
-// Work items are (sequence, part of its KV range). An item walks its range in tiles of up to attnCols tokens
-// within one cache block, so that a tile is one contiguous stretch of the cache (all KV heads of its tokens)
-// and memory is read in order. For each KV head, all the query rows of the sequence and of the query heads
+// Work items are (sequence, part of its KV range, group of KV heads). An item walks its range in tiles of up to
+// attnCols tokens within one cache block, so that a tile is one contiguous stretch of the cache when the group
+// holds all the KV heads (decode: few query rows), read in order and prefetched a tile ahead. A group holds
+// as many KV heads as keep the item's output rows within attnPagedOut bytes, so that chunked prefill's many
+// rows stay in cache. For each KV head, all the query rows of the sequence and of the query heads
 // sharing that KV head are scored against the tile's keys at once by attnKeys (the keys are loaded and
 // transposed once for every row), then attnAxpys adds the tile's value rows to each output row. When there
-// are fewer sequences than threads can use, long sequences are split into parts of at least attnPagedSplit
+// are fewer (sequence, head group) pairs than threads can use, long sequences are split into parts of at least attnPagedSplit
 // tokens (flash-decoding); each part keeps its own m, l and o, merged at the end.
 func PagedAttention(out, q, kCache, vCache []float32, qStart, seqLens, blockTables []int32,
 	maxBlocksPerSeq, blockSize, nHeads, nKVHeads, headDim int, scale float32) {
@@ -235,44 +241,52 @@ func PagedAttention(out, q, kCache, vCache []float32, qStart, seqLens, blockTabl
 	kvRow := nKVHeads * hd
 	nSeqs := len(seqLens)
 
+	maxRows := 0
+	for i := range nSeqs {
+		maxRows = max(maxRows, int(qStart[i+1]-qStart[i])*group)
+	}
+	hdPad := (hd + attnCols - 1) / attnCols * attnCols
+	rowsMax := (maxRows + attnRows - 1) / attnRows * attnRows
+	nHG := (nKVHeads*rowsMax*hdPad*4 + attnPagedOut - 1) / attnPagedOut
+	nHG = min(nKVHeads, max(1, nHG))
+	hpg := (nKVHeads + nHG - 1) / nHG // KV heads a group
+	nHG = (nKVHeads + hpg - 1) / hpg
 	// Parts of sequence i are [firstItem[i], firstItem[i+1]), each covering ceil(L/parts) tokens rounded to
 	// tiles.
-	wantParts := max(1, (4*Threads()+nSeqs-1)/nSeqs)
+	wantParts := max(1, (4*Threads()+nSeqs*nHG-1)/(nSeqs*nHG))
 	firstItem := make([]int, nSeqs+1)
-	maxRows := 0
 	for i, L := range seqLens {
 		parts := min(wantParts, max(1, int(L)/attnPagedSplit))
 		firstItem[i+1] = firstItem[i] + parts
-		maxRows = max(maxRows, int(qStart[i+1]-qStart[i])*group)
 	}
-	nItems := firstItem[nSeqs]
-	seqOf := make([]int, nItems)
+	nParts := firstItem[nSeqs]
+	seqOf := make([]int, nParts)
 	for i := range nSeqs {
 		for p := firstItem[i]; p < firstItem[i+1]; p++ {
 			seqOf[p] = i
 		}
 	}
 	// Partial results of split sequences: per part, KV head and row, o [hdPad] then m and l.
-	hdPad := (hd + attnCols - 1) / attnCols * attnCols
 	var partial []float32
-	if nItems > nSeqs {
-		partial = make([]float32, nItems*nKVHeads*maxRows*(hdPad+2))
+	if nParts > nSeqs {
+		partial = make([]float32, nParts*nKVHeads*maxRows*(hdPad+2))
 	}
 	sc := scale * math.Log2E
 
 	hd16 := attnRound16(hd)
-	rowsMax := (maxRows + attnRows - 1) / attnRows * attnRows
 	type scratch struct {
-		b    []*attnBlock // per KV head
-		q, s []float32    // queries [nKVHeads, rowsMax, hd16] zero-padded, scores [rowsMax, attnCols]
+		b    []*attnBlock // per KV head of the group
+		q, s []float32    // queries [hpg, rowsMax, hd16] zero-padded, scores [rowsMax, attnCols]
 	}
-	attnParallel(nItems, func() scratch {
-		b := make([]*attnBlock, nKVHeads)
+	attnParallel(nParts*nHG, func() scratch {
+		b := make([]*attnBlock, hpg)
 		for g := range b {
 			b[g] = newAttnBlock(maxRows, hd)
 		}
-		return scratch{b, make([]float32, nKVHeads*rowsMax*hd16), make([]float32, rowsMax*attnCols)}
-	}, func(pi int, sc2 scratch) {
+		return scratch{b, make([]float32, hpg*rowsMax*hd16), make([]float32, rowsMax*attnCols)}
+	}, func(it int, sc2 scratch) {
+		pi, g0 := it/nHG, it%nHG*hpg
+		blocks := sc2.b[:min(hpg, nKVHeads-g0)]
 		sp := sc2.s
 		i := seqOf[pi]
 		parts := firstItem[i+1] - firstItem[i]
@@ -281,9 +295,10 @@ func PagedAttention(out, q, kCache, vCache []float32, qStart, seqLens, blockTabl
 		per := ((L+parts-1)/parts + attnCols - 1) / attnCols * attnCols
 		lo, hi := (pi-firstItem[i])*per, min(L, (pi-firstItem[i]+1)*per)
 		rows := n * group
-		for g, b := range sc2.b {
+		for gi, b := range blocks {
+			g := g0 + gi
 			rowsPad := b.reset(rows)
-			qp := sc2.q[g*rowsMax*hd16:]
+			qp := sc2.q[gi*rowsMax*hd16:]
 			for j := range n {
 				t := int(qStart[i]) + j
 				for hh := range group {
@@ -306,25 +321,25 @@ func PagedAttention(out, q, kCache, vCache []float32, qStart, seqLens, blockTabl
 		for s0 := lo; s0 < end; {
 			nt := min(attnCols, blockSize-pos, end-s0)
 			tile := (int(table[blk])*blockSize + pos) * kvRow
-			// The next tile is elsewhere in the cache: ask for it a KV head's share at a time while this
-			// one is computed.
-			var nextK, nextV []float32
+			// The next tile is elsewhere in the cache: ask for the group's heads of its tokens, a share of
+			// the tokens at a time, while this one is computed.
+			n1, o1 := 0, 0
 			if s1 := s0 + nt; s1 < end {
 				b1, p1 := blk, pos+nt
 				if p1 == blockSize {
 					b1, p1 = b1+1, 0
 				}
-				n1 := min(attnCols, blockSize-p1, end-s1) * kvRow
-				o1 := (int(table[b1])*blockSize + p1) * kvRow
-				nextK, nextV = kCache[o1:][:n1], vCache[o1:][:n1]
+				n1 = min(attnCols, blockSize-p1, end-s1)
+				o1 = (int(table[b1])*blockSize+p1)*kvRow + g0*hd
 			}
-			share := (len(nextK) + nKVHeads - 1) / nKVHeads
-			for g, b := range sc2.b {
-				lo1, hi1 := min(g*share, len(nextK)), min((g+1)*share, len(nextK))
-				attnPrefetch(nextK[lo1:hi1])
-				attnPrefetch(nextV[lo1:hi1])
-				off := tile + g*hd
-				attnKeys(sp, sc2.q[g*rowsMax*hd16:], kCache[off:], kvRow, nt, rows, hd)
+			share := (n1 + len(blocks) - 1) / len(blocks)
+			for gi, b := range blocks {
+				for c := gi * share; c < min(n1, (gi+1)*share); c++ {
+					attnPrefetch(kCache[o1+c*kvRow:][:len(blocks)*hd])
+					attnPrefetch(vCache[o1+c*kvRow:][:len(blocks)*hd])
+				}
+				off := tile + (g0+gi)*hd
+				attnKeys(sp, sc2.q[gi*rowsMax*hd16:], kCache[off:], kvRow, nt, rows, hd)
 				for r0 := 0; r0 < rows; r0 += attnRows {
 					if b.tileCounts(r0, s0) == 0 {
 						continue
@@ -351,7 +366,8 @@ func PagedAttention(out, q, kCache, vCache []float32, qStart, seqLens, blockTabl
 				blk, pos = blk+1, 0
 			}
 		}
-		for g, b := range sc2.b {
+		for gi, b := range blocks {
+			g := g0 + gi
 			if partial == nil {
 				for j := range n {
 					t := int(qStart[i]) + j

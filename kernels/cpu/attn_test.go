@@ -210,6 +210,22 @@ func TestPagedAttentionSplit(t *testing.T) {
 	})
 }
 
+// TestPagedAttentionHeadGroups shrinks the output budget of a work item so that KV heads are split into groups
+// (as for long prefill chunks), with and without the flash-decoding split.
+func TestPagedAttentionHeadGroups(t *testing.T) {
+	defer func(prev int) { attnPagedOut = prev }(attnPagedOut)
+	attnPaths(t, func(t *testing.T) {
+		rng := rand.New(rand.NewPCG(19, 20))
+		for _, budget := range []int{1, 8 << 10} {
+			attnPagedOut = budget
+			for _, hs := range []attnHeads{{4, 2, 40}, {8, 2, 64}, {12, 3, 17}} {
+				attnPagedCase{[]int{54, 97, 7}, []int{17, 1, 7}, 16, hs}.run(t, rng)
+				attnPagedCase{[]int{600}, []int{3}, 8, hs}.run(t, rng)
+			}
+		}
+	})
+}
+
 func TestKVAppend(t *testing.T) {
 	rng := rand.New(rand.NewPCG(17, 18))
 	const nKV, hd, nSlots = 2, 17, 40
@@ -319,6 +335,38 @@ func BenchmarkPagedAttentionDecode(b *testing.B) {
 				PagedAttention(out, q, kc, vc, qStart, seqLens, tables, blocksPer, bs, nHeads, nKV, hd, 0.088)
 			}
 			b.ReportMetric(float64(8*sh.seqs*sh.seqLen*nKV*hd)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
+		})
+	}
+}
+
+// BenchmarkPagedAttentionPrefill measures chunked prefill: one sequence whose last chunk of queries attends to
+// its whole context in a paged cache of 16-token pages. FLOPs as BenchmarkCausalAttention, over the visible pairs.
+func BenchmarkPagedAttentionPrefill(b *testing.B) {
+	type shape struct{ seqLen, chunk int }
+	shapes := []shape{{2048, 512}, {1024, 32}}
+	if testing.Short() {
+		shapes = []shape{{256, 32}}
+	}
+	const bs, nHeads, nKV, hd = 16, 32, 8, 128
+	for _, sh := range shapes {
+		rng := rand.New(rand.NewPCG(1, 1))
+		blocks := sh.seqLen / bs
+		kc, _ := elemRand(rng, sh.seqLen*nKV*hd, 1)
+		vc, _ := elemRand(rng, sh.seqLen*nKV*hd, 1)
+		q, _ := elemRand(rng, sh.chunk*nHeads*hd, 1)
+		out := make([]float32, len(q))
+		tables := make([]int32, blocks)
+		for i, p := range rng.Perm(blocks) {
+			tables[i] = int32(p)
+		}
+		qStart := []int32{0, int32(sh.chunk)}
+		seqLens := []int32{int32(sh.seqLen)}
+		b.Run(fmt.Sprintf("seqLen=%d/chunk=%d/nHeads=%d/nKVHeads=%d/headDim=%d/blockSize=%d", sh.seqLen, sh.chunk, nHeads, nKV, hd, bs), func(b *testing.B) {
+			for b.Loop() {
+				PagedAttention(out, q, kc, vc, qStart, seqLens, tables, blocks, bs, nHeads, nKV, hd, 0.088)
+			}
+			pairs := float64(sh.chunk) * float64(2*sh.seqLen-sh.chunk+1) / 2
+			b.ReportMetric(4*pairs*hd*nHeads*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 		})
 	}
 }
