@@ -132,7 +132,7 @@ func Rank(m *model.Model, f quant.Format, calib [][]int32, opt Options) (*Rankin
 	var quantized []int
 	best := make([]float32, r.tokens*dim) // the final hidden state of the best candidate so far in a round
 	for round := range n {
-		rd := Round{Quantized: slices.Clone(quantized), Chosen: -1}
+		rd := Round{Quantized: append([]int{}, quantized...), Chosen: -1}
 		bestLIS := math.Inf(-1)
 		for p := range n {
 			if slices.Contains(quantized, p) {

@@ -111,7 +111,7 @@ func TestRankAgainstReference(t *testing.T) {
 	}
 	var q []int
 	for round, rd := range r.Rounds {
-		if !slices.Equal(rd.Quantized, q) {
+		if !slices.Equal(rd.Quantized, q) || rd.Quantized == nil {
 			t.Fatalf("round %d: quantized %v, want %v", round, rd.Quantized, q)
 		}
 		ref := final(q)
