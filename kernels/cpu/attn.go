@@ -178,20 +178,6 @@ func CausalAttention(out, q, k, v []float32, nq, kvLen, nHeads, nKVHeads, headDi
 	})
 }
 
-// attnPackKT writes n (<= attnCols) key rows, src[s0+c] = src[(s0+c)*stride:][:hd], transposed into
-// dst[d*attnCols+c], and zeros the columns c >= n.
-func attnPackKT(dst, src []float32, stride, s0, n, hd int) {
-	for c := range n {
-		row := src[(s0+c)*stride:][:hd]
-		for d, x := range row {
-			dst[d*attnCols+c] = x
-		}
-	}
-	for d := range hd {
-		clear(dst[d*attnCols+n : (d+1)*attnCols])
-	}
-}
-
 // KVAppend writes the key and value rows of token t into cache slot slots[t] (block*blockSize + offset); a
 // negative slot skips the token. k, v: [len(slots), nKVHeads*headDim].
 func KVAppend(kCache, vCache, k, v []float32, slots []int32, nKVHeads, headDim int) {

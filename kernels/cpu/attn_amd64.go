@@ -68,6 +68,18 @@ func attnAxpys(o, p, v []float32, vStride int, alpha float32) {
 	attnAxpysAVX512(&o[0], &p[0], &v[0], vStride, len(p), len(o), alpha)
 }
 
+func attnPackKT(dst, src []float32, stride, s0, n, hd int) {
+	if !attnAVX512 {
+		attnPackKTGo(dst, src, stride, s0, n, hd)
+		return
+	}
+	if n < 1 || n > attnCols || hd < 1 || stride < hd {
+		panic("cpu: attnPackKT: size out of range")
+	}
+	_, _ = dst[hd*attnCols-1], src[(s0+n-1)*stride+hd-1]
+	attnPackKTAVX512(&dst[0], &src[s0*stride], stride, n, hd)
+}
+
 // attnPrefetch asks for x to be brought into the cache; it reads nothing that results depend on.
 func attnPrefetch(x []float32) {
 	if len(x) > 0 {
@@ -94,3 +106,6 @@ func attnAxpysAVX512(o, p, v *float32, vStride, n, hd int, alpha float32)
 
 //go:noescape
 func attnPrefetchAVX512(p *float32, n int)
+
+//go:noescape
+func attnPackKTAVX512(dst, src *float32, stride, n, hd int)

@@ -585,3 +585,163 @@ line:
 	CMPQ SI, CX
 	JB   line
 	RET
+
+// func attnPackKTAVX512(dst, src *float32, stride, n, hd int)
+// Per half tile of 16 keys: the 16 key row addresses go to the frame (rows past n repeat the last key); then
+// per chunk of 16 dims (masked past hd), load the 16 key chunks, transpose them and store Zj as the half row
+// of dim d+j, for the dims below hd.
+TEXT ·attnPackKTAVX512(SB), NOSPLIT, $128-40
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), DX
+	MOVQ stride+16(FP), R8
+	SHLQ $2, R8
+	MOVQ n+24(FP), R9
+	MOVQ hd+32(FP), R11
+	XORQ BX, BX
+
+half:
+	MOVQ R9, R12
+	SUBQ BX, R12
+	DECQ R12
+	XORQ AX, AX
+
+ptrs:
+	MOVQ    AX, R13
+	CMPQ    R13, R12
+	CMOVQGT R12, R13
+	ADDQ    BX, R13
+	IMULQ   R8, R13
+	ADDQ    DX, R13
+	MOVQ    R13, (SP)(AX*8)
+	INCQ    AX
+	CMPQ    AX, $16
+	JB      ptrs
+	LEAQ    (DI)(BX*4), R10
+	XORQ    CX, CX
+
+chunk:
+	MOVQ R11, AX
+	SUBQ CX, AX
+	MOVQ AX, R13
+	CMPQ AX, $16
+	JB   part
+	MOVQ $0xffff, AX
+	JMP  mask
+
+part:
+	MOVQ CX, R12
+	MOVQ AX, CX
+	MOVQ $1, AX
+	SHLQ CX, AX
+	DECQ AX
+	MOVQ R12, CX
+
+mask:
+	KMOVW AX, K1
+	MOVQ  0(SP), AX
+	VMOVUPS.Z (AX)(CX*4), K1, Z0
+	MOVQ  8(SP), AX
+	VMOVUPS.Z (AX)(CX*4), K1, Z1
+	MOVQ  16(SP), AX
+	VMOVUPS.Z (AX)(CX*4), K1, Z2
+	MOVQ  24(SP), AX
+	VMOVUPS.Z (AX)(CX*4), K1, Z3
+	MOVQ  32(SP), AX
+	VMOVUPS.Z (AX)(CX*4), K1, Z4
+	MOVQ  40(SP), AX
+	VMOVUPS.Z (AX)(CX*4), K1, Z5
+	MOVQ  48(SP), AX
+	VMOVUPS.Z (AX)(CX*4), K1, Z6
+	MOVQ  56(SP), AX
+	VMOVUPS.Z (AX)(CX*4), K1, Z7
+	MOVQ  64(SP), AX
+	VMOVUPS.Z (AX)(CX*4), K1, Z8
+	MOVQ  72(SP), AX
+	VMOVUPS.Z (AX)(CX*4), K1, Z9
+	MOVQ  80(SP), AX
+	VMOVUPS.Z (AX)(CX*4), K1, Z10
+	MOVQ  88(SP), AX
+	VMOVUPS.Z (AX)(CX*4), K1, Z11
+	MOVQ  96(SP), AX
+	VMOVUPS.Z (AX)(CX*4), K1, Z12
+	MOVQ  104(SP), AX
+	VMOVUPS.Z (AX)(CX*4), K1, Z13
+	MOVQ  112(SP), AX
+	VMOVUPS.Z (AX)(CX*4), K1, Z14
+	MOVQ  120(SP), AX
+	VMOVUPS.Z (AX)(CX*4), K1, Z15
+	TRANSPOSE16
+
+	// R13 = hd-d, the dims left: the stores stop when they run out, or after 16. R10 walks the dst rows.
+	VMOVUPS Z0, (R10)
+	ADDQ $128, R10
+	DECQ R13
+	JZ   next
+	VMOVUPS Z1, (R10)
+	ADDQ $128, R10
+	DECQ R13
+	JZ   next
+	VMOVUPS Z2, (R10)
+	ADDQ $128, R10
+	DECQ R13
+	JZ   next
+	VMOVUPS Z3, (R10)
+	ADDQ $128, R10
+	DECQ R13
+	JZ   next
+	VMOVUPS Z4, (R10)
+	ADDQ $128, R10
+	DECQ R13
+	JZ   next
+	VMOVUPS Z5, (R10)
+	ADDQ $128, R10
+	DECQ R13
+	JZ   next
+	VMOVUPS Z6, (R10)
+	ADDQ $128, R10
+	DECQ R13
+	JZ   next
+	VMOVUPS Z7, (R10)
+	ADDQ $128, R10
+	DECQ R13
+	JZ   next
+	VMOVUPS Z8, (R10)
+	ADDQ $128, R10
+	DECQ R13
+	JZ   next
+	VMOVUPS Z9, (R10)
+	ADDQ $128, R10
+	DECQ R13
+	JZ   next
+	VMOVUPS Z10, (R10)
+	ADDQ $128, R10
+	DECQ R13
+	JZ   next
+	VMOVUPS Z11, (R10)
+	ADDQ $128, R10
+	DECQ R13
+	JZ   next
+	VMOVUPS Z12, (R10)
+	ADDQ $128, R10
+	DECQ R13
+	JZ   next
+	VMOVUPS Z13, (R10)
+	ADDQ $128, R10
+	DECQ R13
+	JZ   next
+	VMOVUPS Z14, (R10)
+	ADDQ $128, R10
+	DECQ R13
+	JZ   next
+	VMOVUPS Z15, (R10)
+	ADDQ $128, R10
+
+next:
+	ADDQ $16, CX
+	CMPQ CX, R11
+	JB   chunk
+	ADDQ $16, BX
+	CMPQ BX, R9
+	JB   half
+	VZEROUPPER
+	RET

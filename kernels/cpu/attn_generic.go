@@ -90,3 +90,19 @@ func attnAxpysGo(o, p, v []float32, vStride int, alpha float32) {
 		}
 	}
 }
+
+// attnPackKTGo writes n (1 <= n <= attnCols) key rows, src[s0+c] = src[(s0+c)*stride:][:hd], transposed into
+// dst[d*attnCols+c], and zeros the columns c >= n. (The assembly twin instead repeats key n-1 in the columns
+// c >= n of the first 16, or of all 32 when n > 16, and leaves the others; any finite values there are
+// masked by the caller.)
+func attnPackKTGo(dst, src []float32, stride, s0, n, hd int) {
+	for c := range n {
+		row := src[(s0+c)*stride:][:hd]
+		for d, x := range row {
+			dst[d*attnCols+c] = x
+		}
+	}
+	for d := range hd {
+		clear(dst[d*attnCols+n : (d+1)*attnCols])
+	}
+}

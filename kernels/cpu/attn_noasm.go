@@ -14,6 +14,8 @@ func attnKeys(s, q, k []float32, kStride, nk, rows, hd int) {
 	attnKeysGo(s, q, k, kStride, nk, rows, hd)
 }
 
+func attnPackKT(dst, src []float32, stride, s0, n, hd int) { attnPackKTGo(dst, src, stride, s0, n, hd) }
+
 func attnAxpys(o, p, v []float32, vStride int, alpha float32) { attnAxpysGo(o, p, v, vStride, alpha) }
 
 func attnPV(o, p, v []float32, vStride, nk, hd int, alpha []float32) {
