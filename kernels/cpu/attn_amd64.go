@@ -47,6 +47,11 @@ func attnPV(o, p, v []float32, vStride, nk, hd int, alpha []float32) {
 	attnPVAVX512(&o[0], &p[0], &v[0], vStride, nk, hd, &alpha[0])
 }
 
+// attnKeysDotRows is the most query rows for which attnKeys sums per-key dot products with a reduction tree
+// (attnKeysDotAVX512) instead of transposing the keys: its shuffles grow with the rows, the transpose's with
+// the head dim.
+const attnKeysDotRows = 4
+
 func attnKeys(s, q, k []float32, kStride, nk, rows, hd int) {
 	if !attnAVX512 {
 		attnKeysGo(s, q, k, kStride, nk, rows, hd)
@@ -56,6 +61,10 @@ func attnKeys(s, q, k []float32, kStride, nk, rows, hd int) {
 		panic("cpu: attnKeys: size out of range")
 	}
 	_, _, _ = s[rows*attnCols-1], q[rows*attnRound16(hd)-1], k[(nk-1)*kStride+hd-1]
+	if rows <= attnKeysDotRows {
+		attnKeysDotAVX512(&s[0], &q[0], &k[0], kStride, nk, rows, hd)
+		return
+	}
 	attnKeysAVX512(&s[0], &q[0], &k[0], kStride, nk, rows, hd)
 }
 
@@ -109,3 +118,6 @@ func attnPrefetchAVX512(p *float32, n int)
 
 //go:noescape
 func attnPackKTAVX512(dst, src *float32, stride, n, hd int)
+
+//go:noescape
+func attnKeysDotAVX512(s, q, k *float32, kStride, nk, rows, hd int)
