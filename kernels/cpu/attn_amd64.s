@@ -117,8 +117,9 @@ DATA attnNegInf<>+0(SB)/4, $0xff800000
 GLOBL attnNegInf<>(SB), RODATA|NOPTR, $4
 
 // func attnSoftmaxAVX512(s, m, l, alpha *float32, cnt *int32, rows int)
-// Row by row: mask, max, exponentials and their sum (kept in the 32-byte frame); then alpha and l for the
-// rows (at most 8) at once. alpha[r] holds the old m[r] until then.
+// Row by row: mask, max, exponentials (of the upper 16 scores only when more than 16 are visible) and their
+// sum (kept in the 32-byte frame); then alpha and l for the rows (at most 8) at once. alpha[r] holds the old
+// m[r] until then.
 TEXT ·attnSoftmaxAVX512(SB), NOSPLIT, $32-48
 	MOVQ s+0(FP), DI
 	MOVQ m+8(FP), R8
@@ -161,7 +162,15 @@ row:
 	VSUBPS Z4, Z0, Z0
 	VSUBPS Z4, Z2, Z2
 	ATTN_EXP2(Z0, Z5, Z6, K1)
+	CMPQ   CX, $16
+	JA     upper
+	VXORPS Z2, Z2, Z2
+	JMP    stored
+
+upper:
 	ATTN_EXP2(Z2, Z7, Z8, K2)
+
+stored:
 	VMOVUPS Z0, (DI)
 	VMOVUPS Z2, 64(DI)
 	VADDPS Z2, Z0, Z0
