@@ -201,7 +201,8 @@ const attnPVRows = 4
 // that tests can make every KV head a group of its own.
 var attnPagedOut = 256 << 10
 
-// attnPagedSplit is the fewest keys worth a part of their own when PagedAttention splits a sequence's KV range.
+// attnPagedSplit is the keys a part of a sequence's KV range covers at least when PagedAttention splits it
+// (flash-decoding): a sequence of L tokens is split into L/attnPagedSplit parts.
 const attnPagedSplit = 256
 
 // PagedAttention is attention for a batch of sequences whose keys and values are in the paged cache, one or more
@@ -216,9 +217,9 @@ const attnPagedSplit = 256
 // as many KV heads as keep the item's output rows within attnPagedOut bytes, so that chunked prefill's many
 // rows stay in cache. For each KV head, all the query rows of the sequence and of the query heads
 // sharing that KV head are scored against the tile's keys at once by attnKeys (the keys are loaded and
-// transposed once for every row), then attnAxpys adds the tile's value rows to each output row. When there
-// are fewer (sequence, head group) pairs than threads can use, long sequences are split into parts of at least attnPagedSplit
-// tokens (flash-decoding); each part keeps its own m, l and o, merged at the end.
+// transposed once for every row), then attnAxpys adds the tile's value rows to each output row. Sequences of
+// 2·attnPagedSplit tokens or more are split into parts of at least attnPagedSplit tokens (flash-decoding), which
+// gives a long sequence's keys to several threads; each part keeps its own m, l and o, merged at the end.
 func PagedAttention(out, q, kCache, vCache []float32, qStart, seqLens, blockTables []int32,
 	maxBlocksPerSeq, blockSize, nHeads, nKVHeads, headDim int, scale float32) {
 	shape.PagedAttention("PagedAttention", len(out), len(q), len(kCache), len(vCache), qStart, seqLens, blockTables,
@@ -238,11 +239,11 @@ func PagedAttention(out, q, kCache, vCache []float32, qStart, seqLens, blockTabl
 	hpg := (nKVHeads + nHG - 1) / nHG // KV heads a group
 	nHG = (nKVHeads + hpg - 1) / hpg
 	// Parts of sequence i are [firstItem[i], firstItem[i+1]), each covering ceil(L/parts) tokens rounded to
-	// tiles.
-	wantParts := max(1, (4*Threads()+nSeqs*nHG-1)/(nSeqs*nHG))
+	// tiles. The count depends on L alone, never on the batch or the thread count, so that a sequence's result
+	// is bit-for-bit the same whatever else is in the batch (the engine's determinism rests on it).
 	firstItem := make([]int, nSeqs+1)
 	for i, L := range seqLens {
-		parts := min(wantParts, max(1, int(L)/attnPagedSplit))
+		parts := max(1, int(L)/attnPagedSplit)
 		firstItem[i+1] = firstItem[i] + parts
 	}
 	nParts := firstItem[nSeqs]
