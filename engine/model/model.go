@@ -215,12 +215,6 @@ func quantizeLayer(src *LayerWeights, f quant.Format, group int) (*LayerWeights,
 	return v, nil
 }
 
-// GroupFor is the Int4 group of rows of k weights at quant.DefaultGroup (Int4Group), 0 when k is odd.
-func GroupFor(k int) int {
-	g, _ := Int4Group(k, quant.DefaultGroup)
-	return g
-}
-
 // SetVariant installs v as layer l's variant for its format (replacing one that exists).
 func (m *Model) SetVariant(l int, v *LayerWeights) error {
 	layer, err := m.layer(l)

@@ -116,7 +116,11 @@ func runProfile(e *env, args []string) error {
 		paras = paras[:min(*calibParas, len(paras))]
 	}
 	calib, used := sensitivity.CalibrationTokens(vocab, paras, *calibTokens, m.Config.SeqLen)
-	group := model.GroupFor(m.Config.Dim)
+	// The group that Dim-wide rows get at the default (W2's wider rows may get a larger one, see Int4Group).
+	group, err := model.Int4Group(m.Config.Dim, quant.DefaultGroup)
+	if err != nil {
+		return err
+	}
 	if err := prepare(m, f, *method, calib, group); err != nil {
 		return err
 	}
