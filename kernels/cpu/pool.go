@@ -4,6 +4,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // The worker pool: a fixed set of goroutines, started once, that run the chunks of a Parallel call. Starting a
@@ -71,9 +72,33 @@ func Threads() int {
 }
 
 func worker() {
-	for j := range jobQueue {
+	for {
+		var j *job
+		select {
+		case j = <-jobQueue:
+		default:
+			j = spinForJob()
+		}
 		j.run()
 	}
+}
+
+// workerSpin is how long an idle worker polls for the next job before it blocks. The kernels of a decode step
+// come microseconds apart, and waking a blocked goroutine takes about as long as a small kernel runs, so a worker
+// that slept between them would leave the caller working alone (OpenMP runtimes spin for the same reason).
+const workerSpin = 200 * time.Microsecond
+
+func spinForJob() *job {
+	deadline := time.Now().Add(workerSpin)
+	for time.Now().Before(deadline) {
+		select {
+		case j := <-jobQueue:
+			return j
+		default:
+			runtime.Gosched()
+		}
+	}
+	return <-jobQueue
 }
 
 // Parallel calls fn(lo, hi) on disjoint ranges that cover [0, n), each of at least grain items (one range when n < 2*grain),
