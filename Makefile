@@ -1,6 +1,9 @@
 # morphlab: build, test, benchmark and reproduce. Run from the module root; `make test` is what CI runs.
 
 GO ?= go
+# go-nvml's header marks many functions deprecated; without this, every cgo build of profiling/nvml prints pages
+# of gcc warnings about functions we do not call.
+export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 MORPHLAB := ./morphlab
 
 # The packages with a pure-Go path under -tags noasm: `make test` runs their tests both ways.

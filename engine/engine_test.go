@@ -8,9 +8,8 @@ import (
 
 	"github.com/morphlab/morphlab/engine/exec"
 	"github.com/morphlab/morphlab/engine/model"
+	"github.com/morphlab/morphlab/engine/model/modeltest"
 	"github.com/morphlab/morphlab/engine/sample"
-	"github.com/morphlab/morphlab/engine/tokenizer"
-	"github.com/morphlab/morphlab/internal/datadir"
 	"github.com/morphlab/morphlab/quant"
 )
 
@@ -25,24 +24,6 @@ func synthModel(t *testing.T) *model.Model {
 		t.Fatal(err)
 	}
 	return m
-}
-
-func storiesModel(t *testing.T) (*model.Model, *tokenizer.Vocab) {
-	t.Helper()
-	ck, err := model.LoadLlama2c(datadir.ForTest(t, "models/stories260K.bin"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ck.Close()
-	m, err := model.FromCheckpoint(ck)
-	if err != nil {
-		t.Fatal(err)
-	}
-	vocab, err := tokenizer.LoadBin(datadir.ForTest(t, "models/tok512.bin"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m, vocab
 }
 
 func prepare(t *testing.T, m *model.Model, formats ...quant.Format) {
@@ -189,7 +170,7 @@ func TestConcurrentEqualsAloneSynthetic(t *testing.T) {
 
 // TestConcurrentEqualsAloneStories: the same on stories260K with story prompts, compared as decoded text.
 func TestConcurrentEqualsAloneStories(t *testing.T) {
-	m, vocab := storiesModel(t)
+	m, vocab := modeltest.Stories260K(t)
 	var reqs []Request
 	for i, p := range []string{"Once upon a time", "The little dog", "Lily wanted to", "One day, a big", "Tom and Sam went to the park",
 		"The sun", "A bird sat on a tree and", "Mom said"} {

@@ -5,28 +5,9 @@ import (
 	"os"
 	"testing"
 
-	"github.com/morphlab/morphlab/engine/model"
-	"github.com/morphlab/morphlab/engine/tokenizer"
+	"github.com/morphlab/morphlab/engine/model/modeltest"
 	"github.com/morphlab/morphlab/internal/datadir"
 )
-
-func loadStories(t *testing.T) (*model.Model, *tokenizer.Vocab) {
-	t.Helper()
-	ck, err := model.LoadLlama2c(datadir.ForTest(t, "models/stories260K.bin"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ck.Close()
-	m, err := model.FromCheckpoint(ck)
-	if err != nil {
-		t.Fatal(err)
-	}
-	vocab, err := tokenizer.LoadBin(datadir.ForTest(t, "models/tok512.bin"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m, vocab
-}
 
 // TestStoriesPerParagraph checks the figure SOURCES.md gives for FP32 stories260K on tinystories_val.txt:
 // 381,594 scored tokens, perplexity 5.3749.
@@ -34,7 +15,7 @@ func TestStoriesPerParagraph(t *testing.T) {
 	if testing.Short() {
 		t.Skip("skipping: scores 380k tokens")
 	}
-	m, vocab := loadStories(t)
+	m, vocab := modeltest.Stories260K(t)
 	text, err := os.ReadFile(datadir.ForTest(t, "eval/tinystories_val.txt"))
 	if err != nil {
 		t.Fatal(err)
