@@ -43,7 +43,8 @@ fmt-check:
 bench:
 	$(GO) run ./tools/morphlab bench --pkg '$(BENCH_PKGS)' --bench '$(BENCH)' --count $(BENCH_COUNT)
 
-# reproduce measures the machine, then the kernel benchmarks against it; everything lands under results/.
+# reproduce measures the machine, then the kernel benchmarks against it, then (with the shared data) the model's
+# quality results; everything lands under results/.
 reproduce: build
 	mkdir -p results/bench
 	$(MORPHLAB) probe --out results/probe.json > results/probe.txt
@@ -51,6 +52,21 @@ reproduce: build
 	$(MORPHLAB) bench --pkg './kernels/...' --bench '$(REPRO_BENCH)' --count 3 --benchtime $(REPRO_BENCHTIME) \
 		--probe results/probe.json --out results/bench/kernels.txt > results/bench/kernels-table.txt
 	cat results/bench/kernels-table.txt
+	@# With the shared data at hand: stories260K's perplexity in each layer format, and its layer-sensitivity
+	@# profile (the swap order) with the perplexity curves of each order (BENCHMARKS.md, issues 4 and 7).
+	@data=$${MORPHLAB_DATA:-$$(for d in data ../shared/data; do [ -d $$d ] && echo $$d && break; done)}; \
+	if [ ! -f "$$data/models/stories260K.bin" ]; then echo "reproduce: no stories260K in the data directory; model results skipped"; exit 0; fi; \
+	set -e; mkdir -p results/model; \
+	for f in f32 f16 int8 int4; do \
+		echo "== perplexity, layers in $$f"; \
+		$(MORPHLAB) perplexity --model $$data/models/stories260K.bin --tokenizer $$data/models/tok512.bin \
+			--text $$data/eval/tinystories_val.txt --format $$f | tee results/model/perplexity-$$f.txt; \
+	done; \
+	echo "== layer sensitivity, int4 RTN"; \
+	$(MORPHLAB) profile --model $$data/models/stories260K.bin --tokenizer $$data/models/tok512.bin --format int4 \
+		--method rtn --calib $$data/eval/tinystories_val.txt --calib-paragraphs 200 --calib-tokens 1000000 \
+		--eval $$data/eval/tinystories_val.txt --eval-paragraphs 500 --orders lis,front,back,random --seeds 3 \
+		--all-ks --out results/model/profile-int4-rtn.json | tee results/model/profile-int4-rtn.txt
 
 # fuzz runs every fuzz target (go test -list '^Fuzz') for FUZZTIME each.
 fuzz:
