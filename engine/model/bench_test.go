@@ -53,62 +53,78 @@ func setFormat(b *testing.B, m *Model, f quant.Format) {
 	}
 }
 
-// decodeBytes is what one decode step reads from memory for weights.
+// decodeBytes is what one decode step reads from memory for weights: all of them but the embedding table, of
+// which it reads one row, unless the table is also the classifier.
 func decodeBytes(m *Model) int {
 	n := m.WeightBytes()
-	if !m.Config.TiedEmbeddings {
+	if !m.outputIsEmbedding() {
 		n -= 4 * len(m.Embedding)
 	}
 	return n
+}
+
+// classifierFormats are the classifier formats benchmarked with each layer format: the F32 classifier, and for
+// the 8- and 4-bit layers an Int8 one too, as llama2.c's runq and llama.cpp's quantized files have.
+func classifierFormats(f quant.Format) []quant.Format {
+	if f == quant.Int8 || f == quant.Int4 {
+		return []quant.Format{quant.F32, quant.Int8}
+	}
+	return []quant.Format{quant.F32}
 }
 
 func BenchmarkDecode(b *testing.B) {
 	const context = 64
 	for _, shape := range []string{"stories110M"} {
 		for _, f := range benchFormats {
-			for _, batch := range []int{1, 32} {
-				b.Run(fmt.Sprintf("shape=%s/format=%v/batch=%d", shape, f, batch), func(b *testing.B) {
-					m := benchModel(b, shape)
-					setFormat(b, m, f)
-					cfg := m.Config
-					blocks := (context + 1 + sequenceBlock - 1) / sequenceBlock
-					cache := NewKVCache(cfg, batch*blocks, sequenceBlock)
-					var ws Workspace
-					prefill := &Batch{MaxBlocksPerSeq: blocks, QStart: []int32{0}}
-					step := &Batch{MaxBlocksPerSeq: blocks, QStart: []int32{0}}
-					for s := range batch {
-						for j := range blocks {
-							prefill.BlockTables = append(prefill.BlockTables, int32(s*blocks+j))
-						}
-						for range context {
-							prefill.Tokens = append(prefill.Tokens, int32(s+1))
-						}
-						prefill.QStart = append(prefill.QStart, int32(len(prefill.Tokens)))
-						prefill.SeqLens = append(prefill.SeqLens, context)
-						step.Tokens = append(step.Tokens, int32(s+2))
-						step.QStart = append(step.QStart, int32(s+1))
-						step.SeqLens = append(step.SeqLens, context+1)
-					}
-					step.BlockTables = prefill.BlockTables
-					if err := m.Forward(prefill, cache, &ws, make([]float32, batch*cfg.VocabSize), nil); err != nil {
-						b.Fatal(err)
-					}
-					logits := make([]float32, batch*cfg.VocabSize)
-					b.SetBytes(int64(decodeBytes(m)))
-					b.ResetTimer()
-					for b.Loop() {
-						if err := m.Forward(step, cache, &ws, logits, nil); err != nil {
+			for _, cf := range classifierFormats(f) {
+				for _, batch := range []int{1, 32} {
+					b.Run(fmt.Sprintf("shape=%s/format=%v/classifier=%v/batch=%d", shape, f, cf, batch), func(b *testing.B) {
+						m := benchModel(b, shape)
+						setFormat(b, m, f)
+						if err := m.SetOutputFormat(cf); err != nil {
 							b.Fatal(err)
 						}
-					}
-					tokPerSec := float64(batch*b.N) / b.Elapsed().Seconds()
-					b.ReportMetric(tokPerSec, "tok/s")
-					if batch == 1 {
-						bytes := int64(decodeBytes(m))
-						bound := probe.Cached().BandwidthAt(bytes) * 1e9 / float64(bytes)
-						b.ReportMetric(100*tokPerSec/bound, "%bound")
-					}
-				})
+						defer m.SetOutputFormat(quant.F32)
+						cfg := m.Config
+						blocks := (context + 1 + sequenceBlock - 1) / sequenceBlock
+						cache := NewKVCache(cfg, batch*blocks, sequenceBlock)
+						var ws Workspace
+						prefill := &Batch{MaxBlocksPerSeq: blocks, QStart: []int32{0}}
+						step := &Batch{MaxBlocksPerSeq: blocks, QStart: []int32{0}}
+						for s := range batch {
+							for j := range blocks {
+								prefill.BlockTables = append(prefill.BlockTables, int32(s*blocks+j))
+							}
+							for range context {
+								prefill.Tokens = append(prefill.Tokens, int32(s+1))
+							}
+							prefill.QStart = append(prefill.QStart, int32(len(prefill.Tokens)))
+							prefill.SeqLens = append(prefill.SeqLens, context)
+							step.Tokens = append(step.Tokens, int32(s+2))
+							step.QStart = append(step.QStart, int32(s+1))
+							step.SeqLens = append(step.SeqLens, context+1)
+						}
+						step.BlockTables = prefill.BlockTables
+						if err := m.Forward(prefill, cache, &ws, make([]float32, batch*cfg.VocabSize), nil); err != nil {
+							b.Fatal(err)
+						}
+						logits := make([]float32, batch*cfg.VocabSize)
+						b.SetBytes(int64(decodeBytes(m)))
+						b.ResetTimer()
+						for b.Loop() {
+							if err := m.Forward(step, cache, &ws, logits, nil); err != nil {
+								b.Fatal(err)
+							}
+						}
+						tokPerSec := float64(batch*b.N) / b.Elapsed().Seconds()
+						b.ReportMetric(tokPerSec, "tok/s")
+						if batch == 1 {
+							bytes := int64(decodeBytes(m))
+							bound := probe.Cached().BandwidthAt(bytes) * 1e9 / float64(bytes)
+							b.ReportMetric(100*tokPerSec/bound, "%bound")
+						}
+					})
+				}
 			}
 		}
 	}

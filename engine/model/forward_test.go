@@ -190,3 +190,43 @@ func TestForwardRejectsBadBatches(t *testing.T) {
 		t.Errorf("short logits: error %v, want one naming len(logits)", err)
 	}
 }
+
+// TestOutputFormat: a quantized classifier is counted in WeightBytes on its own, gives logits close to the F32
+// classifier's, and F32 makes a tied model's classifier the embedding table again.
+func TestOutputFormat(t *testing.T) {
+	m := loadStories(t, "stories260K.bin")
+	toks := randomTokens(rand.New(rand.NewPCG(5, 6)), 30, m.Config.VocabSize)
+	logitsWith := func() []float32 {
+		seq, err := NewSequence(m, len(toks))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := seq.Feed(toks, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return append([]float32(nil), l...)
+	}
+	base, baseBytes := logitsWith(), m.WeightBytes()
+	if err := m.SetOutputFormat(quant.Int8); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := m.WeightBytes(), baseBytes+m.Output.Bytes(); got != want {
+		t.Errorf("WeightBytes with an int8 classifier = %d, want %d (embedding kept, classifier added)", got, want)
+	}
+	if c := quant.Cosine(base, logitsWith()); c < 0.9999 {
+		t.Errorf("cosine of int8-classifier logits to f32's = %.6f, want >= 0.9999", c)
+	}
+	if err := m.SetOutputFormat(quant.F32); err != nil {
+		t.Fatal(err)
+	}
+	if !m.outputIsEmbedding() || m.WeightBytes() != baseBytes {
+		t.Errorf("after SetOutputFormat(F32): classifier is the embedding %v, WeightBytes %d, want true, %d", m.outputIsEmbedding(), m.WeightBytes(), baseBytes)
+	}
+	if d := maxAbsDiff(base, logitsWith()); d != 0 {
+		t.Errorf("F32 classifier restored: logits moved by %g, want 0", d)
+	}
+	if err := m.SetOutputFormat(quant.BF16); err == nil {
+		t.Error("a bf16 classifier was accepted; no kernel runs it")
+	}
+}

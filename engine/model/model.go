@@ -193,26 +193,31 @@ func (m *Model) AddVariant(l int, f quant.Format) (*LayerWeights, error) {
 
 // quantizeLayer rounds every matrix of src (F32) to format f, Int4 with Int4Group(k, group); the norms are shared.
 func quantizeLayer(src *LayerWeights, f quant.Format, group int) (*LayerWeights, error) {
-	if f == quant.BF16 {
-		return nil, fmt.Errorf("no CPU kernel runs bf16 weights; use f16")
-	}
 	v := &LayerWeights{AttnNorm: src.AttnNorm, FFNNorm: src.FFNNorm}
 	dst := []**quant.Matrix{&v.Wq, &v.Wk, &v.Wv, &v.Wo, &v.W1, &v.W2, &v.W3}
 	for i, s := range src.Matrices() {
-		opts := &quant.Options{}
-		if f == quant.Int4 {
-			g, err := Int4Group(s.Cols, group)
-			if err != nil {
-				return nil, err
-			}
-			opts.Group = g
-		}
 		var err error
-		if *dst[i], err = quant.Quantize(f, s.F32, s.Rows, s.Cols, opts); err != nil {
+		if *dst[i], err = quantizeMatrix(s.F32, s.Rows, s.Cols, f, group); err != nil {
 			return nil, err
 		}
 	}
 	return v, nil
+}
+
+// quantizeMatrix rounds w [rows, cols] to format f, Int4 with Int4Group(cols, group).
+func quantizeMatrix(w []float32, rows, cols int, f quant.Format, group int) (*quant.Matrix, error) {
+	if f == quant.BF16 {
+		return nil, fmt.Errorf("no CPU kernel runs bf16 weights; use f16")
+	}
+	opts := &quant.Options{}
+	if f == quant.Int4 {
+		g, err := Int4Group(cols, group)
+		if err != nil {
+			return nil, err
+		}
+		opts.Group = g
+	}
+	return quant.Quantize(f, w, rows, cols, opts)
 }
 
 // SetVariant installs v as layer l's variant for its format (replacing one that exists).
@@ -245,11 +250,38 @@ func (m *Model) layer(l int) (*Layer, error) {
 	return m.Layers[l], nil
 }
 
-// WeightBytes is the memory the active weights take: embedding, classifier (unless tied), final norm and each
-// layer's active variant.
+// SetOutputFormat stores the classifier in format f, rounded to nearest from its current values (Int4 groups
+// as Int4Group gives for quant.DefaultGroup). The embedding table stays as it is: a tied model gets a classifier
+// of its own, and F32 on a tied model makes the classifier the embedding table again. Decoder layers are not
+// touched; morphing swaps those, while the classifier's format is a load-time choice (llama.cpp and llama2.c's
+// runq quantize it too).
+func (m *Model) SetOutputFormat(f quant.Format) error {
+	if f == quant.F32 && m.Config.TiedEmbeddings {
+		m.Output = &quant.Matrix{Format: quant.F32, Rows: m.Config.VocabSize, Cols: m.Config.Dim, F32: m.Embedding}
+		return nil
+	}
+	src := m.Output
+	if f == src.Format {
+		return nil
+	}
+	out, err := quantizeMatrix(src.Dequantize(), src.Rows, src.Cols, f, quant.DefaultGroup)
+	if err != nil {
+		return fmt.Errorf("classifier: %w", err)
+	}
+	m.Output = out
+	return nil
+}
+
+// outputIsEmbedding reports whether the classifier is the embedding table itself (tied, F32).
+func (m *Model) outputIsEmbedding() bool {
+	return m.Output.Format == quant.F32 && len(m.Output.F32) > 0 && &m.Output.F32[0] == &m.Embedding[0]
+}
+
+// WeightBytes is the memory the active weights take: embedding, classifier (unless it is the embedding table),
+// final norm and each layer's active variant.
 func (m *Model) WeightBytes() int {
 	n := 4 * (len(m.Embedding) + len(m.FinalNorm))
-	if !m.Config.TiedEmbeddings {
+	if !m.outputIsEmbedding() {
 		n += m.Output.Bytes()
 	}
 	for _, l := range m.Layers {
