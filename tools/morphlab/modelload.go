@@ -13,14 +13,15 @@ import (
 // modelFlags are the flags of every command that runs a model: the checkpoint, its tokenizer, the precision to
 // run its layers in and the thread count.
 type modelFlags struct {
-	path, tokenizer, format string
-	threads                 int
+	path, tokenizer, format, classifier string
+	threads                             int
 }
 
 func (f *modelFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.path, "model", "", "checkpoint: a llama2.c or GGUF `file` (told apart by content), or a safetensors file or folder with config.json")
 	fs.StringVar(&f.tokenizer, "tokenizer", "", "llama2.c tokenizer.bin `file` (GGUF files carry their own vocabulary)")
 	fs.StringVar(&f.format, "format", "", "run every decoder layer in `format` (f32, f16, int8, int4, q8_0, q4_0); default: as stored")
+	fs.StringVar(&f.classifier, "classifier-format", "", "store the classifier in `format` (f32, f16, int8, int4, q8_0, q4_0); default: as stored")
 	fs.IntVar(&f.threads, "threads", 0, "kernel threads (default GOMAXPROCS)")
 }
 
@@ -42,6 +43,15 @@ func (f *modelFlags) load() (*model.Model, *tokenizer.Vocab, error) {
 	}
 	if f.format != "" {
 		if err := setFormat(m, f.format); err != nil {
+			return nil, nil, err
+		}
+	}
+	if f.classifier != "" {
+		cf, err := quant.ParseFormat(f.classifier)
+		if err != nil {
+			return nil, nil, usagef("--classifier-format: %v", err)
+		}
+		if err := m.SetOutputFormat(cf); err != nil {
 			return nil, nil, err
 		}
 	}
