@@ -264,50 +264,6 @@ func BenchmarkElemCopy(b *testing.B) {
 	})
 }
 
-func BenchmarkRMSNorm(b *testing.B) {
-	n := elemBenchFloats()
-	for _, dim := range []int{4096} {
-		x, _ := elemRand(rand.New(rand.NewPCG(1, 1)), n, 1)
-		w, _ := elemRand(rand.New(rand.NewPCG(1, 2)), dim, 1)
-		out := make([]float32, n)
-		b.Run(fmt.Sprintf("rows=%d/dim=%d", n/dim, dim), func(b *testing.B) {
-			for b.Loop() {
-				RMSNorm(out, x, w, dim, 1e-5)
-			}
-			elemReport(b, 8*n)
-		})
-	}
-}
-
-func BenchmarkAddRMSNorm(b *testing.B) {
-	n := elemBenchFloats()
-	for _, dim := range []int{4096} {
-		res, _ := elemRand(rand.New(rand.NewPCG(1, 1)), n, 1)
-		x, _ := elemRand(rand.New(rand.NewPCG(1, 3)), n, 1e-3)
-		w, _ := elemRand(rand.New(rand.NewPCG(1, 2)), dim, 1)
-		out := make([]float32, n)
-		b.Run(fmt.Sprintf("rows=%d/dim=%d", n/dim, dim), func(b *testing.B) {
-			for b.Loop() {
-				AddRMSNorm(out, res, x, w, dim, 1e-5)
-			}
-			elemReport(b, 16*n)
-		})
-	}
-}
-
-func BenchmarkSwiGLU(b *testing.B) {
-	n := elemBenchFloats()
-	gate, _ := elemRand(rand.New(rand.NewPCG(1, 1)), n, 3)
-	up, _ := elemRand(rand.New(rand.NewPCG(1, 2)), n, 1)
-	out := make([]float32, n)
-	b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
-		for b.Loop() {
-			SwiGLU(out, gate, up)
-		}
-		elemReport(b, 12*n)
-	})
-}
-
 func BenchmarkSoftmax(b *testing.B) {
 	n := elemBenchFloats()
 	for _, cols := range []int{512, 4096} {

@@ -232,54 +232,36 @@ func TestSliceLengthPanics(t *testing.T) {
 
 var benchSizes = []int{4096, 1 << 20, 16 << 20}
 
-// BenchmarkF16ToF32 reports the bytes read plus written per second (6 per element).
-func BenchmarkF16ToF32(b *testing.B) {
+// benchWiden and benchNarrow time a conversion over each of benchSizes, reporting bytes read plus written
+// per second (6 per element).
+func benchWiden(b *testing.B, convert func([]float32, []uint16)) {
 	for _, n := range benchSizes {
 		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
 			src, dst := make([]uint16, n), make([]float32, n)
 			b.SetBytes(int64(6 * n))
 			for b.Loop() {
-				F16ToF32Slice(dst, src)
+				convert(dst, src)
 			}
 		})
 	}
 }
 
-func BenchmarkF32ToF16(b *testing.B) {
+func benchNarrow(b *testing.B, convert func([]uint16, []float32)) {
 	for _, n := range benchSizes {
 		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
 			src, dst := make([]float32, n), make([]uint16, n)
 			b.SetBytes(int64(6 * n))
 			for b.Loop() {
-				F32ToF16Slice(dst, src)
+				convert(dst, src)
 			}
 		})
 	}
 }
 
-func BenchmarkBF16ToF32(b *testing.B) {
-	for _, n := range benchSizes {
-		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
-			src, dst := make([]uint16, n), make([]float32, n)
-			b.SetBytes(int64(6 * n))
-			for b.Loop() {
-				BF16ToF32Slice(dst, src)
-			}
-		})
-	}
-}
-
-func BenchmarkF32ToBF16(b *testing.B) {
-	for _, n := range benchSizes {
-		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
-			src, dst := make([]float32, n), make([]uint16, n)
-			b.SetBytes(int64(6 * n))
-			for b.Loop() {
-				F32ToBF16Slice(dst, src)
-			}
-		})
-	}
-}
+func BenchmarkF16ToF32(b *testing.B)  { benchWiden(b, F16ToF32Slice) }
+func BenchmarkF32ToF16(b *testing.B)  { benchNarrow(b, F32ToF16Slice) }
+func BenchmarkBF16ToF32(b *testing.B) { benchWiden(b, BF16ToF32Slice) }
+func BenchmarkF32ToBF16(b *testing.B) { benchNarrow(b, F32ToBF16Slice) }
 
 // BenchmarkCopy is the bandwidth yardstick for the conversions: copy() of n float32, 8 bytes read+written each.
 func BenchmarkCopy(b *testing.B) {

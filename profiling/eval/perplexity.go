@@ -5,9 +5,7 @@ package eval
 import (
 	"fmt"
 	"math"
-	"runtime"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/morphlab/morphlab/engine/model"
@@ -61,43 +59,19 @@ func PerParagraph(m *model.Model, vocab *tokenizer.Vocab, paragraphs []string) (
 	type part struct {
 		nll    float64
 		tokens int
-		err    error
 	}
 	parts := make([]part, len(paragraphs))
-	var next sync.Mutex
-	i := 0
-	var wg sync.WaitGroup
-	for range min(runtime.GOMAXPROCS(0), len(paragraphs)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			seq, err := model.NewSequence(m, m.Config.SeqLen)
-			if err != nil {
-				next.Lock()
-				parts[0].err = err
-				next.Unlock()
-				return
-			}
-			for {
-				next.Lock()
-				j := i
-				i++
-				next.Unlock()
-				if j >= len(paragraphs) {
-					return
-				}
-				toks := encode(vocab, paragraphs[j], m.Config.SeqLen)
-				parts[j].nll, parts[j].tokens, parts[j].err = scoreSequence(seq, toks)
-			}
-		}()
+	err := parallel(m, len(paragraphs), func(_ int, seq *model.Sequence, j int) error {
+		var err error
+		parts[j].nll, parts[j].tokens, err = scoreSequence(seq, encode(vocab, paragraphs[j], m.Config.SeqLen))
+		return err
+	})
+	if err != nil {
+		return Result{}, err
 	}
-	wg.Wait()
 	var r Result
 	var sum float64
-	for j, p := range parts {
-		if p.err != nil {
-			return Result{}, fmt.Errorf("paragraph %d: %w", j, p.err)
-		}
+	for _, p := range parts {
 		sum += p.nll
 		r.Tokens += p.tokens
 	}
