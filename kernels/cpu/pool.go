@@ -11,14 +11,16 @@ import (
 // goroutine per row or per call costs more than the small kernels of a decode step take, so kernels share these.
 
 // job is one Parallel call: chunks are claimed by an atomic counter, so the caller and any number of workers can
-// work on it at once, and a worker that arrives late finds nothing left and goes back.
+// work on it at once, and a worker that arrives late finds nothing left and goes back. finished counts the chunks
+// that have returned; the caller waits for it by polling, never by parking, because a parked caller is woken
+// through the scheduler and the OS, which costs as long as a decode step's kernels take.
 type job struct {
-	fn     func(lo, hi int)
-	n      int
-	chunk  int
-	chunks int64
-	next   atomic.Int64
-	done   sync.WaitGroup
+	fn       func(lo, hi int)
+	n        int
+	chunk    int
+	chunks   int64
+	next     atomic.Int64
+	finished atomic.Int64
 }
 
 func (j *job) run() {
@@ -29,7 +31,18 @@ func (j *job) run() {
 		}
 		lo := int(c) * j.chunk
 		j.fn(lo, min(lo+j.chunk, j.n))
-		j.done.Done()
+		j.finished.Add(1)
+	}
+}
+
+// wait returns when every chunk has returned. The chunks still running belong to workers that are running (they
+// claimed them), so a short poll usually suffices; past that the caller yields its thread between polls, so that
+// a worker descheduled onto this thread's queue can finish.
+func (j *job) wait() {
+	for spins := 0; j.finished.Load() < j.chunks; spins++ {
+		if spins > 1000 {
+			runtime.Gosched()
+		}
 	}
 }
 
@@ -77,7 +90,7 @@ func worker() {
 		select {
 		case j = <-jobQueue:
 		default:
-			j = spinForJob()
+			j = pollForJob()
 		}
 		j.run()
 	}
@@ -88,17 +101,21 @@ func worker() {
 // that slept between them would leave the caller working alone (OpenMP runtimes spin for the same reason).
 const workerSpin = 200 * time.Microsecond
 
-func spinForJob() *job {
+// pollForJob polls the queue (an empty channel's receive with default is a few loads) until a job comes or
+// workerSpin passes, then blocks. It does not yield while it polls: a yield puts the worker at the back of the
+// scheduler's global queue, from which it comes back microseconds later.
+func pollForJob() *job {
 	deadline := time.Now().Add(workerSpin)
-	for time.Now().Before(deadline) {
+	for i := 0; ; i++ {
 		select {
 		case j := <-jobQueue:
 			return j
 		default:
-			runtime.Gosched()
+		}
+		if i%64 == 63 && time.Now().After(deadline) {
+			return <-jobQueue
 		}
 	}
-	return <-jobQueue
 }
 
 // Parallel calls fn(lo, hi) on disjoint ranges that cover [0, n), each of at least grain items (one range when n < 2*grain),
@@ -117,7 +134,6 @@ func Parallel(n, grain int, fn func(lo, hi int)) {
 	}
 	j := &job{fn: fn, n: n, chunk: (n + chunks - 1) / chunks}
 	j.chunks = int64((n + j.chunk - 1) / j.chunk)
-	j.done.Add(int(j.chunks))
 	for w := 1; w < int(j.chunks); w++ {
 		select {
 		case jobQueue <- j:
@@ -125,5 +141,5 @@ func Parallel(n, grain int, fn func(lo, hi int)) {
 		}
 	}
 	j.run()
-	j.done.Wait()
+	j.wait()
 }
