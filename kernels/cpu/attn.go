@@ -3,6 +3,7 @@ package cpu
 import (
 	"math"
 	"slices"
+	"sync"
 	"sync/atomic"
 
 	"github.com/morphlab/morphlab/kernels/internal/shape"
@@ -31,11 +32,14 @@ const attnInitMax = -math.MaxFloat32
 
 // attnParallel runs work(i) for i in [0, n) across the pool, handing items out one at a time in order, so that
 // items of uneven cost (causal query tiles, sequences of different lengths) balance across threads. scratch is
-// called once per thread and its result passed to that thread's work calls.
-func attnParallel[S any](n int, scratch func() S, work func(i int, s S)) {
+// called once per thread with an arena of zeroed scratch memory, and its result passed to that thread's work
+// calls; the arena is reused by later calls, so a decode step's many small attention calls allocate nothing.
+func attnParallel[S any](n int, scratch func(a *attnArena) S, work func(i int, s S)) {
 	var next atomic.Int64
 	Parallel(min(Threads(), n), 1, func(lo, hi int) {
-		s := scratch()
+		a := attnArenas.Get().(*attnArena)
+		defer a.release()
+		s := scratch(a)
 		for {
 			i := int(next.Add(1) - 1)
 			if i >= n {
@@ -44,6 +48,46 @@ func attnParallel[S any](n int, scratch func() S, work func(i int, s S)) {
 			work(i, s)
 		}
 	})
+}
+
+// attnArena hands out one thread's attention scratch: slices carved from slabs that outlive the call. A slab too
+// small for a request is replaced by a larger one (the slices already handed out keep the old one alive), so
+// after a few calls of the same shape every request fits.
+type attnArena struct {
+	f    []float32
+	i    []int32
+	n    []int
+	used [3]int
+}
+
+var attnArenas = sync.Pool{New: func() any { return new(attnArena) }}
+
+func (a *attnArena) release() {
+	a.used = [3]int{}
+	attnArenas.Put(a)
+}
+
+// floats returns n zeroed float32s.
+func (a *attnArena) floats(n int) []float32 {
+	s := arenaTake(&a.f, &a.used[0], n)
+	clear(s)
+	return s
+}
+
+// int32s returns n int32s, not zeroed.
+func (a *attnArena) int32s(n int) []int32 { return arenaTake(&a.i, &a.used[1], n) }
+
+// ints returns n ints, not zeroed.
+func (a *attnArena) ints(n int) []int { return arenaTake(&a.n, &a.used[2], n) }
+
+func arenaTake[T any](slab *[]T, used *int, n int) []T {
+	if *used+n > len(*slab) {
+		*slab = make([]T, max(2*len(*slab), n, 1024))
+		*used = 0
+	}
+	s := (*slab)[*used : *used+n : *used+n]
+	*used += n
+	return s
 }
 
 // attnBlock is the state of a block of query rows: packed queries, running max and sum, output accumulators.
@@ -58,14 +102,14 @@ type attnBlock struct {
 	limit     []int     // [rowsPad] visible keys of each row in the whole sequence
 }
 
-func newAttnBlock(maxRows, hd int) *attnBlock {
+func newAttnBlock(a *attnArena, maxRows, hd int) *attnBlock {
 	rowsPad := (maxRows + attnRows - 1) / attnRows * attnRows
 	hdPad := (hd + attnCols - 1) / attnCols * attnCols
 	return &attnBlock{
 		hd: hd, hdPad: hdPad,
-		q: make([]float32, rowsPad*hd), m: make([]float32, rowsPad), l: make([]float32, rowsPad),
-		o: make([]float32, rowsPad*hdPad), s: make([]float32, attnRows*attnCols),
-		alpha: make([]float32, attnRows), cnt: make([]int32, attnRows), limit: make([]int, rowsPad),
+		q: a.floats(rowsPad * hd), m: a.floats(rowsPad), l: a.floats(rowsPad),
+		o: a.floats(rowsPad * hdPad), s: a.floats(attnRows * attnCols),
+		alpha: a.floats(attnRows), cnt: a.int32s(attnRows), limit: a.ints(rowsPad),
 	}
 }
 
@@ -141,7 +185,7 @@ func CausalAttention(out, q, k, v []float32, nq, kvLen, nHeads, nKVHeads, headDi
 	qTile := max(1, 64/group)
 	nTiles := (nq + qTile - 1) / qTile
 	sc := scale * math.Log2E
-	attnParallel(nKVHeads*nTiles, func() *attnBlock { return newAttnBlock(qTile*group, hd) }, func(i int, b *attnBlock) {
+	attnParallel(nKVHeads*nTiles, func(a *attnArena) *attnBlock { return newAttnBlock(a, qTile*group, hd) }, func(i int, b *attnBlock) {
 		g, qt := i%nKVHeads, nTiles-1-i/nKVHeads
 		t0, t1 := qt*qTile, min(nq, (qt+1)*qTile)
 		rows := (t1 - t0) * group
@@ -265,12 +309,12 @@ func PagedAttention(out, q, kCache, vCache []float32, qStart, seqLens, blockTabl
 		b    []*attnBlock // per KV head of the group
 		q, s []float32    // queries [hpg, rowsMax, hd16] zero-padded, scores [rowsMax, attnCols]
 	}
-	attnParallel(nParts*nHG, func() scratch {
+	attnParallel(nParts*nHG, func(a *attnArena) scratch {
 		b := make([]*attnBlock, hpg)
 		for g := range b {
-			b[g] = newAttnBlock(maxRows, hd)
+			b[g] = newAttnBlock(a, maxRows, hd)
 		}
-		return scratch{b, make([]float32, hpg*rowsMax*hd16), make([]float32, rowsMax*attnCols)}
+		return scratch{b, a.floats(hpg * rowsMax * hd16), a.floats(rowsMax * attnCols)}
 	}, func(it int, sc2 scratch) {
 		pi, g0 := it/nHG, it%nHG*hpg
 		blocks := sc2.b[:min(hpg, nKVHeads-g0)]
@@ -374,7 +418,7 @@ func PagedAttention(out, q, kCache, vCache []float32, qStart, seqLens, blockTabl
 	if partial == nil {
 		return
 	}
-	attnParallel(nSeqs*nKVHeads, func() []float32 { return make([]float32, hd) }, func(it int, acc []float32) {
+	attnParallel(nSeqs*nKVHeads, func(a *attnArena) []float32 { return a.floats(hd) }, func(it int, acc []float32) {
 		i, g := it/nKVHeads, it%nKVHeads
 		n := int(qStart[i+1] - qStart[i])
 		for j := range n {
