@@ -16,6 +16,8 @@ TEXT ·qDotI8x4VNNI(SB), NOSPLIT, $0-32
 	MOVQ a+16(FP), DI
 	MOVQ acc+24(FP), R9
 	LEAQ (SI)(DX*2), R8         // row 2; rows 1 and 3 are (SI)(DX*1) and (R8)(DX*1)
+	LEAQ (SI)(DX*8), R10        // rows 8-11, two calls ahead, prefetched as these are read
+	LEAQ (R8)(DX*8), R11
 	MOVQ DX, CX
 	MOVL $0x80, AX
 	VPBROADCASTB AX, Z31
@@ -27,6 +29,12 @@ TEXT ·qDotI8x4VNNI(SB), NOSPLIT, $0-32
 	JLT  tail
 
 loop:
+	PREFETCHT0 (R10)
+	PREFETCHT0 (R10)(DX*1)
+	PREFETCHT0 (R11)
+	PREFETCHT0 (R11)(DX*1)
+	ADDQ     $64, R10
+	ADDQ     $64, R11
 	VMOVDQU8 (DI), Z4
 	VPXORD   (SI), Z31, Z5
 	VPXORD   (SI)(DX*1), Z31, Z6
