@@ -54,6 +54,25 @@ func qDotI8Go(w, a []int8) int32 {
 	return s
 }
 
+// qDotI8RowsGo sets acc[r] = Σ_p w[r*k+p]·a[p] for the len(acc) rows of w (k = len(a)) and returns 0, the bias
+// its exact sums need no correction for.
+func qDotI8RowsGo(w, a []int8, acc []int32) int32 {
+	k := len(a)
+	for r := range acc {
+		acc[r] = qDotI8Go(w[r*k:(r+1)*k], a)
+	}
+	return 0
+}
+
+// qSumI8Go returns Σ_p a[p].
+func qSumI8Go(a []int8) int32 {
+	var s int32
+	for _, v := range a {
+		s += int32(v)
+	}
+	return s
+}
+
 // qDotI8x4Go sets acc[r] = Σ_p w[r*k+p]·a[p] for the four rows of w (k = len(a)).
 func qDotI8x4Go(w, a []int8, acc *[4]int32) {
 	k := len(a)

@@ -27,6 +27,9 @@ var (
 func qDotI8x4VNNI(w *int8, k int, a *int8, acc *[4]int32)
 
 //go:noescape
+func qDotI8RowsVNNI(w *int8, k int, a *int8, rows int, acc *int32)
+
+//go:noescape
 func qSumI8VNNI(a *int8, n int) int32
 
 //go:noescape
@@ -108,6 +111,24 @@ func qDotI8x4(w, a []int8, asum int32, acc *[4]int32) {
 	for r := range acc {
 		acc[r] -= 128 * asum
 	}
+}
+
+// qDotI8Rows sets acc[r] = Σ_p w[r*k+p]·a[p] + bias for the len(acc) rows of w (k = len(a)) and returns the bias
+// for the store to take off; asum = Σ_p a[p] is the VNNI kernel's bias, 128·asum.
+func qDotI8Rows(w, a []int8, asum int32, acc []int32) (bias int32) {
+	if !qVNNI {
+		return qDotI8RowsGo(w, a, acc)
+	}
+	qDotI8RowsVNNI(&w[0], len(a), &a[0], len(acc), &acc[0])
+	return 128 * asum
+}
+
+// qSumI8 returns Σ_p a[p].
+func qSumI8(a []int8) int32 {
+	if !qVNNI {
+		return qSumI8Go(a)
+	}
+	return qSumI8VNNI(&a[0], len(a))
 }
 
 // qStoreInt32 sets dst[j] = acc[j] - bias.

@@ -125,13 +125,24 @@ func qInt8(m, n, k int, a, w []int8, out *qInt8Out) {
 // qGEMMMinM is the fewest tokens for which qInt8 packs W for the GEMM micro-kernel.
 const qGEMMMinM = 32
 
-// qGEMVInt8 is qInt8 as GEMVs: rows of W four at a time against every row of a, rows split across threads.
+// qGEMVInt8 is qInt8 as GEMVs. One token reads W one row after another (qDotI8Rows), the access pattern that
+// streams fastest from memory; more tokens take rows of W four at a time against every token, so that each block
+// serves every token while it is in L1. Rows are split across threads.
 func qGEMVInt8(m, n, k int, a, w []int8, out *qInt8Out) {
 	asum := make([]int32, m)
 	for i := range asum {
-		for _, v := range a[i*k : (i+1)*k] {
-			asum[i] += int32(v)
-		}
+		asum[i] = qSumI8(a[i*k : (i+1)*k])
+	}
+	if m == 1 {
+		Parallel(n, qRowGrain(k), func(lo, hi int) {
+			var acc [64]int32
+			for j := lo; j < hi; j += len(acc) {
+				c := min(len(acc), hi-j)
+				bias := qDotI8Rows(w[j*k:(j+c)*k], a, asum[0], acc[:c])
+				out.store(0, j, acc[:c], bias)
+			}
+		})
+		return
 	}
 	Parallel((n+3)/4, qRowGrain(4*k*m), func(lo, hi int) {
 		var acc [4]int32
