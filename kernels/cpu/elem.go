@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"math"
+	"sync"
 
 	"github.com/morphlab/morphlab/kernels/internal/shape"
 )
@@ -79,16 +80,16 @@ func Softmax(x []float32, rows, cols int) {
 // float32, so the rotation's error is that of float32 arithmetic on exact coefficients.
 func RoPE(x []float32, pos []int32, nHeads, headDim int, theta float32) {
 	shape.RoPE("RoPE", len(x), len(pos), nHeads, headDim)
-	freq := make([]float64, headDim/2)
-	for i := range freq {
-		freq[i] = math.Pow(float64(theta), -float64(2*i)/float64(headDim))
-	}
+	freq := ropeFreqs(headDim, theta)
 	row := nHeads * headDim
 	Parallel(len(pos), elemRowsGrain(row), func(lo, hi int) {
 		// cs and sn hold, for the pair (2i, 2i+1), cos in both slots and -sin, +sin: the rotation is then
 		// x·cs + swap(x)·sn with swap exchanging the two members of each pair.
-		cs := make([]float32, headDim)
-		sn := make([]float32, headDim)
+		var buf [2 * ropeStackDim]float32
+		cs, sn := buf[:headDim:headDim], buf[headDim:2*headDim]
+		if headDim > ropeStackDim {
+			cs, sn = make([]float32, headDim), make([]float32, headDim)
+		}
 		for t := lo; t < hi; t++ {
 			p := float64(pos[t])
 			for i, f := range freq {
@@ -100,3 +101,28 @@ func RoPE(x []float32, pos []int32, nHeads, headDim int, theta float32) {
 		}
 	})
 }
+
+// ropeStackDim is the largest head dimension whose rotation tables RoPE keeps on the stack.
+const ropeStackDim = 256
+
+// ropeFreqs returns theta^(-2i/headDim) for i < headDim/2, computed once per (headDim, theta) and shared: a
+// decode step calls RoPE twice a layer for one token, where the powers would cost more than the rotation.
+func ropeFreqs(headDim int, theta float32) []float64 {
+	key := ropeKey{headDim, theta}
+	if f, ok := ropeTables.Load(key); ok {
+		return f.([]float64)
+	}
+	freq := make([]float64, headDim/2)
+	for i := range freq {
+		freq[i] = math.Pow(float64(theta), -float64(2*i)/float64(headDim))
+	}
+	ropeTables.Store(key, freq)
+	return freq
+}
+
+type ropeKey struct {
+	headDim int
+	theta   float32
+}
+
+var ropeTables sync.Map // ropeKey -> []float64
