@@ -278,10 +278,6 @@ func PagedAttention(out, q, kCache, vCache []float32, qStart, seqLens, blockTabl
 	}
 	hdPad := (hd + attnCols - 1) / attnCols * attnCols
 	rowsMax := (maxRows + attnRows - 1) / attnRows * attnRows
-	nHG := (nKVHeads*rowsMax*hdPad*4 + attnPagedOut - 1) / attnPagedOut
-	nHG = min(nKVHeads, max(1, nHG))
-	hpg := (nKVHeads + nHG - 1) / nHG // KV heads a group
-	nHG = (nKVHeads + hpg - 1) / hpg
 	// Parts of sequence i are [firstItem[i], firstItem[i+1]), each covering ceil(L/parts) tokens rounded to
 	// tiles. The count depends on L alone, never on the batch or the thread count, so that a sequence's result
 	// is bit-for-bit the same whatever else is in the batch (the engine's determinism rests on it).
@@ -291,6 +287,14 @@ func PagedAttention(out, q, kCache, vCache []float32, qStart, seqLens, blockTabl
 		firstItem[i+1] = firstItem[i] + parts
 	}
 	nParts := firstItem[nSeqs]
+	// KV heads are grouped so that an item's output rows fit attnPagedOut, and so that there are at least as
+	// many items as threads (a single short sequence in decode would otherwise run on one thread). Heads are
+	// computed alike in any group, so the grouping leaves results unchanged.
+	nHG := (nKVHeads*rowsMax*hdPad*4 + attnPagedOut - 1) / attnPagedOut
+	nHG = max(nHG, (Threads()+nParts-1)/nParts)
+	nHG = min(nKVHeads, max(1, nHG))
+	hpg := (nKVHeads + nHG - 1) / nHG // KV heads a group
+	nHG = (nKVHeads + hpg - 1) / hpg
 	seqOf := make([]int, nParts)
 	for i := range nSeqs {
 		for p := firstItem[i]; p < firstItem[i+1]; p++ {
