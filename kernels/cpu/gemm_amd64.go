@@ -43,10 +43,11 @@ func gemmKernel6x16AVX2(kc int, a, b, c *float32, ldc, acc int)
 //go:noescape
 func gemmPackB32AVX512(dst, src *float32, ld, rows, kc int)
 
-// The GEMV kernels set y[j] = Σ_p w[j*k+p]·x[p] for j < rows, rows a positive multiple of 4, over every step p < k
-// (AVX-512, whose masked loads read nothing past a row) or over p < k&^7 (AVX2; the caller adds the rest). They
-// stream four rows of W at a time, two accumulators each, against the same loads of x. The F16 kernels widen
-// the binary16 weights with VCVTPH2PS as they are loaded.
+// The GEMV kernels set y[j] = Σ_p w[j*k+p]·x[p] for j < rows. AVX-512: any positive rows, every step p < k (its
+// masked loads read nothing past a row), one row after another with four accumulators, so that W is read as one
+// sequential stream. AVX2: rows a positive multiple of 4, p < k&^7 (the caller adds the rest), four rows at a
+// time, two accumulators each, against the same loads of x. The F16 kernels widen the binary16 weights with
+// VCVTPH2PS as they are loaded.
 //
 //go:noescape
 func gemvAVX512(rows, k int, w, x, y *float32)
@@ -87,16 +88,18 @@ var (
 	hasGEMMAVX2   = xcpu.X86.HasAVX2 && xcpu.X86.HasFMA && xcpu.X86.HasF16C
 )
 
-// gemvArch is one instruction set's GEMV kernels; they leave the last k&rest steps of each row to the caller.
+// gemvArch is one instruction set's GEMV kernels: they take a multiple of rows rows of W and leave the last
+// k&rest steps of each row to the caller.
 type gemvArch struct {
 	f32  func(rows, k int, w, x, y *float32)
 	f16  func(rows, k int, w *uint16, x, y *float32)
+	rows int
 	rest int
 }
 
 var (
-	gemvAVX512Arch = gemvArch{gemvAVX512, gemvF16AVX512, 0}
-	gemvAVX2Arch   = gemvArch{gemvAVX2, gemvF16AVX2, 7}
+	gemvAVX512Arch = gemvArch{gemvAVX512, gemvF16AVX512, 1, 0}
+	gemvAVX2Arch   = gemvArch{gemvAVX2, gemvF16AVX2, 4, 7}
 )
 
 // gemmActive and gemvActive are the kernels GEMM and GEMV use (nil: the pure-Go loops). Tests switch them to
@@ -266,14 +269,15 @@ func gemv(n, k int, w, x, y []float32) {
 		gemvGo(n, k, w, x, y)
 		return
 	}
-	groups, kk := n/4, k&^g.rest
-	Parallel(groups, gemmMinWork/(4*k)+1, func(lo, hi int) {
-		g.f32(4*(hi-lo), k, &w[4*lo*k], &x[0], &y[4*lo])
-		for j := 4 * lo; kk < k && j < 4*hi; j++ {
+	r, kk := g.rows, k&^g.rest
+	groups := n / r
+	Parallel(groups, gemmMinWork/(r*k)+1, func(lo, hi int) {
+		g.f32(r*(hi-lo), k, &w[r*lo*k], &x[0], &y[r*lo])
+		for j := r * lo; kk < k && j < r*hi; j++ {
 			y[j] += gemmDot(w[j*k+kk:(j+1)*k], x[kk:])
 		}
 	})
-	for j := 4 * groups; j < n; j++ {
+	for j := r * groups; j < n; j++ {
 		y[j] = gemmDot(w[j*k:(j+1)*k], x)
 	}
 }
@@ -284,16 +288,17 @@ func gemvF16(n, k int, w []uint16, x, y []float32) {
 		gemvF16Go(n, k, w, x, y)
 		return
 	}
-	groups, kk := n/4, k&^g.rest
-	Parallel(groups, gemmMinWork/(4*k)+1, func(lo, hi int) {
-		g.f16(4*(hi-lo), k, &w[4*lo*k], &x[0], &y[4*lo])
-		for j := 4 * lo; kk < k && j < 4*hi; j++ {
+	r, kk := g.rows, k&^g.rest
+	groups := n / r
+	Parallel(groups, gemmMinWork/(r*k)+1, func(lo, hi int) {
+		g.f16(r*(hi-lo), k, &w[r*lo*k], &x[0], &y[r*lo])
+		for j := r * lo; kk < k && j < r*hi; j++ {
 			for p := kk; p < k; p++ {
 				y[j] += half.F16ToF32(w[j*k+p]) * x[p]
 			}
 		}
 	})
-	if rest := n - 4*groups; rest > 0 {
-		gemvF16Go(rest, k, w[4*groups*k:], x, y[4*groups:])
+	if rest := n - r*groups; rest > 0 {
+		gemvF16Go(rest, k, w[r*groups*k:], x, y[r*groups:])
 	}
 }

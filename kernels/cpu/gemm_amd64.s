@@ -6,25 +6,26 @@
 #define KCB 1024
 
 // GEMVSETUP loads the arguments of gemvAVX512 and gemvF16AVX512 (defined here, before any TEXT, so that vet
-// checks its argument names against those functions only where they use it):: R11 rows, BX k, SI w, DI x, DX y, R10 k/32, K1 the mask of k%16 lanes.
-// ESIZE is the size of one weight in bytes; R12 and R13 are one and three rows of W in bytes.
-#define GEMVSETUP(ESIZE) \
+// checks its argument names against those functions only where they use it): R11 rows, BX k, SI w, DI x, DX y,
+// R10 k/64, R12 (k%64)/16, R13 k%16 and K1 the mask of its lanes.
+#define GEMVSETUP \
 	MOVQ rows+0(FP), R11; \
 	MOVQ k+8(FP), BX; \
 	MOVQ w+16(FP), SI; \
 	MOVQ x+24(FP), DI; \
 	MOVQ y+32(FP), DX; \
-	MOVQ BX, R12; \
-	IMULQ $ESIZE, R12; \
-	LEAQ (R12)(R12*2), R13; \
-	MOVQ BX, CX; \
-	ANDQ $15, CX; \
+	MOVQ BX, R13; \
+	ANDQ $15, R13; \
 	MOVL $1, AX; \
+	MOVQ R13, CX; \
 	SHLL CX, AX; \
 	DECL AX; \
 	KMOVW AX, K1; \
 	MOVQ BX, R10; \
-	SHRQ $5, R10
+	SHRQ $6, R10; \
+	MOVQ BX, R12; \
+	ANDQ $63, R12; \
+	SHRQ $4, R12
 
 // ---- AVX-512 micro-kernel, 14 rows × 32 outputs ----
 //
@@ -297,96 +298,85 @@ pack32:
 
 // ---- GEMV ----
 //
-// Four rows of W at a time (at SI, SI+R12, SI+2*R12, SI+R13), two accumulators per row, against the same loads
-// of x: per 32 steps, 2 loads of x and 8 FMAs with W operands from memory. k%16 trailing steps use masked loads
-// (K1), which read nothing past the row.
+// One row of W at a time, front to back, so that the rows form one sequential stream (prefetched 2 KiB ahead),
+// which memory serves faster than rows read side by side. Four accumulators a row take 64 steps an iteration,
+// with x as a memory operand (it stays in L1); then runs of 16 steps, and the last k%16 with masked loads (K1)
+// that read nothing past the row.
 
-// GEMVSUM reduces the accumulators Z0, Z2, Z4, Z6 of four rows into X0 = [y0, y1, y2, y3].
+// GEMVSUM adds the accumulators Z0..Z3 of a row and stores their sum at (DX).
 #define GEMVSUM \
-	VEXTRACTF32X8 $1, Z0, Y8; \
-	VADDPS        Y8, Y0, Y0; \
-	VEXTRACTF32X8 $1, Z2, Y8; \
-	VADDPS        Y8, Y2, Y2; \
-	VEXTRACTF32X8 $1, Z4, Y8; \
-	VADDPS        Y8, Y4, Y4; \
-	VEXTRACTF32X8 $1, Z6, Y8; \
-	VADDPS        Y8, Y6, Y6; \
-	VHADDPS       Y2, Y0, Y0; \
-	VHADDPS       Y6, Y4, Y4; \
-	VHADDPS       Y4, Y0, Y0; \
-	VEXTRACTF128  $1, Y0, X8; \
-	VADDPS        X8, X0, X0
+	VADDPS        Z1, Z0, Z0; \
+	VADDPS        Z3, Z2, Z2; \
+	VADDPS        Z2, Z0, Z0; \
+	VEXTRACTF32X8 $1, Z0, Y1; \
+	VADDPS        Y1, Y0, Y0; \
+	VEXTRACTF128  $1, Y0, X1; \
+	VADDPS        X1, X0, X0; \
+	VPERMILPS     $0x4e, X0, X1; \
+	VADDPS        X1, X0, X0; \
+	VPERMILPS     $0xb1, X0, X1; \
+	VADDPS        X1, X0, X0; \
+	VMOVSS        X0, (DX)
 
 // func gemvAVX512(rows, k int, w, x, y *float32)
 TEXT ·gemvAVX512(SB), NOSPLIT, $0-40
-	GEMVSETUP(4)
+	GEMVSETUP
 
-rows4:
+row:
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
 	VPXORD Z3, Z3, Z3
-	VPXORD Z4, Z4, Z4
-	VPXORD Z5, Z5, Z5
-	VPXORD Z6, Z6, Z6
-	VPXORD Z7, Z7, Z7
-	MOVQ SI, R8
-	MOVQ DI, R9
-	MOVQ R10, CX
+	MOVQ   DI, R9
+	MOVQ   R10, CX
+	TESTQ  CX, CX
+	JZ     steps16
+
+steps64:
+	PREFETCHT0  2048(SI)
+	PREFETCHT0  2112(SI)
+	PREFETCHT0  2176(SI)
+	PREFETCHT0  2240(SI)
+	VMOVUPS     (SI), Z4
+	VMOVUPS     64(SI), Z5
+	VMOVUPS     128(SI), Z6
+	VMOVUPS     192(SI), Z7
+	VFMADD231PS (R9), Z4, Z0
+	VFMADD231PS 64(R9), Z5, Z1
+	VFMADD231PS 128(R9), Z6, Z2
+	VFMADD231PS 192(R9), Z7, Z3
+	ADDQ        $256, SI
+	ADDQ        $256, R9
+	DECQ        CX
+	JNZ         steps64
+
+steps16:
+	MOVQ  R12, CX
 	TESTQ CX, CX
-	JZ   tail16
+	JZ    tail
 
-steps32:
-	VMOVUPS     (R9), Z8
-	VMOVUPS     64(R9), Z9
-	VFMADD231PS (R8), Z8, Z0
-	VFMADD231PS 64(R8), Z9, Z1
-	VFMADD231PS (R8)(R12*1), Z8, Z2
-	VFMADD231PS 64(R8)(R12*1), Z9, Z3
-	VFMADD231PS (R8)(R12*2), Z8, Z4
-	VFMADD231PS 64(R8)(R12*2), Z9, Z5
-	VFMADD231PS (R8)(R13*1), Z8, Z6
-	VFMADD231PS 64(R8)(R13*1), Z9, Z7
-	ADDQ $128, R8
-	ADDQ $128, R9
-	DECQ CX
-	JNZ  steps32
+loop16:
+	PREFETCHT0  2048(SI)
+	VMOVUPS     (SI), Z4
+	VFMADD231PS (R9), Z4, Z0
+	ADDQ        $64, SI
+	ADDQ        $64, R9
+	DECQ        CX
+	JNZ         loop16
 
-tail16:
-	TESTQ $16, BX
-	JZ    tailmask
-	VMOVUPS     (R9), Z8
-	VFMADD231PS (R8), Z8, Z0
-	VFMADD231PS (R8)(R12*1), Z8, Z2
-	VFMADD231PS (R8)(R12*2), Z8, Z4
-	VFMADD231PS (R8)(R13*1), Z8, Z6
-	ADDQ $64, R8
-	ADDQ $64, R9
+tail:
+	TESTQ       R13, R13
+	JZ          sum
+	VMOVUPS.Z   (SI), K1, Z4
+	VMOVUPS.Z   (R9), K1, Z5
+	VFMADD231PS Z5, Z4, Z1
+	LEAQ        (SI)(R13*4), SI
 
-tailmask:
-	TESTQ $15, BX
-	JZ    sum4
-	VMOVUPS.Z   (R9), K1, Z8
-	VMOVUPS.Z   (R8), K1, Z9
-	VFMADD231PS Z9, Z8, Z1
-	VMOVUPS.Z   (R8)(R12*1), K1, Z9
-	VFMADD231PS Z9, Z8, Z3
-	VMOVUPS.Z   (R8)(R12*2), K1, Z9
-	VFMADD231PS Z9, Z8, Z5
-	VMOVUPS.Z   (R8)(R13*1), K1, Z9
-	VFMADD231PS Z9, Z8, Z7
-
-sum4:
-	VADDPS Z1, Z0, Z0
-	VADDPS Z3, Z2, Z2
-	VADDPS Z5, Z4, Z4
-	VADDPS Z7, Z6, Z6
+sum:
 	GEMVSUM
-	VMOVUPS X0, (DX)
-	ADDQ $16, DX
-	LEAQ (SI)(R12*4), SI
-	SUBQ $4, R11
-	JNZ  rows4
+	ADDQ $4, DX
+	DECQ R11
+	JNZ  row
 	VZEROUPPER
 	RET
 
@@ -394,90 +384,62 @@ sum4:
 //
 // As gemvAVX512, with each 16 weights (32 bytes) widened by VCVTPH2PS before the FMA.
 TEXT ·gemvF16AVX512(SB), NOSPLIT, $0-40
-	GEMVSETUP(2)
+	GEMVSETUP
 
-rows4h:
+rowh:
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
 	VPXORD Z3, Z3, Z3
-	VPXORD Z4, Z4, Z4
-	VPXORD Z5, Z5, Z5
-	VPXORD Z6, Z6, Z6
-	VPXORD Z7, Z7, Z7
-	MOVQ SI, R8
-	MOVQ DI, R9
-	MOVQ R10, CX
+	MOVQ   DI, R9
+	MOVQ   R10, CX
+	TESTQ  CX, CX
+	JZ     steps16h
+
+steps64h:
+	PREFETCHT0  2048(SI)
+	PREFETCHT0  2112(SI)
+	VCVTPH2PS   (SI), Z4
+	VCVTPH2PS   32(SI), Z5
+	VCVTPH2PS   64(SI), Z6
+	VCVTPH2PS   96(SI), Z7
+	VFMADD231PS (R9), Z4, Z0
+	VFMADD231PS 64(R9), Z5, Z1
+	VFMADD231PS 128(R9), Z6, Z2
+	VFMADD231PS 192(R9), Z7, Z3
+	ADDQ        $128, SI
+	ADDQ        $256, R9
+	DECQ        CX
+	JNZ         steps64h
+
+steps16h:
+	MOVQ  R12, CX
 	TESTQ CX, CX
-	JZ   tail16h
+	JZ    tailh
 
-steps32h:
-	VMOVUPS     (R9), Z8
-	VMOVUPS     64(R9), Z9
-	VCVTPH2PS   (R8), Z10
-	VCVTPH2PS   32(R8), Z11
-	VCVTPH2PS   (R8)(R12*1), Z12
-	VCVTPH2PS   32(R8)(R12*1), Z13
-	VCVTPH2PS   (R8)(R12*2), Z14
-	VCVTPH2PS   32(R8)(R12*2), Z15
-	VCVTPH2PS   (R8)(R13*1), Z16
-	VCVTPH2PS   32(R8)(R13*1), Z17
-	VFMADD231PS Z10, Z8, Z0
-	VFMADD231PS Z11, Z9, Z1
-	VFMADD231PS Z12, Z8, Z2
-	VFMADD231PS Z13, Z9, Z3
-	VFMADD231PS Z14, Z8, Z4
-	VFMADD231PS Z15, Z9, Z5
-	VFMADD231PS Z16, Z8, Z6
-	VFMADD231PS Z17, Z9, Z7
-	ADDQ $64, R8
-	ADDQ $128, R9
-	DECQ CX
-	JNZ  steps32h
+loop16h:
+	PREFETCHT0  2048(SI)
+	VCVTPH2PS   (SI), Z4
+	VFMADD231PS (R9), Z4, Z0
+	ADDQ        $32, SI
+	ADDQ        $64, R9
+	DECQ        CX
+	JNZ         loop16h
 
-tail16h:
-	TESTQ $16, BX
-	JZ    tailmaskh
-	VMOVUPS     (R9), Z8
-	VCVTPH2PS   (R8), Z10
-	VCVTPH2PS   (R8)(R12*1), Z12
-	VCVTPH2PS   (R8)(R12*2), Z14
-	VCVTPH2PS   (R8)(R13*1), Z16
-	VFMADD231PS Z10, Z8, Z0
-	VFMADD231PS Z12, Z8, Z2
-	VFMADD231PS Z14, Z8, Z4
-	VFMADD231PS Z16, Z8, Z6
-	ADDQ $32, R8
-	ADDQ $64, R9
+tailh:
+	TESTQ       R13, R13
+	JZ          sumh
+	VMOVDQU16.Z (SI), K1, Y4
+	VCVTPH2PS   Y4, Z4
+	VMOVUPS.Z   (R9), K1, Z5
+	VFMADD231PS Z5, Z4, Z1
+	LEAQ        (SI)(R13*2), SI
 
-tailmaskh:
-	TESTQ $15, BX
-	JZ    sum4h
-	VMOVUPS.Z   (R9), K1, Z8
-	VMOVDQU16.Z (R8), K1, Y10
-	VCVTPH2PS   Y10, Z10
-	VFMADD231PS Z10, Z8, Z1
-	VMOVDQU16.Z (R8)(R12*1), K1, Y10
-	VCVTPH2PS   Y10, Z10
-	VFMADD231PS Z10, Z8, Z3
-	VMOVDQU16.Z (R8)(R12*2), K1, Y10
-	VCVTPH2PS   Y10, Z10
-	VFMADD231PS Z10, Z8, Z5
-	VMOVDQU16.Z (R8)(R13*1), K1, Y10
-	VCVTPH2PS   Y10, Z10
-	VFMADD231PS Z10, Z8, Z7
-
-sum4h:
-	VADDPS Z1, Z0, Z0
-	VADDPS Z3, Z2, Z2
-	VADDPS Z5, Z4, Z4
-	VADDPS Z7, Z6, Z6
+sumh:
 	GEMVSUM
-	VMOVUPS X0, (DX)
-	ADDQ $16, DX
-	LEAQ (SI)(R12*4), SI
-	SUBQ $4, R11
-	JNZ  rows4h
+	ADDQ $4, DX
+	DECQ R11
+	JNZ  rowh
 	VZEROUPPER
 	RET
 
