@@ -5,6 +5,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/morphlab/morphlab/kernels/cpu"
 	"github.com/morphlab/morphlab/kernels/probe"
 	"github.com/morphlab/morphlab/quant"
 )
@@ -16,7 +17,9 @@ import (
 // Decode runs one step for batch sequences that each hold 64 cached tokens (the step rewrites position 64, so
 // every iteration costs the same). It reports tok/s and, at batch 1, %bound: tok/s over the memory-bandwidth bound,
 // bytes read per token (the active weights, the embedding table excepted when it is not also the classifier)
-// against the probe's read bandwidth at that working set.
+// against the read bandwidth at that working set, measured by the probe on the same threads right after the
+// timed steps (this VM's memory bandwidth drifts by tens of percent over minutes, so a ceiling measured at
+// another time would move the ratio more than most changes do).
 
 var benchModels sync.Map // shape name -> *Model with every benchmarked format prepared
 
@@ -119,8 +122,9 @@ func BenchmarkDecode(b *testing.B) {
 						tokPerSec := float64(batch*b.N) / b.Elapsed().Seconds()
 						b.ReportMetric(tokPerSec, "tok/s")
 						if batch == 1 {
+							b.StopTimer()
 							bytes := int64(decodeBytes(m))
-							bound := probe.Cached().BandwidthAt(bytes) * 1e9 / float64(bytes)
+							bound := probe.ReadBandwidth(cpu.Threads(), bytes) * 1e9 / float64(bytes)
 							b.ReportMetric(100*tokPerSec/bound, "%bound")
 						}
 					})

@@ -172,7 +172,8 @@ func CausalAttention(out, q, k, v []float32, nq, kvLen, nHeads, nKVHeads, headDi
 	kvRow := nKVHeads * hd
 	tiles := (kvLen + attnCols - 1) / attnCols
 	tileSize := hd * attnCols
-	kt := make([]float32, nKVHeads*tiles*tileSize)
+	kt, release := scratchF32(nKVHeads * tiles * tileSize)
+	defer release()
 	Parallel(nKVHeads*tiles, max(1, 64/hd), func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			g, j := i/tiles, i%tiles
@@ -228,6 +229,14 @@ func KVAppend(kCache, vCache, k, v []float32, slots []int32, nKVHeads, headDim i
 	shape.KVAppend("KVAppend", len(kCache), len(vCache), len(k), len(v), slots, nKVHeads, headDim)
 	row := nKVHeads * headDim
 	Parallel(len(slots), max(1, elemGrain/row), func(lo, hi int) {
+		// In decode the slots are one per sequence, in lines that have left the cache since the step before:
+		// asking for all of them first lets the misses overlap, where the copies would take them one by one.
+		for t := lo; t < hi; t++ {
+			if s := int(slots[t]); s >= 0 {
+				attnPrefetch(kCache[s*row:][:row])
+				attnPrefetch(vCache[s*row:][:row])
+			}
+		}
 		for t := lo; t < hi; t++ {
 			if s := int(slots[t]); s >= 0 {
 				copy(kCache[s*row:][:row], k[t*row:][:row])
@@ -304,7 +313,9 @@ func PagedAttention(out, q, kCache, vCache []float32, qStart, seqLens, blockTabl
 	// Partial results of split sequences: per part, KV head and row, o [hdPad] then m and l.
 	var partial []float32
 	if nParts > nSeqs {
-		partial = make([]float32, nParts*nKVHeads*maxRows*(hdPad+2))
+		var release func()
+		partial, release = scratchF32(nParts * nKVHeads * maxRows * (hdPad + 2))
+		defer release()
 	}
 	sc := scale * math.Log2E
 

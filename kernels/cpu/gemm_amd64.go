@@ -171,6 +171,14 @@ func gemm(m, n, k int, a, w, c []float32) {
 		gemmGo(m, n, k, a, w, c)
 		return
 	}
+	if m <= gemmFewMaxM {
+		gemmFew(u, m, n, k, a, c, func(dst []float32, j, pc, rows, kc int) {
+			for r := 0; r < rows; r++ {
+				copy(dst[r*gemmKC:r*gemmKC+kc], w[(j+r)*k+pc:])
+			}
+		})
+		return
+	}
 	gemmRun(u, m, n, k, a, c, func(u *gemmArch, dst, _ []float32, j, pc, rows, kc int) {
 		u.packB(dst, w[j*k+pc:], k, rows, kc)
 	})
@@ -182,11 +190,79 @@ func gemmF16(m, n, k int, a []float32, w []uint16, c []float32) {
 		gemmF16Go(m, n, k, a, w, c)
 		return
 	}
+	if m <= gemmFewMaxM {
+		gemmFew(u, m, n, k, a, c, func(dst []float32, j, pc, rows, kc int) {
+			for r := 0; r < rows; r++ {
+				half.F16ToF32Slice(dst[r*gemmKC:r*gemmKC+kc], w[(j+r)*k+pc:][:kc])
+			}
+		})
+		return
+	}
 	gemmRun(u, m, n, k, a, c, func(u *gemmArch, dst, wide []float32, j, pc, rows, kc int) {
 		for r := 0; r < rows; r++ {
 			half.F16ToF32Slice(wide[r*gemmKC:r*gemmKC+kc], w[(j+r)*k+pc:][:kc])
 		}
 		u.packB(dst, wide, gemmKC, rows, kc)
+	})
+}
+
+// gemmFewMaxM is the most tokens for which GEMM runs gemmFew.
+const gemmFewMaxM = 64
+
+// gemmFew is GEMM for a few tokens (batched decode), with the operands' roles swapped: it computes Cᵀ = W·Aᵀ,
+// so that W's rows are the micro-kernel's broadcast operand, only copied (rows j..j+rows-1, steps pc..pc+kc-1,
+// into dst at stride gemmKC), and the tokens are packed into panels of nr instead, once a call. Packing W, a
+// gather and transpose of every weight, costs as much as the products at this m and would be paid again on
+// every call; a copy costs a small part of it. Each output is summed in the same order as gemmRun sums it (kc
+// steps in registers, then added to C), so the two give identical results.
+func gemmFew(u *gemmArch, m, n, k int, a, c []float32, copyW func(dst []float32, j, pc, rows, kc int)) {
+	mr, nr := u.mr, u.nr
+	panels := (m + nr - 1) / nr
+	blocks := (k + gemmKC - 1) / gemmKC
+	// at[(pb*panels+tp)*gemmKC*nr:] is the panel of tokens tp*nr.., steps pb*gemmKC.. (kc×nr).
+	at, release := scratchF32(blocks * panels * gemmKC * nr)
+	defer release()
+	for pb := range blocks {
+		pc := pb * gemmKC
+		kc := min(gemmKC, k-pc)
+		for tp := range panels {
+			u.packB(at[(pb*panels+tp)*gemmKC*nr:], a[tp*nr*k+pc:], k, min(nr, m-tp*nr), kc)
+		}
+	}
+	Parallel((n+mr-1)/mr, gemmMinWork/(m*k*mr)+1, func(lo, hi int) {
+		bufs := gemmPool.Get().(*gemmBufs)
+		defer gemmPool.Put(bufs)
+		ct := bufs.tile // Cᵀ for mr outputs and nr tokens
+		wa := bufs.a    // the mr rows of W, kc steps at a time: block pb at wa[pb*mr*gemmKC:]
+		if len(wa) < blocks*mr*gemmKC {
+			var release func()
+			wa, release = scratchF32(blocks * mr * gemmKC)
+			defer release()
+		}
+		for g := lo; g < hi; g++ {
+			j := g * mr
+			rows := min(mr, n-j)
+			for tp := range panels {
+				for pb := range blocks {
+					pc := pb * gemmKC
+					kc := min(gemmKC, k-pc)
+					if tp == 0 {
+						copyW(wa[pb*mr*gemmKC:], j, pc, rows, kc)
+					}
+					acc := 0
+					if pb > 0 {
+						acc = 1
+					}
+					u.kernel(kc, &wa[pb*mr*gemmKC], &at[(pb*panels+tp)*gemmKC*nr], &ct[0], nr, acc)
+				}
+				for t := tp * nr; t < min(m, (tp+1)*nr); t++ {
+					dst := c[t*n+j:][:rows]
+					for r := range dst {
+						dst[r] = ct[r*nr+t-tp*nr]
+					}
+				}
+			}
+		}
 	})
 }
 

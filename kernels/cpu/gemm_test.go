@@ -20,7 +20,7 @@ var gemmShapes = [][3]int{
 }
 
 // gemmShortShapes are the subset run under -short and under the race detector.
-var gemmShortShapes = [][3]int{{1, 7, 17}, {7, 17, 1}, {13, 31, 255}, {15, 33, 257}, {29, 65, 100}, {3, 517, 7}}
+var gemmShortShapes = [][3]int{{1, 7, 17}, {7, 17, 1}, {13, 31, 255}, {15, 33, 257}, {29, 65, 100}, {3, 517, 7}, {70, 33, 300}}
 
 func gemmTestShapes() [][3]int {
 	if testing.Short() || gemmRace {

@@ -165,7 +165,8 @@ func qGEMMInt8(m, n, k int, a, w []int8, out *qInt8Out) {
 		qGEMMInt8Go(m, n, k, a, w, out)
 		return
 	}
-	bias := make([]int32, m)
+	bias, release := scratchI32(m)
+	defer release()
 	for i := range bias {
 		bias[i] = 128 * qSumI8VNNI(&a[i*k], k)
 	}
@@ -173,7 +174,9 @@ func qGEMMInt8(m, n, k int, a, w []int8, out *qInt8Out) {
 	lda := 4 * kq
 	mb := (m + qMR - 1) / qMR
 	if lda != k || m%qMR != 0 {
-		pad := make([]int8, mb*qMR*lda)
+		pad, release := scratchI8(mb * qMR * lda)
+		defer release()
+		clear(pad)
 		for i := 0; i < m; i++ {
 			copy(pad[i*lda:], a[i*k:(i+1)*k])
 		}
@@ -181,7 +184,9 @@ func qGEMMInt8(m, n, k int, a, w []int8, out *qInt8Out) {
 	}
 	wb := qBytes(w)
 	Parallel((n+qNR-1)/qNR, 1, func(lo, hi int) {
-		wp := make([]byte, kq*qNR*4)
+		wpi, release := scratchI8(kq * qNR * 4)
+		defer release()
+		wp := qBytes(wpi)
 		for pj := lo; pj < hi; pj++ {
 			j0 := pj * qNR
 			nc := min(qNR, n-j0)
@@ -322,7 +327,8 @@ func qGEMMW4(m, n, k, group int, a []float32, w []uint8, s []float32, z []uint8,
 		return
 	}
 	gpr := k / group
-	xd := make([]float32, m4*k) // tokens rearranged as qDotW4AVX512 reads them
+	xd, release := scratchF32(m4 * k) // tokens rearranged as qDotW4AVX512 reads them
+	defer release()
 	for i := 0; i < m4*k; i += 32 {
 		for t := 0; t < 16; t++ {
 			xd[i+t], xd[i+16+t] = a[i+2*t], a[i+2*t+1]
@@ -330,7 +336,8 @@ func qGEMMW4(m, n, k, group int, a []float32, w []uint8, s []float32, z []uint8,
 	}
 	Parallel(n4/4, qRowGrain(2*k), func(lo, hi int) {
 		var tile [16]float32
-		sz := make([]float32, gpr*8)
+		sz, release := scratchF32(gpr * 8)
+		defer release()
 		for i0 := 0; i0 < m4; i0 += qTokens(k) {
 			for jb := lo; jb < hi; jb++ {
 				j0 := 4 * jb

@@ -200,6 +200,13 @@ func QuickOptions() Options {
 	return Options{Sizes: []int64{32 << 10, 1 << 20}, Repeats: 1, Target: time.Millisecond}
 }
 
+// ReadBandwidth measures the read bandwidth in GB/s at one working-set size (bytes, over all threads) on the
+// given number of threads, the median of three 20 ms repeats: for benchmarks on a shared machine, whose memory
+// bandwidth drifts by tens of percent over minutes, to take their ceiling next to their own timing.
+func ReadBandwidth(threads int, bytes int64) float64 {
+	return measureBandwidth(readKernels[0], max(threads, 1), bytes, Options{Repeats: 3, Target: 20 * time.Millisecond})
+}
+
 // Measure measures the ceilings on the given number of threads (at least 1) with DefaultOptions.
 func Measure(threads int) Ceilings {
 	return MeasureWith(threads, DefaultOptions())

@@ -215,3 +215,11 @@ func TestMedian(t *testing.T) {
 		t.Errorf("median(4 1 3 10) = %v, want 3.5", got)
 	}
 }
+
+func TestReadBandwidth(t *testing.T) {
+	for _, threads := range []int{0, 1, 2} {
+		if gbps := ReadBandwidth(threads, 1<<20); !(gbps > 0) || math.IsInf(gbps, 0) {
+			t.Errorf("ReadBandwidth(%d, 1 MiB) = %v GB/s, want a positive finite rate", threads, gbps)
+		}
+	}
+}
