@@ -298,7 +298,7 @@ pack32:
 
 // ---- GEMV ----
 //
-// One row of W at a time, front to back, so that the rows form one sequential stream (prefetched 2 KiB ahead),
+// One row of W at a time, front to back, so that the rows form one sequential stream (prefetched 4 KiB ahead),
 // which memory serves faster than rows read side by side. Four accumulators a row take 64 steps an iteration,
 // with x as a memory operand (it stays in L1); then runs of 16 steps, and the last k%16 with masked loads (K1)
 // that read nothing past the row.
@@ -333,10 +333,10 @@ row:
 	JZ     steps16
 
 steps64:
-	PREFETCHT0  2048(SI)
-	PREFETCHT0  2112(SI)
-	PREFETCHT0  2176(SI)
-	PREFETCHT0  2240(SI)
+	PREFETCHT0  4096(SI)
+	PREFETCHT0  4160(SI)
+	PREFETCHT0  4224(SI)
+	PREFETCHT0  4288(SI)
 	VMOVUPS     (SI), Z4
 	VMOVUPS     64(SI), Z5
 	VMOVUPS     128(SI), Z6
@@ -356,7 +356,7 @@ steps16:
 	JZ    tail
 
 loop16:
-	PREFETCHT0  2048(SI)
+	PREFETCHT0  4096(SI)
 	VMOVUPS     (SI), Z4
 	VFMADD231PS (R9), Z4, Z0
 	ADDQ        $64, SI
@@ -397,8 +397,8 @@ rowh:
 	JZ     steps16h
 
 steps64h:
-	PREFETCHT0  2048(SI)
-	PREFETCHT0  2112(SI)
+	PREFETCHT0  4096(SI)
+	PREFETCHT0  4160(SI)
 	VCVTPH2PS   (SI), Z4
 	VCVTPH2PS   32(SI), Z5
 	VCVTPH2PS   64(SI), Z6
@@ -418,7 +418,7 @@ steps16h:
 	JZ    tailh
 
 loop16h:
-	PREFETCHT0  2048(SI)
+	PREFETCHT0  4096(SI)
 	VCVTPH2PS   (SI), Z4
 	VFMADD231PS (R9), Z4, Z0
 	ADDQ        $32, SI
