@@ -54,6 +54,35 @@ func qDotI8Go(w, a []int8) int32 {
 	return s
 }
 
+// qW4A8Go is GEMMW4A8 in pure Go: each output one row's groups, each group's integer sum exact, then scaled
+// and summed in float32 in group order; rows split across threads.
+func qW4A8Go(m, n, k, group int, qa []int8, sa []float32, w []uint8, s []float32, z []uint8, c []float32) {
+	gpr := k / group
+	Parallel(n, qRowGrain(k/2), func(lo, hi int) {
+		for j := lo; j < hi; j++ {
+			row, sj, zj := w[j*k/2:(j+1)*k/2], s[j*gpr:(j+1)*gpr], z[j*gpr:(j+1)*gpr]
+			for i := 0; i < m; i++ {
+				c[i*n+j] = sa[i] * qDotW4A8Go(row, qa[i*k:(i+1)*k], sj, zj, group)
+			}
+		}
+	})
+}
+
+// qDotW4A8Go returns Σ_g s[g]·Σ_{p in g} (q[p] - z[g])·a[p] for one row of packed codes w.
+func qDotW4A8Go(w []uint8, a []int8, s []float32, z []uint8, group int) float32 {
+	var acc float32
+	for g := range s {
+		zg := int32(z[g])
+		var d int32
+		for p := g * group; p < (g+1)*group; p += 2 {
+			b := w[p/2]
+			d += (int32(b&0xf)-zg)*int32(a[p]) + (int32(b>>4)-zg)*int32(a[p+1])
+		}
+		acc += s[g] * float32(d)
+	}
+	return acc
+}
+
 // qDotI8RowsGo sets acc[r] = Σ_p w[r*k+p]·a[p] for the len(acc) rows of w (k = len(a)) and returns 0, the bias
 // its exact sums need no correction for.
 func qDotI8RowsGo(w, a []int8, acc []int32) int32 {

@@ -49,6 +49,18 @@ func qDotI8F32AVX512(x *float32, w *int8, n int) float32
 func qDotW4AVX512(xd *float32, w *uint8, s *float32, z *uint8, groups, pairs int) float32
 
 //go:noescape
+func qDotW4A8RowsVNNI(w *uint8, k int, xr *int8, xs *int32, s *float32, z *uint8, groups, chunks, rows int,
+	sa float32, y *float32)
+
+//go:noescape
+func qDotW4A8Rows32VNNI(w *uint8, k int, xr *int8, xs *int32, s *float32, z *uint8, groups, chunks, rows int,
+	sa float32, y *float32)
+
+//go:noescape
+func qDotW4A8Rows64VNNI(w *uint8, k int, xr *int8, xs *int32, s *float32, z *uint8, groups, chunks, rows int,
+	sa float32, y *float32)
+
+//go:noescape
 func qMaxAbsAVX512(x *float32, n int) float32
 
 //go:noescape
@@ -317,6 +329,55 @@ func qGEMMW8(m, n, k int, a []float32, w []int8, sw, c []float32) {
 		}
 	}
 }
+
+// qW4A8 is GEMMW4A8. With VNNI and groups of a multiple of 128 (or 64, or 32), each token is rearranged for
+// qDotW4A8RowsVNNI (or its 256- or 128-bit twin) and its group sums taken once, and blocks of qW4A8Rows rows of W serve
+// every token while they are in L2; a token's outputs are computed the same way whatever the other tokens, so they
+// do not depend on the batch. Other groups run the pure-Go loop.
+func qW4A8(m, n, k, group int, qa []int8, sa []float32, w []uint8, s []float32, z []uint8, c []float32) {
+	chunk, rowsKernel := 128, qDotW4A8RowsVNNI
+	switch {
+	case group%128 == 0:
+	case group%64 == 0:
+		chunk, rowsKernel = 64, qDotW4A8Rows64VNNI
+	default:
+		chunk, rowsKernel = 32, qDotW4A8Rows32VNNI
+	}
+	if !qVNNI || group%chunk != 0 {
+		qW4A8Go(m, n, k, group, qa, sa, w, s, z, c)
+		return
+	}
+	half := chunk / 2
+	gpr := k / group
+	xr, releaseX := scratchI8(m * k)
+	defer releaseX()
+	xs, releaseS := scratchI32(m * gpr)
+	defer releaseS()
+	for i := 0; i < m; i++ {
+		a, r := qa[i*k:(i+1)*k], xr[i*k:(i+1)*k]
+		for c := 0; c < k; c += chunk {
+			for t := 0; t < half; t++ {
+				r[c+t], r[c+half+t] = a[c+2*t], a[c+2*t+1]
+			}
+		}
+		for g := 0; g < gpr; g++ {
+			xs[i*gpr+g] = qSumI8(a[g*group : (g+1)*group])
+		}
+	}
+	Parallel((n+qW4A8Rows-1)/qW4A8Rows, 1, func(lo, hi int) {
+		for b := lo; b < hi; b++ {
+			j0 := b * qW4A8Rows
+			rows := min(qW4A8Rows, n-j0)
+			for i := 0; i < m; i++ {
+				rowsKernel(&w[j0*k/2], k, &xr[i*k], &xs[i*gpr], &s[j0*gpr], &z[j0*gpr], gpr, group/chunk, rows, sa[i],
+					&c[i*n+j0])
+			}
+		}
+	})
+}
+
+// qW4A8Rows is the rows of W in a block of qW4A8: 64 rows of 4096 values are 128 KiB, an L2 share.
+const qW4A8Rows = 64
 
 // qGEMMW4 is GEMMW4A16 for m > 1: with AVX-512 and groups of a multiple of 32, the rows and tokens that fill
 // tiles of four by four run qTileW4AVX512, and the rest run as GEMVs.

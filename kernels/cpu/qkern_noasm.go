@@ -9,7 +9,10 @@ func qDotI8F32(x []float32, w []int8) float32            { return qDotI8F32Go(x,
 func qDotI8x4(w, a []int8, _ int32, acc *[4]int32)       { qDotI8x4Go(w, a, acc) }
 func qDotI8Rows(w, a []int8, _ int32, acc []int32) int32 { return qDotI8RowsGo(w, a, acc) }
 func qSumI8(a []int8) int32                              { return qSumI8Go(a) }
-func qGEMMInt8(m, n, k int, a, w []int8, out *qInt8Out)  { qGEMMInt8Go(m, n, k, a, w, out) }
+func qW4A8(m, n, k, group int, qa []int8, sa []float32, w []uint8, s []float32, z []uint8, c []float32) {
+	qW4A8Go(m, n, k, group, qa, sa, w, s, z, c)
+}
+func qGEMMInt8(m, n, k int, a, w []int8, out *qInt8Out) { qGEMMInt8Go(m, n, k, a, w, out) }
 func qW4Rows(k, group int, x []float32) func(w []uint8, s []float32, z []uint8) float32 {
 	return qW4RowsGo(k, group, x)
 }

@@ -61,6 +61,17 @@ func GEMMW4A16(m, n, k, group int, a []float32, w []uint8, s []float32, z []uint
 	qGEMMW4(m, n, k, group, a, w, s, z, c)
 }
 
+// GEMMW4A8 computes C = A·Wᵀ from per-token INT8 activations (qa, sa, from QuantizeRowsInt8) and group-wise INT4
+// weights in GEMMW4A16's layout: c[i*n+j] = sa[i]·Σ_g s[j,g]·Σ_{p in g} (q[j,p] - z[j,g])·qa[i*k+p], each group's
+// integer sum exact. With VNNI (groups of a multiple of 32) the codes are unpacked to bytes and multiplied by
+// VPDPBUSD, a few instructions per 128 weights where W4A16 needs a conversion and an FMA per weight, so one token
+// is bound by memory rather than by arithmetic, as W8A8 is.
+func GEMMW4A8(m, n, k, group int, qa []int8, sa []float32, w []uint8, s []float32, z []uint8, c []float32) {
+	shape.GEMMGroup("GEMMW4A8", m, n, k, group, len(qa), len(w), len(s), len(z), len(c))
+	shape.Len("GEMMW4A8", "sa", len(sa), m, "m")
+	qW4A8(m, n, k, group, qa, sa, w, s, z, c)
+}
+
 // qGEMMW4Go is GEMMW4A16 for m > 1 without the tile kernel: one GEMV a token.
 func qGEMMW4Go(m, n, k, group int, a []float32, w []uint8, s []float32, z []uint8, c []float32) {
 	for i := 0; i < m; i++ {

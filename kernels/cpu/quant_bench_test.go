@@ -21,6 +21,9 @@ func BenchmarkQuant(b *testing.B) {
 		b.Run(name+"w8a16", func(b *testing.B) { kerneltest.BenchmarkGEMMW8A16(b, GEMMW8A16, m, n, k) })
 		b.Run(name+"w8a8", func(b *testing.B) { kerneltest.BenchmarkGEMMW8A8(b, QuantizeRowsInt8, GEMMW8A8, m, n, k) })
 		b.Run(name+"w4a16", func(b *testing.B) { kerneltest.BenchmarkGEMMW4A16(b, GEMMW4A16, m, n, k, 128) })
+		b.Run(name+"w4a8", func(b *testing.B) {
+			kerneltest.BenchmarkGEMMW4A8(b, QuantizeRowsInt8, GEMMW4A8, m, n, k, 128)
+		})
 		if m == 1 {
 			b.Run(name+"q8_0", func(b *testing.B) { kerneltest.BenchmarkGEMVQ(b, QuantizeRowQ8_0, GEMVQ8_0, n, k, 34) })
 			b.Run(name+"q4_0", func(b *testing.B) { kerneltest.BenchmarkGEMVQ(b, QuantizeRowQ8_0, GEMVQ4_0, n, k, 18) })

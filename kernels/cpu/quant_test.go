@@ -15,6 +15,7 @@ func testQuant(t *testing.T) {
 	t.Run("GEMMW8A8", func(t *testing.T) { kerneltest.TestGEMMW8A8(t, GEMMW8A8) })
 	t.Run("QuantizeRowsInt8", func(t *testing.T) { kerneltest.TestQuantizeRowsInt8(t, QuantizeRowsInt8) })
 	t.Run("GEMMW4A16", func(t *testing.T) { kerneltest.TestGEMMW4A16(t, GEMMW4A16) })
+	t.Run("GEMMW4A8", func(t *testing.T) { kerneltest.TestGEMMW4A8(t, GEMMW4A8) })
 	t.Run("QuantizeRowQ8_0", func(t *testing.T) { kerneltest.TestQuantizeRowQ8_0(t, QuantizeRowQ8_0) })
 	t.Run("DotQ8_0", func(t *testing.T) { kerneltest.TestDotQ8_0(t, DotQ8_0) })
 	t.Run("DotQ4_0Q8_0", func(t *testing.T) { kerneltest.TestDotQ4_0Q8_0(t, DotQ4_0Q8_0) })

@@ -286,6 +286,68 @@ func TestGEMMW4A16(t *testing.T, f GEMMW4A16Func) {
 	})
 }
 
+// TestGEMMW4A8 checks f against ref.GEMMW4A8 for groups 2, 32, 64, 96, 128 and 256. A float32 implementation sums the
+// integer group sums (or partial sums of each group, at most 16 a group) after scaling each by its group's
+// scale, one rounding a term; the bound is (terms+4)·2^-24·sa·Σ_g s_g·(Σ_p q·|qa| + z·|Σ_p qa|).
+func TestGEMMW4A8(t *testing.T, f GEMMW4A8Func) {
+	shapes := [][4]int{{1, 1, 128, 128}, {1, 1025, 256, 128}, {1, 17, 4096, 128}, {7, 17, 96, 32}, {17, 7, 1024, 128},
+		{17, 33, 384, 128}, {3, 5, 6, 2}, {9, 64, 512, 32}, {40, 70, 768, 128}, {2, 9, 512, 256}, {5, 33, 192, 64},
+		{1, 7, 64, 64}, {3, 5, 64, 32}, {2, 3, 96, 96}}
+	for si, sh := range shapes {
+		m, n, k, g := sh[0], sh[1], sh[2], sh[3]
+		r := qRand(uint64(700 + si))
+		qa, sa := qInt8s(r, m*k), qScales(r, m)
+		w, s, z := qInt4(r, n, k, g)
+		c := make([]float32, m*n)
+		qPoison(c)
+		f(m, n, k, g, qa, sa, w, s, z, c)
+		want := make([]float64, m*n)
+		ref.GEMMW4A8(m, n, k, g, qa, qF64(sa), w, qF64(s), z, want)
+		gpr := k / g
+		bound := make([]float64, m*n)
+		for i := 0; i < m; i++ {
+			for j := 0; j < n; j++ {
+				var sum float64
+				for gi := 0; gi < gpr; gi++ {
+					var qx, xs float64
+					for p := gi * g; p < (gi+1)*g; p++ {
+						qx += float64(ref.Nibble(w[j*k/2:], p)) * math.Abs(float64(qa[i*k+p]))
+						xs += float64(qa[i*k+p])
+					}
+					sum += float64(s[j*gpr+gi]) * (qx + float64(z[j*gpr+gi])*math.Abs(xs))
+				}
+				bound[i*n+j] = float64(17*gpr+4) * u32 * float64(sa[i]) * sum
+			}
+		}
+		qCheck(t, fmt.Sprintf("GEMMW4A8 m=%d n=%d k=%d group=%d", m, n, k, g), c, want, bound)
+		// A token's outputs do not depend on the other tokens of the call.
+		if m > 1 {
+			one := make([]float32, n)
+			last := m - 1
+			f(1, n, k, g, qa[last*k:], sa[last:], w, s, z, one)
+			for j, v := range one {
+				if v != c[last*n+j] {
+					t.Fatalf("GEMMW4A8 m=%d n=%d k=%d group=%d: token %d alone gives c[%d] = %v, in the batch %v",
+						m, n, k, g, last, j, v, c[last*n+j])
+				}
+			}
+		}
+	}
+	qGEMMError(t, "GEMMW4A8", 0.04, func(m, n, k int, a, w, c []float32) {
+		qw, s, z := qQuantizeInt4(n, k, 128, w)
+		qa, sa := qQuantizeRowsRTN(m, k, a)
+		f(m, n, k, 128, qa, sa, qw, s, z, c)
+	})
+	qWantPanic(t, "GEMMW4A8", "group=40", func() {
+		f(1, 1, 96, 40, make([]int8, 96), make([]float32, 1), make([]uint8, 48), make([]float32, 2), make([]uint8, 2),
+			make([]float32, 1))
+	})
+	qWantPanic(t, "GEMMW4A8", "len(sa)", func() {
+		f(2, 2, 64, 32, make([]int8, 128), make([]float32, 1), make([]uint8, 64), make([]float32, 4), make([]uint8, 4),
+			make([]float32, 4))
+	})
+}
+
 // qQ8_0 returns random Q8_0 blocks for n values: binary16 scales in [0.001, 0.1], codes over all of int8.
 func qQ8_0(r *rand.Rand, n int) []byte {
 	b := make([]byte, n/ref.QBlock*ref.Q8_0Bytes)

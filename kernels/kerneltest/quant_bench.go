@@ -88,6 +88,25 @@ func BenchmarkGEMMW4A16(b *testing.B, f GEMMW4A16Func, m, n, k, group int) {
 	qReportBandwidth(b, bytes)
 }
 
+// BenchmarkGEMMW4A8 measures f on m×k activations, quantized per token (quantize, included), and n×k INT4 weights
+// in groups of group.
+func BenchmarkGEMMW4A8(b *testing.B, quantize QuantizeRowsInt8Func, f GEMMW4A8Func, m, n, k, group int) {
+	r := qRand(4)
+	a, c := qFloats(r, m*k), make([]float32, m*n)
+	qa, sa := make([]int8, m*k), make([]float32, m)
+	w, s, z := qInt4(r, n, k, group)
+	bytes := len(w) + 4*len(s) + len(z)
+	probe.Cached()
+	b.SetBytes(int64(bytes))
+	b.ResetTimer()
+	for b.Loop() {
+		quantize(m, k, a, qa, sa)
+		f(m, n, k, group, qa, sa, w, s, z, c)
+	}
+	qReport(b, m, n, k)
+	qReportBandwidth(b, bytes)
+}
+
 // BenchmarkGEMVQ measures a GGUF GEMV (GEMVQ8_0 or GEMVQ4_0, blockBytes 34 or 18) on n×k weights, the
 // activation's quantization to Q8_0 (quantize) included.
 func BenchmarkGEMVQ(b *testing.B, quantize QuantizeRowQ8_0Func, f GEMVQFunc, n, k, blockBytes int) {

@@ -9,6 +9,7 @@ type (
 	GEMMW8A8Func         func(m, n, k int, qa []int8, sa []float32, qw []int8, sw, c []float32)
 	QuantizeRowsInt8Func func(m, k int, x []float32, q []int8, s []float32)
 	GEMMW4A16Func        func(m, n, k, group int, a []float32, w []uint8, s []float32, z []uint8, c []float32)
+	GEMMW4A8Func         func(m, n, k, group int, qa []int8, sa []float32, w []uint8, s []float32, z []uint8, c []float32)
 	QuantizeRowQ8_0Func  func(x []float32, out []byte)
 	// DotQFunc is DotQ8_0 or DotQ4_0Q8_0: n values, w and x as GGUF blocks.
 	DotQFunc func(n int, w, x []byte) float32

@@ -118,6 +118,29 @@ func GEMMW4A16(m, n, k, group int, a []float64, w []uint8, s []float64, z []uint
 	}
 }
 
+// GEMMW4A8 computes C = A·Wᵀ with per-token INT8 activations (qa, sa, as W8A8's) and group-wise INT4 weights
+// (layout above), the integer part of each group exact:
+// c[i*n+j] = sa[i]·Σ_g s[j,g]·Σ_{p in g} (q[j,p] - z[j,g])·qa[i*k+p].
+// It is how llama.cpp runs Q4_0 weights (against Q8_0 activations): the products are integer dot products.
+func GEMMW4A8(m, n, k, group int, qa []int8, sa []float64, w []uint8, s []float64, z []uint8, c []float64) {
+	shape.GEMMGroup("GEMMW4A8", m, n, k, group, len(qa), len(w), len(s), len(z), len(c))
+	shape.Len("GEMMW4A8", "sa", len(sa), m, "m")
+	gpr := k / group
+	for i := 0; i < m; i++ {
+		for j := 0; j < n; j++ {
+			var acc float64
+			for g := 0; g < gpr; g++ {
+				var d int64
+				for p := g * group; p < (g+1)*group; p++ {
+					d += int64(int(Nibble(w[j*k/2:], p))-int(z[j*gpr+g])) * int64(qa[i*k+p])
+				}
+				acc += s[j*gpr+g] * float64(d)
+			}
+			c[i*n+j] = sa[i] * acc
+		}
+	}
+}
+
 // Nibble returns element p of a W4A16 row packed two a byte: the low nibble of byte p/2 for even p, the high one
 // for odd p.
 func Nibble(row []uint8, p int) uint8 {

@@ -77,6 +77,17 @@ func TestGEMMW4A16Small(t *testing.T) {
 	}
 }
 
+func TestGEMMW4A8Small(t *testing.T) {
+	// The row of TestGEMMW4A16Small against int8 activations 1, 2, -3, 4 with scale 0.25.
+	w := []uint8{0xf1, 0x90}
+	c := make([]float64, 1)
+	GEMMW4A8(1, 1, 4, 2, []int8{1, 2, -3, 4}, []float64{0.25}, w, []float64{0.5, 2}, []uint8{1, 8}, c)
+	want := 0.25 * (0.5*float64(1*(1-1)+2*(15-1)) + 2*float64(-3*(0-8)+4*(9-8)))
+	if c[0] != want {
+		t.Fatalf("got %v, want %v", c[0], want)
+	}
+}
+
 func TestQ8_0Layout(t *testing.T) {
 	x := make([]float64, 32)
 	for i := range x {
