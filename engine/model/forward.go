@@ -214,8 +214,9 @@ func (m *Model) Forward(b *Batch, cache *KVCache, ws *Workspace, logits []float3
 	return nil
 }
 
-// matmul computes y = x·Wᵀ for tokens rows of x with the kernel that runs on w's format. Int8 weights run as W8A8
-// (activations quantized per token, int8 dot products), as llama.cpp runs Q8_0 weights with Q8_0 activations.
+// matmul computes y = x·Wᵀ for tokens rows of x with the kernel that runs on w's format. Int8 and Int4 weights run
+// as W8A8 and W4A8 (activations quantized per token, integer dot products), as llama.cpp runs Q8_0 and Q4_0
+// weights with Q8_0 activations: W4A16, which widens every weight to float32, is bound by arithmetic, not memory.
 func (ws *Workspace) matmul(tokens int, x []float32, w *quant.Matrix, y []float32) {
 	n, k := w.Rows, w.Cols
 	x, y = x[:tokens*k], y[:tokens*n]
@@ -229,7 +230,9 @@ func (ws *Workspace) matmul(tokens int, x []float32, w *quant.Matrix, y []float3
 		cpu.QuantizeRowsInt8(tokens, k, x, qa, sa[:tokens])
 		cpu.GEMMW8A8(tokens, n, k, qa, sa[:tokens], w.Q, w.Scales, y)
 	case quant.Int4:
-		cpu.GEMMW4A16(tokens, n, k, w.Group, x, w.Packed, w.Scales, w.Zeros, y)
+		qa, sa := ws.int8Scratch(tokens * k)
+		cpu.QuantizeRowsInt8(tokens, k, x, qa, sa[:tokens])
+		cpu.GEMMW4A8(tokens, n, k, w.Group, qa, sa[:tokens], w.Packed, w.Scales, w.Zeros, y)
 	case quant.Q8_0, quant.Q4_0:
 		rowBytes := k / quant.BlockSize * quant.Q8_0BlockBytes
 		if len(ws.qb) < rowBytes {

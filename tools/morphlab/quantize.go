@@ -21,7 +21,7 @@ file holds and the engine runs directly (q8_0 and q4_0 byte for byte as ggml's r
 embedding, classifier and the other layers are copied as they are. Every matrix is widened to f32 first, so
 requantizing a quantized file compounds the two roundings.
 
-The engine's own int8 (per-channel, W8A8) and int4 (group, W4A16) layouts, and the activation-aware AWQ and
+The engine's own int8 (per-channel, run as W8A8) and int4 (group, run as W4A8) layouts, and the activation-aware AWQ and
 SmoothQuant variants, have no GGUF type: they are built from a loaded model at run time (engine/model
 AddVariant, AddInt4Variant, AddAWQVariant, AddSmoothQuantVariant; 'morphlab generate' and 'perplexity' take
 --format int8 or int4 for the round-to-nearest ones), so this command does not write them.`
