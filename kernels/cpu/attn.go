@@ -3,7 +3,6 @@ package cpu
 import (
 	"math"
 	"slices"
-	"sync"
 	"sync/atomic"
 
 	"github.com/morphlab/morphlab/kernels/internal/shape"
@@ -37,7 +36,7 @@ const attnInitMax = -math.MaxFloat32
 func attnParallel[S any](n int, scratch func(a *attnArena) S, work func(i int, s S)) {
 	var next atomic.Int64
 	Parallel(min(Threads(), n), 1, func(lo, hi int) {
-		a := attnArenas.Get().(*attnArena)
+		a := attnArenas.get()
 		defer a.release()
 		s := scratch(a)
 		for {
@@ -57,14 +56,15 @@ type attnArena struct {
 	f    []float32
 	i    []int32
 	n    []int
-	used [3]int
+	b    []*attnBlock
+	used [4]int
 }
 
-var attnArenas = sync.Pool{New: func() any { return new(attnArena) }}
+var attnArenas freeList[attnArena]
 
 func (a *attnArena) release() {
-	a.used = [3]int{}
-	attnArenas.Put(a)
+	a.used = [4]int{}
+	attnArenas.put(a)
 }
 
 // floats returns n zeroed float32s.
@@ -79,6 +79,19 @@ func (a *attnArena) int32s(n int) []int32 { return arenaTake(&a.i, &a.used[1], n
 
 // ints returns n ints, not zeroed.
 func (a *attnArena) ints(n int) []int { return arenaTake(&a.n, &a.used[2], n) }
+
+// blocks returns n block states for rows of at most maxRows rows of hd, kept from call to call (their slices
+// carved anew from the arena each time).
+func (a *attnArena) blocks(n, maxRows, hd int) []*attnBlock {
+	bs := arenaTake(&a.b, &a.used[3], n)
+	for i := range bs {
+		if bs[i] == nil {
+			bs[i] = new(attnBlock)
+		}
+		bs[i].init(a, maxRows, hd)
+	}
+	return bs
+}
 
 func arenaTake[T any](slab *[]T, used *int, n int) []T {
 	if *used+n > len(*slab) {
@@ -102,10 +115,11 @@ type attnBlock struct {
 	limit     []int     // [rowsPad] visible keys of each row in the whole sequence
 }
 
-func newAttnBlock(a *attnArena, maxRows, hd int) *attnBlock {
+// init sizes b for up to maxRows rows of hd, with scratch from a.
+func (b *attnBlock) init(a *attnArena, maxRows, hd int) {
 	rowsPad := (maxRows + attnRows - 1) / attnRows * attnRows
 	hdPad := (hd + attnCols - 1) / attnCols * attnCols
-	return &attnBlock{
+	*b = attnBlock{
 		hd: hd, hdPad: hdPad,
 		q: a.floats(rowsPad * hd), m: a.floats(rowsPad), l: a.floats(rowsPad),
 		o: a.floats(rowsPad * hdPad), s: a.floats(attnRows * attnCols),
@@ -172,8 +186,8 @@ func CausalAttention(out, q, k, v []float32, nq, kvLen, nHeads, nKVHeads, headDi
 	kvRow := nKVHeads * hd
 	tiles := (kvLen + attnCols - 1) / attnCols
 	tileSize := hd * attnCols
-	kt, release := scratchF32(nKVHeads * tiles * tileSize)
-	defer release()
+	kt, ktBuf := scratchF32(nKVHeads * tiles * tileSize)
+	defer ktBuf.release()
 	Parallel(nKVHeads*tiles, max(1, 64/hd), func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			g, j := i/tiles, i%tiles
@@ -186,7 +200,7 @@ func CausalAttention(out, q, k, v []float32, nq, kvLen, nHeads, nKVHeads, headDi
 	qTile := max(1, 64/group)
 	nTiles := (nq + qTile - 1) / qTile
 	sc := scale * math.Log2E
-	attnParallel(nKVHeads*nTiles, func(a *attnArena) *attnBlock { return newAttnBlock(a, qTile*group, hd) }, func(i int, b *attnBlock) {
+	attnParallel(nKVHeads*nTiles, func(a *attnArena) *attnBlock { return a.blocks(1, qTile*group, hd)[0] }, func(i int, b *attnBlock) {
 		g, qt := i%nKVHeads, nTiles-1-i/nKVHeads
 		t0, t1 := qt*qTile, min(nq, (qt+1)*qTile)
 		rows := (t1 - t0) * group
@@ -313,9 +327,9 @@ func PagedAttention(out, q, kCache, vCache []float32, qStart, seqLens, blockTabl
 	// Partial results of split sequences: per part, KV head and row, o [hdPad] then m and l.
 	var partial []float32
 	if nParts > nSeqs {
-		var release func()
-		partial, release = scratchF32(nParts * nKVHeads * maxRows * (hdPad + 2))
-		defer release()
+		var partialBuf scratchHandle[float32]
+		partial, partialBuf = scratchF32(nParts * nKVHeads * maxRows * (hdPad + 2))
+		defer partialBuf.release()
 	}
 	sc := scale * math.Log2E
 
@@ -325,11 +339,7 @@ func PagedAttention(out, q, kCache, vCache []float32, qStart, seqLens, blockTabl
 		q, s []float32    // queries [hpg, rowsMax, hd16] zero-padded, scores [rowsMax, attnCols]
 	}
 	attnParallel(nParts*nHG, func(a *attnArena) scratch {
-		b := make([]*attnBlock, hpg)
-		for g := range b {
-			b[g] = newAttnBlock(a, maxRows, hd)
-		}
-		return scratch{b, a.floats(hpg * rowsMax * hd16), a.floats(rowsMax * attnCols)}
+		return scratch{a.blocks(hpg, maxRows, hd), a.floats(hpg * rowsMax * hd16), a.floats(rowsMax * attnCols)}
 	}, func(it int, sc2 scratch) {
 		pi, g0 := it/nHG, it%nHG*hpg
 		blocks := sc2.b[:min(hpg, nKVHeads-g0)]

@@ -220,8 +220,8 @@ func gemmFew(u *gemmArch, m, n, k int, a, c []float32, copyW func(dst []float32,
 	panels := (m + nr - 1) / nr
 	blocks := (k + gemmKC - 1) / gemmKC
 	// at[(pb*panels+tp)*gemmKC*nr:] is the panel of tokens tp*nr.., steps pb*gemmKC.. (kc×nr).
-	at, release := scratchF32(blocks * panels * gemmKC * nr)
-	defer release()
+	at, atBuf := scratchF32(blocks * panels * gemmKC * nr)
+	defer atBuf.release()
 	for pb := range blocks {
 		pc := pb * gemmKC
 		kc := min(gemmKC, k-pc)
@@ -235,9 +235,9 @@ func gemmFew(u *gemmArch, m, n, k int, a, c []float32, copyW func(dst []float32,
 		ct := bufs.tile // Cᵀ for mr outputs and nr tokens
 		wa := bufs.a    // the mr rows of W, kc steps at a time: block pb at wa[pb*mr*gemmKC:]
 		if len(wa) < blocks*mr*gemmKC {
-			var release func()
-			wa, release = scratchF32(blocks * mr * gemmKC)
-			defer release()
+			var waBuf scratchHandle[float32]
+			wa, waBuf = scratchF32(blocks * mr * gemmKC)
+			defer waBuf.release()
 		}
 		for g := lo; g < hi; g++ {
 			j := g * mr

@@ -177,8 +177,8 @@ func qGEMMInt8(m, n, k int, a, w []int8, out *qInt8Out) {
 		qGEMMInt8Go(m, n, k, a, w, out)
 		return
 	}
-	bias, release := scratchI32(m)
-	defer release()
+	bias, biasBuf := scratchI32(m)
+	defer biasBuf.release()
 	for i := range bias {
 		bias[i] = 128 * qSumI8VNNI(&a[i*k], k)
 	}
@@ -186,8 +186,8 @@ func qGEMMInt8(m, n, k int, a, w []int8, out *qInt8Out) {
 	lda := 4 * kq
 	mb := (m + qMR - 1) / qMR
 	if lda != k || m%qMR != 0 {
-		pad, release := scratchI8(mb * qMR * lda)
-		defer release()
+		pad, padBuf := scratchI8(mb * qMR * lda)
+		defer padBuf.release()
 		clear(pad)
 		for i := 0; i < m; i++ {
 			copy(pad[i*lda:], a[i*k:(i+1)*k])
@@ -196,8 +196,8 @@ func qGEMMInt8(m, n, k int, a, w []int8, out *qInt8Out) {
 	}
 	wb := qBytes(w)
 	Parallel((n+qNR-1)/qNR, 1, func(lo, hi int) {
-		wpi, release := scratchI8(kq * qNR * 4)
-		defer release()
+		wpi, wpiBuf := scratchI8(kq * qNR * 4)
+		defer wpiBuf.release()
 		wp := qBytes(wpi)
 		for pj := lo; pj < hi; pj++ {
 			j0 := pj * qNR
@@ -349,10 +349,10 @@ func qW4A8(m, n, k, group int, qa []int8, sa []float32, w []uint8, s []float32, 
 	}
 	half := chunk / 2
 	gpr := k / group
-	xr, releaseX := scratchI8(m * k)
-	defer releaseX()
-	xs, releaseS := scratchI32(m * gpr)
-	defer releaseS()
+	xr, xrBuf := scratchI8(m * k)
+	defer xrBuf.release()
+	xs, xsBuf := scratchI32(m * gpr)
+	defer xsBuf.release()
 	for i := 0; i < m; i++ {
 		a, r := qa[i*k:(i+1)*k], xr[i*k:(i+1)*k]
 		for c := 0; c < k; c += chunk {
@@ -388,8 +388,8 @@ func qGEMMW4(m, n, k, group int, a []float32, w []uint8, s []float32, z []uint8,
 		return
 	}
 	gpr := k / group
-	xd, release := scratchF32(m4 * k) // tokens rearranged as qDotW4AVX512 reads them
-	defer release()
+	xd, xdBuf := scratchF32(m4 * k) // tokens rearranged as qDotW4AVX512 reads them
+	defer xdBuf.release()
 	for i := 0; i < m4*k; i += 32 {
 		for t := 0; t < 16; t++ {
 			xd[i+t], xd[i+16+t] = a[i+2*t], a[i+2*t+1]
@@ -397,8 +397,8 @@ func qGEMMW4(m, n, k, group int, a []float32, w []uint8, s []float32, z []uint8,
 	}
 	Parallel(n4/4, qRowGrain(2*k), func(lo, hi int) {
 		var tile [16]float32
-		sz, release := scratchF32(gpr * 8)
-		defer release()
+		sz, szBuf := scratchF32(gpr * 8)
+		defer szBuf.release()
 		for i0 := 0; i0 < m4; i0 += qTokens(k) {
 			for jb := lo; jb < hi; jb++ {
 				j0 := 4 * jb

@@ -140,8 +140,8 @@ const qGEMMMinM = 32
 // streams fastest from memory; more tokens take rows of W four at a time against every token, so that each block
 // serves every token while it is in L1. Rows are split across threads.
 func qGEMVInt8(m, n, k int, a, w []int8, out *qInt8Out) {
-	asum, release := scratchI32(m)
-	defer release()
+	asum, asumBuf := scratchI32(m)
+	defer asumBuf.release()
 	for i := range asum {
 		asum[i] = qSumI8(a[i*k : (i+1)*k])
 	}

@@ -9,11 +9,14 @@ func fail(op, format string, args ...any) {
 	panic(fmt.Sprintf("kernels: %s: ", op) + fmt.Sprintf(format, args...))
 }
 
-// Positive panics unless every named size is > 0. names and sizes alternate: "m", m, "n", n, ...
+// Positive panics unless every named size is > 0. names and sizes alternate: "m", m, "n", n, ... Only copies of
+// the failing pair reach the message, so the arguments do not escape and a passing check allocates nothing (a
+// kernel call of a decode step must not: the garbage of hundreds of calls a step lands on fresh pages).
 func Positive(op string, namesAndSizes ...any) {
 	for i := 0; i+1 < len(namesAndSizes); i += 2 {
 		if v := namesAndSizes[i+1].(int); v <= 0 {
-			fail(op, "%s=%d, want > 0", namesAndSizes[i], v)
+			name, _ := namesAndSizes[i].(string)
+			fail(op, "%s=%d, want > 0", name, v)
 		}
 	}
 }
