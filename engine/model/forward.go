@@ -169,9 +169,7 @@ func (m *Model) Forward(b *Batch, cache *KVCache, ws *Workspace, logits []float3
 		if tap != nil {
 			tap(l, TapAttnIn, xb, T)
 		}
-		ws.matmul(T, xb, w.Wq, q)
-		ws.matmul(T, xb, w.Wk, k)
-		ws.matmul(T, xb, w.Wv, v)
+		ws.matmuls(T, xb, [3]*quant.Matrix{w.Wq, w.Wk, w.Wv}, [3][]float32{q, k, v})
 		cpu.RoPE(q, pos, cfg.NHeads, hd, float32(cfg.RopeTheta))
 		cpu.RoPE(k, pos, cfg.NKVHeads, hd, float32(cfg.RopeTheta))
 		cpu.KVAppend(cache.K[l], cache.V[l], k, v, slots, cfg.NKVHeads, hd)
@@ -185,8 +183,7 @@ func (m *Model) Forward(b *Batch, cache *KVCache, ws *Workspace, logits []float3
 		if tap != nil {
 			tap(l, TapFFNIn, xb, T)
 		}
-		ws.matmul(T, xb, w.W1, h1)
-		ws.matmul(T, xb, w.W3, h3)
+		ws.matmuls(T, xb, [3]*quant.Matrix{w.W1, w.W3}, [3][]float32{h1, h3})
 		cpu.SwiGLU(h1, h1, h3)
 		if tap != nil {
 			tap(l, TapFFNHidden, h1, T)
@@ -250,6 +247,71 @@ func (ws *Workspace) matmul(tokens int, x []float32, w *quant.Matrix, y []float3
 	default:
 		panic(fmt.Sprintf("model: no kernel for %v weights", w.Format))
 	}
+}
+
+// matmuls computes ys[i] = x·Wᵢᵀ for up to three matrices that read the same activations (q, k and v; gate and
+// up). For one token in a format whose kernels run a row at a time, the activations are quantized once and the
+// rows of all the matrices are split into one chunk a thread (each chunk's kernel calls then run on that thread,
+// the pool's nesting rule), so the threads do not meet at the end of every matrix: a decode step's small matmuls
+// cost a few µs of fixed time apiece. Each row is computed as the single matmul computes it (bit for bit with
+// AVX-512; the AVX2 GEMV sums the last rows of a call, up to three, differently). Measured on stories110M batch 1
+// in six interleaved A/B runs: medians +5% for F32, Int8 and Int4, F16 unchanged.
+func (ws *Workspace) matmuls(tokens int, x []float32, mats [3]*quant.Matrix, ys [3][]float32) {
+	n := 0
+	for ; n < len(mats) && mats[n] != nil; n++ {
+	}
+	f, k := mats[0].Format, mats[0].Cols
+	fused := tokens == 1
+	for _, w := range mats[:n] {
+		fused = fused && w.Format == f && w.Cols == k && (f != quant.Int4 || w.Group == mats[0].Group)
+	}
+	switch f {
+	case quant.F32, quant.F16, quant.Int8, quant.Int4:
+	default:
+		fused = false
+	}
+	if !fused {
+		for i, w := range mats[:n] {
+			ws.matmul(tokens, x, w, ys[i])
+		}
+		return
+	}
+	x = x[:k]
+	var qa []int8
+	var sa []float32
+	if f == quant.Int8 || f == quant.Int4 {
+		qa, sa = ws.int8Scratch(k)
+		sa = sa[:1]
+		cpu.QuantizeRowsInt8(1, k, x, qa, sa)
+	}
+	rows := 0
+	for _, w := range mats[:n] {
+		rows += w.Rows
+	}
+	// Rows j of the concatenation belong to the matrix whose range holds j; each chunk runs its share of each.
+	cpu.Parallel(rows, 1, func(lo, hi int) {
+		base := 0
+		for i, w := range mats[:n] {
+			a, b := max(lo-base, 0), min(hi-base, w.Rows)
+			base += w.Rows
+			if a >= b {
+				continue
+			}
+			y := ys[i][a:b]
+			switch f {
+			case quant.F32:
+				cpu.GEMV(b-a, k, w.F32[a*k:b*k], x, y)
+			case quant.F16:
+				cpu.GEMMF16(1, b-a, k, x, w.Half[a*k:b*k], y)
+			case quant.Int8:
+				cpu.GEMMW8A8(1, b-a, k, qa, sa, w.Q[a*k:b*k], w.Scales[a:b], y)
+			case quant.Int4:
+				gpr := k / w.Group
+				cpu.GEMMW4A8(1, b-a, k, w.Group, qa, sa, w.Packed[a*k/2:b*k/2], w.Scales[a*gpr:b*gpr],
+					w.Zeros[a*gpr:b*gpr], y)
+			}
+		}
+	})
 }
 
 func (ws *Workspace) int8Scratch(n int) ([]int8, []float32) {

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/morphlab/morphlab/kernels/cpu"
 	"github.com/morphlab/morphlab/quant"
 )
 
@@ -228,5 +229,55 @@ func TestOutputFormat(t *testing.T) {
 	}
 	if err := m.SetOutputFormat(quant.BF16); err == nil {
 		t.Error("a bf16 classifier was accepted; no kernel runs it")
+	}
+}
+
+// TestMatmulsMatchSeparate: the one-token matmul of q, k, v (and of gate and up) over the matrices' joint rows
+// gives what a matmul of each gives, in every format with a row kernel, whatever the thread count.
+func TestMatmulsMatchSeparate(t *testing.T) {
+	wide := tinyConfig(false)
+	wide.Dim, wide.HiddenDim, wide.NHeads, wide.NKVHeads = 256, 384, 8, 2
+	for _, cfg := range []Config{tinyConfig(false), wide} {
+		m, err := FromCheckpoint(randomCheckpoint(cfg, 3))
+		if err != nil {
+			t.Fatal(err)
+		}
+		x := make([]float32, cfg.Dim)
+		for i := range x {
+			x[i] = float32(math.Sin(float64(i)))
+		}
+		for _, f := range []quant.Format{quant.F32, quant.F16, quant.Int8, quant.Int4} {
+			w, err := m.AddVariant(0, f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, threads := range []int{1, 2, 3} {
+				prev := cpu.SetThreads(threads)
+				for _, mats := range [][]*quant.Matrix{{w.Wq, w.Wk, w.Wv}, {w.W1, w.W3}} {
+					var ws Workspace
+					ws.grow(cfg, 1)
+					var group [3]*quant.Matrix
+					var got, want [3][]float32
+					for i, mat := range mats {
+						group[i] = mat
+						got[i] = make([]float32, mat.Rows)
+						want[i] = make([]float32, mat.Rows)
+						ws.matmul(1, x, mat, want[i])
+					}
+					ws.matmuls(1, x, group, got)
+					for i := range mats {
+						var scale float64
+						for _, v := range want[i] {
+							scale = math.Max(scale, math.Abs(float64(v)))
+						}
+						if d := maxAbsDiff(got[i], want[i]); d > 1e-6*scale {
+							t.Errorf("dim %d %v threads %d matrix %d: joint matmul differs by %g (outputs up to %g)",
+								cfg.Dim, f, threads, i, d, scale)
+						}
+					}
+				}
+				cpu.SetThreads(prev)
+			}
+		}
 	}
 }
