@@ -256,15 +256,13 @@ func TestMatmulsMatchSeparate(t *testing.T) {
 				for _, mats := range [][]*quant.Matrix{{w.Wq, w.Wk, w.Wv}, {w.W1, w.W3}} {
 					var ws Workspace
 					ws.grow(cfg, 1)
-					var group [3]*quant.Matrix
-					var got, want [3][]float32
+					got, want := make([][]float32, len(mats)), make([][]float32, len(mats))
 					for i, mat := range mats {
-						group[i] = mat
 						got[i] = make([]float32, mat.Rows)
 						want[i] = make([]float32, mat.Rows)
 						ws.matmul(1, x, mat, want[i])
 					}
-					ws.matmuls(1, x, group, got)
+					ws.matmuls(1, x, mats, got)
 					for i := range mats {
 						var scale float64
 						for _, v := range want[i] {

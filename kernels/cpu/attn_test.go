@@ -306,17 +306,19 @@ func BenchmarkCausalAttention(b *testing.B) {
 // BenchmarkPagedAttentionDecode measures decode: one query per sequence over a paged cache of 16-token pages.
 // Bytes: the keys and values read (the queries and outputs are small).
 func BenchmarkPagedAttentionDecode(b *testing.B) {
-	type shape struct{ seqs, seqLen int }
-	shapes := []shape{{8, 2048}, {1, 8192}}
+	type shape struct{ seqs, seqLen, nHeads, nKV, hd int }
+	// Long contexts of an 8B-class model, and stories110M's decode step at 65 tokens (the engine benchmark's).
+	shapes := []shape{{8, 2048, 32, 8, 128}, {1, 8192, 32, 8, 128}, {1, 65, 12, 12, 64}, {32, 65, 12, 12, 64}}
 	if testing.Short() {
-		shapes = []shape{{2, 256}}
+		shapes = []shape{{2, 256, 32, 8, 128}}
 	}
-	const bs, nHeads, nKV, hd = 16, 32, 8, 128
+	const bs = 16
 	for _, sh := range shapes {
+		nHeads, nKV, hd := sh.nHeads, sh.nKV, sh.hd
 		rng := rand.New(rand.NewPCG(1, 1))
-		blocksPer := sh.seqLen / bs
-		kc, _ := elemRand(rng, sh.seqs*sh.seqLen*nKV*hd, 1)
-		vc, _ := elemRand(rng, sh.seqs*sh.seqLen*nKV*hd, 1)
+		blocksPer := (sh.seqLen + bs - 1) / bs
+		kc, _ := elemRand(rng, sh.seqs*blocksPer*bs*nKV*hd, 1)
+		vc, _ := elemRand(rng, sh.seqs*blocksPer*bs*nKV*hd, 1)
 		q, _ := elemRand(rng, sh.seqs*nHeads*hd, 1)
 		out := make([]float32, len(q))
 		tables := make([]int32, sh.seqs*blocksPer)

@@ -3,8 +3,6 @@
 package cpu
 
 import (
-	"sync"
-
 	"github.com/morphlab/morphlab/kernels/half"
 	xcpu "golang.org/x/sys/cpu"
 )
@@ -144,7 +142,7 @@ func gemmPackBGo(dst, src []float32, ld, rows, kc, nr int) {
 	}
 }
 
-// gemmBufs are one thread's packing buffers, reused through gemmPool.
+// gemmBufs are one thread's packing buffers, reused through a free list (scratch.go says why not a sync.Pool).
 type gemmBufs struct {
 	a    []float32 // rows of A, stride gemmKC
 	b    []float32 // panels of W
@@ -152,15 +150,23 @@ type gemmBufs struct {
 	tile []float32 // an edge tile of C
 }
 
-var gemmPool = sync.Pool{New: func() any {
+var gemmBufsList freeList[gemmBufs]
+
+// getGEMMBufs returns a thread's buffers from the list, allocated on first use; put them back with
+// gemmBufsList.put.
+func getGEMMBufs() *gemmBufs {
 	const maxMR, maxNR = 14, 32
-	return &gemmBufs{
-		a:    make([]float32, (gemmMC+maxMR)*gemmKC),
-		b:    make([]float32, (gemmNC+maxNR)*gemmKC),
-		wide: make([]float32, maxNR*gemmKC),
-		tile: make([]float32, maxMR*maxNR),
+	b := gemmBufsList.get()
+	if b.a == nil {
+		*b = gemmBufs{
+			a:    make([]float32, (gemmMC+maxMR)*gemmKC),
+			b:    make([]float32, (gemmNC+maxNR)*gemmKC),
+			wide: make([]float32, maxNR*gemmKC),
+			tile: make([]float32, maxMR*maxNR),
+		}
 	}
-}}
+	return b
+}
 
 // gemmPanel packs the W panel of outputs j..j+rows-1, steps pc..pc+kc-1 into dst, using wide as scratch.
 type gemmPanel func(u *gemmArch, dst, wide []float32, j, pc, rows, kc int)
@@ -230,8 +236,8 @@ func gemmFew(u *gemmArch, m, n, k int, a, c []float32, copyW func(dst []float32,
 		}
 	}
 	Parallel((n+mr-1)/mr, gemmMinWork/(m*k*mr)+1, func(lo, hi int) {
-		bufs := gemmPool.Get().(*gemmBufs)
-		defer gemmPool.Put(bufs)
+		bufs := getGEMMBufs()
+		defer gemmBufsList.put(bufs)
 		ct := bufs.tile // Cᵀ for mr outputs and nr tokens
 		wa := bufs.a    // the mr rows of W, kc steps at a time: block pb at wa[pb*mr*gemmKC:]
 		if len(wa) < blocks*mr*gemmKC {
@@ -283,8 +289,8 @@ func gemmRun(u *gemmArch, m, n, k int, a, c []float32, panel gemmPanel) {
 
 // gemmBlock computes rows i0..i1-1, columns j0..j1-1 of C with the loop nest described at the top of this file.
 func gemmBlock(u *gemmArch, m, n, k int, a, c []float32, panel gemmPanel, i0, i1, j0, j1 int) {
-	bufs := gemmPool.Get().(*gemmBufs)
-	defer gemmPool.Put(bufs)
+	bufs := getGEMMBufs()
+	defer gemmBufsList.put(bufs)
 	mcMax := gemmMC / u.mr * u.mr
 	for jc := j0; jc < j1; jc += gemmNC {
 		nc := min(gemmNC, j1-jc)

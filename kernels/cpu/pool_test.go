@@ -1,8 +1,10 @@
 package cpu
 
 import (
+	"slices"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 func TestParallelCoversEachIndexOnce(t *testing.T) {
@@ -42,4 +44,31 @@ func TestParallelNested(t *testing.T) {
 	if got := total.Load(); got != 800 {
 		t.Fatalf("nested Parallel covered %d items, want 800", got)
 	}
+}
+
+// BenchmarkParallelHandoff measures how late the second chunk of a two-way Parallel starts after the call begins,
+// each chunk doing about 20 µs of work: the pool's hand-off, which bounds how small a kernel call can usefully be
+// split. It reports the median (µs-start); near 20 µs would mean the caller ran both chunks itself.
+//
+//	go test -run '^$' -bench ParallelHandoff -count 6 ./kernels/cpu
+func BenchmarkParallelHandoff(b *testing.B) {
+	defer SetThreads(SetThreads(2))
+	spin := func(d time.Duration) {
+		for end := time.Now().Add(d); time.Now().Before(end); {
+		}
+	}
+	var lat []float64
+	for b.Loop() {
+		start := time.Now()
+		var second atomic.Int64
+		Parallel(2, 1, func(lo, _ int) {
+			if lo == 1 {
+				second.Store(int64(time.Since(start)))
+			}
+			spin(20 * time.Microsecond)
+		})
+		lat = append(lat, float64(second.Load())/1e3)
+	}
+	slices.Sort(lat)
+	b.ReportMetric(lat[len(lat)/2], "µs-start")
 }
