@@ -7,6 +7,76 @@
 // unsigned bytes of its second source and the signed bytes of its first source (Go operand order); the sums
 // wrap modulo 2^32, never saturate.
 
+// The W4A8 row kernels, one a vector width: y[r] = sa·Σ_g s[g]·(Σ_{p in g} q[p]·x[p] - z[g]·xs[g]) for the rows
+// r < rows of W4A8 weights (w, s, z advance from row to row), over groups of chunks chunks. A chunk is the
+// vector's width in packed bytes (64, 32 or 16), twice as many codes; xr is the token rearranged per chunk, its
+// even values then its odd ones: the order of the low nibbles (VPANDD) and high nibbles (VPSRLW, VPANDD) of the
+// packed bytes. The codes, unsigned, go straight into VPDPBUSD against the activations; a group's int32 lane sums
+// are converted and scaled by its scale, and the zero point's share, z·Σ x exact in int32, is taken off once a
+// group (X15 sums it). The macros are defined before any TEXT, so that vet checks their argument names against
+// the three functions that use them, which share one signature.
+
+// W4A8_SETUP loads what stays for the call (SI w, R8 s, R9 z, R13 rows, DX y) and the nibble mask into Vmask.
+#define W4A8_SETUP(Vmask) \
+	MOVQ         w+0(FP), SI; \
+	MOVQ         s+32(FP), R8; \
+	MOVQ         z+40(FP), R9; \
+	MOVQ         rows+64(FP), R13; \
+	MOVQ         y+80(FP), DX; \
+	MOVL         $0x0f0f0f0f, AX; \
+	VPBROADCASTD AX, Vmask
+
+// W4A8_ROW_START points BX and R10 at the token and its group sums again and clears a row's sums (Vacc, X15).
+#define W4A8_ROW_START(Vacc) \
+	MOVQ   xr+16(FP), BX; \
+	MOVQ   xs+24(FP), R10; \
+	MOVQ   groups+48(FP), R11; \
+	VPXORD Vacc, Vacc, Vacc; \
+	VXORPS X15, X15, X15
+
+// W4A8_GROUP_START clears a group's lane sums (V0 even codes, V1 odd ones) and counts its chunks in CX.
+#define W4A8_GROUP_START(V0, V1) \
+	VPXORD V0, V0, V0; \
+	VPXORD V1, V1, V1; \
+	MOVQ   chunks+56(FP), CX
+
+// W4A8_CHUNK adds one chunk of width bytes: codes at (SI), even activations at (BX), odd ones at width(BX).
+#define W4A8_CHUNK(V0, V1, V4, V5, Vmask, width) \
+	PREFETCHT0 4096(SI); \
+	VMOVDQU8   (SI), V4; \
+	VPSRLW     $4, V4, V5; \
+	VPANDD     Vmask, V4, V4; \
+	VPANDD     Vmask, V5, V5; \
+	VPDPBUSD   (BX), V4, V0; \
+	VPDPBUSD   width(BX), V5, V1; \
+	ADDQ       $width, SI; \
+	ADDQ       $(2*width), BX
+
+// W4A8_GROUP_END scales the group's lane sums into Vacc and its zero point's share into X15, and steps to the
+// next group's scale, zero point and activation sum.
+#define W4A8_GROUP_END(V0, V1, Vacc) \
+	VPADDD           V1, V0, V0; \
+	VCVTDQ2PS        V0, V0; \
+	VFMADD231PS.BCST (R8), V0, Vacc; \
+	MOVBLZX          (R9), AX; \
+	IMULL            (R10), AX; \
+	VCVTSI2SSL       AX, X28, X9; \
+	VFMADD231SS      (R8), X9, X15; \
+	ADDQ             $4, R8; \
+	INCQ             R9; \
+	ADDQ             $4, R10
+
+// W4A8_ROW_END adds the four lane sums in X0, takes off the zero points' share, scales by sa and stores y[r].
+#define W4A8_ROW_END \
+	VPERMILPS $0x4e, X0, X1; \
+	VADDPS    X1, X0, X0; \
+	VPERMILPS $0xb1, X0, X1; \
+	VADDSS    X1, X0, X0; \
+	VSUBSS    X15, X0, X0; \
+	VMULSS    sa+72(FP), X0, X0; \
+	VMOVSS    X0, (DX); \
+	ADDQ      $4, DX
+
 // func qDotI8x4VNNI(w *int8, k int, a *int8, acc *[4]int32)
 // acc[r] = Σ_p (w[r*k+p]+128)·a[p] for the four rows r of w: qDotI8x4Go plus 128·Σa (the caller subtracts it).
 // The weights are made unsigned by flipping their top bit (w^0x80 = w+128).
@@ -576,200 +646,87 @@ pair:
 
 // func qDotW4A8RowsVNNI(w *uint8, k int, xr *int8, xs *int32, s *float32, z *uint8, groups, chunks, rows int,
 //	sa float32, y *float32)
-// y[r] = sa·Σ_g s[g]·(Σ_{p in g} q[p]·x[p] - z[g]·xs[g]) for the rows r < rows of W4A8 weights (w, s, z advance
-// from row to row), groups of 128·chunks values. xr is the token rearranged per 128 values, the 64 even ones then
-// the 64 odd ones: the order of the low nibbles (VPANDD) and high nibbles (VPSRLW, VPANDD) of 64 packed bytes.
-// The codes, unsigned, go straight into VPDPBUSD against the activations; a group's sixteen int32 lane sums are
-// converted and scaled by its scale, and the zero point's share, z·Σ x exact in int32, is taken off once a group.
+// The W4A8 row kernel (the W4A8 macros at the top of this file say what it computes), 512-bit: chunks of 128
+// codes.
 TEXT ·qDotW4A8RowsVNNI(SB), NOSPLIT, $0-88
-	MOVQ w+0(FP), SI
-	MOVQ s+32(FP), R8
-	MOVQ z+40(FP), R9
-	MOVQ rows+64(FP), R13
-	MOVQ y+80(FP), DX
-	MOVL $0x0f0f0f0f, AX
-	VPBROADCASTD AX, Z26
+	W4A8_SETUP(Z26)
 
 w4a8row:
-	MOVQ   xr+16(FP), BX
-	MOVQ   xs+24(FP), R10
-	MOVQ   groups+48(FP), R11
-	VPXORD Z14, Z14, Z14
-	VXORPS X15, X15, X15
+	W4A8_ROW_START(Z14)
 
 w4a8group:
-	VPXORD Z0, Z0, Z0
-	VPXORD Z1, Z1, Z1
-	MOVQ   chunks+56(FP), CX
+	W4A8_GROUP_START(Z0, Z1)
 
 w4a8chunk:
-	PREFETCHT0 4096(SI)
-	VMOVDQU8   (SI), Z4
-	VPSRLW     $4, Z4, Z5
-	VPANDD     Z26, Z4, Z4
-	VPANDD     Z26, Z5, Z5
-	VPDPBUSD   (BX), Z4, Z0
-	VPDPBUSD   64(BX), Z5, Z1
-	ADDQ       $64, SI
-	ADDQ       $128, BX
-	DECQ       CX
-	JNZ        w4a8chunk
-
-	VPADDD           Z1, Z0, Z0
-	VCVTDQ2PS        Z0, Z0
-	VFMADD231PS.BCST (R8), Z0, Z14
-	MOVBLZX          (R9), AX
-	IMULL            (R10), AX
-	VCVTSI2SSL       AX, X28, X9
-	VFMADD231SS      (R8), X9, X15
-	ADDQ             $4, R8
-	INCQ             R9
-	ADDQ             $4, R10
-	DECQ             R11
-	JNZ              w4a8group
+	W4A8_CHUNK(Z0, Z1, Z4, Z5, Z26, 64)
+	DECQ CX
+	JNZ  w4a8chunk
+	W4A8_GROUP_END(Z0, Z1, Z14)
+	DECQ R11
+	JNZ  w4a8group
 
 	VEXTRACTF64X4 $1, Z14, Y1
 	VADDPS        Y1, Y14, Y0
 	VEXTRACTF128  $1, Y0, X1
 	VADDPS        X1, X0, X0
-	VPERMILPS     $0x4e, X0, X1
-	VADDPS        X1, X0, X0
-	VPERMILPS     $0xb1, X0, X1
-	VADDSS        X1, X0, X0
-	VSUBSS        X15, X0, X0
-	VMULSS        sa+72(FP), X0, X0
-	VMOVSS        X0, (DX)
-	ADDQ          $4, DX
-	DECQ          R13
-	JNZ           w4a8row
+	W4A8_ROW_END
+	DECQ R13
+	JNZ  w4a8row
 	VZEROUPPER
 	RET
 
 // func qDotW4A8Rows64VNNI(w *uint8, k int, xr *int8, xs *int32, s *float32, z *uint8, groups, chunks, rows int,
 //	sa float32, y *float32)
-// qDotW4A8RowsVNNI on 256-bit vectors, for groups of 64·chunks values: xr rearranged per 64 values (32 even, 32
-// odd), eight int32 lane sums a group.
+// The 256-bit kernel: chunks of 64 codes.
 TEXT ·qDotW4A8Rows64VNNI(SB), NOSPLIT, $0-88
-	MOVQ w+0(FP), SI
-	MOVQ s+32(FP), R8
-	MOVQ z+40(FP), R9
-	MOVQ rows+64(FP), R13
-	MOVQ y+80(FP), DX
-	MOVL $0x0f0f0f0f, AX
-	VPBROADCASTD AX, Y26
+	W4A8_SETUP(Y26)
 
-w4a8yrow:
-	MOVQ   xr+16(FP), BX
-	MOVQ   xs+24(FP), R10
-	MOVQ   groups+48(FP), R11
-	VPXORD Y14, Y14, Y14
-	VXORPS X15, X15, X15
+w4a8row:
+	W4A8_ROW_START(Y14)
 
-w4a8ygroup:
-	VPXORD Y0, Y0, Y0
-	VPXORD Y1, Y1, Y1
-	MOVQ   chunks+56(FP), CX
+w4a8group:
+	W4A8_GROUP_START(Y0, Y1)
 
-w4a8ychunk:
-	PREFETCHT0 4096(SI)
-	VMOVDQU    (SI), Y4
-	VPSRLW     $4, Y4, Y5
-	VPANDD     Y26, Y4, Y4
-	VPANDD     Y26, Y5, Y5
-	VPDPBUSD   (BX), Y4, Y0
-	VPDPBUSD   32(BX), Y5, Y1
-	ADDQ       $32, SI
-	ADDQ       $64, BX
-	DECQ       CX
-	JNZ        w4a8ychunk
+w4a8chunk:
+	W4A8_CHUNK(Y0, Y1, Y4, Y5, Y26, 32)
+	DECQ CX
+	JNZ  w4a8chunk
+	W4A8_GROUP_END(Y0, Y1, Y14)
+	DECQ R11
+	JNZ  w4a8group
 
-	VPADDD           Y1, Y0, Y0
-	VCVTDQ2PS        Y0, Y0
-	VFMADD231PS.BCST (R8), Y0, Y14
-	MOVBLZX          (R9), AX
-	IMULL            (R10), AX
-	VCVTSI2SSL       AX, X28, X9
-	VFMADD231SS      (R8), X9, X15
-	ADDQ             $4, R8
-	INCQ             R9
-	ADDQ             $4, R10
-	DECQ             R11
-	JNZ              w4a8ygroup
-
-	VEXTRACTF128  $1, Y14, X1
-	VADDPS        X1, X14, X0
-	VPERMILPS     $0x4e, X0, X1
-	VADDPS        X1, X0, X0
-	VPERMILPS     $0xb1, X0, X1
-	VADDSS        X1, X0, X0
-	VSUBSS        X15, X0, X0
-	VMULSS        sa+72(FP), X0, X0
-	VMOVSS        X0, (DX)
-	ADDQ          $4, DX
-	DECQ          R13
-	JNZ           w4a8yrow
+	VEXTRACTF128 $1, Y14, X1
+	VADDPS       X1, X14, X0
+	W4A8_ROW_END
+	DECQ R13
+	JNZ  w4a8row
 	VZEROUPPER
 	RET
 
-// qDotW4A8RowsVNNI on 128-bit vectors, for groups of 32·chunks values: xr rearranged per 32 values (16 even, 16
-// odd), four int32 lane sums a group.
+// func qDotW4A8Rows32VNNI(w *uint8, k int, xr *int8, xs *int32, s *float32, z *uint8, groups, chunks, rows int,
+//	sa float32, y *float32)
+// The 128-bit kernel: chunks of 32 codes.
 TEXT ·qDotW4A8Rows32VNNI(SB), NOSPLIT, $0-88
-	MOVQ w+0(FP), SI
-	MOVQ s+32(FP), R8
-	MOVQ z+40(FP), R9
-	MOVQ rows+64(FP), R13
-	MOVQ y+80(FP), DX
-	MOVL $0x0f0f0f0f, AX
-	VPBROADCASTD AX, X26
+	W4A8_SETUP(X26)
 
-w4a8xrow:
-	MOVQ   xr+16(FP), BX
-	MOVQ   xs+24(FP), R10
-	MOVQ   groups+48(FP), R11
-	VPXORD X14, X14, X14
-	VXORPS X15, X15, X15
+w4a8row:
+	W4A8_ROW_START(X14)
 
-w4a8xgroup:
-	VPXORD X0, X0, X0
-	VPXORD X1, X1, X1
-	MOVQ   chunks+56(FP), CX
+w4a8group:
+	W4A8_GROUP_START(X0, X1)
 
-w4a8xchunk:
-	PREFETCHT0 4096(SI)
-	VMOVDQU    (SI), X4
-	VPSRLW     $4, X4, X5
-	VPANDD     X26, X4, X4
-	VPANDD     X26, X5, X5
-	VPDPBUSD   (BX), X4, X0
-	VPDPBUSD   16(BX), X5, X1
-	ADDQ       $16, SI
-	ADDQ       $32, BX
-	DECQ       CX
-	JNZ        w4a8xchunk
+w4a8chunk:
+	W4A8_CHUNK(X0, X1, X4, X5, X26, 16)
+	DECQ CX
+	JNZ  w4a8chunk
+	W4A8_GROUP_END(X0, X1, X14)
+	DECQ R11
+	JNZ  w4a8group
 
-	VPADDD           X1, X0, X0
-	VCVTDQ2PS        X0, X0
-	VFMADD231PS.BCST (R8), X0, X14
-	MOVBLZX          (R9), AX
-	IMULL            (R10), AX
-	VCVTSI2SSL       AX, X28, X9
-	VFMADD231SS      (R8), X9, X15
-	ADDQ             $4, R8
-	INCQ             R9
-	ADDQ             $4, R10
-	DECQ             R11
-	JNZ              w4a8xgroup
-
-	VPERMILPS     $0x4e, X14, X1
-	VADDPS        X1, X14, X0
-	VPERMILPS     $0xb1, X0, X1
-	VADDSS        X1, X0, X0
-	VSUBSS        X15, X0, X0
-	VMULSS        sa+72(FP), X0, X0
-	VMOVSS        X0, (DX)
-	ADDQ          $4, DX
-	DECQ          R13
-	JNZ           w4a8xrow
+	VMOVAPS X14, X0
+	W4A8_ROW_END
+	DECQ R13
+	JNZ  w4a8row
 	VZEROUPPER
 	RET
 
