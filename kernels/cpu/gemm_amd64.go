@@ -3,6 +3,8 @@
 package cpu
 
 import (
+	"unsafe"
+
 	"github.com/morphlab/morphlab/kernels/half"
 	xcpu "golang.org/x/sys/cpu"
 )
@@ -27,13 +29,28 @@ import (
 //	c[r*ldc+j] += Σ_{p<kc} a[r*gemmKC+p]·b[p*nr+j]  (acc != 0)
 //
 // with a the packed rows of A and b a packed W panel. kc >= 1. gemm_amd64.s hard-codes gemmKC*4 as the byte
-// stride between rows of a.
+// stride between rows of a. While it computes, the AVX-512 kernel prefetches up to kc lines of pf's stream into L2,
+// one a step, and advances the stream.
 //
 //go:noescape
-func gemmKernel14x32AVX512(kc int, a, b, c *float32, ldc, acc int)
+func gemmKernel14x32AVX512(kc int, a, b, c *float32, ldc, acc int, pf *gemmPrefetch)
 
 //go:noescape
-func gemmKernel6x16AVX2(kc int, a, b, c *float32, ldc, acc int)
+func gemmKernel6x16AVX2(kc int, a, b, c *float32, ldc, acc int, pf *gemmPrefetch)
+
+// gemmPrefetch is a stream of cache lines for a micro-kernel to prefetch: lines lines in all, taken rowBytes/64 a
+// row from rows ld bytes apart, starting off bytes into the row at addr. The zero value is an empty stream.
+// (Prefetches do not fault, so the addresses need no bounds and addr no pointer type.)
+type gemmPrefetch struct {
+	addr     uintptr
+	off      int
+	rowBytes int
+	ld       int
+	lines    int
+}
+
+// gemmNoPrefetch is an empty stream for the kernel calls that prefetch nothing. It is never advanced.
+var gemmNoPrefetch gemmPrefetch
 
 // gemmPackB32AVX512 packs a W panel of 32 outputs: dst[p*32+r] = src[r*ld+p] for p < kc, r < rows, and 0 for
 // rows <= r < 32. 1 <= rows <= 32 and 31*ld < 1<<31 (the gather indices are int32).
@@ -72,7 +89,7 @@ const (
 type gemmArch struct {
 	name   string
 	mr, nr int
-	kernel func(kc int, a, b, c *float32, ldc, acc int)
+	kernel func(kc int, a, b, c *float32, ldc, acc int, pf *gemmPrefetch)
 	packB  func(dst, src []float32, ld, rows, kc int)
 }
 
@@ -178,11 +195,7 @@ func gemm(m, n, k int, a, w, c []float32) {
 		return
 	}
 	if m <= gemmFewMaxM {
-		gemmFew(u, m, n, k, a, c, func(dst []float32, j, pc, rows, kc int) {
-			for r := 0; r < rows; r++ {
-				copy(dst[r*gemmKC:r*gemmKC+kc], w[(j+r)*k+pc:])
-			}
-		})
+		gemmFew(u, m, n, k, a, c, gemmFewW{f32: w})
 		return
 	}
 	gemmRun(u, m, n, k, a, c, func(u *gemmArch, dst, _ []float32, j, pc, rows, kc int) {
@@ -197,11 +210,7 @@ func gemmF16(m, n, k int, a []float32, w []uint16, c []float32) {
 		return
 	}
 	if m <= gemmFewMaxM {
-		gemmFew(u, m, n, k, a, c, func(dst []float32, j, pc, rows, kc int) {
-			for r := 0; r < rows; r++ {
-				half.F16ToF32Slice(dst[r*gemmKC:r*gemmKC+kc], w[(j+r)*k+pc:][:kc])
-			}
-		})
+		gemmFew(u, m, n, k, a, c, gemmFewW{f16: w})
 		return
 	}
 	gemmRun(u, m, n, k, a, c, func(u *gemmArch, dst, wide []float32, j, pc, rows, kc int) {
@@ -215,13 +224,44 @@ func gemmF16(m, n, k int, a []float32, w []uint16, c []float32) {
 // gemmFewMaxM is the most tokens for which GEMM runs gemmFew.
 const gemmFewMaxM = 64
 
+// gemmFewW is the W [n, k] of gemmFew: float32 (f32) or binary16 (f16) values.
+type gemmFewW struct {
+	f32 []float32
+	f16 []uint16
+}
+
+// copy writes steps pc..pc+kc-1 of rows j..j+rows-1 of W, as float32, into dst at stride gemmKC.
+func (w gemmFewW) copy(dst []float32, k, j, pc, rows, kc int) {
+	for r := 0; r < rows; r++ {
+		if w.f16 != nil {
+			half.F16ToF32Slice(dst[r*gemmKC:r*gemmKC+kc], w.f16[(j+r)*k+pc:][:kc])
+		} else {
+			copy(dst[r*gemmKC:r*gemmKC+kc], w.f32[(j+r)*k+pc:][:kc])
+		}
+	}
+}
+
+// prefetch is the stream of cache lines that copy(_, k, j, pc, rows, kc) will read.
+func (w gemmFewW) prefetch(k, j, pc, rows, kc int) gemmPrefetch {
+	addr, size := uintptr(unsafe.Pointer(unsafe.SliceData(w.f32))), 4
+	if w.f16 != nil {
+		addr, size = uintptr(unsafe.Pointer(unsafe.SliceData(w.f16))), 2
+	}
+	start := addr + uintptr((j*k+pc)*size)
+	// A row's kc values span at most kc·size/64 + 1 lines from the line that holds the first.
+	lines := kc*size/64 + 2
+	return gemmPrefetch{addr: start &^ 63, rowBytes: 64 * lines, ld: k * size, lines: rows * lines}
+}
+
 // gemmFew is GEMM for a few tokens (batched decode), with the operands' roles swapped: it computes Cᵀ = W·Aᵀ,
 // so that W's rows are the micro-kernel's broadcast operand, only copied (rows j..j+rows-1, steps pc..pc+kc-1,
-// into dst at stride gemmKC), and the tokens are packed into panels of nr instead, once a call. Packing W, a
-// gather and transpose of every weight, costs as much as the products at this m and would be paid again on
-// every call; a copy costs a small part of it. Each output is summed in the same order as gemmRun sums it (kc
-// steps in registers, then added to C), so the two give identical results.
-func gemmFew(u *gemmArch, m, n, k int, a, c []float32, copyW func(dst []float32, j, pc, rows, kc int)) {
+// into a buffer at stride gemmKC), and the tokens are packed into panels of nr instead, once a call. Packing W,
+// a gather and transpose of every weight, costs as much as the products at this m and would be paid again on
+// every call; a copy costs a small part of it, provided its rows are in cache: each kernel call prefetches the
+// rows of the next copy into L2 while it computes, so that W streams from memory behind the arithmetic rather
+// than between it. Each output is summed in the same order as gemmRun sums it (kc steps in registers, then added
+// to C), so the two give identical results.
+func gemmFew(u *gemmArch, m, n, k int, a, c []float32, w gemmFewW) {
 	mr, nr := u.mr, u.nr
 	panels := (m + nr - 1) / nr
 	blocks := (k + gemmKC - 1) / gemmKC
@@ -245,6 +285,7 @@ func gemmFew(u *gemmArch, m, n, k int, a, c []float32, copyW func(dst []float32,
 			wa, waBuf = scratchF32(blocks * mr * gemmKC)
 			defer waBuf.release()
 		}
+		var pf gemmPrefetch
 		for g := lo; g < hi; g++ {
 			j := g * mr
 			rows := min(mr, n-j)
@@ -253,13 +294,19 @@ func gemmFew(u *gemmArch, m, n, k int, a, c []float32, copyW func(dst []float32,
 					pc := pb * gemmKC
 					kc := min(gemmKC, k-pc)
 					if tp == 0 {
-						copyW(wa[pb*mr*gemmKC:], j, pc, rows, kc)
+						w.copy(wa[pb*mr*gemmKC:], k, j, pc, rows, kc)
+						switch {
+						case pb+1 < blocks:
+							pf = w.prefetch(k, j, pc+gemmKC, rows, min(gemmKC, k-pc-gemmKC))
+						case g+1 < hi:
+							pf = w.prefetch(k, j+mr, 0, min(mr, n-j-mr), min(gemmKC, k))
+						}
 					}
 					acc := 0
 					if pb > 0 {
 						acc = 1
 					}
-					u.kernel(kc, &wa[pb*mr*gemmKC], &at[(pb*panels+tp)*gemmKC*nr], &ct[0], nr, acc)
+					u.kernel(kc, &wa[pb*mr*gemmKC], &at[(pb*panels+tp)*gemmKC*nr], &ct[0], nr, acc, &pf)
 				}
 				for t := tp * nr; t < min(m, (tp+1)*nr); t++ {
 					dst := c[t*n+j:][:rows]
@@ -326,10 +373,10 @@ func gemmMacro(u *gemmArch, bufs *gemmBufs, c []float32, ldc, mc, nc, kc, acc in
 			a := &bufs.a[ir*gemmKC]
 			if rows == mr && cols == nr {
 				_ = c[(ir+mr-1)*ldc+jr+nr-1]
-				u.kernel(kc, a, b, &c[ir*ldc+jr], ldc, acc)
+				u.kernel(kc, a, b, &c[ir*ldc+jr], ldc, acc, &gemmNoPrefetch)
 				continue
 			}
-			u.kernel(kc, a, b, &bufs.tile[0], nr, 0)
+			u.kernel(kc, a, b, &bufs.tile[0], nr, 0, &gemmNoPrefetch)
 			for r := 0; r < rows; r++ {
 				dst := c[(ir+r)*ldc+jr:][:cols]
 				src := bufs.tile[r*nr:][:cols]

@@ -49,11 +49,7 @@ func TestGEMMFewMatchesPacked(t *testing.T) {
 			m, n, k := s[0], s[1], s[2]
 			a, w := gemmRandom(r, m*k), gemmRandom(r, n*k)
 			few, packed := gemmPoisoned(m*n), gemmPoisoned(m*n)
-			gemmFew(arch, m, n, k, a, few, func(dst []float32, j, pc, rows, kc int) {
-				for i := 0; i < rows; i++ {
-					copy(dst[i*gemmKC:i*gemmKC+kc], w[(j+i)*k+pc:])
-				}
-			})
+			gemmFew(arch, m, n, k, a, few, gemmFewW{f32: w})
 			gemmRun(arch, m, n, k, a, packed, func(u *gemmArch, dst, _ []float32, j, pc, rows, kc int) {
 				u.packB(dst, w[j*k+pc:], k, rows, kc)
 			})
