@@ -33,15 +33,15 @@ import (
 // one a step, and advances the stream.
 //
 //go:noescape
-func gemmKernel14x32AVX512(kc int, a, b, c *float32, ldc, acc int, pf *gemmPrefetch)
+func gemmKernel14x32AVX512(kc int, a, b, c *float32, ldc, acc int, pf *prefetchStream)
 
 //go:noescape
-func gemmKernel6x16AVX2(kc int, a, b, c *float32, ldc, acc int, pf *gemmPrefetch)
+func gemmKernel6x16AVX2(kc int, a, b, c *float32, ldc, acc int, pf *prefetchStream)
 
-// gemmPrefetch is a stream of cache lines for a micro-kernel to prefetch: lines lines in all, taken rowBytes/64 a
+// prefetchStream is a stream of cache lines for a micro-kernel to prefetch: lines lines in all, taken rowBytes/64 a
 // row from rows ld bytes apart, starting off bytes into the row at addr. The zero value is an empty stream.
 // (Prefetches do not fault, so the addresses need no bounds and addr no pointer type.)
-type gemmPrefetch struct {
+type prefetchStream struct {
 	addr     uintptr
 	off      int
 	rowBytes int
@@ -49,8 +49,8 @@ type gemmPrefetch struct {
 	lines    int
 }
 
-// gemmNoPrefetch is an empty stream for the kernel calls that prefetch nothing. It is never advanced.
-var gemmNoPrefetch gemmPrefetch
+// noPrefetch is an empty stream for the kernel calls that prefetch nothing. It is never advanced.
+var noPrefetch prefetchStream
 
 // gemmPackB32AVX512 packs a W panel of 32 outputs: dst[p*32+r] = src[r*ld+p] for p < kc, r < rows, and 0 for
 // rows <= r < 32. 1 <= rows <= 32 and 31*ld < 1<<31 (the gather indices are int32).
@@ -89,7 +89,7 @@ const (
 type gemmArch struct {
 	name   string
 	mr, nr int
-	kernel func(kc int, a, b, c *float32, ldc, acc int, pf *gemmPrefetch)
+	kernel func(kc int, a, b, c *float32, ldc, acc int, pf *prefetchStream)
 	packB  func(dst, src []float32, ld, rows, kc int)
 }
 
@@ -242,15 +242,18 @@ func (w gemmFewW) copy(dst []float32, k, j, pc, rows, kc int) {
 }
 
 // prefetch is the stream of cache lines that copy(_, k, j, pc, rows, kc) will read.
-func (w gemmFewW) prefetch(k, j, pc, rows, kc int) gemmPrefetch {
-	addr, size := uintptr(unsafe.Pointer(unsafe.SliceData(w.f32))), 4
+func (w gemmFewW) prefetch(k, j, pc, rows, kc int) prefetchStream {
 	if w.f16 != nil {
-		addr, size = uintptr(unsafe.Pointer(unsafe.SliceData(w.f16))), 2
+		return prefetchRows(uintptr(unsafe.Pointer(&w.f16[j*k+pc])), 2*k, rows, 2*kc)
 	}
-	start := addr + uintptr((j*k+pc)*size)
-	// A row's kc values span at most kc·size/64 + 1 lines from the line that holds the first.
-	lines := kc*size/64 + 2
-	return gemmPrefetch{addr: start &^ 63, rowBytes: 64 * lines, ld: k * size, lines: rows * lines}
+	return prefetchRows(uintptr(unsafe.Pointer(&w.f32[j*k+pc])), 4*k, rows, 4*kc)
+}
+
+// prefetchRows is the stream of the cache lines that hold bytes [0, size) of each of rows rows, ld bytes apart,
+// the first at addr. A row's bytes span at most size/64 + 2 lines from the line that holds its first byte.
+func prefetchRows(addr uintptr, ld, rows, size int) prefetchStream {
+	lines := size/64 + 2
+	return prefetchStream{addr: addr &^ 63, rowBytes: 64 * lines, ld: ld, lines: rows * lines}
 }
 
 // gemmFew is GEMM for a few tokens (batched decode), with the operands' roles swapped: it computes Cᵀ = W·Aᵀ,
@@ -285,7 +288,7 @@ func gemmFew(u *gemmArch, m, n, k int, a, c []float32, w gemmFewW) {
 			wa, waBuf = scratchF32(blocks * mr * gemmKC)
 			defer waBuf.release()
 		}
-		var pf gemmPrefetch
+		var pf prefetchStream
 		for g := lo; g < hi; g++ {
 			j := g * mr
 			rows := min(mr, n-j)
@@ -373,10 +376,10 @@ func gemmMacro(u *gemmArch, bufs *gemmBufs, c []float32, ldc, mc, nc, kc, acc in
 			a := &bufs.a[ir*gemmKC]
 			if rows == mr && cols == nr {
 				_ = c[(ir+mr-1)*ldc+jr+nr-1]
-				u.kernel(kc, a, b, &c[ir*ldc+jr], ldc, acc, &gemmNoPrefetch)
+				u.kernel(kc, a, b, &c[ir*ldc+jr], ldc, acc, &noPrefetch)
 				continue
 			}
-			u.kernel(kc, a, b, &bufs.tile[0], nr, 0, &gemmNoPrefetch)
+			u.kernel(kc, a, b, &bufs.tile[0], nr, 0, &noPrefetch)
 			for r := 0; r < rows; r++ {
 				dst := c[(ir+r)*ldc+jr:][:cols]
 				src := bufs.tile[r*nr:][:cols]

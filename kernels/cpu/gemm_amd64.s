@@ -1,6 +1,7 @@
 //go:build !noasm
 
 #include "textflag.h"
+#include "prefetch_amd64.h"
 
 // Byte stride between the packed rows of A: gemmKC floats (gemm_amd64.go).
 #define KCB 1024
@@ -27,38 +28,6 @@
 	ANDQ $63, R12; \
 	SHRQ $4, R12
 
-// PFLOAD loads the micro-kernel's gemmPrefetch (argument pf, in BX) into R9 (row address), R10 (offset in the
-// row), R11 (bytes a row), R12 (row stride) and R13 (lines left); PFSTEP prefetches the next line into L2, if
-// any is left; PFSTORE writes the stream's position back if it moved (so an empty stream is only read). The
-// labels are names unique to the call.
-#define PFLOAD \
-	MOVQ pf+48(FP), BX; \
-	MOVQ 0(BX), R9; \
-	MOVQ 8(BX), R10; \
-	MOVQ 16(BX), R11; \
-	MOVQ 24(BX), R12; \
-	MOVQ 32(BX), R13
-
-#define PFSTEP(label) \
-	TESTQ      R13, R13; \
-	JZ         label; \
-	PREFETCHT1 (R9)(R10*1); \
-	DECQ       R13; \
-	ADDQ       $64, R10; \
-	CMPQ       R10, R11; \
-	JB         label; \
-	XORL       R10, R10; \
-	ADDQ       R12, R9; \
-label:
-
-#define PFSTORE(label) \
-	CMPQ R13, 32(BX); \
-	JEQ  label; \
-	MOVQ R9, 0(BX); \
-	MOVQ R10, 8(BX); \
-	MOVQ R13, 32(BX); \
-label:
-
 // ---- AVX-512 micro-kernel, 14 rows × 32 outputs ----
 //
 // C's tile lives in Z0..Z27: row r in Z(2r) (outputs 0..15) and Z(2r+1) (outputs 16..31). Each step p loads
@@ -83,7 +52,7 @@ label:
 	VADDPS  64(DX), c1, c1; \
 	STORE14(c0, c1)
 
-// func gemmKernel14x32AVX512(kc int, a, b, c *float32, ldc, acc int, pf *gemmPrefetch)
+// func gemmKernel14x32AVX512(kc int, a, b, c *float32, ldc, acc int, pf *prefetchStream)
 TEXT ·gemmKernel14x32AVX512(SB), NOSPLIT, $0-56
 	MOVQ kc+0(FP), CX
 	MOVQ a+8(FP), SI
@@ -91,7 +60,8 @@ TEXT ·gemmKernel14x32AVX512(SB), NOSPLIT, $0-56
 	MOVQ c+24(FP), DX
 	MOVQ ldc+32(FP), R8
 	SHLQ $2, R8
-	PFLOAD
+	MOVQ pf+48(FP), BX
+	PF_LOAD(BX, R9, R10, R11, R12, R13)
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
@@ -138,12 +108,12 @@ k14:
 	ROW14(11, Z31, Z22, Z23)
 	ROW14(12, Z30, Z24, Z25)
 	ROW14(13, Z31, Z26, Z27)
-	PFSTEP(pf14)
+	PF_STEP(pf14, R9, R10, R11, R12, R13)
 	ADDQ $4, SI
 	ADDQ $128, DI
 	DECQ CX
 	JNZ  k14
-	PFSTORE(pfdone14)
+	PF_STORE(pfdone14, BX, R9, R10, R13)
 
 	MOVQ acc+40(FP), AX
 	TESTQ AX, AX
@@ -203,7 +173,7 @@ add14:
 	VADDPS  32(DX), c1, c1; \
 	STORE6(c0, c1)
 
-// func gemmKernel6x16AVX2(kc int, a, b, c *float32, ldc, acc int, pf *gemmPrefetch)
+// func gemmKernel6x16AVX2(kc int, a, b, c *float32, ldc, acc int, pf *prefetchStream)
 //
 // pf is not used: this kernel does not prefetch.
 TEXT ·gemmKernel6x16AVX2(SB), NOSPLIT, $0-56

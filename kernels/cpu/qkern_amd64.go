@@ -36,11 +36,12 @@ func qSumI8VNNI(a *int8, n int) int32
 func qPackW(dst, src *byte, k, rows, kq int)
 
 //go:noescape
-func qKernelI8VNNI(a *int8, lda int, wp *uint8, kq int, c *int32, ldc, rows int, mask uint64, bias *int32)
+func qKernelI8VNNI(a *int8, lda int, wp *uint8, kq int, c *int32, ldc, rows int, mask uint64, bias *int32,
+	pf *prefetchStream)
 
 //go:noescape
 func qKernelI8F32VNNI(a *int8, lda int, wp *uint8, kq int, c *float32, ldc, rows int, mask uint64, bias *int32,
-	sa, sw *float32)
+	sa, sw *float32, pf *prefetchStream)
 
 //go:noescape
 func qDotI8F32AVX512(x *float32, w *int8, n int) float32
@@ -177,6 +178,15 @@ func qGEMMInt8(m, n, k int, a, w []int8, out *qInt8Out) {
 		qGEMMInt8Go(m, n, k, a, w, out)
 		return
 	}
+	if m <= qNR && k%4 == 0 {
+		qFewInt8(m, n, k, a, w, out)
+		return
+	}
+	qPackedInt8(m, n, k, a, w, out)
+}
+
+// qPackedInt8 is qGEMMInt8 with W packed, as described there.
+func qPackedInt8(m, n, k int, a, w []int8, out *qInt8Out) {
 	bias, biasBuf := scratchI32(m)
 	defer biasBuf.release()
 	for i := range bias {
@@ -209,9 +219,66 @@ func qGEMMInt8(m, n, k int, a, w []int8, out *qInt8Out) {
 				rows := min(qMR, m-i0)
 				if out.cf != nil {
 					qKernelI8F32VNNI(&a[i0*lda], lda, &wp[0], kq, &out.cf[i0*n+j0], n, rows, mask, &bias[i0],
-						&out.sa[i0], &out.sw[j0])
+						&out.sa[i0], &out.sw[j0], &noPrefetch)
 				} else {
-					qKernelI8VNNI(&a[i0*lda], lda, &wp[0], kq, &out.ci[i0*n+j0], n, rows, mask, &bias[i0])
+					qKernelI8VNNI(&a[i0*lda], lda, &wp[0], kq, &out.ci[i0*n+j0], n, rows, mask, &bias[i0], &noPrefetch)
+				}
+			}
+		}
+	})
+}
+
+// qFewInt8 is qGEMMInt8 for at most qNR tokens (batched decode) and k a multiple of four, with the operands'
+// roles swapped as in gemmFew: the tokens are packed once into a panel, offset by 128, and the micro-kernel runs
+// qMR rows of W, read in place as its signed operand, against them, computing a tile of Cᵀ. Packing W would cost
+// more than the products at this m and be paid again on every call. The excess is now 128·Σ_p w[j,p], summed a
+// tile at a time, and the scales trade places (sw a row of the tile, sa a column); the sums are exact integers
+// and the scaling the same product, so C is bit for bit what the packed path gives. Each kernel call prefetches
+// the next tile's rows into L2.
+func qFewInt8(m, n, k int, a, w []int8, out *qInt8Out) {
+	kq := k / 4
+	panelI8, panelBuf := scratchI8(kq * qNR * 4)
+	defer panelBuf.release()
+	panel := qBytes(panelI8)
+	qPackPanel(panel, qBytes(a), m, k)
+	mask := uint64(1)<<m - 1
+	Parallel((n+qMR-1)/qMR, qRowGrain(qMR*k), func(lo, hi int) {
+		var bias [qMR]int32
+		var pf prefetchStream
+		ct, ctBuf := scratchI32(qMR * qNR) // Cᵀ for the tile: int32 sums, or float32 bits
+		defer ctBuf.release()
+		cf := unsafe.Slice((*float32)(unsafe.Pointer(&ct[0])), len(ct))
+		for tile := lo; tile < hi; tile++ {
+			j0 := tile * qMR
+			rows := min(qMR, n-j0)
+			wt := w[j0*k:]
+			if rows < qMR { // the kernel reads qMR rows
+				pad, padBuf := scratchI8(qMR * k)
+				defer padBuf.release()
+				clear(pad[copy(pad, wt):])
+				wt = pad
+			}
+			for r := range rows {
+				bias[r] = 128 * qSumI8VNNI(&wt[r*k], k)
+			}
+			if tile+1 < hi {
+				pf = prefetchRows(uintptr(unsafe.Pointer(&w[(j0+qMR)*k])), k, min(qMR, n-j0-qMR), k)
+			}
+			if out.cf != nil {
+				qKernelI8F32VNNI(&wt[0], k, &panel[0], kq, &cf[0], qNR, rows, mask, &bias[0], &out.sw[j0], &out.sa[0], &pf)
+				for t := range m {
+					dst := out.cf[t*n+j0:][:rows]
+					for r := range dst {
+						dst[r] = cf[r*qNR+t]
+					}
+				}
+				continue
+			}
+			qKernelI8VNNI(&wt[0], k, &panel[0], kq, &ct[0], qNR, rows, mask, &bias[0], &pf)
+			for t := range m {
+				dst := out.ci[t*n+j0:][:rows]
+				for r := range dst {
+					dst[r] = ct[r*qNR+t]
 				}
 			}
 		}

@@ -1,6 +1,7 @@
 //go:build !noasm
 
 #include "textflag.h"
+#include "prefetch_amd64.h"
 
 // Inner loops of the quantized kernels (quant.go, qgguf.go). The pure-Go twin of each is named in its comment
 // (qgeneric.go). VPDPBUSD (AVX-512 VNNI) adds, to each int32 lane of its destination, the four products of the
@@ -404,20 +405,25 @@ sumreduce:
 	DECQ         R13 ; \
 	JZ           i32done
 
-// func qKernelI8VNNI(a *int8, lda int, wp *uint8, kq int, c *int32, ldc, rows int, mask uint64, bias *int32)
+// func qKernelI8VNNI(a *int8, lda int, wp *uint8, kq int, c *int32, ldc, rows int, mask uint64, bias *int32,
+//	pf *prefetchStream)
 // The W8A8 GEMM micro-kernel for GEMMInt8: c[r*ldc+j] = acc[r][j] - bias[r] (I8_STEP) for the first rows rows
-// (1..8) and the columns j whose bit is set in mask.
-TEXT ·qKernelI8VNNI(SB), NOSPLIT, $0-72
+// (1..8) and the columns j whose bit is set in mask. Each step prefetches a line of pf's stream.
+TEXT ·qKernelI8VNNI(SB), NOSPLIT, $0-80
 	MOVQ a+0(FP), AX
 	MOVQ lda+8(FP), R8
 	MOVQ wp+16(FP), BX
 	MOVQ kq+24(FP), CX
+	MOVQ pf+72(FP), DX
+	PF_LOAD(DX, DI, SI, R11, R12, R13)
 	I8_SETUP
 
 i32loop:
 	I8_STEP
+	PF_STEP(pfi32, DI, SI, R11, R12, R13)
 	DECQ CX
 	JNZ  i32loop
+	PF_STORE(pfdonei32, DX, DI, SI, R13)
 	MOVQ  mask+56(FP), AX
 	MOVQ  c+32(FP), DI
 	MOVQ  ldc+40(FP), SI
@@ -462,20 +468,25 @@ i32done:
 	JZ           f32done
 
 // func qKernelI8F32VNNI(a *int8, lda int, wp *uint8, kq int, c *float32, ldc, rows int, mask uint64, bias *int32,
-//	sa, sw *float32)
+//	sa, sw *float32, pf *prefetchStream)
 // The W8A8 GEMM micro-kernel for GEMMW8A8: c[r*ldc+j] = float32(acc[r][j] - bias[r])·(sa[r]·sw[j]) (I8_STEP) for
-// the first rows rows and the columns j whose bit is set in mask (sw is read only there).
-TEXT ·qKernelI8F32VNNI(SB), NOSPLIT, $0-88
+// the first rows rows and the columns j whose bit is set in mask (sw is read only there). Each step prefetches a
+// line of pf's stream.
+TEXT ·qKernelI8F32VNNI(SB), NOSPLIT, $0-96
 	MOVQ a+0(FP), AX
 	MOVQ lda+8(FP), R8
 	MOVQ wp+16(FP), BX
 	MOVQ kq+24(FP), CX
+	MOVQ pf+88(FP), DX
+	PF_LOAD(DX, DI, SI, R11, R12, R13)
 	I8_SETUP
 
 f32loop:
 	I8_STEP
+	PF_STEP(pff32, DI, SI, R11, R12, R13)
 	DECQ CX
 	JNZ  f32loop
+	PF_STORE(pfdonef32, DX, DI, SI, R13)
 	MOVQ  mask+56(FP), AX
 	MOVQ  c+32(FP), DI
 	MOVQ  ldc+40(FP), SI
