@@ -25,18 +25,17 @@ import (
 
 // The micro-kernels compute, for r < mr and j < nr,
 //
-//	c[r*ldc+j] = Σ_{p<kc} a[r*gemmKC+p]·b[p*nr+j]   (acc == 0)
-//	c[r*ldc+j] += Σ_{p<kc} a[r*gemmKC+p]·b[p*nr+j]  (acc != 0)
+//	c[r*ldc+j] = Σ_{p<kc} a[r*lda+p]·b[p*nr+j]   (acc == 0)
+//	c[r*ldc+j] += Σ_{p<kc} a[r*lda+p]·b[p*nr+j]  (acc != 0)
 //
-// with a the packed rows of A and b a packed W panel. kc >= 1. gemm_amd64.s hard-codes gemmKC*4 as the byte
-// stride between rows of a. While it computes, the AVX-512 kernel prefetches up to kc lines of pf's stream into L2,
+// with a the rows of A (copied, or W's rows in place in gemmFew) and b a packed W panel. kc >= 1. While it computes, the AVX-512 kernel prefetches up to kc lines of pf's stream into L2,
 // one a step, and advances the stream.
 //
 //go:noescape
-func gemmKernel14x32AVX512(kc int, a, b, c *float32, ldc, acc int, pf *prefetchStream)
+func gemmKernel14x32AVX512(kc int, a *float32, lda int, b, c *float32, ldc, acc int, pf *prefetchStream)
 
 //go:noescape
-func gemmKernel6x16AVX2(kc int, a, b, c *float32, ldc, acc int, pf *prefetchStream)
+func gemmKernel6x16AVX2(kc int, a *float32, lda int, b, c *float32, ldc, acc int, pf *prefetchStream)
 
 // prefetchStream is a stream of cache lines for a micro-kernel to prefetch: lines lines in all, taken rowBytes/64 a
 // row from rows ld bytes apart, starting off bytes into the row at addr. The zero value is an empty stream.
@@ -80,7 +79,7 @@ func gemvF16AVX2(rows, k int, w *uint16, x, y *float32)
 // floats (32 KiB), stays in L1 while up to gemmMC rows of A (gemmMC×gemmKC floats, under 512 KiB) come from L2;
 // a packed block of W, gemmKC×gemmNC floats (2 MiB), comes from L3.
 const (
-	gemmKC = 256 // also in gemm_amd64.s (KCB)
+	gemmKC = 256
 	gemmMC = 448
 	gemmNC = 2048
 )
@@ -89,7 +88,7 @@ const (
 type gemmArch struct {
 	name   string
 	mr, nr int
-	kernel func(kc int, a, b, c *float32, ldc, acc int, pf *prefetchStream)
+	kernel func(kc int, a *float32, lda int, b, c *float32, ldc, acc int, pf *prefetchStream)
 	packB  func(dst, src []float32, ld, rows, kc int)
 }
 
@@ -257,13 +256,12 @@ func prefetchRows(addr uintptr, ld, rows, size int) prefetchStream {
 }
 
 // gemmFew is GEMM for a few tokens (batched decode), with the operands' roles swapped: it computes Cᵀ = W·Aᵀ,
-// so that W's rows are the micro-kernel's broadcast operand, only copied (rows j..j+rows-1, steps pc..pc+kc-1,
-// into a buffer at stride gemmKC), and the tokens are packed into panels of nr instead, once a call. Packing W,
-// a gather and transpose of every weight, costs as much as the products at this m and would be paid again on
-// every call; a copy costs a small part of it, provided its rows are in cache: each kernel call prefetches the
-// rows of the next copy into L2 while it computes, so that W streams from memory behind the arithmetic rather
-// than between it. Each output is summed in the same order as gemmRun sums it (kc steps in registers, then added
-// to C), so the two give identical results.
+// so that W's rows are the micro-kernel's broadcast operand, read in place (float32) or widened into a buffer
+// (binary16, and the last rows, which fill no whole tile), and the tokens are packed into panels of nr instead,
+// once a call. Packing W, a gather and transpose of every weight, costs as much as the products at this m and
+// would be paid again on every call. Each kernel call prefetches the rows of W the next one reads into L2, so
+// that W streams from memory behind the arithmetic. Each output is summed in the same order as gemmRun sums it
+// (kc steps in registers, then added to C), so the two give identical results.
 func gemmFew(u *gemmArch, m, n, k int, a, c []float32, w gemmFewW) {
 	mr, nr := u.mr, u.nr
 	panels := (m + nr - 1) / nr
@@ -282,7 +280,7 @@ func gemmFew(u *gemmArch, m, n, k int, a, c []float32, w gemmFewW) {
 		bufs := getGEMMBufs()
 		defer gemmBufsList.put(bufs)
 		ct := bufs.tile // Cᵀ for mr outputs and nr tokens
-		wa := bufs.a    // the mr rows of W, kc steps at a time: block pb at wa[pb*mr*gemmKC:]
+		wa := bufs.a    // widened rows of W, kc steps at a time: block pb at wa[pb*mr*gemmKC:]
 		if len(wa) < blocks*mr*gemmKC {
 			var waBuf scratchHandle[float32]
 			wa, waBuf = scratchF32(blocks * mr * gemmKC)
@@ -292,12 +290,15 @@ func gemmFew(u *gemmArch, m, n, k int, a, c []float32, w gemmFewW) {
 		for g := lo; g < hi; g++ {
 			j := g * mr
 			rows := min(mr, n-j)
+			inPlace := w.f16 == nil && rows == mr
 			for tp := range panels {
 				for pb := range blocks {
 					pc := pb * gemmKC
 					kc := min(gemmKC, k-pc)
 					if tp == 0 {
-						w.copy(wa[pb*mr*gemmKC:], k, j, pc, rows, kc)
+						if !inPlace {
+							w.copy(wa[pb*mr*gemmKC:], k, j, pc, rows, kc)
+						}
 						switch {
 						case pb+1 < blocks:
 							pf = w.prefetch(k, j, pc+gemmKC, rows, min(gemmKC, k-pc-gemmKC))
@@ -309,7 +310,11 @@ func gemmFew(u *gemmArch, m, n, k int, a, c []float32, w gemmFewW) {
 					if pb > 0 {
 						acc = 1
 					}
-					u.kernel(kc, &wa[pb*mr*gemmKC], &at[(pb*panels+tp)*gemmKC*nr], &ct[0], nr, acc, &pf)
+					wr, lda := &wa[pb*mr*gemmKC], gemmKC
+					if inPlace {
+						wr, lda = &w.f32[j*k+pc], k
+					}
+					u.kernel(kc, wr, lda, &at[(pb*panels+tp)*gemmKC*nr], &ct[0], nr, acc, &pf)
 				}
 				for t := tp * nr; t < min(m, (tp+1)*nr); t++ {
 					dst := c[t*n+j:][:rows]
@@ -376,10 +381,10 @@ func gemmMacro(u *gemmArch, bufs *gemmBufs, c []float32, ldc, mc, nc, kc, acc in
 			a := &bufs.a[ir*gemmKC]
 			if rows == mr && cols == nr {
 				_ = c[(ir+mr-1)*ldc+jr+nr-1]
-				u.kernel(kc, a, b, &c[ir*ldc+jr], ldc, acc, &noPrefetch)
+				u.kernel(kc, a, gemmKC, b, &c[ir*ldc+jr], ldc, acc, &noPrefetch)
 				continue
 			}
-			u.kernel(kc, a, b, &bufs.tile[0], nr, 0, &noPrefetch)
+			u.kernel(kc, a, gemmKC, b, &bufs.tile[0], nr, 0, &noPrefetch)
 			for r := 0; r < rows; r++ {
 				dst := c[(ir+r)*ldc+jr:][:cols]
 				src := bufs.tile[r*nr:][:cols]

@@ -3,9 +3,6 @@
 #include "textflag.h"
 #include "prefetch_amd64.h"
 
-// Byte stride between the packed rows of A: gemmKC floats (gemm_amd64.go).
-#define KCB 1024
-
 // GEMVSETUP loads the arguments of gemvAVX512 and gemvF16AVX512 (defined here, before any TEXT, so that vet
 // checks its argument names against those functions only where they use it): R11 rows, BX k, SI w, DI x, DX y,
 // R10 k/64, R12 (k%64)/16, R13 k%16 and K1 the mask of its lanes.
@@ -35,9 +32,11 @@
 // 28 FMAs against 2 vector loads and 14 broadcasts, which keeps both FMA pipes of a Zen 4/5 or Intel core busy
 // (the 4-cycle FMA latency needs 8 independent accumulators; there are 28).
 
-// ROW14 is one row's part of a step: broadcast a[r][p] into bc and multiply-add it with the W row in Z28, Z29.
-#define ROW14(r, bc, c0, c1) \
-	VBROADCASTSS (r*KCB)(SI), bc; \
+// ROW14 is one row's part of a step: broadcast a[r][p] (at addr) into bc and multiply-add it with the W row in
+// Z28, Z29. The rows of A are lda floats apart: with AX = lda·4 and BX = 3·AX, row r is at SI + r·AX, addressed
+// from SI (rows 0, 1, 2, 3, 4, 6, 8, 12), R14 = SI + 5·AX (rows 5, 7) and R15 = SI + 9·AX (rows 9, 10, 11, 13).
+#define ROW14(addr, bc, c0, c1) \
+	VBROADCASTSS addr, bc; \
 	VFMADD231PS  Z28, bc, c0; \
 	VFMADD231PS  Z29, bc, c1
 
@@ -52,16 +51,23 @@
 	VADDPS  64(DX), c1, c1; \
 	STORE14(c0, c1)
 
-// func gemmKernel14x32AVX512(kc int, a, b, c *float32, ldc, acc int, pf *prefetchStream)
-TEXT ·gemmKernel14x32AVX512(SB), NOSPLIT, $0-56
+// func gemmKernel14x32AVX512(kc int, a *float32, lda int, b, c *float32, ldc, acc int, pf *prefetchStream)
+TEXT ·gemmKernel14x32AVX512(SB), NOSPLIT, $0-64
 	MOVQ kc+0(FP), CX
 	MOVQ a+8(FP), SI
-	MOVQ b+16(FP), DI
-	MOVQ c+24(FP), DX
-	MOVQ ldc+32(FP), R8
+	MOVQ lda+16(FP), AX
+	MOVQ b+24(FP), DI
+	MOVQ c+32(FP), DX
+	MOVQ ldc+40(FP), R8
 	SHLQ $2, R8
-	MOVQ pf+48(FP), BX
-	PF_LOAD(BX, R9, R10, R11, R12, R13)
+	SHLQ $2, AX
+	LEAQ (AX)(AX*2), BX
+	LEAQ (SI)(AX*4), R14
+	ADDQ AX, R14
+	LEAQ (SI)(AX*8), R15
+	ADDQ AX, R15
+	MOVQ pf+56(FP), R13
+	PF_LOAD(R13, R9, R10, R11, R12, R13)
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
@@ -94,28 +100,31 @@ TEXT ·gemmKernel14x32AVX512(SB), NOSPLIT, $0-56
 k14:
 	VMOVUPS (DI), Z28
 	VMOVUPS 64(DI), Z29
-	ROW14(0, Z30, Z0, Z1)
-	ROW14(1, Z31, Z2, Z3)
-	ROW14(2, Z30, Z4, Z5)
-	ROW14(3, Z31, Z6, Z7)
-	ROW14(4, Z30, Z8, Z9)
-	ROW14(5, Z31, Z10, Z11)
-	ROW14(6, Z30, Z12, Z13)
-	ROW14(7, Z31, Z14, Z15)
-	ROW14(8, Z30, Z16, Z17)
-	ROW14(9, Z31, Z18, Z19)
-	ROW14(10, Z30, Z20, Z21)
-	ROW14(11, Z31, Z22, Z23)
-	ROW14(12, Z30, Z24, Z25)
-	ROW14(13, Z31, Z26, Z27)
+	ROW14((SI), Z30, Z0, Z1)
+	ROW14((SI)(AX*1), Z31, Z2, Z3)
+	ROW14((SI)(AX*2), Z30, Z4, Z5)
+	ROW14((SI)(BX*1), Z31, Z6, Z7)
+	ROW14((SI)(AX*4), Z30, Z8, Z9)
+	ROW14((R14), Z31, Z10, Z11)
+	ROW14((SI)(BX*2), Z30, Z12, Z13)
+	ROW14((R14)(AX*2), Z31, Z14, Z15)
+	ROW14((SI)(AX*8), Z30, Z16, Z17)
+	ROW14((R15), Z31, Z18, Z19)
+	ROW14((R15)(AX*1), Z30, Z20, Z21)
+	ROW14((R15)(AX*2), Z31, Z22, Z23)
+	ROW14((SI)(BX*4), Z30, Z24, Z25)
+	ROW14((R15)(AX*4), Z31, Z26, Z27)
 	PF_STEP(pf14, R9, R10, R11, R12, R13)
 	ADDQ $4, SI
+	ADDQ $4, R14
+	ADDQ $4, R15
 	ADDQ $128, DI
 	DECQ CX
 	JNZ  k14
+	MOVQ pf+56(FP), BX
 	PF_STORE(pfdone14, BX, R9, R10, R13)
 
-	MOVQ acc+40(FP), AX
+	MOVQ acc+48(FP), AX
 	TESTQ AX, AX
 	JNZ  add14
 	STORE14(Z0, Z1)
@@ -158,8 +167,9 @@ add14:
 // The same scheme in 16 YMM registers: the tile in Y0..Y11 (row r in Y(2r), Y(2r+1)), the W row in Y12, Y13,
 // broadcasts in Y14, Y15. 12 FMAs per step against 2 loads and 6 broadcasts.
 
-#define ROW6(r, bc, c0, c1) \
-	VBROADCASTSS (r*KCB)(SI), bc; \
+// Rows of A lda floats apart (R9 = lda·4, R10 = 3·R9): rows 0-4 from SI, row 5 from R11 = SI + 5·R9.
+#define ROW6(addr, bc, c0, c1) \
+	VBROADCASTSS addr, bc; \
 	VFMADD231PS  Y12, bc, c0; \
 	VFMADD231PS  Y13, bc, c1
 
@@ -173,16 +183,21 @@ add14:
 	VADDPS  32(DX), c1, c1; \
 	STORE6(c0, c1)
 
-// func gemmKernel6x16AVX2(kc int, a, b, c *float32, ldc, acc int, pf *prefetchStream)
+// func gemmKernel6x16AVX2(kc int, a *float32, lda int, b, c *float32, ldc, acc int, pf *prefetchStream)
 //
 // pf is not used: this kernel does not prefetch.
-TEXT ·gemmKernel6x16AVX2(SB), NOSPLIT, $0-56
+TEXT ·gemmKernel6x16AVX2(SB), NOSPLIT, $0-64
 	MOVQ kc+0(FP), CX
 	MOVQ a+8(FP), SI
-	MOVQ b+16(FP), DI
-	MOVQ c+24(FP), DX
-	MOVQ ldc+32(FP), R8
+	MOVQ lda+16(FP), R9
+	MOVQ b+24(FP), DI
+	MOVQ c+32(FP), DX
+	MOVQ ldc+40(FP), R8
 	SHLQ $2, R8
+	SHLQ $2, R9
+	LEAQ (R9)(R9*2), R10
+	LEAQ (SI)(R9*4), R11
+	ADDQ R9, R11
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
@@ -199,18 +214,19 @@ TEXT ·gemmKernel6x16AVX2(SB), NOSPLIT, $0-56
 k6:
 	VMOVUPS (DI), Y12
 	VMOVUPS 32(DI), Y13
-	ROW6(0, Y14, Y0, Y1)
-	ROW6(1, Y15, Y2, Y3)
-	ROW6(2, Y14, Y4, Y5)
-	ROW6(3, Y15, Y6, Y7)
-	ROW6(4, Y14, Y8, Y9)
-	ROW6(5, Y15, Y10, Y11)
+	ROW6((SI), Y14, Y0, Y1)
+	ROW6((SI)(R9*1), Y15, Y2, Y3)
+	ROW6((SI)(R9*2), Y14, Y4, Y5)
+	ROW6((SI)(R10*1), Y15, Y6, Y7)
+	ROW6((SI)(R9*4), Y14, Y8, Y9)
+	ROW6((R11), Y15, Y10, Y11)
 	ADDQ $4, SI
+	ADDQ $4, R11
 	ADDQ $64, DI
 	DECQ CX
 	JNZ  k6
 
-	MOVQ acc+40(FP), AX
+	MOVQ acc+48(FP), AX
 	TESTQ AX, AX
 	JNZ  add6
 	STORE6(Y0, Y1)
