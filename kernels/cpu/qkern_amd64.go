@@ -172,7 +172,7 @@ const (
 // time and offset by 128 ([kq][qNR][4]), and runs the micro-kernel over every block of qMR rows of A against its
 // panel, which stays in L2; A is read in place (a copy only pads k to a multiple of four, and the last block to
 // qMR rows, with zeros). The micro-kernel writes C itself, taking off the excess 128·Σ_p a[i,p] (and scaling, for
-// W8A8) as it stores.
+// W8A8) as it stores. Up to qNR tokens, with k a multiple of four, run qFewInt8 instead, which packs no W.
 func qGEMMInt8(m, n, k int, a, w []int8, out *qInt8Out) {
 	if !qVNNI {
 		qGEMMInt8Go(m, n, k, a, w, out)
