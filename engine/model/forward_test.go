@@ -143,9 +143,9 @@ func TestBatchMatchesSingle(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				// Int4 (W4A16) runs a token in a 4-token tile or in the one-token path depending on its place in
-				// the batch; the two sum s·(Σq·x - z·Σx) in different orders, which moves logits by up to about
-				// 1.05e-5 here (measured), so Int4 gets twice the bound.
+				// Int4 (W4A8) runs a call of 12 tokens or more (groups of a multiple of 64) as a GEMM tile and fewer
+				// one token at a time; the two add the scaled group sums in different orders, so Int4 gets twice
+				// the bound.
 				tol := 1e-5
 				if f == quant.Int4 {
 					tol = 2e-5

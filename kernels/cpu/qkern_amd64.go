@@ -33,7 +33,14 @@ func qDotI8RowsVNNI(w *int8, k int, a *int8, rows int, acc *int32)
 func qSumI8VNNI(a *int8, n int) int32
 
 //go:noescape
-func qPackW(dst, src *byte, k, rows, kq int)
+func qPackW(dst, src *byte, k, rows, kq, nr int)
+
+//go:noescape
+func qW4UnpackAVX512(dst *int8, w, z *uint8, bias *int32, groups, chunks int)
+
+//go:noescape
+func qW4A8TileVNNI(codes *int8, k int, tok *uint8, groups, steps int, bias *int32, scale, sa *float32, mask uint64,
+	out *float32, pf *prefetchStream)
 
 //go:noescape
 func qKernelI8VNNI(a *int8, lda int, wp *uint8, kq int, c *int32, ldc, rows int, mask uint64, bias *int32,
@@ -212,7 +219,7 @@ func qPackedInt8(m, n, k int, a, w []int8, out *qInt8Out) {
 		for pj := lo; pj < hi; pj++ {
 			j0 := pj * qNR
 			nc := min(qNR, n-j0)
-			qPackPanel(wp, wb[j0*k:(j0+nc)*k], nc, k)
+			qPackPanel(wp, wb[j0*k:(j0+nc)*k], nc, k, qNR)
 			mask := uint64(1)<<nc - 1
 			for ib := 0; ib < mb; ib++ {
 				i0 := ib * qMR
@@ -240,7 +247,7 @@ func qFewInt8(m, n, k int, a, w []int8, out *qInt8Out) {
 	panelI8, panelBuf := scratchI8(kq * qNR * 4)
 	defer panelBuf.release()
 	panel := qBytes(panelI8)
-	qPackPanel(panel, qBytes(a), m, k)
+	qPackPanel(panel, qBytes(a), m, k, qNR)
 	mask := uint64(1)<<m - 1
 	Parallel((n+qMR-1)/qMR, qRowGrain(qMR*k), func(lo, hi int) {
 		var bias [qMR]int32
@@ -285,11 +292,12 @@ func qFewInt8(m, n, k int, a, w []int8, out *qInt8Out) {
 	})
 }
 
-// qPackPanel packs rows (at most qNR) rows of W, k bytes each, for qKernelI8VNNI: byte 4q+t of row c, XOR 0x80, at
-// dst[(q*qNR+c)*4+t]. qPackW copies the whole groups of four; a last partial group is padded with zeros.
-func qPackPanel(dst, src []byte, rows, k int) {
+// qPackPanel packs rows (at most nr) rows of W, or tokens, k bytes each, into a panel of nr columns: byte 4q+t of
+// row c, XOR 0x80, at dst[(q*nr+c)*4+t]. qPackW copies the whole groups of four; a last partial group is padded
+// with zeros.
+func qPackPanel(dst, src []byte, rows, k, nr int) {
 	if k/4 > 0 {
-		qPackW(&dst[0], &src[0], k, rows, k/4)
+		qPackW(&dst[0], &src[0], k, rows, k/4, nr)
 	}
 	if k%4 == 0 {
 		return
@@ -298,7 +306,7 @@ func qPackPanel(dst, src []byte, rows, k int) {
 	for c := 0; c < rows; c++ {
 		var b [4]byte
 		copy(b[:], src[c*k+4*q:(c+1)*k])
-		binary.LittleEndian.PutUint32(dst[(q*qNR+c)*4:], binary.LittleEndian.Uint32(b[:])^0x80808080)
+		binary.LittleEndian.PutUint32(dst[(q*nr+c)*4:], binary.LittleEndian.Uint32(b[:])^0x80808080)
 	}
 }
 
@@ -397,10 +405,11 @@ func qGEMMW8(m, n, k int, a []float32, w []int8, sw, c []float32) {
 	}
 }
 
-// qW4A8 is GEMMW4A8. With VNNI and groups of a multiple of 128 (or 64, or 32), each token is rearranged for
-// qDotW4A8RowsVNNI (or its 256- or 128-bit twin) and its group sums taken once, and blocks of qW4A8Rows rows of W serve
-// every token while they are in L2; a token's outputs are computed the same way whatever the other tokens, so they
-// do not depend on the batch. Other groups run the pure-Go loop.
+// qW4A8 is GEMMW4A8. With VNNI, qW4TileMinM tokens or more and groups of a multiple of 64 run the tile kernel
+// (qW4A8Tile). Fewer tokens, with groups of a multiple of 128 (or 64, or 32), run one token at a time: each token
+// is rearranged for qDotW4A8RowsVNNI (or its 256- or 128-bit twin) and its group sums taken once, and blocks of
+// qW4A8Rows rows of W serve every token while they are in L2, so a token's outputs do not depend on the others.
+// Other groups run the pure-Go loop.
 func qW4A8(m, n, k, group int, qa []int8, sa []float32, w []uint8, s []float32, z []uint8, c []float32) {
 	chunk, rowsKernel := 128, qDotW4A8RowsVNNI
 	switch {
@@ -412,6 +421,10 @@ func qW4A8(m, n, k, group int, qa []int8, sa []float32, w []uint8, s []float32, 
 	}
 	if !qVNNI || group%chunk != 0 {
 		qW4A8Go(m, n, k, group, qa, sa, w, s, z, c)
+		return
+	}
+	if m >= qW4TileMinM && group%64 == 0 {
+		qW4A8Tile(m, n, k, group, qa, sa, w, s, z, c)
 		return
 	}
 	half := chunk / 2
@@ -442,6 +455,75 @@ func qW4A8(m, n, k, group int, qa []int8, sa []float32, w []uint8, s []float32, 
 		}
 	})
 }
+
+// qW4A8Tile is qW4A8 for qW4TileMinM tokens or more, groups of a multiple of 64 and VNNI: a GEMM rather than
+// a GEMV a token. Each thread unpacks qW4TileRows rows of W at a time into signed bytes q - z (qW4UnpackAVX512),
+// which the tile kernel broadcasts against panels of qW4TileTokens tokens packed once a call (offset by 128, as
+// qFewInt8's are): each code is unpacked once a call instead of once a token, and a step does twelve VPDPBUSD
+// against eight loads. Every group's sum is exact; the float32 sums of the group terms differ in their order
+// from the one-token kernel's, so a token's outputs here may differ from its outputs alone by a rounding, and
+// do not depend on which other tokens share the call.
+func qW4A8Tile(m, n, k, group int, qa []int8, sa []float32, w []uint8, s []float32, z []uint8, c []float32) {
+	const rowsT, tokT = qW4TileRows, qW4TileTokens
+	gpr, kq := k/group, k/4
+	panels := (m + tokT - 1) / tokT
+	tokI8, tokBuf := scratchI8(panels * kq * tokT * 4)
+	defer tokBuf.release()
+	tok := qBytes(tokI8)
+	for p := range panels {
+		qPackPanel(tok[p*kq*tokT*4:], qBytes(qa[p*tokT*k:]), min(tokT, m-p*tokT), k, tokT)
+	}
+	Parallel((n+rowsT-1)/rowsT, qRowGrain(rowsT*k), func(lo, hi int) {
+		codes, codesBuf := scratchI8(rowsT * k)
+		defer codesBuf.release()
+		tile, tileBuf := scratchF32(rowsT*tokT + rowsT*gpr)
+		defer tileBuf.release()
+		out, scale := tile[:rowsT*tokT], tile[rowsT*tokT:]
+		bias, biasBuf := scratchI32(rowsT * gpr)
+		defer biasBuf.release()
+		var pf prefetchStream
+		for b := lo; b < hi; b++ {
+			j0 := b * rowsT
+			rows := min(rowsT, n-j0)
+			for r := range rowsT {
+				if r >= rows { // a last partial tile: the missing rows' results are not stored
+					for g := range gpr {
+						bias[g*rowsT+r], scale[g*rowsT+r] = 0, 0
+					}
+					continue
+				}
+				j := j0 + r
+				qW4UnpackAVX512(&codes[r*k], &w[j*k/2], &z[j*gpr], &bias[r], gpr, group/64)
+				for g := range gpr {
+					scale[g*rowsT+r] = s[j*gpr+g]
+				}
+			}
+			if b+1 < hi {
+				next := j0 + rowsT
+				pf = prefetchRows(uintptr(unsafe.Pointer(&w[next*k/2])), k/2, min(rowsT, n-next), k/2)
+			}
+			for p := range panels {
+				t0 := p * tokT
+				tn := min(tokT, m-t0)
+				qW4A8TileVNNI(&codes[0], k, &tok[p*kq*tokT*4], gpr, group/4, &bias[0], &scale[0], &sa[t0],
+					uint64(1)<<tn-1, &out[0], &pf)
+				for t := range tn {
+					dst := c[(t0+t)*n+j0:][:rows]
+					for r := range dst {
+						dst[r] = out[r*tokT+t]
+					}
+				}
+			}
+		}
+	})
+}
+
+// The W4A8 tile: rows of W and tokens a kernel call, and the fewest tokens for which qW4A8 runs it.
+const (
+	qW4TileRows   = 6
+	qW4TileTokens = 32
+	qW4TileMinM   = 12
+)
 
 // qW4A8Rows is the rows of W in a block of qW4A8: 64 rows of 4096 values are 128 KiB, an L2 share.
 const qW4A8Rows = 64

@@ -1186,15 +1186,18 @@ w4chunk:
 	VZEROUPPER
 	RET
 
-// func qPackW(dst, src *byte, k, rows, kq int)
-// Packs rows (at most 48) rows of W, k bytes apart, for qKernelI8VNNI: for q < kq, bytes 4q..4q+3 of row c,
-// offset by 128 (XOR 0x80 on each byte), go to dst[(q*48+c)*4:]. A scalar copy of one dword at a time.
-TEXT ·qPackW(SB), NOSPLIT, $0-40
+// func qPackW(dst, src *byte, k, rows, kq, nr int)
+// Packs rows (at most nr) rows of W, k bytes apart, into a panel of nr columns for qKernelI8VNNI and
+// qW4A8TileVNNI: for q < kq, bytes 4q..4q+3 of row c, offset by 128 (XOR 0x80 on each byte), go to
+// dst[(q*nr+c)*4:]. A scalar copy of one dword at a time.
+TEXT ·qPackW(SB), NOSPLIT, $0-48
 	MOVQ dst+0(FP), DI
 	MOVQ src+8(FP), SI
 	MOVQ k+16(FP), DX
 	MOVQ rows+24(FP), R8
 	MOVQ kq+32(FP), R9
+	MOVQ nr+40(FP), BX
+	SHLQ $2, BX
 
 packrow:
 	MOVQ SI, R10
@@ -1206,7 +1209,7 @@ packword:
 	XORL $0x80808080, AX
 	MOVL AX, (R11)
 	ADDQ $4, R10
-	ADDQ $192, R11
+	ADDQ BX, R11
 	DECQ CX
 	JNZ  packword
 
@@ -1214,4 +1217,183 @@ packword:
 	ADDQ $4, DI
 	DECQ R8
 	JNZ  packrow
+	RET
+
+// func qW4UnpackAVX512(dst *int8, w, z *uint8, bias *int32, groups, chunks int)
+// Unpacks one row of W4A8 weights for qW4A8TileVNNI: groups groups of chunks·64 codes, packed two a byte (w),
+// go to dst in their natural order as signed bytes q - z[g]; bias[g*6] gets 128·Σ_{p in g} (q_p - z[g]), the
+// excess that the tile kernel's unsigned, offset tokens add. Per 32 packed bytes: widen to words, put the high
+// nibble in the high byte and the low nibble in the low byte (two ANDs and an OR), sum the codes (VPSADBW),
+// subtract the zero point.
+TEXT ·qW4UnpackAVX512(SB), NOSPLIT, $0-48
+	MOVQ dst+0(FP), DI
+	MOVQ w+8(FP), SI
+	MOVQ z+16(FP), DX
+	MOVQ bias+24(FP), BX
+	MOVQ groups+32(FP), CX
+	MOVQ chunks+40(FP), R8
+	MOVL $0x000f000f, AX
+	VPBROADCASTD AX, Z30
+	MOVL $0x0f000f00, AX
+	VPBROADCASTD AX, Z31
+	VPXORD Z29, Z29, Z29
+
+unpackgroup:
+	MOVBLZX      (DX), AX
+	VPBROADCASTB AX, Z28
+	VPXORD       Z27, Z27, Z27
+	MOVQ         R8, R9
+
+unpackchunk:
+	VPMOVZXBW (SI), Z0
+	VPSLLW    $4, Z0, Z1
+	VPANDD    Z30, Z0, Z0
+	VPANDD    Z31, Z1, Z1
+	VPORD     Z1, Z0, Z0
+	VPSADBW   Z29, Z0, Z2
+	VPADDQ    Z2, Z27, Z27
+	VPSUBB    Z28, Z0, Z0
+	VMOVDQU32 Z0, (DI)
+	ADDQ      $32, SI
+	ADDQ      $64, DI
+	DECQ      R9
+	JNZ       unpackchunk
+
+	VEXTRACTI64X4 $1, Z27, Y2
+	VPADDQ        Y2, Y27, Y2
+	VEXTRACTI128  $1, Y2, X3
+	VPADDQ        X3, X2, X2
+	VPSHUFD       $0x4e, X2, X3
+	VPADDQ        X3, X2, X2
+	VMOVQ         X2, R10
+	MOVQ          R8, R11
+	SHLQ          $6, R11
+	IMULQ         AX, R11
+	SUBQ          R11, R10
+	SHLQ          $7, R10
+	MOVL          R10, (BX)
+	ADDQ          $24, BX
+	INCQ          DX
+	DECQ          CX
+	JNZ           unpackgroup
+	VZEROUPPER
+	RET
+
+// W4T_STEP is one step of qW4A8TileVNNI's row r: broadcast four codes (at addr) and multiply them with the 32
+// tokens' four bytes in Z24, Z25 into the row's int32 sums Zi0, Zi1.
+#define W4T_STEP(addr, Zb, Zi0, Zi1) \
+	VPBROADCASTD addr, Zb ; \
+	VPDPBUSD     Zb, Z24, Zi0 ; \
+	VPDPBUSD     Zb, Z25, Zi1
+
+// W4T_GROUP ends a group for row r: take off the excess (bias, [group][6] at BX), convert, multiply-add with the
+// group's scale ([group][6] at DX) into the row's float sums Zf0, Zf1, and clear the int32 sums.
+#define W4T_GROUP(r, Zi0, Zi1, Zf0, Zf1) \
+	VPSUBD.BCST      (r*4)(BX), Zi0, Zi0 ; \
+	VPSUBD.BCST      (r*4)(BX), Zi1, Zi1 ; \
+	VCVTDQ2PS        Zi0, Zi0 ; \
+	VCVTDQ2PS        Zi1, Zi1 ; \
+	VFMADD231PS.BCST (r*4)(DX), Zi0, Zf0 ; \
+	VFMADD231PS.BCST (r*4)(DX), Zi1, Zf1 ; \
+	VPXORD           Zi0, Zi0, Zi0 ; \
+	VPXORD           Zi1, Zi1, Zi1
+
+// W4T_OUT scales row r's sums by the tokens' scales (Z24, Z25) and stores them at r*128(DI).
+#define W4T_OUT(r, Zf0, Zf1) \
+	VMULPS  Z24, Zf0, Zf0 ; \
+	VMULPS  Z25, Zf1, Zf1 ; \
+	VMOVUPS Zf0, (r*128)(DI) ; \
+	VMOVUPS Zf1, (r*128+64)(DI)
+
+// func qW4A8TileVNNI(codes *int8, k int, tok *uint8, groups, steps int, bias *int32, scale, sa *float32, mask uint64,
+//	out *float32, pf *prefetchStream)
+// The W4A8 tile micro-kernel: six rows of W, unpacked by qW4UnpackAVX512 (codes q - z, signed, rows k bytes
+// apart), against a panel of 32 tokens packed by qPackW (offset by 128, unsigned, [k/4][32][4]). For each group
+// of 4·steps values, VPDPBUSD sums Σ (a+128)·(q-z) exactly in int32; the group's end takes off 128·Σ (q-z) (bias)
+// and adds float32(sum)·s (one FMA) to the row's float sums. At the end out[r*32+t] = sum[r][t]·sa[t] (sa read
+// in the lanes set in mask). Z0-Z11 hold the int32 sums (row r in Z(2r), Z(2r+1)), Z12-Z23 the float sums.
+// Each step prefetches a line of pf's stream.
+TEXT ·qW4A8TileVNNI(SB), NOSPLIT, $0-88
+	MOVQ codes+0(FP), SI
+	MOVQ k+8(FP), R8
+	MOVQ tok+16(FP), DI
+	MOVQ groups+24(FP), CX
+	MOVQ bias+40(FP), BX
+	MOVQ scale+48(FP), DX
+	LEAQ (R8)(R8*2), R9
+	LEAQ (SI)(R8*4), R10
+	ADDQ R8, R10
+	MOVQ pf+80(FP), R15
+	PF_LOAD(R15, R11, R12, R13, R14, R15)
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	VPXORD Z22, Z22, Z22
+	VPXORD Z23, Z23, Z23
+
+w4tgroup:
+	MOVQ steps+32(FP), AX
+
+w4tstep:
+	VMOVDQU32 (DI), Z24
+	VMOVDQU32 64(DI), Z25
+	W4T_STEP((SI), Z26, Z0, Z1)
+	W4T_STEP((SI)(R8*1), Z27, Z2, Z3)
+	W4T_STEP((SI)(R8*2), Z26, Z4, Z5)
+	W4T_STEP((SI)(R9*1), Z27, Z6, Z7)
+	W4T_STEP((SI)(R8*4), Z26, Z8, Z9)
+	W4T_STEP((R10), Z27, Z10, Z11)
+	PF_STEP(pfw4t, R11, R12, R13, R14, R15)
+	ADDQ $4, SI
+	ADDQ $4, R10
+	ADDQ $128, DI
+	DECQ AX
+	JNZ  w4tstep
+
+	W4T_GROUP(0, Z0, Z1, Z12, Z13)
+	W4T_GROUP(1, Z2, Z3, Z14, Z15)
+	W4T_GROUP(2, Z4, Z5, Z16, Z17)
+	W4T_GROUP(3, Z6, Z7, Z18, Z19)
+	W4T_GROUP(4, Z8, Z9, Z20, Z21)
+	W4T_GROUP(5, Z10, Z11, Z22, Z23)
+	ADDQ $24, BX
+	ADDQ $24, DX
+	DECQ CX
+	JNZ  w4tgroup
+
+	MOVQ pf+80(FP), AX
+	PF_STORE(pfdonew4t, AX, R11, R12, R15)
+	MOVQ      sa+56(FP), BX
+	MOVQ      mask+64(FP), AX
+	KMOVQ     AX, K1
+	KSHIFTRQ  $16, K1, K2
+	VMOVUPS.Z (BX), K1, Z24
+	VMOVUPS.Z 64(BX), K2, Z25
+	MOVQ      out+72(FP), DI
+	W4T_OUT(0, Z12, Z13)
+	W4T_OUT(1, Z14, Z15)
+	W4T_OUT(2, Z16, Z17)
+	W4T_OUT(3, Z18, Z19)
+	W4T_OUT(4, Z20, Z21)
+	W4T_OUT(5, Z22, Z23)
+	VZEROUPPER
 	RET

@@ -65,7 +65,10 @@ func GEMMW4A16(m, n, k, group int, a []float32, w []uint8, s []float32, z []uint
 // weights in GEMMW4A16's layout: c[i*n+j] = sa[i]·Σ_g s[j,g]·Σ_{p in g} (q[j,p] - z[j,g])·qa[i*k+p], each group's
 // integer sum exact. With VNNI (groups of a multiple of 32) the codes are unpacked to bytes and multiplied by
 // VPDPBUSD, a few instructions per 128 weights where W4A16 needs a conversion and an FMA per weight, so one token
-// is bound by memory rather than by arithmetic, as W8A8 is.
+// is bound by memory rather than by arithmetic, as W8A8 is. From 12 tokens on (groups of a multiple of 64) each
+// thread unpacks W's codes once for all the tokens and runs a GEMM tile; its float32 sums of the group terms
+// are ordered differently from the one-token loop's, so a token's outputs there and alone may differ by a
+// rounding (within the conformance suite's bound).
 func GEMMW4A8(m, n, k, group int, qa []int8, sa []float32, w []uint8, s []float32, z []uint8, c []float32) {
 	shape.GEMMGroup("GEMMW4A8", m, n, k, group, len(qa), len(w), len(s), len(z), len(c))
 	shape.Len("GEMMW4A8", "sa", len(sa), m, "m")

@@ -293,7 +293,7 @@ func TestGEMMW4A16(t *testing.T, f GEMMW4A16Func) {
 func TestGEMMW4A8(t *testing.T, f GEMMW4A8Func) {
 	shapes := [][4]int{{1, 1, 128, 128}, {1, 1025, 256, 128}, {1, 17, 4096, 128}, {7, 17, 96, 32}, {17, 7, 1024, 128},
 		{17, 33, 384, 128}, {3, 5, 6, 2}, {9, 64, 512, 32}, {40, 70, 768, 128}, {2, 9, 512, 256}, {5, 33, 192, 64},
-		{1, 7, 64, 64}, {3, 5, 64, 32}, {2, 3, 96, 96}}
+		{1, 7, 64, 64}, {3, 5, 64, 32}, {2, 3, 96, 96}, {33, 13, 256, 64}, {16, 9, 512, 256}}
 	for si, sh := range shapes {
 		m, n, k, g := sh[0], sh[1], sh[2], sh[3]
 		r := qRand(uint64(700 + si))
@@ -321,18 +321,6 @@ func TestGEMMW4A8(t *testing.T, f GEMMW4A8Func) {
 			}
 		}
 		qCheck(t, fmt.Sprintf("GEMMW4A8 m=%d n=%d k=%d group=%d", m, n, k, g), c, want, bound)
-		// A token's outputs do not depend on the other tokens of the call.
-		if m > 1 {
-			one := make([]float32, n)
-			last := m - 1
-			f(1, n, k, g, qa[last*k:], sa[last:], w, s, z, one)
-			for j, v := range one {
-				if v != c[last*n+j] {
-					t.Fatalf("GEMMW4A8 m=%d n=%d k=%d group=%d: token %d alone gives c[%d] = %v, in the batch %v",
-						m, n, k, g, last, j, v, c[last*n+j])
-				}
-			}
-		}
 	}
 	qGEMMError(t, "GEMMW4A8", 0.04, func(m, n, k int, a, w, c []float32) {
 		qw, s, z := qQuantizeInt4(n, k, 128, w)
