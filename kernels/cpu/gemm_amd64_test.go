@@ -6,6 +6,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/morphlab/morphlab/kernels/half"
 )
 
 // gemmImpls names the GEMM/GEMV implementations this machine can run: "avx512" (the 14×32 micro-kernel and the
@@ -37,7 +39,7 @@ func gemmUse(impl string) (restore func()) {
 	return func() { gemmActive, gemvActive = prevGEMM, prevGEMV }
 }
 
-// TestGEMMFewMatchesPacked checks that the few-token GEMM (W copied, tokens packed) gives bit for bit what the
+// TestGEMMFewMatchesPacked checks that the few-token GEMM (W rows broadcast, tokens packed) gives bit for bit what the
 // packed-W loop nest gives: the engine relies on a token's logits not depending on the batch size.
 func TestGEMMFewMatchesPacked(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 8))
@@ -56,6 +58,40 @@ func TestGEMMFewMatchesPacked(t *testing.T) {
 			for i := range few {
 				if math.Float32bits(few[i]) != math.Float32bits(packed[i]) {
 					t.Fatalf("%s m=%d n=%d k=%d: C[%d] = %v few, %v packed", arch.name, m, n, k, i, few[i], packed[i])
+				}
+			}
+		}
+	}
+}
+
+// TestGEMMTokensMatchGEMV checks that GEMM for 2-64 tokens, run as GEMVs of up to four tokens, gives each token bit
+// for bit what a one-token GEMV gives it, float32 and binary16 weights, over k with and without tails of 64 and
+// 16 steps: a token's logits then do not depend on how many tokens share its step.
+func TestGEMMTokensMatchGEMV(t *testing.T) {
+	if gemvActive == nil || gemvActive.tokens32 == nil {
+		t.Skip("no few-token GEMV kernels")
+	}
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, s := range [][3]int{{2, 37, 64}, {3, 17, 300}, {4, 40, 768}, {5, 9, 17}, {8, 33, 1031}, {7, 1, 5}, {37, 21, 200},
+		{64, 70, 64}} {
+		m, n, k := s[0], s[1], s[2]
+		a, w := gemmRandom(r, m*k), gemmRandom(r, n*k)
+		w16 := make([]uint16, n*k)
+		for i, v := range w {
+			w16[i] = half.F32ToF16(v)
+		}
+		many, many16 := gemmPoisoned(m*n), gemmPoisoned(m*n)
+		GEMM(m, n, k, a, w, many)
+		GEMMF16(m, n, k, a, w16, many16)
+		for i := range m {
+			one, one16 := gemmPoisoned(n), gemmPoisoned(n)
+			GEMV(n, k, w, a[i*k:(i+1)*k], one)
+			GEMMF16(1, n, k, a[i*k:(i+1)*k], w16, one16)
+			for j := range n {
+				if math.Float32bits(many[i*n+j]) != math.Float32bits(one[j]) ||
+					math.Float32bits(many16[i*n+j]) != math.Float32bits(one16[j]) {
+					t.Fatalf("m=%d n=%d k=%d: token %d, C[%d] = %v, %v (f16) with the others, %v, %v alone",
+						m, n, k, i, j, many[i*n+j], many16[i*n+j], one[j], one16[j])
 				}
 			}
 		}

@@ -1,4 +1,4 @@
-// Prefetch streams for the micro-kernels (prefetchStream in gemm_amd64.go: row address, offset in the row,
+// Prefetch streams for the micro-kernels (prefetchStream in qkern_amd64.go: row address, offset in the row,
 // bytes a row, row stride, lines left, at byte offsets 0, 8, 16, 24, 32 of the struct at p). PF_LOAD loads the
 // stream into five registers; PF_STEP, once a kernel step, prefetches the next line into L2 if any is left;
 // PF_STORE writes the position back if it moved, so that an empty stream (noPrefetch, shared) is only read.

@@ -310,6 +310,28 @@ func qPackPanel(dst, src []byte, rows, k, nr int) {
 	}
 }
 
+// prefetchStream is a stream of cache lines for a micro-kernel to prefetch into L2 as it computes, one a step
+// (prefetch_amd64.h): lines lines in all, taken rowBytes/64 a row from rows ld bytes apart, starting off bytes
+// into the row at addr. The zero value is an empty stream. (Prefetches do not fault, so the addresses need no
+// bounds and addr no pointer type.)
+type prefetchStream struct {
+	addr     uintptr
+	off      int
+	rowBytes int
+	ld       int
+	lines    int
+}
+
+// noPrefetch is an empty stream for the kernel calls that prefetch nothing. It is never advanced.
+var noPrefetch prefetchStream
+
+// prefetchRows is the stream of the cache lines that hold bytes [0, size) of each of rows rows, ld bytes apart,
+// the first at addr. A row's bytes span at most size/64 + 2 lines from the line that holds its first byte.
+func prefetchRows(addr uintptr, ld, rows, size int) prefetchStream {
+	lines := size/64 + 2
+	return prefetchStream{addr: addr &^ 63, rowBytes: 64 * lines, ld: ld, lines: rows * lines}
+}
+
 // qBytes views int8s as bytes.
 func qBytes(x []int8) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(x))), len(x))
