@@ -80,7 +80,7 @@ func BenchmarkDecode(b *testing.B) {
 	for _, shape := range []string{"stories110M"} {
 		for _, f := range benchFormats {
 			for _, cf := range classifierFormats(f) {
-				for _, batch := range []int{1, 32} {
+				for _, batch := range []int{1, 8, 32} {
 					b.Run(fmt.Sprintf("shape=%s/format=%v/classifier=%v/batch=%d", shape, f, cf, batch), func(b *testing.B) {
 						m := benchModel(b, shape)
 						setFormat(b, m, f)

@@ -7,8 +7,9 @@ import (
 
 // GEMM computes C = A·Wᵀ: c[i*n+j] = Σ_p a[i*k+p]·w[j*k+p], with A [m, k], W [n, k] ([out, in]) and C [m, n],
 // overwriting c. It is kernels/ref.GEMM in float32. With m = 1 it is the matrix-vector product and runs GEMV's
-// bandwidth-bound loop; otherwise it runs the packed, cache-blocked micro-kernels of gemm_amd64.s (AVX-512 or
-// AVX2+FMA) split across the worker pool, or the pure-Go loop under noasm.
+// bandwidth-bound loop; with AVX-512 and m <= 64 it runs GEMVs of up to four tokens, which read W once and give
+// each token bit for bit its one-token result; otherwise it runs the packed, cache-blocked micro-kernels of
+// gemm_amd64.s (AVX-512 or AVX2+FMA) split across the worker pool, or the pure-Go loop under noasm.
 func GEMM(m, n, k int, a, w, c []float32) {
 	shape.GEMM("GEMM", m, n, k, len(a), len(w), len(c))
 	if m == 1 {
