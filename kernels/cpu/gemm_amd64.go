@@ -188,7 +188,7 @@ func gemm(m, n, k int, a, w, c []float32) {
 		gemmGo(m, n, k, a, w, c)
 		return
 	}
-	if g := gemvActive; g.tokens32 != nil && m <= gemvTokensMaxM {
+	if g := gemvActive; g != nil && g.tokens32 != nil && m <= gemvTokensMaxM {
 		gemvTokens(m, n, k, a, c, func(rows, j, t, tokens int) {
 			g.tokens32(rows, k, &w[j*k], &a[t*k], &c[t*n+j], tokens, n)
 		})
@@ -209,7 +209,7 @@ func gemmF16(m, n, k int, a []float32, w []uint16, c []float32) {
 		gemmF16Go(m, n, k, a, w, c)
 		return
 	}
-	if g := gemvActive; g.tokens16 != nil && m <= gemvTokensMaxM {
+	if g := gemvActive; g != nil && g.tokens16 != nil && m <= gemvTokensMaxM {
 		gemvTokens(m, n, k, a, c, func(rows, j, t, tokens int) {
 			g.tokens16(rows, k, &w[j*k], &a[t*k], &c[t*n+j], tokens, n)
 		})
