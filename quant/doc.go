@@ -19,10 +19,11 @@
 //     bytes where byte j holds element j in its low nibble and element j+16 in its high nibble; value = (q-8)·d.
 //     d = m/-8 where m is the block's value of largest magnitude (sign kept, first one on ties), and
 //     q = min(15, trunc(x·(1/d) + 8.5)), as ggml's quantize_row_q4_0_ref. 4.5 bits per weight.
-//   - Int4 ("uniform"/RTN INT4 and AWQ; kernels W4A16, and W4A8, which the engine runs): group-wise asymmetric with zero points, group size g (128 by
-//     default) along k. Packed uint8 [n, k/2]: byte i of a row holds element 2i in its LOW nibble and element 2i+1
-//     in its HIGH nibble. Per group a float32 scale s and a uint8 zero point z in 0..15, each stored [n, k/g]
-//     (row-major, group index fastest). value = (q - z)·s. 4 + 40/g bits per weight (4.3125 at g = 128).
+//   - Int4 ("uniform"/RTN INT4 and AWQ; kernels W4A16, and W4A8, which the engine runs): group-wise asymmetric with
+//     zero points, group size g (128 by default) along k. Packed uint8 [n, k/2]: byte i of a row holds element 2i
+//     in its LOW nibble and element 2i+1 in its HIGH nibble. Per group a float32 scale s and a uint8 zero point z
+//     in 0..15, each stored [n, k/g] (row-major, group index fastest). value = (q - z)·s. 4 + 40/g bits per weight
+//     (4.3125 at g = 128).
 //
 // Activations for W8A8 and W4A8 are quantized per token at run time (QuantizeActivations): row scale = max|x|/127,
 // q = round(x/scale), the same rule as the Int8 weights but along a token's row.

@@ -247,12 +247,13 @@ func (ws *Workspace) matmul(tokens int, x []float32, w *quant.Matrix, y []float3
 	}
 }
 
-// matmuls computes ys[i] = x·Wᵢᵀ for matrices that read the same activations (q, k and v; gate and up). For one token in a format whose kernels run a row at a time, the activations are quantized once and the
-// rows of all the matrices are split into one chunk a thread (each chunk's kernel calls then run on that thread,
-// the pool's nesting rule), so the threads do not meet at the end of every matrix: a decode step's small matmuls
-// cost a few µs of fixed time apiece. Each row is computed as the single matmul computes it (bit for bit with
-// AVX-512; the AVX2 GEMV sums the last rows of a call, up to three, differently). Measured on stories110M batch 1
-// in six interleaved A/B runs: medians +5% for F32, Int8 and Int4, F16 unchanged.
+// matmuls computes ys[i] = x·Wᵢᵀ for matrices that read the same activations (q, k and v; gate and up). For one
+// token in a format whose kernels run a row at a time, the activations are quantized once and the rows of all the
+// matrices are split into one chunk a thread (each chunk's kernel calls then run on that thread, the pool's nesting
+// rule), so the threads do not meet at the end of every matrix: a decode step's small matmuls cost a few µs of
+// fixed time apiece. Each row is computed as the single matmul computes it (bit for bit with AVX-512; the AVX2 GEMV
+// sums the last rows of a call, up to three, differently). Measured on stories110M batch 1 in six interleaved A/B
+// runs: medians +5% for F32, Int8 and Int4, F16 unchanged.
 func (ws *Workspace) matmuls(tokens int, x []float32, mats []*quant.Matrix, ys [][]float32) {
 	f, k := mats[0].Format, mats[0].Cols
 	fused := tokens == 1

@@ -35,21 +35,24 @@ func randomTokens(rng *rand.Rand, n, vocab int) []int32 {
 func TestBinAndGGUFLogitsAgree(t *testing.T) {
 	bin, gguf := loadStories(t, "stories260K.bin"), loadStories(t, "stories260K.gguf")
 	toks := randomTokens(rand.New(rand.NewPCG(1, 2)), 100, bin.Config.VocabSize)
-	var logits [2][]float32
-	for i, m := range []*Model{bin, gguf} {
-		seq, err := NewSequence(m, len(toks))
-		if err != nil {
-			t.Fatal(err)
-		}
-		l, err := seq.Feed(toks, true)
-		if err != nil {
-			t.Fatal(err)
-		}
-		logits[i] = append([]float32(nil), l...)
-	}
+	logits := [2][]float32{feedAll(t, bin, toks), feedAll(t, gguf, toks)}
 	if d := maxAbsDiff(logits[0], logits[1]); d > 1e-5 {
 		t.Fatalf("max |logit(.bin) - logit(.gguf)| = %g, want <= 1e-5", d)
 	}
+}
+
+// feedAll feeds toks to a fresh Sequence of m and returns a copy of the logits of every position.
+func feedAll(t *testing.T, m *Model, toks []int32) []float32 {
+	t.Helper()
+	seq, err := NewSequence(m, len(toks))
+	if err != nil {
+		t.Fatal(err)
+	}
+	logits, err := seq.Feed(toks, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append([]float32(nil), logits...)
 }
 
 // step is one forward pass of a batch test: for each sequence, how many tokens it feeds (0: it sits out).
@@ -135,13 +138,7 @@ func TestBatchMatchesSingle(t *testing.T) {
 				}
 				refs := map[string][]float32{"served alone": runBatched(t, m, [][]int32{s}, own, bs)[0]}
 				if bs == sequenceBlock {
-					seq, err := NewSequence(m, len(s))
-					if err != nil {
-						t.Fatal(err)
-					}
-					if refs["fed to a Sequence"], err = seq.Feed(s[:fed], true); err != nil {
-						t.Fatal(err)
-					}
+					refs["fed to a Sequence"] = feedAll(t, m, s[:fed])
 				}
 				// Int4 (W4A8) runs a call of 12 tokens or more (groups of a multiple of 64) as a GEMM tile and fewer
 				// one token at a time; the two add the scaled group sums in different orders, so Int4 gets twice
@@ -197,17 +194,7 @@ func TestForwardRejectsBadBatches(t *testing.T) {
 func TestOutputFormat(t *testing.T) {
 	m := loadStories(t, "stories260K.bin")
 	toks := randomTokens(rand.New(rand.NewPCG(5, 6)), 30, m.Config.VocabSize)
-	logitsWith := func() []float32 {
-		seq, err := NewSequence(m, len(toks))
-		if err != nil {
-			t.Fatal(err)
-		}
-		l, err := seq.Feed(toks, true)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return append([]float32(nil), l...)
-	}
+	logitsWith := func() []float32 { return feedAll(t, m, toks) }
 	base, baseBytes := logitsWith(), m.WeightBytes()
 	if err := m.SetOutputFormat(quant.Int8); err != nil {
 		t.Fatal(err)

@@ -229,10 +229,8 @@ func gemmF16(m, n, k int, a []float32, w []uint16, c []float32) {
 
 // gemvTokensMaxM is the most tokens for which GEMM runs as GEMVs of up to four tokens (gemvTokens). Up to it a
 // token's outputs do not depend on how many tokens share the call, which holds the engine's batched logits to
-// those of each sequence alone. At 2-16 tokens it is 1.5-3x faster than gemmFew (stories110M decode, batch 2-8:
-// F32 64-290 -> 131-399 tok/s, F16 73-274 -> 251-605); at 32-64 it reads W no faster than gemmFew and is up to
-// 15-20% slower on f32 weights (loads bound it: four tokens' values are reloaded for every vector of W), about
-// equal on binary16.
+// those of each sequence alone. At 2-16 tokens it is 1.5-3x faster than gemmFew; at 32-64 it is up to 15-20%
+// slower on f32 weights and about equal on binary16 (BENCHMARKS.md, "Model inference").
 const gemvTokensMaxM = 64
 
 // gemvTokensRows is the rows of W that gemvTokens passes to its kernel at once: each group of four tokens reads
@@ -325,15 +323,21 @@ func gemmFew(u *gemmArch, m, n, k int, a, c []float32, w gemmFewW) {
 					}
 					u.kernel(kc, wr, lda, &at[(pb*panels+tp)*gemmKC*nr], &ct[0], nr, acc)
 				}
-				for t := tp * nr; t < min(m, (tp+1)*nr); t++ {
-					dst := c[t*n+j:][:rows]
-					for r := range dst {
-						dst[r] = ct[r*nr+t-tp*nr]
-					}
-				}
+				storeTransposed(c[tp*nr*n:], n, j, rows, min(nr, m-tp*nr), ct, nr)
 			}
 		}
 	})
+}
+
+// storeTransposed writes a kernel's tile of Cᵀ back to C [tokens, n]: c[t*n+j0+r] = tile[r*ld+t] for the
+// tile's rows r < rows (outputs j0..) and tokens t < tokens.
+func storeTransposed[T float32 | int32](c []T, n, j0, rows, tokens int, tile []T, ld int) {
+	for t := range tokens {
+		dst := c[t*n+j0:][:rows]
+		for r := range dst {
+			dst[r] = tile[r*ld+t]
+		}
+	}
 }
 
 // gemmRun splits C into one block of whole tiles per thread, across the outputs (columns) when there are at least

@@ -539,7 +539,7 @@ sumh:
 // kernel forms them (four accumulators over runs of 64 steps, runs of 16 into the first, the masked tail into
 // the second, GEMVSUM's order), so a token's outputs are bit for bit its one-token outputs. With four tokens to
 // feed, the f32 kernel no longer keeps pace with memory unaided as the one-token one does, so both prefetch 4 KiB
-// ahead (f32, batch 2-8 stories110M decode: +10-25%, interleaved runs). Token t's x is at
+// ahead (+10-25% at batch 2-8 in interleaved runs of a stories110M decode step). Token t's x is at
 // x + t·k floats (DI, R14, R15, AX; tokens past the count repeat token 0 and are not stored) and its outputs at
 // y + t·ldy floats. Token t sums into Z(4t)..Z(4t+3); W's values are in Z16-Z19.
 

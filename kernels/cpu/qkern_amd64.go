@@ -273,21 +273,11 @@ func qFewInt8(m, n, k int, a, w []int8, out *qInt8Out) {
 			}
 			if out.cf != nil {
 				qKernelI8F32VNNI(&wt[0], k, &panel[0], kq, &cf[0], qNR, rows, mask, &bias[0], &out.sw[j0], &out.sa[0], &pf)
-				for t := range m {
-					dst := out.cf[t*n+j0:][:rows]
-					for r := range dst {
-						dst[r] = cf[r*qNR+t]
-					}
-				}
+				storeTransposed(out.cf, n, j0, rows, m, cf, qNR)
 				continue
 			}
 			qKernelI8VNNI(&wt[0], k, &panel[0], kq, &ct[0], qNR, rows, mask, &bias[0], &pf)
-			for t := range m {
-				dst := out.ci[t*n+j0:][:rows]
-				for r := range dst {
-					dst[r] = ct[r*qNR+t]
-				}
-			}
+			storeTransposed(out.ci, n, j0, rows, m, ct, qNR)
 		}
 	})
 }
@@ -529,12 +519,7 @@ func qW4A8Tile(m, n, k, group int, qa []int8, sa []float32, w []uint8, s []float
 				tn := min(tokT, m-t0)
 				qW4A8TileVNNI(&codes[0], k, &tok[p*kq*tokT*4], gpr, group/4, &bias[0], &scale[0], &sa[t0],
 					uint64(1)<<tn-1, &out[0], &pf)
-				for t := range tn {
-					dst := c[(t0+t)*n+j0:][:rows]
-					for r := range dst {
-						dst[r] = out[r*tokT+t]
-					}
-				}
+				storeTransposed(c[t0*n:], n, j0, rows, tn, out, tokT)
 			}
 		}
 	})
