@@ -3,6 +3,8 @@
 package cpu
 
 import (
+	"unsafe"
+
 	"github.com/morphlab/morphlab/kernels/half"
 	xcpu "golang.org/x/sys/cpu"
 )
@@ -41,10 +43,11 @@ func gemmKernel6x16AVX2(kc int, a *float32, lda int, b, c *float32, ldc, acc int
 func gemmPackB32AVX512(dst, src *float32, ld, rows, kc int)
 
 // The GEMV kernels set y[j] = Σ_p w[j*k+p]·x[p] for j < rows. AVX-512: any positive rows, every step p < k (its
-// masked loads read nothing past a row), one row after another with four accumulators, so that W is read as one
-// sequential stream. AVX2: rows a positive multiple of 4, p < k&^7 (the caller adds the rest), four rows at a
-// time, two accumulators each, against the same loads of x. The F16 kernels widen the binary16 weights with
-// VCVTPH2PS as they are loaded.
+// masked loads read nothing past a row), one row after another with one accumulator, so that W is read as one
+// sequential stream and each output is summed in the order every AVX-512 GEMV kernel keeps (gemm_amd64.s). AVX2:
+// rows a positive multiple of 4, p < k&^7 (the caller adds the rest), four rows at a time, two accumulators
+// each, against the same loads of x. The F16 kernels widen the binary16 weights with VCVTPH2PS as they are
+// loaded.
 //
 //go:noescape
 func gemvAVX512(rows, k int, w, x, y *float32)
@@ -57,13 +60,27 @@ func gemvAVX2(rows, k int, w, x, y *float32)
 
 // gemvTokensAVX512 and gemvTokensF16AVX512 are the AVX-512 GEMV kernels for tokens (1-4) tokens at once, x
 // holding them k floats apart: y[t*ldy+j] = Σ_p w[j*k+p]·x[t*k+p], each bit for bit what the one-token kernel
-// gives.
+// gives. They read one row at a time. gemvTiles4AVX512 and gemvTiles4F16AVX512 read four (rows a multiple of 4),
+// for four times the FMAs a load, with the tokens' x packed by gemvPanel, and prefetch a line a step from pf.
 //
 //go:noescape
 func gemvTokensAVX512(rows, k int, w, x, y *float32, tokens, ldy int)
 
 //go:noescape
 func gemvTokensF16AVX512(rows, k int, w *uint16, x, y *float32, tokens, ldy int)
+
+//go:noescape
+func gemvTiles4AVX512(rows, k int, w, xp, y *float32, tokens, ldy int, pf *linePrefetch)
+
+//go:noescape
+func gemvTiles4F16AVX512(rows, k int, w *uint16, xp, y *float32, tokens, ldy int, pf *linePrefetch)
+
+// linePrefetch is a run of cache lines for a kernel to prefetch, one a step: the address of the next and how
+// many are left.
+type linePrefetch struct {
+	addr  uintptr
+	lines int
+}
 
 //go:noescape
 func gemvF16AVX2(rows, k int, w *uint16, x, y *float32)
@@ -96,7 +113,8 @@ var (
 )
 
 // gemvArch is one instruction set's GEMV kernels: they take a multiple of rows rows of W and leave the last
-// k&rest steps of each row to the caller. tokens32 and tokens16, where set, run up to four tokens at once.
+// k&rest steps of each row to the caller. tokens32 and tokens16, where set, run up to four tokens at once, a row
+// at a time; tiles32 and tiles16 do the same four rows at a time.
 type gemvArch struct {
 	f32      func(rows, k int, w, x, y *float32)
 	f16      func(rows, k int, w *uint16, x, y *float32)
@@ -104,11 +122,14 @@ type gemvArch struct {
 	rest     int
 	tokens32 func(rows, k int, w, x, y *float32, tokens, ldy int)
 	tokens16 func(rows, k int, w *uint16, x, y *float32, tokens, ldy int)
+	tiles32  func(rows, k int, w, xp, y *float32, tokens, ldy int, pf *linePrefetch)
+	tiles16  func(rows, k int, w *uint16, xp, y *float32, tokens, ldy int, pf *linePrefetch)
 }
 
 var (
-	gemvAVX512Arch = gemvArch{gemvAVX512, gemvF16AVX512, 1, 0, gemvTokensAVX512, gemvTokensF16AVX512}
-	gemvAVX2Arch   = gemvArch{gemvAVX2, gemvF16AVX2, 4, 7, nil, nil}
+	gemvAVX512Arch = gemvArch{gemvAVX512, gemvF16AVX512, 1, 0, gemvTokensAVX512, gemvTokensF16AVX512,
+		gemvTiles4AVX512, gemvTiles4F16AVX512}
+	gemvAVX2Arch = gemvArch{gemvAVX2, gemvF16AVX2, 4, 7, nil, nil, nil, nil}
 )
 
 // gemmActive and gemvActive are the kernels GEMM and GEMV use (nil: the pure-Go loops). Tests switch them to
@@ -189,9 +210,7 @@ func gemm(m, n, k int, a, w, c []float32) {
 		return
 	}
 	if g := gemvActive; g != nil && g.tokens32 != nil && m <= gemvTokensMaxM {
-		gemvTokens(m, n, k, a, c, func(rows, j, t, tokens int) {
-			g.tokens32(rows, k, &w[j*k], &a[t*k], &c[t*n+j], tokens, n)
-		})
+		gemvTokens(g, m, n, k, a, c, gemmFewW{f32: w})
 		return
 	}
 	if m <= gemmFewMaxM {
@@ -210,9 +229,7 @@ func gemmF16(m, n, k int, a []float32, w []uint16, c []float32) {
 		return
 	}
 	if g := gemvActive; g != nil && g.tokens16 != nil && m <= gemvTokensMaxM {
-		gemvTokens(m, n, k, a, c, func(rows, j, t, tokens int) {
-			g.tokens16(rows, k, &w[j*k], &a[t*k], &c[t*n+j], tokens, n)
-		})
+		gemvTokens(g, m, n, k, a, c, gemmFewW{f16: w})
 		return
 	}
 	if m <= gemmFewMaxM {
@@ -229,26 +246,103 @@ func gemmF16(m, n, k int, a []float32, w []uint16, c []float32) {
 
 // gemvTokensMaxM is the most tokens for which GEMM runs as GEMVs of up to four tokens (gemvTokens). Up to it a
 // token's outputs do not depend on how many tokens share the call, which holds the engine's batched logits to
-// those of each sequence alone. At 2-16 tokens it is 1.5-3x faster than gemmFew; at 32-64 it is up to 15-20%
-// slower on f32 weights and about equal on binary16 (BENCHMARKS.md, "Model inference").
+// those of each sequence alone. At 8 tokens it is about 2.2x gemmFew; at 32-64, from 20% faster (stories110M's
+// classifier, k=768) to 20% slower (k=2048, where x and four rows of W no longer share L1), in interleaved runs.
 const gemvTokensMaxM = 64
 
-// gemvTokensRows is the rows of W that gemvTokens passes to its kernel at once: each group of four tokens reads
-// them in turn, from L2 after the first.
+// gemvTokensRows is the rows of W that gemvTokens runs against all the tokens before it moves on, while the
+// kernels prefetch the next as many.
 const gemvTokensRows = 64
 
-// gemvTokens is GEMM for a few tokens as GEMVs: rows of W split across threads, each block of gemvTokensRows rows
-// run against the tokens four at a time by kernel(rows, j, t, tokens) (rows from j, tokens from t). W is read from
-// memory once, and each token's outputs are bit for bit those of a one-token GEMV.
-func gemvTokens(m, n, k int, a, c []float32, kernel func(rows, j, t, tokens int)) {
+// gemvTokens is GEMM for a few tokens as GEMVs, each token's outputs bit for bit those of a one-token GEMV: rows
+// of W split across threads, each block of gemvTokensRows rows run against the tokens four at a time. Up to four
+// tokens, the row-at-a-time kernel streams W from memory. For more, the four-row kernels run each block against
+// each group of four tokens in turn (the block's last rows%4 rows on the row-at-a-time kernel), from cache, and
+// prefetch the next block, a line a step, as they go: W is read from memory once, mostly ahead of its products.
+func gemvTokens(g *gemvArch, m, n, k int, a, c []float32, w gemmFewW) {
+	if m <= 4 {
+		Parallel(n, gemmMinWork/(m*k)+1, func(lo, hi int) {
+			for j := lo; j < hi; j += gemvTokensRows {
+				w.gemvRows(g, min(gemvTokensRows, hi-j), k, j, a, c[j:], m, n)
+			}
+		})
+		return
+	}
+	xp, xpBuf := scratchF32(gemvPanelLen(m, k))
+	defer xpBuf.release()
+	gemvPanel(xp, m, k, a)
+	stride := gemvPanelLen(4, k)
 	Parallel(n, gemmMinWork/(m*k)+1, func(lo, hi int) {
+		var pf linePrefetch
 		for j := lo; j < hi; j += gemvTokensRows {
 			rows := min(gemvTokensRows, hi-j)
+			if next := j + rows; next < hi {
+				pf = w.lines(next, min(gemvTokensRows, hi-next), k)
+			}
+			tiled := rows &^ 3
 			for t := 0; t < m; t += 4 {
-				kernel(rows, j, t, min(4, m-t))
+				tokens := min(4, m-t)
+				if tiled > 0 {
+					w.gemvTiles(g, tiled, k, j, xp[t/4*stride:], c[t*n+j:], tokens, n, &pf)
+				}
+				if tiled < rows {
+					w.gemvRows(g, rows-tiled, k, j+tiled, a[t*k:], c[t*n+j+tiled:], tokens, n)
+				}
 			}
 		}
 	})
+}
+
+// gemvPanelLen is the floats of the x panel of m tokens over k steps.
+func gemvPanelLen(m, k int) int { return ((m + 3) / 4) * ((k + 15) / 16) * 64 }
+
+// gemvPanel packs the m tokens of a (k floats apart) for the four-row kernels: for each group of four tokens, for
+// each 16 steps, the 16 values of each token in turn, zero past k; a group short of four repeats its first token.
+func gemvPanel(xp []float32, m, k int, a []float32) {
+	i := 0
+	for t0 := 0; t0 < m; t0 += 4 {
+		for p := 0; p < k; p += 16 {
+			for t := t0; t < t0+4; t++ {
+				src := t
+				if src >= m {
+					src = t0
+				}
+				if p+16 <= k {
+					*(*[16]float32)(xp[i:]) = *(*[16]float32)(a[src*k+p:])
+				} else {
+					clear(xp[i+copy(xp[i:i+16], a[src*k+p:src*k+k]) : i+16])
+				}
+				i += 16
+			}
+		}
+	}
+}
+
+// gemvRows runs the row-at-a-time kernel on rows rows of W from row j against tokens tokens of x (k apart), the
+// outputs ldy apart in y.
+func (w gemmFewW) gemvRows(g *gemvArch, rows, k, j int, x, y []float32, tokens, ldy int) {
+	if w.f32 != nil {
+		g.tokens32(rows, k, &w.f32[j*k], &x[0], &y[0], tokens, ldy)
+	} else {
+		g.tokens16(rows, k, &w.f16[j*k], &x[0], &y[0], tokens, ldy)
+	}
+}
+
+// gemvTiles runs the four-row kernel on rows rows of W from row j against a group of tokens of the x panel.
+func (w gemmFewW) gemvTiles(g *gemvArch, rows, k, j int, xp, y []float32, tokens, ldy int, pf *linePrefetch) {
+	if w.f32 != nil {
+		g.tiles32(rows, k, &w.f32[j*k], &xp[0], &y[0], tokens, ldy, pf)
+	} else {
+		g.tiles16(rows, k, &w.f16[j*k], &xp[0], &y[0], tokens, ldy, pf)
+	}
+}
+
+// lines is the prefetch stream of rows rows of W from row j.
+func (w gemmFewW) lines(j, rows, k int) linePrefetch {
+	if w.f32 != nil {
+		return linePrefetch{uintptr(unsafe.Pointer(&w.f32[j*k])), (rows*k*4 + 63) / 64}
+	}
+	return linePrefetch{uintptr(unsafe.Pointer(&w.f16[j*k])), (rows*k*2 + 63) / 64}
 }
 
 // gemmFewMaxM is the most tokens for which GEMM runs gemmFew.

@@ -24,7 +24,22 @@
 	ANDQ $63, R12; \
 	SHRQ $4, R12
 
-// The macros of the few-token GEMV kernels (below), defined before any TEXT for vet's sake.
+// The macros of the GEMV kernels (below), defined before any TEXT for vet's sake.
+
+// GEMVFOLD sums the 16 lanes of one accumulator z (y, x: its low halves; ty, tx: a scratch register's) and
+// stores the sum at dst. The sum is a fixed tree, lane i plus lane i+8, then i+4, i+2 and i+1, that every GEMV
+// kernel here follows, one output at a time or (G4SUM) sixteen at once: float addition commutes exactly, so the
+// order in which the kernels pair the partial sums does not change a bit of the result.
+#define GEMVFOLD(z, y, x, ty, tx, dst) \
+	VEXTRACTF32X8 $1, z, ty; \
+	VADDPS        ty, y, y; \
+	VEXTRACTF32X4 $1, y, tx; \
+	VADDPS        tx, x, x; \
+	VPERMILPS     $0x4e, x, tx; \
+	VADDPS        tx, x, x; \
+	VPERMILPS     $0xb1, x, tx; \
+	VADDPS        tx, x, x; \
+	VMOVSS        x, dst
 
 // GT_SETUP points R14, R15, AX at tokens 1-3 (or token 0 past the count) and puts ldy·4 in R8.
 #define GT_SETUP \
@@ -51,7 +66,181 @@ gtsetdone:
 	VPXORD Z0, Z0, Z0; \
 	VPXORD Z1, Z1, Z1; \
 	VPXORD Z2, Z2, Z2; \
-	VPXORD Z3, Z3, Z3; \
+	VPXORD Z3, Z3, Z3
+
+// GT_FMA multiplies 16 weights (Zw) with the four tokens' values at off(token)(R9) into Z0..Z3.
+#define GT_FMA(off, Zw) \
+	VFMADD231PS off(DI)(R9*1), Zw, Z0; \
+	VFMADD231PS off(R14)(R9*1), Zw, Z1; \
+	VFMADD231PS off(R15)(R9*1), Zw, Z2; \
+	VFMADD231PS off(AX)(R9*1), Zw, Z3
+
+// GT_TAIL is GT_FMA for the last k%16 steps: the tokens' values loaded under K1.
+#define GT_TAIL(Zw) \
+	VMOVUPS.Z   (DI)(R9*1), K1, Z20; \
+	VFMADD231PS Z20, Zw, Z0; \
+	VMOVUPS.Z   (R14)(R9*1), K1, Z20; \
+	VFMADD231PS Z20, Zw, Z1; \
+	VMOVUPS.Z   (R15)(R9*1), K1, Z20; \
+	VFMADD231PS Z20, Zw, Z2; \
+	VMOVUPS.Z   (AX)(R9*1), K1, Z20; \
+	VFMADD231PS Z20, Zw, Z3
+
+// GT_STORE sums and stores the row's outputs of the tokens that exist (label: a name unique to the use).
+#define GT_STORE(label) \
+	GEMVFOLD(Z0, Y0, X0, Y16, X16, (DX)); \
+	MOVQ     tokens+40(FP), CX; \
+	CMPQ     CX, $2; \
+	JLT      label; \
+	GEMVFOLD(Z1, Y1, X1, Y16, X16, (DX)(R8*1)); \
+	CMPQ     CX, $3; \
+	JLT      label; \
+	GEMVFOLD(Z2, Y2, X2, Y16, X16, (DX)(R8*2)); \
+	CMPQ     CX, $4; \
+	JLT      label; \
+	LEAQ     (R8)(R8*2), CX; \
+	GEMVFOLD(Z3, Y3, X3, Y16, X16, (DX)(CX*1)); \
+label:
+
+// G4_SETUP loads the arguments of the four-row kernels: R13 the groups of four rows, BX the bytes of a row of W
+// (k << shift), SI w, R15 the x panel, DX y, R8 ldy·4, CX k&^15 (the steps of the unmasked loop), K1 the mask of
+// the last k%16 steps, and the prefetch stream: AX the next line, R14 the lines left.
+#define G4_SETUP(shift) \
+	MOVQ rows+0(FP), R13; \
+	SHRQ $2, R13; \
+	MOVQ k+8(FP), BX; \
+	MOVQ w+16(FP), SI; \
+	MOVQ xp+24(FP), R15; \
+	MOVQ y+32(FP), DX; \
+	MOVQ ldy+48(FP), R8; \
+	SHLQ $2, R8; \
+	MOVQ pf+56(FP), R9; \
+	MOVQ 0(R9), AX; \
+	MOVQ 8(R9), R14; \
+	MOVQ BX, CX; \
+	ANDQ $15, CX; \
+	MOVL $1, R9; \
+	SHLL CX, R9; \
+	DECL R9; \
+	KMOVW R9, K1; \
+	MOVQ BX, CX; \
+	ANDQ $-16, CX; \
+	SHLQ $shift, BX
+
+// G4_DONE writes the prefetch stream back.
+#define G4_DONE \
+	MOVQ pf+56(FP), R9; \
+	MOVQ AX, 0(R9); \
+	MOVQ R14, 8(R9)
+
+// G4_ROWS points R10, R11, R12 at rows 1-3 of the group that starts at SI, DI at the start of the x panel, and
+// zeroes R9, the step.
+#define G4_ROWS \
+	LEAQ (SI)(BX*1), R10; \
+	LEAQ (SI)(BX*2), R11; \
+	LEAQ (R10)(BX*2), R12; \
+	MOVQ R15, DI; \
+	XORL R9, R9
+
+// G4_X loads the next 16 steps of the four tokens' x from the panel at DI into Z20-Z23 and advances DI.
+#define G4_X \
+	VMOVUPS (DI), Z20; \
+	VMOVUPS 64(DI), Z21; \
+	VMOVUPS 128(DI), Z22; \
+	VMOVUPS 192(DI), Z23; \
+	ADDQ    $256, DI
+
+// G4_PREFETCH prefetches the stream's next line into L2, if any is left (label: unique to the use).
+#define G4_PREFETCH(label) \
+	TESTQ      R14, R14; \
+	JZ         label; \
+	PREFETCHT1 (AX); \
+	ADDQ       $64, AX; \
+	DECQ       R14; \
+label:
+
+// G4_FMA multiplies the four rows' weights in Z16-Z19 with the four tokens' x in Z20-Z23: row r, token t sums
+// into Z(4r+t).
+#define G4_FMA \
+	VFMADD231PS Z20, Z16, Z0; \
+	VFMADD231PS Z21, Z16, Z1; \
+	VFMADD231PS Z22, Z16, Z2; \
+	VFMADD231PS Z23, Z16, Z3; \
+	VFMADD231PS Z20, Z17, Z4; \
+	VFMADD231PS Z21, Z17, Z5; \
+	VFMADD231PS Z22, Z17, Z6; \
+	VFMADD231PS Z23, Z17, Z7; \
+	VFMADD231PS Z20, Z18, Z8; \
+	VFMADD231PS Z21, Z18, Z9; \
+	VFMADD231PS Z22, Z18, Z10; \
+	VFMADD231PS Z23, Z18, Z11; \
+	VFMADD231PS Z20, Z19, Z12; \
+	VFMADD231PS Z21, Z19, Z13; \
+	VFMADD231PS Z22, Z19, Z14; \
+	VFMADD231PS Z23, Z19, Z15
+
+// G4_L1..G4_L4 are GEMVFOLD's four levels for many accumulators at once. G4_L1 folds a and b (lane i plus lane
+// i+8) into a: a's eight partial sums in its low half, b's in its high half. G4_L2 folds two such, c and d, into
+// c, one accumulator's four partial sums in each quarter (a, b, then d's two). G4_L3 folds e0 and e1 into e0, the
+// two partial sums of e0's quarter then e1's in each quarter; G4_L4 folds g and h into g, one sum a lane.
+#define G4_L1(a, b) \
+	VSHUFF32X4 $0x44, b, a, Z16; \
+	VSHUFF32X4 $0xee, b, a, Z17; \
+	VADDPS     Z17, Z16, a
+
+#define G4_L2(c, d) \
+	VSHUFF32X4 $0x88, d, c, Z16; \
+	VSHUFF32X4 $0xdd, d, c, Z17; \
+	VADDPS     Z17, Z16, c
+
+#define G4_L3(e0, e1) \
+	VSHUFPS $0x44, e1, e0, Z16; \
+	VSHUFPS $0xee, e1, e0, Z17; \
+	VADDPS  Z17, Z16, e0
+
+#define G4_L4(g, h) \
+	VSHUFPS $0x88, h, g, Z16; \
+	VSHUFPS $0xdd, h, g, Z17; \
+	VADDPS  Z17, Z16, g
+
+// G4_SUM folds the sixteen accumulators into Z0: token t's sums of rows 0-3 in its quarter t, in row order.
+#define G4_SUM \
+	G4_L1(Z0, Z1); \
+	G4_L1(Z2, Z3); \
+	G4_L1(Z4, Z5); \
+	G4_L1(Z6, Z7); \
+	G4_L1(Z8, Z9); \
+	G4_L1(Z10, Z11); \
+	G4_L1(Z12, Z13); \
+	G4_L1(Z14, Z15); \
+	G4_L2(Z0, Z2); \
+	G4_L2(Z4, Z6); \
+	G4_L2(Z8, Z10); \
+	G4_L2(Z12, Z14); \
+	G4_L3(Z0, Z4); \
+	G4_L3(Z8, Z12); \
+	G4_L4(Z0, Z8)
+
+// G4_STORE stores the quarters of Z0 of the tokens that exist, token t at DX + t·R8 (label: unique to the use).
+#define G4_STORE(label) \
+	VMOVUPS       X0, (DX); \
+	CMPQ          tokens+40(FP), $2; \
+	JLT           label; \
+	VEXTRACTF32X4 $1, Z0, X16; \
+	VMOVUPS       X16, (DX)(R8*1); \
+	CMPQ          tokens+40(FP), $3; \
+	JLT           label; \
+	VEXTRACTF32X4 $2, Z0, X16; \
+	VMOVUPS       X16, (DX)(R8*2); \
+	CMPQ          tokens+40(FP), $4; \
+	JLT           label; \
+	LEAQ          (R8)(R8*2), R9; \
+	VEXTRACTF32X4 $3, Z0, X16; \
+	VMOVUPS       X16, (DX)(R9*1); \
+label:
+
+#define G4_ZERO \
+	GT_ZERO; \
 	VPXORD Z4, Z4, Z4; \
 	VPXORD Z5, Z5, Z5; \
 	VPXORD Z6, Z6, Z6; \
@@ -64,40 +253,6 @@ gtsetdone:
 	VPXORD Z13, Z13, Z13; \
 	VPXORD Z14, Z14, Z14; \
 	VPXORD Z15, Z15, Z15
-
-// GT_FMA multiplies 16 weights (Zw) with the four tokens' values at off(token)(R9) into a0..a3.
-#define GT_FMA(off, Zw, a0, a1, a2, a3) \
-	VFMADD231PS off(DI)(R9*1), Zw, a0; \
-	VFMADD231PS off(R14)(R9*1), Zw, a1; \
-	VFMADD231PS off(R15)(R9*1), Zw, a2; \
-	VFMADD231PS off(AX)(R9*1), Zw, a3
-
-// GT_TAIL is GT_FMA for the last k%16 steps: the tokens' values loaded under K1.
-#define GT_TAIL(Zw, a0, a1, a2, a3) \
-	VMOVUPS.Z   (DI)(R9*1), K1, Z20; \
-	VFMADD231PS Z20, Zw, a0; \
-	VMOVUPS.Z   (R14)(R9*1), K1, Z20; \
-	VFMADD231PS Z20, Zw, a1; \
-	VMOVUPS.Z   (R15)(R9*1), K1, Z20; \
-	VFMADD231PS Z20, Zw, a2; \
-	VMOVUPS.Z   (AX)(R9*1), K1, Z20; \
-	VFMADD231PS Z20, Zw, a3
-
-// GT_STORE sums and stores the row's outputs of the tokens that exist (label: a name unique to the use).
-#define GT_STORE(label) \
-	GEMVSUMR(Z0, Z1, Z2, Z3, Y0, Y1, X0, X1, (DX)); \
-	MOVQ     tokens+40(FP), CX; \
-	CMPQ     CX, $2; \
-	JLT      label; \
-	GEMVSUMR(Z4, Z5, Z6, Z7, Y4, Y5, X4, X5, (DX)(R8*1)); \
-	CMPQ     CX, $3; \
-	JLT      label; \
-	GEMVSUMR(Z8, Z9, Z10, Z11, Y8, Y9, X8, X9, (DX)(R8*2)); \
-	CMPQ     CX, $4; \
-	JLT      label; \
-	LEAQ     (R8)(R8*2), CX; \
-	GEMVSUMR(Z12, Z13, Z14, Z15, Y12, Y13, X12, X13, (DX)(CX*1)); \
-label:
 
 // ---- AVX-512 micro-kernel, 14 rows × 32 outputs ----
 //
@@ -388,29 +543,15 @@ pack32:
 
 // ---- GEMV ----
 //
-// One row of W at a time, front to back, so that the rows form one sequential stream, which memory serves faster
-// than rows read side by side. The f16 kernel prefetches 4 KiB ahead; the f32 one, which reads twice the bytes
-// for the same work, streams faster without (49-53 vs 40-50 GB/s in three interleaved A/B runs on 196 MB, where
-// the probe read 45-50). Four accumulators a row take 64 steps an iteration, with x as a memory operand (it stays
-// in L1); then runs of 16 steps, and the last k%16 with masked loads (K1) that read nothing past the row.
-
-// GEMVSUMR adds the accumulators z0..z3 of a row (y0, y1 and x0, x1: the low halves of z0, z1) and stores their
-// sum at dst; GEMVSUM is GEMVSUMR on Z0..Z3 to (DX).
-#define GEMVSUMR(z0, z1, z2, z3, y0, y1, x0, x1, dst) \
-	VADDPS        z1, z0, z0; \
-	VADDPS        z3, z2, z2; \
-	VADDPS        z2, z0, z0; \
-	VEXTRACTF32X8 $1, z0, y1; \
-	VADDPS        y1, y0, y0; \
-	VEXTRACTF128  $1, y0, x1; \
-	VADDPS        x1, x0, x0; \
-	VPERMILPS     $0x4e, x0, x1; \
-	VADDPS        x1, x0, x0; \
-	VPERMILPS     $0xb1, x0, x1; \
-	VADDPS        x1, x0, x0; \
-	VMOVSS        x0, dst
-
-#define GEMVSUM GEMVSUMR(Z0, Z1, Z2, Z3, Y0, Y1, X0, X1, (DX))
+// Every AVX-512 GEMV kernel forms each output the same way: one accumulator, to which the products of steps
+// 0-15, 16-31, ... are added in turn (the last k%16 under the mask K1, which reads nothing past a row), summed by
+// GEMVFOLD's tree. A token's outputs are therefore bit for bit the same whichever kernel computes them and
+// however many tokens share the call, which holds the engine's batched logits to those of each sequence alone.
+//
+// The one-token kernels read one row of W at a time, front to back, so that the rows form one sequential stream,
+// which memory serves faster than rows read side by side. The f16 kernel prefetches 4 KiB ahead; the f32 one,
+// which reads twice the bytes for the same work, streams faster without. Each iteration takes 64 steps with x as
+// a memory operand (it stays in L1); a row's chain of dependent FMAs overlaps the next row's.
 
 // func gemvAVX512(rows, k int, w, x, y *float32)
 TEXT ·gemvAVX512(SB), NOSPLIT, $0-40
@@ -418,9 +559,6 @@ TEXT ·gemvAVX512(SB), NOSPLIT, $0-40
 
 row:
 	VPXORD Z0, Z0, Z0
-	VPXORD Z1, Z1, Z1
-	VPXORD Z2, Z2, Z2
-	VPXORD Z3, Z3, Z3
 	MOVQ   DI, R9
 	MOVQ   R10, CX
 	TESTQ  CX, CX
@@ -432,9 +570,9 @@ steps64:
 	VMOVUPS     128(SI), Z6
 	VMOVUPS     192(SI), Z7
 	VFMADD231PS (R9), Z4, Z0
-	VFMADD231PS 64(R9), Z5, Z1
-	VFMADD231PS 128(R9), Z6, Z2
-	VFMADD231PS 192(R9), Z7, Z3
+	VFMADD231PS 64(R9), Z5, Z0
+	VFMADD231PS 128(R9), Z6, Z0
+	VFMADD231PS 192(R9), Z7, Z0
 	ADDQ        $256, SI
 	ADDQ        $256, R9
 	DECQ        CX
@@ -458,11 +596,11 @@ tail:
 	JZ          sum
 	VMOVUPS.Z   (SI), K1, Z4
 	VMOVUPS.Z   (R9), K1, Z5
-	VFMADD231PS Z5, Z4, Z1
+	VFMADD231PS Z5, Z4, Z0
 	LEAQ        (SI)(R13*4), SI
 
 sum:
-	GEMVSUM
+	GEMVFOLD(Z0, Y0, X0, Y1, X1, (DX))
 	ADDQ $4, DX
 	DECQ R11
 	JNZ  row
@@ -477,9 +615,6 @@ TEXT ·gemvF16AVX512(SB), NOSPLIT, $0-40
 
 rowh:
 	VPXORD Z0, Z0, Z0
-	VPXORD Z1, Z1, Z1
-	VPXORD Z2, Z2, Z2
-	VPXORD Z3, Z3, Z3
 	MOVQ   DI, R9
 	MOVQ   R10, CX
 	TESTQ  CX, CX
@@ -493,9 +628,9 @@ steps64h:
 	VCVTPH2PS   64(SI), Z6
 	VCVTPH2PS   96(SI), Z7
 	VFMADD231PS (R9), Z4, Z0
-	VFMADD231PS 64(R9), Z5, Z1
-	VFMADD231PS 128(R9), Z6, Z2
-	VFMADD231PS 192(R9), Z7, Z3
+	VFMADD231PS 64(R9), Z5, Z0
+	VFMADD231PS 128(R9), Z6, Z0
+	VFMADD231PS 192(R9), Z7, Z0
 	ADDQ        $128, SI
 	ADDQ        $256, R9
 	DECQ        CX
@@ -521,11 +656,11 @@ tailh:
 	VMOVDQU16.Z (SI), K1, Y4
 	VCVTPH2PS   Y4, Z4
 	VMOVUPS.Z   (R9), K1, Z5
-	VFMADD231PS Z5, Z4, Z1
+	VFMADD231PS Z5, Z4, Z0
 	LEAQ        (SI)(R13*2), SI
 
 sumh:
-	GEMVSUM
+	GEMVFOLD(Z0, Y0, X0, Y1, X1, (DX))
 	ADDQ $4, DX
 	DECQ R11
 	JNZ  rowh
@@ -535,13 +670,10 @@ sumh:
 // ---- GEMV for a few tokens ----
 //
 // gemvTokensAVX512 and gemvTokensF16AVX512 are gemvAVX512 and gemvF16AVX512 for up to four tokens at once: each
-// W row is read once (from memory) for all of them, and each token's sums are formed exactly as the one-token
-// kernel forms them (four accumulators over runs of 64 steps, runs of 16 into the first, the masked tail into
-// the second, GEMVSUM's order), so a token's outputs are bit for bit its one-token outputs. With four tokens to
-// feed, the f32 kernel no longer keeps pace with memory unaided as the one-token one does, so both prefetch 4 KiB
-// ahead (+10-25% at batch 2-8 in interleaved runs of a stories110M decode step). Token t's x is at
-// x + t·k floats (DI, R14, R15, AX; tokens past the count repeat token 0 and are not stored) and its outputs at
-// y + t·ldy floats. Token t sums into Z(4t)..Z(4t+3); W's values are in Z16-Z19.
+// W row is read once (from memory) for all of them, token t summing into Z(t); W's values are in Z16-Z19. With
+// four tokens to feed, the f32 kernel no longer keeps pace with memory unaided as the one-token one does, so both
+// prefetch 4 KiB ahead. Token t's x is at x + t·k floats (DI, R14, R15, AX; tokens past the count repeat token 0
+// and are not stored) and its outputs at y + t·ldy floats.
 
 // func gemvTokensAVX512(rows, k int, w, x, y *float32, tokens, ldy int)
 TEXT ·gemvTokensAVX512(SB), NOSPLIT, $0-56
@@ -560,18 +692,18 @@ steps64t:
 	PREFETCHT0 4160(SI)
 	PREFETCHT0 4224(SI)
 	PREFETCHT0 4288(SI)
-	VMOVUPS (SI), Z16
-	VMOVUPS 64(SI), Z17
-	VMOVUPS 128(SI), Z18
-	VMOVUPS 192(SI), Z19
-	GT_FMA(0, Z16, Z0, Z4, Z8, Z12)
-	GT_FMA(64, Z17, Z1, Z5, Z9, Z13)
-	GT_FMA(128, Z18, Z2, Z6, Z10, Z14)
-	GT_FMA(192, Z19, Z3, Z7, Z11, Z15)
-	ADDQ $256, SI
-	ADDQ $256, R9
-	DECQ CX
-	JNZ  steps64t
+	VMOVUPS    (SI), Z16
+	VMOVUPS    64(SI), Z17
+	VMOVUPS    128(SI), Z18
+	VMOVUPS    192(SI), Z19
+	GT_FMA(0, Z16)
+	GT_FMA(64, Z17)
+	GT_FMA(128, Z18)
+	GT_FMA(192, Z19)
+	ADDQ       $256, SI
+	ADDQ       $256, R9
+	DECQ       CX
+	JNZ        steps64t
 
 steps16t:
 	MOVQ  R12, CX
@@ -580,17 +712,17 @@ steps16t:
 
 loop16t:
 	VMOVUPS (SI), Z16
-	GT_FMA(0, Z16, Z0, Z4, Z8, Z12)
-	ADDQ $64, SI
-	ADDQ $64, R9
-	DECQ CX
-	JNZ  loop16t
+	GT_FMA(0, Z16)
+	ADDQ    $64, SI
+	ADDQ    $64, R9
+	DECQ    CX
+	JNZ     loop16t
 
 tailt:
 	TESTQ     R13, R13
 	JZ        sumt
 	VMOVUPS.Z (SI), K1, Z16
-	GT_TAIL(Z16, Z1, Z5, Z9, Z13)
+	GT_TAIL(Z16)
 	LEAQ      (SI)(R13*4), SI
 
 sumt:
@@ -620,14 +752,14 @@ steps64th:
 	VCVTPH2PS  32(SI), Z17
 	VCVTPH2PS  64(SI), Z18
 	VCVTPH2PS  96(SI), Z19
-	GT_FMA(0, Z16, Z0, Z4, Z8, Z12)
-	GT_FMA(64, Z17, Z1, Z5, Z9, Z13)
-	GT_FMA(128, Z18, Z2, Z6, Z10, Z14)
-	GT_FMA(192, Z19, Z3, Z7, Z11, Z15)
-	ADDQ $128, SI
-	ADDQ $256, R9
-	DECQ CX
-	JNZ  steps64th
+	GT_FMA(0, Z16)
+	GT_FMA(64, Z17)
+	GT_FMA(128, Z18)
+	GT_FMA(192, Z19)
+	ADDQ       $128, SI
+	ADDQ       $256, R9
+	DECQ       CX
+	JNZ        steps64th
 
 steps16th:
 	MOVQ  R12, CX
@@ -637,18 +769,18 @@ steps16th:
 loop16th:
 	PREFETCHT0 4096(SI)
 	VCVTPH2PS  (SI), Z16
-	GT_FMA(0, Z16, Z0, Z4, Z8, Z12)
-	ADDQ $32, SI
-	ADDQ $64, R9
-	DECQ CX
-	JNZ  loop16th
+	GT_FMA(0, Z16)
+	ADDQ       $32, SI
+	ADDQ       $64, R9
+	DECQ       CX
+	JNZ        loop16th
 
 tailth:
 	TESTQ       R13, R13
 	JZ          sumth
 	VMOVDQU16.Z (SI), K1, Y16
 	VCVTPH2PS   Y16, Z16
-	GT_TAIL(Z16, Z1, Z5, Z9, Z13)
+	GT_TAIL(Z16)
 	LEAQ        (SI)(R13*2), SI
 
 sumth:
@@ -656,6 +788,103 @@ sumth:
 	ADDQ $4, DX
 	DECQ R11
 	JNZ  rowth
+	VZEROUPPER
+	RET
+
+// gemvTiles4AVX512 and gemvTiles4F16AVX512 are the few-token kernels for four rows of W at a time against four
+// tokens (rows a multiple of four): 16 FMAs for every 4 loads of W and 4 of x, where the row-at-a-time kernel has
+// 4 FMAs for 5 loads. Row r, token t sums into Z(4r+t); G4_SUM folds the sixteen sums at once. x comes packed
+// (gemvPanel: 16 steps of each token in turn, zero past k), so that one pointer serves the four tokens and the
+// registers left hold a prefetch stream, one line a step, which the caller points at the next block of W: these
+// kernels run on W in cache, and four rows side by side make a poor stream from memory.
+
+// func gemvTiles4AVX512(rows, k int, w, xp, y *float32, tokens, ldy int, pf *linePrefetch)
+TEXT ·gemvTiles4AVX512(SB), NOSPLIT, $0-64
+	G4_SETUP(2)
+
+group4:
+	G4_ROWS
+	G4_ZERO
+	CMPQ R9, CX
+	JGE  tail4
+
+loop4:
+	VMOVUPS (SI)(R9*4), Z16
+	VMOVUPS (R10)(R9*4), Z17
+	VMOVUPS (R11)(R9*4), Z18
+	VMOVUPS (R12)(R9*4), Z19
+	G4_X
+	G4_FMA
+	G4_PREFETCH(pf4)
+	ADDQ    $16, R9
+	CMPQ    R9, CX
+	JLT     loop4
+
+tail4:
+	KORTESTW  K1, K1
+	JZ        sum4
+	VMOVUPS.Z (SI)(R9*4), K1, Z16
+	VMOVUPS.Z (R10)(R9*4), K1, Z17
+	VMOVUPS.Z (R11)(R9*4), K1, Z18
+	VMOVUPS.Z (R12)(R9*4), K1, Z19
+	G4_X
+	G4_FMA
+
+sum4:
+	G4_SUM
+	G4_STORE(stored4)
+	LEAQ (SI)(BX*4), SI
+	ADDQ $16, DX
+	DECQ R13
+	JNZ  group4
+	G4_DONE
+	VZEROUPPER
+	RET
+
+// func gemvTiles4F16AVX512(rows, k int, w *uint16, xp, y *float32, tokens, ldy int, pf *linePrefetch)
+TEXT ·gemvTiles4F16AVX512(SB), NOSPLIT, $0-64
+	G4_SETUP(1)
+
+group4h:
+	G4_ROWS
+	G4_ZERO
+	CMPQ R9, CX
+	JGE  tail4h
+
+loop4h:
+	VCVTPH2PS (SI)(R9*2), Z16
+	VCVTPH2PS (R10)(R9*2), Z17
+	VCVTPH2PS (R11)(R9*2), Z18
+	VCVTPH2PS (R12)(R9*2), Z19
+	G4_X
+	G4_FMA
+	G4_PREFETCH(pf4h)
+	ADDQ      $16, R9
+	CMPQ      R9, CX
+	JLT       loop4h
+
+tail4h:
+	KORTESTW    K1, K1
+	JZ          sum4h
+	VMOVDQU16.Z (SI)(R9*2), K1, Y16
+	VMOVDQU16.Z (R10)(R9*2), K1, Y17
+	VMOVDQU16.Z (R11)(R9*2), K1, Y18
+	VMOVDQU16.Z (R12)(R9*2), K1, Y19
+	VCVTPH2PS   Y16, Z16
+	VCVTPH2PS   Y17, Z17
+	VCVTPH2PS   Y18, Z18
+	VCVTPH2PS   Y19, Z19
+	G4_X
+	G4_FMA
+
+sum4h:
+	G4_SUM
+	G4_STORE(stored4h)
+	LEAQ (SI)(BX*4), SI
+	ADDQ $16, DX
+	DECQ R13
+	JNZ  group4h
+	G4_DONE
 	VZEROUPPER
 	RET
 
