@@ -221,7 +221,9 @@ func TestGEMMBadSizes(t *testing.T) {
 }
 
 func BenchmarkGEMMf32(b *testing.B) {
-	for _, s := range [][3]int{{1024, 1024, 1024}, {256, 4096, 4096}, {64, 4096, 4096}, {16, 4096, 4096}, {2048, 2048, 2048}} {
+	// The m=8 and m=32 shapes are stories110M's batched decode: gate/up, down, the classifier.
+	for _, s := range [][3]int{{1024, 1024, 1024}, {256, 4096, 4096}, {64, 4096, 4096}, {16, 4096, 4096}, {2048, 2048, 2048},
+		{8, 4096, 768}, {32, 4096, 768}, {32, 768, 2048}, {32, 32000, 768}} {
 		m, n, k := s[0], s[1], s[2]
 		b.Run(fmt.Sprintf("m=%d/n=%d/k=%d", m, n, k), func(b *testing.B) {
 			r := rand.New(rand.NewPCG(1, 1))
@@ -235,7 +237,7 @@ func BenchmarkGEMMf32(b *testing.B) {
 }
 
 func BenchmarkGEMMF16(b *testing.B) {
-	for _, s := range [][3]int{{1024, 1024, 1024}, {1, 4096, 4096}} {
+	for _, s := range [][3]int{{1024, 1024, 1024}, {1, 4096, 4096}, {8, 4096, 768}, {32, 4096, 768}, {32, 768, 2048}} {
 		m, n, k := s[0], s[1], s[2]
 		b.Run(fmt.Sprintf("m=%d/n=%d/k=%d", m, n, k), func(b *testing.B) {
 			r := rand.New(rand.NewPCG(1, 1))
