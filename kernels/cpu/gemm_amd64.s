@@ -28,7 +28,7 @@
 
 // GEMVFOLD sums the 16 lanes of one accumulator z (y, x: its low halves; ty, tx: a scratch register's) and
 // stores the sum at dst. The sum is a fixed tree, lane i plus lane i+8, then i+4, i+2 and i+1, that every GEMV
-// kernel here follows, one output at a time or (G4SUM) sixteen at once: float addition commutes exactly, so the
+// kernel here follows, one output at a time or (G4_SUM) sixteen at once: float addition commutes exactly, so the
 // order in which the kernels pair the partial sums does not change a bit of the result.
 #define GEMVFOLD(z, y, x, ty, tx, dst) \
 	VEXTRACTF32X8 $1, z, ty; \
@@ -239,6 +239,7 @@ label:
 	VMOVUPS       X16, (DX)(R9*1); \
 label:
 
+// G4_ZERO zeroes the sixteen sums Z0-Z15.
 #define G4_ZERO \
 	GT_ZERO; \
 	VPXORD Z4, Z4, Z4; \
