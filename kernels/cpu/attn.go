@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sync/atomic"
 
+	"github.com/morphlab/morphlab/kernels/half"
 	"github.com/morphlab/morphlab/kernels/internal/shape"
 )
 
@@ -260,6 +261,26 @@ func KVAppend(kCache, vCache, k, v []float32, slots []int32, nKVHeads, headDim i
 	})
 }
 
+// KVAppendF16 is KVAppend into caches of binary16 values (rounded to nearest, ties to even).
+func KVAppendF16(kCache, vCache []uint16, k, v []float32, slots []int32, nKVHeads, headDim int) {
+	shape.KVAppend("KVAppendF16", len(kCache), len(vCache), len(k), len(v), slots, nKVHeads, headDim)
+	row := nKVHeads * headDim
+	Parallel(len(slots), max(1, elemGrain/row), func(lo, hi int) {
+		for t := lo; t < hi; t++ {
+			if s := int(slots[t]); s >= 0 {
+				attnPrefetchF16(kCache[s*row:][:row])
+				attnPrefetchF16(vCache[s*row:][:row])
+			}
+		}
+		for t := lo; t < hi; t++ {
+			if s := int(slots[t]); s >= 0 {
+				half.F32ToF16Slice(kCache[s*row:][:row], k[t*row:][:row])
+				half.F32ToF16Slice(vCache[s*row:][:row], v[t*row:][:row])
+			}
+		}
+	})
+}
+
 // attnPVRows is the fewest query rows of a block for which PagedAttention adds the value rows with attnPV,
 // which loads each value row once for attnRows output rows; fewer rows use attnAxpys row by row.
 const attnPVRows = 4
@@ -291,6 +312,58 @@ func PagedAttention(out, q, kCache, vCache []float32, qStart, seqLens, blockTabl
 	maxBlocksPerSeq, blockSize, nHeads, nKVHeads, headDim int, scale float32) {
 	shape.PagedAttention("PagedAttention", len(out), len(q), len(kCache), len(vCache), qStart, seqLens, blockTables,
 		maxBlocksPerSeq, blockSize, nHeads, nKVHeads, headDim)
+	pagedAttention(out, q, pagedCache{k: kCache, v: vCache}, qStart, seqLens, blockTables, maxBlocksPerSeq, blockSize,
+		nHeads, nKVHeads, headDim, scale)
+}
+
+// PagedAttentionF16 is PagedAttention over caches of binary16 values (KVAppendF16), which it reads a tile at a
+// time and widens exactly into float32 scratch: its results are bit for bit PagedAttention's over float32
+// caches that hold the same values, for half the bytes read.
+func PagedAttentionF16(out, q []float32, kCache, vCache []uint16, qStart, seqLens, blockTables []int32,
+	maxBlocksPerSeq, blockSize, nHeads, nKVHeads, headDim int, scale float32) {
+	shape.PagedAttention("PagedAttentionF16", len(out), len(q), len(kCache), len(vCache), qStart, seqLens,
+		blockTables, maxBlocksPerSeq, blockSize, nHeads, nKVHeads, headDim)
+	pagedAttention(out, q, pagedCache{k16: kCache, v16: vCache}, qStart, seqLens, blockTables, maxBlocksPerSeq,
+		blockSize, nHeads, nKVHeads, headDim, scale)
+}
+
+// pagedCache is the key and value caches of PagedAttention: float32 (k, v) or binary16 (k16, v16) values.
+type pagedCache struct {
+	k, v     []float32
+	k16, v16 []uint16
+}
+
+// prefetch asks for n values from offset i of both caches.
+func (c pagedCache) prefetch(i, n int) {
+	if c.k16 != nil {
+		attnPrefetchF16(c.k16[i:][:n])
+		attnPrefetchF16(c.v16[i:][:n])
+		return
+	}
+	attnPrefetch(c.k[i:][:n])
+	attnPrefetch(c.v[i:][:n])
+}
+
+// tile returns the keys and values of nt tokens from offset i, width values a token, rows stride apart: the
+// caches themselves for float32 values, else the values widened into kt and vt (then stride = width).
+func (c pagedCache) tile(i, nt, width, rowStride int, kt, vt []float32) (k, v []float32, stride int) {
+	if c.k16 == nil {
+		return c.k[i:], c.v[i:], rowStride
+	}
+	if width == rowStride {
+		half.F16ToF32Slice(kt[:nt*width], c.k16[i:][:nt*width])
+		half.F16ToF32Slice(vt[:nt*width], c.v16[i:][:nt*width])
+		return kt, vt, width
+	}
+	for r := range nt {
+		half.F16ToF32Slice(kt[r*width:][:width], c.k16[i+r*rowStride:][:width])
+		half.F16ToF32Slice(vt[r*width:][:width], c.v16[i+r*rowStride:][:width])
+	}
+	return kt, vt, width
+}
+
+func pagedAttention(out, q []float32, cache pagedCache, qStart, seqLens, blockTables []int32,
+	maxBlocksPerSeq, blockSize, nHeads, nKVHeads, headDim int, scale float32) {
 	hd, group := headDim, nHeads/nKVHeads
 	kvRow := nKVHeads * hd
 	nSeqs := len(seqLens)
@@ -335,11 +408,17 @@ func PagedAttention(out, q, kCache, vCache []float32, qStart, seqLens, blockTabl
 
 	hd16 := attnRound16(hd)
 	type scratch struct {
-		b    []*attnBlock // per KV head of the group
-		q, s []float32    // queries [hpg, rowsMax, hd16] zero-padded, scores [rowsMax, attnCols]
+		b      []*attnBlock // per KV head of the group
+		q, s   []float32    // queries [hpg, rowsMax, hd16] zero-padded, scores [rowsMax, attnCols]
+		kt, vt []float32    // a tile of binary16 keys and values widened [attnCols, hpg*hd]
+	}
+	tileLen := 0
+	if cache.k16 != nil {
+		tileLen = attnCols * hpg * hd
 	}
 	attnParallel(nParts*nHG, func(a *attnArena) scratch {
-		return scratch{a.blocks(hpg, maxRows, hd), a.floats(hpg * rowsMax * hd16), a.floats(rowsMax * attnCols)}
+		return scratch{a.blocks(hpg, maxRows, hd), a.floats(hpg * rowsMax * hd16), a.floats(rowsMax * attnCols),
+			a.floats(tileLen), a.floats(tileLen)}
 	}, func(it int, sc2 scratch) {
 		pi, g0 := it/nHG, it%nHG*hpg
 		blocks := sc2.b[:min(hpg, nKVHeads-g0)]
@@ -389,13 +468,13 @@ func PagedAttention(out, q, kCache, vCache []float32, qStart, seqLens, blockTabl
 				o1 = (int(table[b1])*blockSize+p1)*kvRow + g0*hd
 			}
 			share := (n1 + len(blocks) - 1) / len(blocks)
+			kt, vt, stride := cache.tile(tile+g0*hd, nt, len(blocks)*hd, kvRow, sc2.kt, sc2.vt)
 			for gi, b := range blocks {
 				for c := gi * share; c < min(n1, (gi+1)*share); c++ {
-					attnPrefetch(kCache[o1+c*kvRow:][:len(blocks)*hd])
-					attnPrefetch(vCache[o1+c*kvRow:][:len(blocks)*hd])
+					cache.prefetch(o1+c*kvRow, len(blocks)*hd)
 				}
-				off := tile + (g0+gi)*hd
-				attnKeys(sp, sc2.q[gi*rowsMax*hd16:], kCache[off:], kvRow, nt, rows, hd)
+				off := gi * hd
+				attnKeys(sp, sc2.q[gi*rowsMax*hd16:], kt[off:], stride, nt, rows, hd)
 				for r0 := 0; r0 < rows; r0 += attnRows {
 					if b.tileCounts(r0, s0) == 0 {
 						continue
@@ -408,13 +487,13 @@ func PagedAttention(out, q, kCache, vCache []float32, qStart, seqLens, blockTabl
 					attnSoftmax(ps, b.m[r0:], b.l[r0:], b.alpha, b.cnt, real)
 					if real < attnPVRows {
 						for r := range real {
-							attnAxpys(b.o[(r0+r)*hdPad:][:hd], ps[r*attnCols:][:b.cnt[r]], vCache[off:], kvRow, b.alpha[r])
+							attnAxpys(b.o[(r0+r)*hdPad:][:hd], ps[r*attnCols:][:b.cnt[r]], vt[off:], stride, b.alpha[r])
 						}
 						continue
 					}
 					// Padding rows get zero probabilities, so their outputs stay zero.
 					clear(ps[real*attnCols:])
-					attnPV(b.o[r0*hdPad:], ps, vCache[off:], kvRow, int(slices.Max(b.cnt)), hd, b.alpha)
+					attnPV(b.o[r0*hdPad:], ps, vt[off:], stride, int(slices.Max(b.cnt)), hd, b.alpha)
 				}
 			}
 			s0 += nt

@@ -2,7 +2,11 @@
 
 package cpu
 
-import xcpu "golang.org/x/sys/cpu"
+import (
+	"unsafe"
+
+	xcpu "golang.org/x/sys/cpu"
+)
 
 // attnAVX512 selects the AVX-512 micro-kernels of attn_amd64.s. Tests clear it to check the pure-Go path on the
 // same machine.
@@ -93,6 +97,13 @@ func attnPackKT(dst, src []float32, stride, s0, n, hd int) {
 func attnPrefetch(x []float32) {
 	if len(x) > 0 {
 		attnPrefetchAVX512(&x[0], len(x))
+	}
+}
+
+// attnPrefetchF16 is attnPrefetch for binary16 values.
+func attnPrefetchF16(x []uint16) {
+	if len(x) > 0 {
+		attnPrefetchAVX512((*float32)(unsafe.Pointer(&x[0])), (len(x)+1)/2)
 	}
 }
 

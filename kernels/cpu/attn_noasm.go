@@ -24,3 +24,5 @@ func attnPV(o, p, v []float32, vStride, nk, hd int, alpha []float32) {
 
 // attnPrefetch is a hint that pure Go cannot give.
 func attnPrefetch([]float32) {}
+
+func attnPrefetchF16([]uint16) {}

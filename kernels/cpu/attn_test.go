@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
+	"github.com/morphlab/morphlab/kernels/half"
 	"github.com/morphlab/morphlab/kernels/ref"
 )
 
@@ -171,8 +173,25 @@ func (c attnPagedCase) run(t *testing.T, rng *rand.Rand) {
 	}
 	got := elemPoisoned(len(q))
 	PagedAttention(got, q, kc, vc, qStart, seqLens, tables, maxBlocks, c.blockSize, nHeads, nKV, hd, scale)
-	attnCheck(t, fmt.Sprintf("seqLens=%v queries=%v blockSize=%d heads=%d/%d headDim=%d",
-		c.seqLens, c.nQueries, c.blockSize, nHeads, nKV, hd), got, naive, want)
+	name := fmt.Sprintf("seqLens=%v queries=%v blockSize=%d heads=%d/%d headDim=%d",
+		c.seqLens, c.nQueries, c.blockSize, nHeads, nKV, hd)
+	attnCheck(t, name, got, naive, want)
+
+	// Binary16 caches: bit for bit the float32 path over the same (rounded) values.
+	kc16, vc16 := make([]uint16, len(kc)), make([]uint16, len(vc))
+	half.F32ToF16Slice(kc16, kc)
+	half.F32ToF16Slice(vc16, vc)
+	half.F16ToF32Slice(kc, kc16)
+	half.F16ToF32Slice(vc, vc16)
+	rounded, got16 := elemPoisoned(len(q)), elemPoisoned(len(q))
+	PagedAttention(rounded, q, kc, vc, qStart, seqLens, tables, maxBlocks, c.blockSize, nHeads, nKV, hd, scale)
+	PagedAttentionF16(got16, q, kc16, vc16, qStart, seqLens, tables, maxBlocks, c.blockSize, nHeads, nKV, hd, scale)
+	for i := range got16 {
+		if math.Float32bits(got16[i]) != math.Float32bits(rounded[i]) {
+			t.Fatalf("%s: F16 cache: out[%d] = %v, want %v (float32 cache of the same values)", name, i, got16[i],
+				rounded[i])
+		}
+	}
 }
 
 func TestPagedAttention(t *testing.T) {
@@ -241,6 +260,30 @@ func TestKVAppend(t *testing.T) {
 		if float64(kc[i]) != kc64[i] || float64(vc[i]) != vc64[i] {
 			t.Fatalf("slot %d dim %d: got k=%g v=%g, want k=%g v=%g", i/row, i%row, kc[i], vc[i], kc64[i], vc64[i])
 		}
+	}
+}
+
+func TestKVAppendF16(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 22))
+	const nKV, hd, nSlots = 2, 17, 40
+	row := nKV * hd
+	slots := []int32{5, -1, 0, 39, 12, -7, 6}
+	k, _ := elemRand(rng, len(slots)*row, 1)
+	v, _ := elemRand(rng, len(slots)*row, 1)
+	kc, vc := make([]uint16, nSlots*row), make([]uint16, nSlots*row)
+	for i := range kc {
+		kc[i], vc[i] = uint16(i), uint16(3*i)
+	}
+	want, wantV := slices.Clone(kc), slices.Clone(vc)
+	for t, s := range slots {
+		if s >= 0 {
+			half.F32ToF16Slice(want[int(s)*row:][:row], k[t*row:][:row])
+			half.F32ToF16Slice(wantV[int(s)*row:][:row], v[t*row:][:row])
+		}
+	}
+	KVAppendF16(kc, vc, k, v, slots, nKV, hd)
+	if !slices.Equal(kc, want) || !slices.Equal(vc, wantV) {
+		t.Fatal("KVAppendF16 did not write exactly the rounded rows at their slots, and only there")
 	}
 }
 
