@@ -20,6 +20,8 @@ type CPUOptions struct {
 	MaxTokens int
 	// Blocks is the KV blocks attached at the start; 0 attaches every block the budget holds.
 	Blocks int
+	// KVType is the KV cache's element type: float32 (the zero value) or binary16, half the bytes a block.
+	KVType model.KVType
 }
 
 // CPU runs steps with the model's forward pass on the CPU kernels (paged attention over the KV cache).
@@ -65,7 +67,7 @@ func NewCPU(m *model.Model, opt CPUOptions) (*CPU, error) {
 			opt.Budget, mem.Attachable(), mem.BlockBytes, mem.Weights, mem.Workspace, opt.Blocks)
 	}
 	e.blocks = opt.Blocks
-	e.cache = model.NewKVCache(m.Config, maxBlocks, opt.BlockSize)
+	e.cache = model.NewKVCacheType(m.Config, maxBlocks, opt.BlockSize, opt.KVType)
 	return e, nil
 }
 
@@ -100,7 +102,7 @@ func (e *CPU) weightBytes(format func(l int) quant.Format) int64 {
 
 func (e *CPU) memoryLocked() Memory {
 	cfg := e.m.Config
-	bb := int64(model.KVBytesPerBlock(cfg, e.opt.BlockSize))
+	bb := int64(e.opt.KVType.BytesPerBlock(cfg, e.opt.BlockSize))
 	return Memory{
 		Budget:    e.opt.Budget,
 		Weights:   e.weightBytes(func(l int) quant.Format { return e.formats[l] }),

@@ -8,29 +8,77 @@ import (
 	"github.com/morphlab/morphlab/quant"
 )
 
-// KVCache is the paged key/value storage of every layer: for layer l, K[l] and V[l] are
-// [NumBlocks, BlockSize, NKVHeads, HeadDim] (kernels/ref's paged layout). Which blocks belong to which sequence is
-// not its business: a Batch carries the block tables.
+// KVCache is the paged key/value storage of every layer: for layer l, K[l] and V[l] (K16[l] and V16[l] when Type
+// is KVF16) are [NumBlocks, BlockSize, NKVHeads, HeadDim] (kernels/ref's paged layout). Which blocks belong to
+// which sequence is not its business: a Batch carries the block tables.
 type KVCache struct {
 	BlockSize, NumBlocks int
+	Type                 KVType
 	K, V                 [][]float32
+	K16, V16             [][]uint16
 }
 
-// NewKVCache allocates a cache of numBlocks blocks of blockSize tokens for every layer of cfg.
+// KVType is the element type of a KV cache.
+type KVType int
+
+const (
+	// KVF32 stores keys and values as float32: exactly what the layer computed.
+	KVF32 KVType = iota
+	// KVF16 stores them as binary16 (llama.cpp's default cache type): half the bytes, so twice the blocks in a
+	// budget and half the reads of decode attention, each key and value rounded to 11 significant bits.
+	KVF16
+)
+
+// ParseKVType parses "f32" or "f16".
+func ParseKVType(s string) (KVType, error) {
+	switch s {
+	case "f32":
+		return KVF32, nil
+	case "f16":
+		return KVF16, nil
+	}
+	return 0, fmt.Errorf("kv type %q, want f32 or f16", s)
+}
+
+func (t KVType) String() string {
+	if t == KVF16 {
+		return "f16"
+	}
+	return "f32"
+}
+
+// BytesPerBlock is the memory one cache block of t takes across all layers (keys and values).
+func (t KVType) BytesPerBlock(cfg Config, blockSize int) int {
+	size := 4
+	if t == KVF16 {
+		size = 2
+	}
+	return 2 * size * cfg.NLayers * blockSize * cfg.KVDim()
+}
+
+// NewKVCache allocates a float32 cache of numBlocks blocks of blockSize tokens for every layer of cfg.
 func NewKVCache(cfg Config, numBlocks, blockSize int) *KVCache {
-	c := &KVCache{BlockSize: blockSize, NumBlocks: numBlocks}
+	return NewKVCacheType(cfg, numBlocks, blockSize, KVF32)
+}
+
+// NewKVCacheType is NewKVCache for a cache of type t.
+func NewKVCacheType(cfg Config, numBlocks, blockSize int, t KVType) *KVCache {
+	c := &KVCache{BlockSize: blockSize, NumBlocks: numBlocks, Type: t}
 	n := numBlocks * blockSize * cfg.KVDim()
 	for range cfg.NLayers {
+		if t == KVF16 {
+			c.K16 = append(c.K16, make([]uint16, n))
+			c.V16 = append(c.V16, make([]uint16, n))
+			continue
+		}
 		c.K = append(c.K, make([]float32, n))
 		c.V = append(c.V, make([]float32, n))
 	}
 	return c
 }
 
-// KVBytesPerBlock is the memory one cache block takes across all layers (keys and values, float32).
-func KVBytesPerBlock(cfg Config, blockSize int) int {
-	return 2 * 4 * cfg.NLayers * blockSize * cfg.KVDim()
-}
+// KVBytesPerBlock is the memory one float32 cache block takes across all layers (keys and values).
+func KVBytesPerBlock(cfg Config, blockSize int) int { return KVF32.BytesPerBlock(cfg, blockSize) }
 
 // Batch is the work of one forward pass: for each sequence, its next tokens (a prompt chunk, or one decode token),
 // how many tokens its cache holds once these are appended, and its block table. Sequence i's tokens are
@@ -172,9 +220,15 @@ func (m *Model) Forward(b *Batch, cache *KVCache, ws *Workspace, logits []float3
 		ws.matmuls(T, xb, []*quant.Matrix{w.Wq, w.Wk, w.Wv}, [][]float32{q, k, v})
 		cpu.RoPE(q, pos, cfg.NHeads, hd, float32(cfg.RopeTheta))
 		cpu.RoPE(k, pos, cfg.NKVHeads, hd, float32(cfg.RopeTheta))
-		cpu.KVAppend(cache.K[l], cache.V[l], k, v, slots, cfg.NKVHeads, hd)
-		cpu.PagedAttention(att, q, cache.K[l], cache.V[l], b.QStart, b.SeqLens, b.BlockTables,
-			b.MaxBlocksPerSeq, cache.BlockSize, cfg.NHeads, cfg.NKVHeads, hd, scale)
+		if cache.Type == KVF16 {
+			cpu.KVAppendF16(cache.K16[l], cache.V16[l], k, v, slots, cfg.NKVHeads, hd)
+			cpu.PagedAttentionF16(att, q, cache.K16[l], cache.V16[l], b.QStart, b.SeqLens, b.BlockTables,
+				b.MaxBlocksPerSeq, cache.BlockSize, cfg.NHeads, cfg.NKVHeads, hd, scale)
+		} else {
+			cpu.KVAppend(cache.K[l], cache.V[l], k, v, slots, cfg.NKVHeads, hd)
+			cpu.PagedAttention(att, q, cache.K[l], cache.V[l], b.QStart, b.SeqLens, b.BlockTables,
+				b.MaxBlocksPerSeq, cache.BlockSize, cfg.NHeads, cfg.NKVHeads, hd, scale)
+		}
 		if tap != nil {
 			tap(l, TapAttnOut, att, T)
 		}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/morphlab/morphlab/internal/datadir"
 	"github.com/morphlab/morphlab/kernels/cpu"
 	"github.com/morphlab/morphlab/quant"
 )
@@ -61,6 +62,11 @@ type step []int
 // runBatched feeds each sequence's tokens through shared-cache batches as the steps say, with block tables
 // drawn from a shuffled pool, and returns every logit row each sequence received, in order.
 func runBatched(t *testing.T, m *Model, seqs [][]int32, steps []step, blockSize int) [][]float32 {
+	return runBatchedKV(t, m, seqs, steps, blockSize, KVF32)
+}
+
+// runBatchedKV is runBatched over a cache of type kv.
+func runBatchedKV(t *testing.T, m *Model, seqs [][]int32, steps []step, blockSize int, kv KVType) [][]float32 {
 	t.Helper()
 	maxLen := 0
 	for _, s := range seqs {
@@ -68,7 +74,7 @@ func runBatched(t *testing.T, m *Model, seqs [][]int32, steps []step, blockSize 
 	}
 	perSeq := (maxLen + blockSize - 1) / blockSize
 	pool := rand.New(rand.NewPCG(7, 7)).Perm(perSeq * len(seqs))
-	cache := NewKVCache(m.Config, perSeq*len(seqs), blockSize)
+	cache := NewKVCacheType(m.Config, perSeq*len(seqs), blockSize, kv)
 	var ws Workspace
 	fed := make([]int, len(seqs))
 	out := make([][]float32, len(seqs))
@@ -153,6 +159,48 @@ func TestBatchMatchesSingle(t *testing.T) {
 							f, bs, i, name, d, len(batched[i]), len(ref), tol)
 					}
 				}
+			}
+		}
+	}
+}
+
+// TestKVF16 serves sequences over a binary16 cache, on stories260K and on a synthetic model of its shape: batched
+// they get bit for bit the logits each gets alone over the same cache type (attention over binary16 values is
+// exact in float32), and their logits stay within a bound of those over a float32 cache.
+func TestKVF16(t *testing.T) {
+	s260, err := ShapeByName("stories260K")
+	if err != nil {
+		t.Fatal(err)
+	}
+	synth, err := FromCheckpoint(Synthesize(s260, 8))
+	if err != nil {
+		t.Fatal(err)
+	}
+	models := map[string]*Model{"synthetic": synth}
+	if _, err := datadir.Path("models/stories260K.bin"); err == nil {
+		models["stories260K"] = loadStories(t, "stories260K.bin")
+	}
+	rng := rand.New(rand.NewPCG(9, 10))
+	seqs := [][]int32{randomTokens(rng, 40, 512), randomTokens(rng, 23, 512), randomTokens(rng, 9, 512)}
+	steps := []step{{17, 5, 0}, {20, 18, 0}, {1, 0, 7}, {1, 0, 2}, {1, 0, 0}}
+	for name, m := range models {
+		batched := runBatchedKV(t, m, seqs, steps, 16, KVF16)
+		exact := runBatchedKV(t, m, seqs, steps, 16, KVF32)
+		for i, s := range seqs {
+			var own []step
+			for _, st := range steps {
+				if st[i] > 0 {
+					own = append(own, step{st[i]})
+				}
+			}
+			alone := runBatchedKV(t, m, [][]int32{s}, own, 16, KVF16)[0]
+			if d := maxAbsDiff(batched[i], alone); d != 0 || len(batched[i]) != len(alone) {
+				t.Errorf("%s, sequence %d: max |batched - alone| = %g over an f16 cache, want 0", name, i, d)
+			}
+			d := maxAbsDiff(batched[i], exact[i])
+			t.Logf("%s, sequence %d: max |f16 cache - f32 cache| = %.3g", name, i, d)
+			if d > 0.02 || d == 0 {
+				t.Errorf("%s, sequence %d: max |logit over f16 cache - over f32 cache| = %g, want in (0, 0.02]", name, i, d)
 			}
 		}
 	}

@@ -15,6 +15,8 @@ type Model struct {
 	Layers    []*Layer
 	FinalNorm []float32     // [Dim]
 	Output    *quant.Matrix // [VocabSize, Dim]; F32 over Embedding when the embeddings are tied
+	// SequenceKV is the cache type of the Sequences that NewSequence makes (KVF32 unless set).
+	SequenceKV KVType
 }
 
 // Layer is one decoder layer (attention, MLP and their norms, the unit that morphing swaps). Variants holds the

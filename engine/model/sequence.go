@@ -23,7 +23,8 @@ func NewSequence(m *Model, maxLen int) (*Sequence, error) {
 		return nil, fmt.Errorf("sequence length %d, want 1..%d (the model's context)", maxLen, m.Config.SeqLen)
 	}
 	blocks := (maxLen + sequenceBlock - 1) / sequenceBlock
-	s := &Sequence{m: m, cache: NewKVCache(m.Config, blocks, sequenceBlock), table: make([]int32, blocks)}
+	s := &Sequence{m: m, cache: NewKVCacheType(m.Config, blocks, sequenceBlock, m.SequenceKV),
+		table: make([]int32, blocks)}
 	for i := range s.table {
 		s.table[i] = int32(i)
 	}
