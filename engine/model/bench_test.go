@@ -76,61 +76,81 @@ func classifierFormats(f quant.Format) []quant.Format {
 }
 
 func BenchmarkDecode(b *testing.B) {
-	const context = 64
 	for _, shape := range []string{"stories110M"} {
 		for _, f := range benchFormats {
 			for _, cf := range classifierFormats(f) {
 				for _, batch := range []int{1, 8, 32} {
 					b.Run(fmt.Sprintf("shape=%s/format=%v/classifier=%v/batch=%d", shape, f, cf, batch), func(b *testing.B) {
-						m := benchModel(b, shape)
-						setFormat(b, m, f)
-						if err := m.SetOutputFormat(cf); err != nil {
-							b.Fatal(err)
-						}
-						defer m.SetOutputFormat(quant.F32)
-						cfg := m.Config
-						blocks := (context + 1 + sequenceBlock - 1) / sequenceBlock
-						cache := NewKVCache(cfg, batch*blocks, sequenceBlock)
-						var ws Workspace
-						prefill := &Batch{MaxBlocksPerSeq: blocks, QStart: []int32{0}}
-						step := &Batch{MaxBlocksPerSeq: blocks, QStart: []int32{0}}
-						for s := range batch {
-							for j := range blocks {
-								prefill.BlockTables = append(prefill.BlockTables, int32(s*blocks+j))
-							}
-							for range context {
-								prefill.Tokens = append(prefill.Tokens, int32(s+1))
-							}
-							prefill.QStart = append(prefill.QStart, int32(len(prefill.Tokens)))
-							prefill.SeqLens = append(prefill.SeqLens, context)
-							step.Tokens = append(step.Tokens, int32(s+2))
-							step.QStart = append(step.QStart, int32(s+1))
-							step.SeqLens = append(step.SeqLens, context+1)
-						}
-						step.BlockTables = prefill.BlockTables
-						if err := m.Forward(prefill, cache, &ws, make([]float32, batch*cfg.VocabSize), nil); err != nil {
-							b.Fatal(err)
-						}
-						logits := make([]float32, batch*cfg.VocabSize)
-						b.SetBytes(int64(decodeBytes(m)))
-						b.ResetTimer()
-						for b.Loop() {
-							if err := m.Forward(step, cache, &ws, logits, nil); err != nil {
-								b.Fatal(err)
-							}
-						}
-						tokPerSec := float64(batch*b.N) / b.Elapsed().Seconds()
-						b.ReportMetric(tokPerSec, "tok/s")
-						if batch == 1 {
-							b.StopTimer()
-							bytes := int64(decodeBytes(m))
-							bound := probe.ReadBandwidth(cpu.Threads(), bytes) * 1e9 / float64(bytes)
-							b.ReportMetric(100*tokPerSec/bound, "%bound")
-						}
+						benchDecode(b, shape, f, cf, batch, KVF32)
 					})
 				}
 			}
 		}
+	}
+}
+
+// BenchmarkF16Cache is BenchmarkDecode's F32-classifier runs over a binary16 KV cache:
+//
+//	go test -run '^$' -bench F16Cache -count 3 ./engine/model/
+func BenchmarkF16Cache(b *testing.B) {
+	for _, shape := range []string{"stories110M"} {
+		for _, f := range benchFormats {
+			for _, batch := range []int{1, 8, 32} {
+				b.Run(fmt.Sprintf("shape=%s/format=%v/classifier=f32/batch=%d", shape, f, batch), func(b *testing.B) {
+					benchDecode(b, shape, f, quant.F32, batch, KVF16)
+				})
+			}
+		}
+	}
+}
+
+// benchDecode times decode steps of batch sequences that each hold 64 cached tokens, over a cache of type kv.
+func benchDecode(b *testing.B, shape string, f, cf quant.Format, batch int, kv KVType) {
+	const context = 64
+	m := benchModel(b, shape)
+	setFormat(b, m, f)
+	if err := m.SetOutputFormat(cf); err != nil {
+		b.Fatal(err)
+	}
+	defer m.SetOutputFormat(quant.F32)
+	cfg := m.Config
+	blocks := (context + 1 + sequenceBlock - 1) / sequenceBlock
+	cache := NewKVCacheType(cfg, batch*blocks, sequenceBlock, kv)
+	var ws Workspace
+	prefill := &Batch{MaxBlocksPerSeq: blocks, QStart: []int32{0}}
+	step := &Batch{MaxBlocksPerSeq: blocks, QStart: []int32{0}}
+	for s := range batch {
+		for j := range blocks {
+			prefill.BlockTables = append(prefill.BlockTables, int32(s*blocks+j))
+		}
+		for range context {
+			prefill.Tokens = append(prefill.Tokens, int32(s+1))
+		}
+		prefill.QStart = append(prefill.QStart, int32(len(prefill.Tokens)))
+		prefill.SeqLens = append(prefill.SeqLens, context)
+		step.Tokens = append(step.Tokens, int32(s+2))
+		step.QStart = append(step.QStart, int32(s+1))
+		step.SeqLens = append(step.SeqLens, context+1)
+	}
+	step.BlockTables = prefill.BlockTables
+	if err := m.Forward(prefill, cache, &ws, make([]float32, batch*cfg.VocabSize), nil); err != nil {
+		b.Fatal(err)
+	}
+	logits := make([]float32, batch*cfg.VocabSize)
+	b.SetBytes(int64(decodeBytes(m)))
+	b.ResetTimer()
+	for b.Loop() {
+		if err := m.Forward(step, cache, &ws, logits, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	tokPerSec := float64(batch*b.N) / b.Elapsed().Seconds()
+	b.ReportMetric(tokPerSec, "tok/s")
+	if batch == 1 {
+		b.StopTimer()
+		bytes := int64(decodeBytes(m))
+		bound := probe.ReadBandwidth(cpu.Threads(), bytes) * 1e9 / float64(bytes)
+		b.ReportMetric(100*tokPerSec/bound, "%bound")
 	}
 }
 

@@ -11,10 +11,10 @@ import (
 )
 
 // modelFlags are the flags of every command that runs a model: the checkpoint, its tokenizer, the precision to
-// run its layers in and the thread count.
+// run its layers in, its KV cache type and the thread count.
 type modelFlags struct {
-	path, tokenizer, format, classifier string
-	threads                             int
+	path, tokenizer, format, classifier, kv string
+	threads                                 int
 }
 
 func (f *modelFlags) register(fs *flag.FlagSet) {
@@ -22,6 +22,7 @@ func (f *modelFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.tokenizer, "tokenizer", "", "llama2.c tokenizer.bin `file` (GGUF files carry their own vocabulary)")
 	fs.StringVar(&f.format, "format", "", "run every decoder layer in `format` (f32, f16, int8, int4, q8_0, q4_0); default: as stored")
 	fs.StringVar(&f.classifier, "classifier-format", "", "store the classifier in `format` (f32, f16, int8, int4, q8_0, q4_0); default: as stored")
+	fs.StringVar(&f.kv, "kv-type", "f32", "KV cache `type`: f32, or f16 (half the bytes, keys and values rounded)")
 	fs.IntVar(&f.threads, "threads", 0, "kernel threads (default GOMAXPROCS)")
 }
 
@@ -45,6 +46,9 @@ func (f *modelFlags) load() (*model.Model, *tokenizer.Vocab, error) {
 		if err := setFormat(m, f.format); err != nil {
 			return nil, nil, err
 		}
+	}
+	if m.SequenceKV, err = model.ParseKVType(f.kv); err != nil {
+		return nil, nil, usagef("--kv-type: %v", err)
 	}
 	if f.classifier != "" {
 		cf, err := quant.ParseFormat(f.classifier)
