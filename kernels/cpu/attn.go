@@ -362,6 +362,7 @@ func (c pagedCache) tile(i, nt, width, rowStride int, kt, vt []float32) (k, v []
 	return kt, vt, width
 }
 
+// pagedAttention is PagedAttention over either kind of cache.
 func pagedAttention(out, q []float32, cache pagedCache, qStart, seqLens, blockTables []int32,
 	maxBlocksPerSeq, blockSize, nHeads, nKVHeads, headDim int, scale float32) {
 	hd, group := headDim, nHeads/nKVHeads
