@@ -316,9 +316,10 @@ func PagedAttention(out, q, kCache, vCache []float32, qStart, seqLens, blockTabl
 		nHeads, nKVHeads, headDim, scale)
 }
 
-// PagedAttentionF16 is PagedAttention over caches of binary16 values (KVAppendF16), which it reads a tile at a
-// time and widens exactly into float32 scratch: its results are bit for bit PagedAttention's over float32
-// caches that hold the same values, for half the bytes read.
+// PagedAttentionF16 is PagedAttention over caches of binary16 values (KVAppendF16), widened exactly to float32
+// as they are read (by the kernels themselves for decode's few query rows, a tile at a time into scratch for
+// more): its results are bit for bit PagedAttention's over float32 caches that hold the same values, for half
+// the bytes read.
 func PagedAttentionF16(out, q []float32, kCache, vCache []uint16, qStart, seqLens, blockTables []int32,
 	maxBlocksPerSeq, blockSize, nHeads, nKVHeads, headDim int, scale float32) {
 	shape.PagedAttention("PagedAttentionF16", len(out), len(q), len(kCache), len(vCache), qStart, seqLens,
@@ -413,8 +414,10 @@ func pagedAttention(out, q []float32, cache pagedCache, qStart, seqLens, blockTa
 		q, s   []float32    // queries [hpg, rowsMax, hd16] zero-padded, scores [rowsMax, attnCols]
 		kt, vt []float32    // a tile of binary16 keys and values widened [attnCols, hpg*hd]
 	}
+	// Binary16 values are read as they are by the kernels of few rows (decode), else widened a tile at a time.
+	direct := func(rows int) bool { return cache.k16 != nil && rows < attnPVRows }
 	tileLen := 0
-	if cache.k16 != nil {
+	if cache.k16 != nil && !direct(maxRows) {
 		tileLen = attnCols * hpg * hd
 	}
 	attnParallel(nParts*nHG, func(a *attnArena) scratch {
@@ -469,13 +472,22 @@ func pagedAttention(out, q []float32, cache pagedCache, qStart, seqLens, blockTa
 				o1 = (int(table[b1])*blockSize+p1)*kvRow + g0*hd
 			}
 			share := (n1 + len(blocks) - 1) / len(blocks)
-			kt, vt, stride := cache.tile(tile+g0*hd, nt, len(blocks)*hd, kvRow, sc2.kt, sc2.vt)
+			var kt, vt []float32
+			stride := kvRow
+			if !direct(rows) {
+				kt, vt, stride = cache.tile(tile+g0*hd, nt, len(blocks)*hd, kvRow, sc2.kt, sc2.vt)
+			}
 			for gi, b := range blocks {
 				for c := gi * share; c < min(n1, (gi+1)*share); c++ {
 					cache.prefetch(o1+c*kvRow, len(blocks)*hd)
 				}
 				off := gi * hd
-				attnKeys(sp, sc2.q[gi*rowsMax*hd16:], kt[off:], stride, nt, rows, hd)
+				if direct(rows) {
+					off = tile + (g0+gi)*hd
+					attnKeysF16(sp, sc2.q[gi*rowsMax*hd16:], cache.k16[off:], kvRow, nt, rows, hd)
+				} else {
+					attnKeys(sp, sc2.q[gi*rowsMax*hd16:], kt[off:], stride, nt, rows, hd)
+				}
 				for r0 := 0; r0 < rows; r0 += attnRows {
 					if b.tileCounts(r0, s0) == 0 {
 						continue
@@ -488,7 +500,12 @@ func pagedAttention(out, q []float32, cache pagedCache, qStart, seqLens, blockTa
 					attnSoftmax(ps, b.m[r0:], b.l[r0:], b.alpha, b.cnt, real)
 					if real < attnPVRows {
 						for r := range real {
-							attnAxpys(b.o[(r0+r)*hdPad:][:hd], ps[r*attnCols:][:b.cnt[r]], vt[off:], stride, b.alpha[r])
+							o, p := b.o[(r0+r)*hdPad:][:hd], ps[r*attnCols:][:b.cnt[r]]
+							if direct(rows) {
+								attnAxpysF16(o, p, cache.v16[off:], kvRow, b.alpha[r])
+							} else {
+								attnAxpys(o, p, vt[off:], stride, b.alpha[r])
+							}
 						}
 						continue
 					}

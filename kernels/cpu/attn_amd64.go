@@ -72,6 +72,30 @@ func attnKeys(s, q, k []float32, kStride, nk, rows, hd int) {
 	attnKeysAVX512(&s[0], &q[0], &k[0], kStride, nk, rows, hd)
 }
 
+// attnKeysF16 is attnKeys for fewer than attnPVRows rows over binary16 keys, which the AVX-512 kernel widens
+// as it loads them.
+func attnKeysF16(s, q []float32, k []uint16, kStride, nk, rows, hd int) {
+	if !attnAVX512 {
+		attnKeysF16Go(s, q, k, kStride, nk, rows, hd)
+		return
+	}
+	if nk < 1 || nk > attnCols || rows < 1 || rows > attnKeysDotRows || hd < 1 || kStride < hd {
+		panic("cpu: attnKeysF16: size out of range")
+	}
+	_, _, _ = s[rows*attnCols-1], q[rows*attnRound16(hd)-1], k[(nk-1)*kStride+hd-1]
+	attnKeysDotF16AVX512(&s[0], &q[0], &k[0], kStride, nk, rows, hd)
+}
+
+// attnAxpysF16 is attnAxpys over binary16 value rows.
+func attnAxpysF16(o, p []float32, v []uint16, vStride int, alpha float32) {
+	if !attnAVX512 || len(p) == 0 {
+		attnAxpysF16Go(o, p, v, vStride, alpha)
+		return
+	}
+	_ = v[(len(p)-1)*vStride+len(o)-1]
+	attnAxpysF16AVX512(&o[0], &p[0], &v[0], vStride, len(p), len(o), alpha)
+}
+
 func attnAxpys(o, p, v []float32, vStride int, alpha float32) {
 	if !attnAVX512 || len(p) == 0 {
 		attnAxpysGo(o, p, v, vStride, alpha)
@@ -123,6 +147,12 @@ func attnKeysAVX512(s, q, k *float32, kStride, nk, rows, hd int)
 
 //go:noescape
 func attnAxpysAVX512(o, p, v *float32, vStride, n, hd int, alpha float32)
+
+//go:noescape
+func attnAxpysF16AVX512(o, p *float32, v *uint16, vStride, n, hd int, alpha float32)
+
+//go:noescape
+func attnKeysDotF16AVX512(s, q *float32, k *uint16, kStride, nk, rows, hd int)
 
 //go:noescape
 func attnPrefetchAVX512(p *float32, n int)

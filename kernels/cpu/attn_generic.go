@@ -1,6 +1,10 @@
 package cpu
 
-import "math"
+import (
+	"math"
+
+	"github.com/morphlab/morphlab/kernels/half"
+)
 
 // Pure-Go micro-kernels of the attention kernels: the specification of their AVX-512 twins in attn_amd64.s and
 // the path taken under the noasm tag or on CPUs without AVX-512. s is a block of scores [attnRows, attnCols].
@@ -75,6 +79,33 @@ func attnKeysGo(s, q, k []float32, kStride, nk, rows, hd int) {
 				dot += qr[d] * x
 			}
 			s[r*attnCols+c] = dot
+		}
+	}
+}
+
+// attnKeysF16Go is attnKeysGo over binary16 keys: the same sums of the widened values.
+func attnKeysF16Go(s, q []float32, k []uint16, kStride, nk, rows, hd int) {
+	hd16 := attnRound16(hd)
+	for r := range rows {
+		qr := q[r*hd16:][:hd]
+		for c := range nk {
+			var dot float32
+			for d, x := range k[c*kStride:][:hd] {
+				dot += qr[d] * half.F16ToF32(x)
+			}
+			s[r*attnCols+c] = dot
+		}
+	}
+}
+
+// attnAxpysF16Go is attnAxpysGo over binary16 value rows.
+func attnAxpysF16Go(o, p []float32, v []uint16, vStride int, alpha float32) {
+	for d := range o {
+		o[d] *= alpha
+	}
+	for c, pc := range p {
+		for d, x := range v[c*vStride:][:len(o)] {
+			o[d] += pc * half.F16ToF32(x)
 		}
 	}
 }

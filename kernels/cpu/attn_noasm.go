@@ -18,6 +18,14 @@ func attnPackKT(dst, src []float32, stride, s0, n, hd int) { attnPackKTGo(dst, s
 
 func attnAxpys(o, p, v []float32, vStride int, alpha float32) { attnAxpysGo(o, p, v, vStride, alpha) }
 
+func attnKeysF16(s, q []float32, k []uint16, kStride, nk, rows, hd int) {
+	attnKeysF16Go(s, q, k, kStride, nk, rows, hd)
+}
+
+func attnAxpysF16(o, p []float32, v []uint16, vStride int, alpha float32) {
+	attnAxpysF16Go(o, p, v, vStride, alpha)
+}
+
 func attnPV(o, p, v []float32, vStride, nk, hd int, alpha []float32) {
 	attnPVGo(o, p, v, vStride, nk, hd, alpha)
 }
