@@ -2,6 +2,7 @@
 
 #include "textflag.h"
 #include "elem_exp_amd64.h"
+#include "zero_amd64.h"
 
 // The attention micro-kernels; their specifications are the attn*Go loops in attn_generic.go. A score block is
 // 8 rows of 32 floats (128 bytes a row).
@@ -98,31 +99,65 @@ ptrs: \
 	VADDPS     Z17, Z16, Z0; \
 	VMOVUPS    Z0, (R13)
 
-// KD_ZERO zeroes the 16 accumulators; KD_KEY16 multiplies the key whose row address is at off(SP), 16 binary16
-// values from step CX widened (masked by K3), with the query chunk in Z16 into acc.
-#define KD_ZERO \
-	VPXORD Z0, Z0, Z0; \
-	VPXORD Z1, Z1, Z1; \
-	VPXORD Z2, Z2, Z2; \
-	VPXORD Z3, Z3, Z3; \
-	VPXORD Z4, Z4, Z4; \
-	VPXORD Z5, Z5, Z5; \
-	VPXORD Z6, Z6, Z6; \
-	VPXORD Z7, Z7, Z7; \
-	VPXORD Z8, Z8, Z8; \
-	VPXORD Z9, Z9, Z9; \
-	VPXORD Z10, Z10, Z10; \
-	VPXORD Z11, Z11, Z11; \
-	VPXORD Z12, Z12, Z12; \
-	VPXORD Z13, Z13, Z13; \
-	VPXORD Z14, Z14, Z14; \
-	VPXORD Z15, Z15, Z15
-
+// KD_KEY16 multiplies the key whose row address is at off(SP), 16 binary16 values from step CX widened (masked
+// by K3), with the query chunk in Z16 into acc.
 #define KD_KEY16(off, acc) \
 	MOVQ        off(SP), AX; \
 	VMOVDQU16.Z (AX)(CX*2), K3, Y17; \
 	VCVTPH2PS   Y17, Z17; \
 	VFMADD231PS Z17, Z16, K3, acc
+
+// The parts that attnAxpysAVX512 and attnAxpysF16AVX512 share. AX_SETUP loads the arguments (the value stride
+// in bytes: vStride << shift); AX_CHUNK starts a chunk of up to 64 output values from BX (masks K1..K4, the
+// outputs scaled by alpha in Z0..Z3, R12 their address), ending the kernel past hd; AX_FMA adds the token's
+// weight Z8 times its values in Z4..Z7; AX_STORE stores the chunk and moves to the next.
+#define AX_SETUP(shift) \
+	MOVQ o+0(FP), DI; \
+	MOVQ p+8(FP), SI; \
+	MOVQ v+16(FP), DX; \
+	MOVQ vStride+24(FP), R9; \
+	SHLQ $shift, R9; \
+	MOVQ n+32(FP), R10; \
+	MOVQ hd+40(FP), R11; \
+	VBROADCASTSS alpha+48(FP), Z16; \
+	XORQ BX, BX
+
+#define AX_CHUNK \
+	CMPQ BX, R11; \
+	JAE  done; \
+	MOVQ R11, CX; \
+	SUBQ BX, CX; \
+	MOVQ $-1, AX; \
+	CMPQ CX, $64; \
+	JAE  full; \
+	MOVQ $1, AX; \
+	SHLQ CX, AX; \
+	DECQ AX; \
+full: \
+	KMASK64; \
+	LEAQ (DI)(BX*4), R12; \
+	VMOVUPS.Z (R12), K1, Z0; \
+	VMOVUPS.Z 64(R12), K2, Z1; \
+	VMOVUPS.Z 128(R12), K3, Z2; \
+	VMOVUPS.Z 192(R12), K4, Z3; \
+	VMULPS Z16, Z0, Z0; \
+	VMULPS Z16, Z1, Z1; \
+	VMULPS Z16, Z2, Z2; \
+	VMULPS Z16, Z3, Z3
+
+#define AX_FMA \
+	VFMADD231PS Z8, Z4, Z0; \
+	VFMADD231PS Z8, Z5, Z1; \
+	VFMADD231PS Z8, Z6, Z2; \
+	VFMADD231PS Z8, Z7, Z3
+
+#define AX_STORE \
+	VMOVUPS Z0, K1, (R12); \
+	VMOVUPS Z1, K2, 64(R12); \
+	VMOVUPS Z2, K3, 128(R12); \
+	VMOVUPS Z3, K4, 192(R12); \
+	ADDQ $64, BX; \
+	JMP  chunk
 
 
 // func attnQKAVX512(s, q, kt *float32, hd int)
@@ -636,39 +671,10 @@ row:
 // func attnAxpysAVX512(o, p, v *float32, vStride, n, hd int, alpha float32)
 // Per chunk of 64 output dims (masked past hd): Z0..Z3 = alpha·o, plus p[c] times each value row.
 TEXT ·attnAxpysAVX512(SB), NOSPLIT, $0-52
-	MOVQ o+0(FP), DI
-	MOVQ p+8(FP), SI
-	MOVQ v+16(FP), DX
-	MOVQ vStride+24(FP), R9
-	SHLQ $2, R9
-	MOVQ n+32(FP), R10
-	MOVQ hd+40(FP), R11
-	VBROADCASTSS alpha+48(FP), Z16
-	XORQ BX, BX
+	AX_SETUP(2)
 
 chunk:
-	CMPQ BX, R11
-	JAE  done
-	MOVQ R11, CX
-	SUBQ BX, CX
-	MOVQ $-1, AX
-	CMPQ CX, $64
-	JAE  full
-	MOVQ $1, AX
-	SHLQ CX, AX
-	DECQ AX
-
-full:
-	KMASK64
-	LEAQ (DI)(BX*4), R12
-	VMOVUPS.Z (R12), K1, Z0
-	VMOVUPS.Z 64(R12), K2, Z1
-	VMOVUPS.Z 128(R12), K3, Z2
-	VMOVUPS.Z 192(R12), K4, Z3
-	VMULPS Z16, Z0, Z0
-	VMULPS Z16, Z1, Z1
-	VMULPS Z16, Z2, Z2
-	VMULPS Z16, Z3, Z3
+	AX_CHUNK
 	LEAQ (DX)(BX*4), AX
 	XORQ CX, CX
 
@@ -680,21 +686,13 @@ tok:
 	VMOVUPS.Z 64(AX), K2, Z5
 	VMOVUPS.Z 128(AX), K3, Z6
 	VMOVUPS.Z 192(AX), K4, Z7
-	VFMADD231PS Z8, Z4, Z0
-	VFMADD231PS Z8, Z5, Z1
-	VFMADD231PS Z8, Z6, Z2
-	VFMADD231PS Z8, Z7, Z3
+	AX_FMA
 	ADDQ R9, AX
 	INCQ CX
 	JMP  tok
 
 store:
-	VMOVUPS Z0, K1, (R12)
-	VMOVUPS Z1, K2, 64(R12)
-	VMOVUPS Z2, K3, 128(R12)
-	VMOVUPS Z3, K4, 192(R12)
-	ADDQ $64, BX
-	JMP  chunk
+	AX_STORE
 
 done:
 	VZEROUPPER
@@ -703,39 +701,10 @@ done:
 // func attnAxpysF16AVX512(o, p *float32, v *uint16, vStride, n, hd int, alpha float32)
 // attnAxpysAVX512 over binary16 value rows, widened as they are loaded.
 TEXT ·attnAxpysF16AVX512(SB), NOSPLIT, $0-52
-	MOVQ o+0(FP), DI
-	MOVQ p+8(FP), SI
-	MOVQ v+16(FP), DX
-	MOVQ vStride+24(FP), R9
-	SHLQ $1, R9
-	MOVQ n+32(FP), R10
-	MOVQ hd+40(FP), R11
-	VBROADCASTSS alpha+48(FP), Z16
-	XORQ BX, BX
+	AX_SETUP(1)
 
 chunk:
-	CMPQ BX, R11
-	JAE  done
-	MOVQ R11, CX
-	SUBQ BX, CX
-	MOVQ $-1, AX
-	CMPQ CX, $64
-	JAE  full
-	MOVQ $1, AX
-	SHLQ CX, AX
-	DECQ AX
-
-full:
-	KMASK64
-	LEAQ (DI)(BX*4), R12
-	VMOVUPS.Z (R12), K1, Z0
-	VMOVUPS.Z 64(R12), K2, Z1
-	VMOVUPS.Z 128(R12), K3, Z2
-	VMOVUPS.Z 192(R12), K4, Z3
-	VMULPS Z16, Z0, Z0
-	VMULPS Z16, Z1, Z1
-	VMULPS Z16, Z2, Z2
-	VMULPS Z16, Z3, Z3
+	AX_CHUNK
 	LEAQ (DX)(BX*2), AX
 	XORQ CX, CX
 
@@ -751,21 +720,13 @@ tok:
 	VCVTPH2PS Y5, Z5
 	VCVTPH2PS Y6, Z6
 	VCVTPH2PS Y7, Z7
-	VFMADD231PS Z8, Z4, Z0
-	VFMADD231PS Z8, Z5, Z1
-	VFMADD231PS Z8, Z6, Z2
-	VFMADD231PS Z8, Z7, Z3
+	AX_FMA
 	ADDQ R9, AX
 	INCQ CX
 	JMP  tok
 
 store:
-	VMOVUPS Z0, K1, (R12)
-	VMOVUPS Z1, K2, 64(R12)
-	VMOVUPS Z2, K3, 128(R12)
-	VMOVUPS Z3, K4, 192(R12)
-	ADDQ $64, BX
-	JMP  chunk
+	AX_STORE
 
 done:
 	VZEROUPPER
@@ -961,7 +922,7 @@ half:
 	MOVQ rows+40(FP), R10
 
 row:
-	KD_ZERO
+	ZERO16
 	XORQ CX, CX
 
 chunk:
@@ -1034,7 +995,7 @@ half:
 	MOVQ rows+40(FP), R10
 
 row:
-	KD_ZERO
+	ZERO16
 	XORQ CX, CX
 
 chunk:

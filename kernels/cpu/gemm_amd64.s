@@ -1,6 +1,7 @@
 //go:build !noasm
 
 #include "textflag.h"
+#include "zero_amd64.h"
 
 // GEMVSETUP loads the arguments of gemvAVX512 and gemvF16AVX512 (defined here, before any TEXT, so that vet
 // checks its argument names against those functions only where they use it): R11 rows, BX k, SI w, DI x, DX y,
@@ -239,21 +240,6 @@ label:
 	VMOVUPS       X16, (DX)(R9*1); \
 label:
 
-// G4_ZERO zeroes the sixteen sums Z0-Z15.
-#define G4_ZERO \
-	GT_ZERO; \
-	VPXORD Z4, Z4, Z4; \
-	VPXORD Z5, Z5, Z5; \
-	VPXORD Z6, Z6, Z6; \
-	VPXORD Z7, Z7, Z7; \
-	VPXORD Z8, Z8, Z8; \
-	VPXORD Z9, Z9, Z9; \
-	VPXORD Z10, Z10, Z10; \
-	VPXORD Z11, Z11, Z11; \
-	VPXORD Z12, Z12, Z12; \
-	VPXORD Z13, Z13, Z13; \
-	VPXORD Z14, Z14, Z14; \
-	VPXORD Z15, Z15, Z15
 
 // ---- AVX-512 micro-kernel, 14 rows × 32 outputs ----
 //
@@ -805,7 +791,7 @@ TEXT ·gemvTiles4AVX512(SB), NOSPLIT, $0-64
 
 group4:
 	G4_ROWS
-	G4_ZERO
+	ZERO16
 	CMPQ R9, CX
 	JGE  tail4
 
@@ -848,7 +834,7 @@ TEXT ·gemvTiles4F16AVX512(SB), NOSPLIT, $0-64
 
 group4h:
 	G4_ROWS
-	G4_ZERO
+	ZERO16
 	CMPQ R9, CX
 	JGE  tail4h
 
