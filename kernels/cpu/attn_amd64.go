@@ -8,9 +8,9 @@ import (
 	xcpu "golang.org/x/sys/cpu"
 )
 
-// attnAVX512 selects the AVX-512 micro-kernels of attn_amd64.s. Tests clear it to check the pure-Go path on the
-// same machine.
-var attnAVX512 = xcpu.X86.HasAVX512F && xcpu.X86.HasAVX512DQ
+// attnAVX512 selects the AVX-512 micro-kernels of attn_amd64.s (the softmax also shifts with BMI2). Tests clear
+// it to check the pure-Go path on the same machine.
+var attnAVX512 = xcpu.X86.HasAVX512F && xcpu.X86.HasAVX512DQ && xcpu.X86.HasBMI2
 
 // The wrappers check in Go the extents the assembly will touch, so that a bad call panics instead of reading
 // or writing out of bounds.
