@@ -8,14 +8,21 @@ import (
 	"github.com/morphlab/morphlab/quant"
 )
 
-// KVCache is the paged key/value storage of every layer: for layer l, K[l] and V[l] (K16[l] and V16[l] when Type
-// is KVF16) are [NumBlocks, BlockSize, NKVHeads, HeadDim] (kernels/ref's paged layout). Which blocks belong to
-// which sequence is not its business: a Batch carries the block tables.
+// KVCache is the paged key/value storage of every layer: for layer l, K[l] and V[l] (K16[l] and V16[l] for a
+// binary16 cache) are [NumBlocks, BlockSize, NKVHeads, HeadDim] (kernels/ref's paged layout). Which blocks belong
+// to which sequence is not its business: a Batch carries the block tables.
 type KVCache struct {
 	BlockSize, NumBlocks int
-	Type                 KVType
 	K, V                 [][]float32
 	K16, V16             [][]uint16
+}
+
+// Type is the cache's element type: KVF16 when it holds binary16 values.
+func (c *KVCache) Type() KVType {
+	if c.K16 != nil {
+		return KVF16
+	}
+	return KVF32
 }
 
 // KVType is the element type of a KV cache.
@@ -63,7 +70,7 @@ func NewKVCache(cfg Config, numBlocks, blockSize int) *KVCache {
 
 // NewKVCacheType is NewKVCache for a cache of type t.
 func NewKVCacheType(cfg Config, numBlocks, blockSize int, t KVType) *KVCache {
-	c := &KVCache{BlockSize: blockSize, NumBlocks: numBlocks, Type: t}
+	c := &KVCache{BlockSize: blockSize, NumBlocks: numBlocks}
 	n := numBlocks * blockSize * cfg.KVDim()
 	for range cfg.NLayers {
 		if t == KVF16 {
@@ -220,7 +227,7 @@ func (m *Model) Forward(b *Batch, cache *KVCache, ws *Workspace, logits []float3
 		ws.matmuls(T, xb, []*quant.Matrix{w.Wq, w.Wk, w.Wv}, [][]float32{q, k, v})
 		cpu.RoPE(q, pos, cfg.NHeads, hd, float32(cfg.RopeTheta))
 		cpu.RoPE(k, pos, cfg.NKVHeads, hd, float32(cfg.RopeTheta))
-		if cache.Type == KVF16 {
+		if cache.Type() == KVF16 {
 			cpu.KVAppendF16(cache.K16[l], cache.V16[l], k, v, slots, cfg.NKVHeads, hd)
 			cpu.PagedAttentionF16(att, q, cache.K16[l], cache.V16[l], b.QStart, b.SeqLens, b.BlockTables,
 				b.MaxBlocksPerSeq, cache.BlockSize, cfg.NHeads, cfg.NKVHeads, hd, scale)

@@ -242,40 +242,28 @@ func CausalAttention(out, q, k, v []float32, nq, kvLen, nHeads, nKVHeads, headDi
 // negative slot skips the token. k, v: [len(slots), nKVHeads*headDim].
 func KVAppend(kCache, vCache, k, v []float32, slots []int32, nKVHeads, headDim int) {
 	shape.KVAppend("KVAppend", len(kCache), len(vCache), len(k), len(v), slots, nKVHeads, headDim)
-	row := nKVHeads * headDim
-	Parallel(len(slots), max(1, elemGrain/row), func(lo, hi int) {
-		// In decode the slots are one per sequence, in lines that have left the cache since the step before:
-		// asking for all of them first lets the misses overlap, where the copies would take them one by one.
-		for t := lo; t < hi; t++ {
-			if s := int(slots[t]); s >= 0 {
-				attnPrefetch(kCache[s*row:][:row])
-				attnPrefetch(vCache[s*row:][:row])
-			}
-		}
-		for t := lo; t < hi; t++ {
-			if s := int(slots[t]); s >= 0 {
-				copy(kCache[s*row:][:row], k[t*row:][:row])
-				copy(vCache[s*row:][:row], v[t*row:][:row])
-			}
-		}
-	})
+	kvAppend(pagedCache{k: kCache, v: vCache}, k, v, slots, nKVHeads*headDim)
 }
 
 // KVAppendF16 is KVAppend into caches of binary16 values (rounded to nearest, ties to even).
 func KVAppendF16(kCache, vCache []uint16, k, v []float32, slots []int32, nKVHeads, headDim int) {
 	shape.KVAppend("KVAppendF16", len(kCache), len(vCache), len(k), len(v), slots, nKVHeads, headDim)
-	row := nKVHeads * headDim
+	kvAppend(pagedCache{k16: kCache, v16: vCache}, k, v, slots, nKVHeads*headDim)
+}
+
+// kvAppend is KVAppend into either kind of cache, row values a token.
+func kvAppend(c pagedCache, k, v []float32, slots []int32, row int) {
 	Parallel(len(slots), max(1, elemGrain/row), func(lo, hi int) {
+		// In decode the slots are one per sequence, in lines that have left the cache since the step before:
+		// asking for all of them first lets the misses overlap, where the copies would take them one by one.
 		for t := lo; t < hi; t++ {
 			if s := int(slots[t]); s >= 0 {
-				attnPrefetchF16(kCache[s*row:][:row])
-				attnPrefetchF16(vCache[s*row:][:row])
+				c.prefetch(s*row, row)
 			}
 		}
 		for t := lo; t < hi; t++ {
 			if s := int(slots[t]); s >= 0 {
-				half.F32ToF16Slice(kCache[s*row:][:row], k[t*row:][:row])
-				half.F32ToF16Slice(vCache[s*row:][:row], v[t*row:][:row])
+				c.store(s*row, k[t*row:][:row], v[t*row:][:row])
 			}
 		}
 	})
@@ -343,6 +331,17 @@ func (c pagedCache) prefetch(i, n int) {
 	}
 	attnPrefetch(c.k[i:][:n])
 	attnPrefetch(c.v[i:][:n])
+}
+
+// store writes the key and value rows k and v at offset i of the caches.
+func (c pagedCache) store(i int, k, v []float32) {
+	if c.k16 != nil {
+		half.F32ToF16Slice(c.k16[i:][:len(k)], k)
+		half.F32ToF16Slice(c.v16[i:][:len(v)], v)
+		return
+	}
+	copy(c.k[i:][:len(k)], k)
+	copy(c.v[i:][:len(v)], v)
 }
 
 // tile returns the keys and values of nt tokens from offset i, width values a token, rows stride apart: the
@@ -414,10 +413,10 @@ func pagedAttention(out, q []float32, cache pagedCache, qStart, seqLens, blockTa
 		q, s   []float32    // queries [hpg, rowsMax, hd16] zero-padded, scores [rowsMax, attnCols]
 		kt, vt []float32    // a tile of binary16 keys and values widened [attnCols, hpg*hd]
 	}
-	// Binary16 values are read as they are by the kernels of few rows (decode), else widened a tile at a time.
-	direct := func(rows int) bool { return cache.k16 != nil && rows < attnPVRows }
+	// Binary16 values are read as they are by the kernels of fewer than attnPVRows rows (decode), else widened a
+	// tile at a time into kt, vt.
 	tileLen := 0
-	if cache.k16 != nil && !direct(maxRows) {
+	if cache.k16 != nil && maxRows >= attnPVRows {
 		tileLen = attnCols * hpg * hd
 	}
 	attnParallel(nParts*nHG, func(a *attnArena) scratch {
@@ -434,6 +433,7 @@ func pagedAttention(out, q []float32, cache pagedCache, qStart, seqLens, blockTa
 		per := ((L+parts-1)/parts + attnCols - 1) / attnCols * attnCols
 		lo, hi := (pi-firstItem[i])*per, min(L, (pi-firstItem[i]+1)*per)
 		rows := n * group
+		direct := cache.k16 != nil && rows < attnPVRows
 		for gi, b := range blocks {
 			g := g0 + gi
 			rowsPad := b.reset(rows)
@@ -474,7 +474,7 @@ func pagedAttention(out, q []float32, cache pagedCache, qStart, seqLens, blockTa
 			share := (n1 + len(blocks) - 1) / len(blocks)
 			var kt, vt []float32
 			stride := kvRow
-			if !direct(rows) {
+			if !direct {
 				kt, vt, stride = cache.tile(tile+g0*hd, nt, len(blocks)*hd, kvRow, sc2.kt, sc2.vt)
 			}
 			for gi, b := range blocks {
@@ -482,7 +482,7 @@ func pagedAttention(out, q []float32, cache pagedCache, qStart, seqLens, blockTa
 					cache.prefetch(o1+c*kvRow, len(blocks)*hd)
 				}
 				off := gi * hd
-				if direct(rows) {
+				if direct {
 					off = tile + (g0+gi)*hd
 					attnKeysF16(sp, sc2.q[gi*rowsMax*hd16:], cache.k16[off:], kvRow, nt, rows, hd)
 				} else {
@@ -501,7 +501,7 @@ func pagedAttention(out, q []float32, cache pagedCache, qStart, seqLens, blockTa
 					if real < attnPVRows {
 						for r := range real {
 							o, p := b.o[(r0+r)*hdPad:][:hd], ps[r*attnCols:][:b.cnt[r]]
-							if direct(rows) {
+							if direct {
 								attnAxpysF16(o, p, cache.v16[off:], kvRow, b.alpha[r])
 							} else {
 								attnAxpys(o, p, vt[off:], stride, b.alpha[r])
