@@ -415,3 +415,23 @@ func BenchmarkPagedAttentionPrefill(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkAttnSoftmax is one online-softmax step of one row of 16 visible scores, decode's case:
+//
+//	go test -run '^$' -bench AttnSoftmax -count 3 ./kernels/cpu
+func BenchmarkAttnSoftmax(b *testing.B) {
+	row := make([]float32, attnCols)
+	for i := range attnCols / 2 {
+		row[i] = float32(i) * 0.01
+	}
+	s := make([]float32, attnRows*attnCols)
+	m, l, alpha := make([]float32, attnRows), make([]float32, attnRows), make([]float32, attnRows)
+	cnt := make([]int32, attnRows)
+	for i := range cnt {
+		cnt[i], m[i] = attnCols/2, attnInitMax
+	}
+	for b.Loop() {
+		copy(s, row)
+		attnSoftmax(s, m, l, alpha, cnt, 1)
+	}
+}

@@ -246,8 +246,9 @@ func gemmF16(m, n, k int, a []float32, w []uint16, c []float32) {
 
 // gemvTokensMaxM is the most tokens for which GEMM runs as GEMVs of up to four tokens (gemvTokens). Up to it a
 // token's outputs do not depend on how many tokens share the call, which holds the engine's batched logits to
-// those of each sequence alone. At 8 tokens it is about 2.2x gemmFew; at 32-64, from 20% faster (stories110M's
-// classifier, k=768) to 20% slower (k=2048, where x and four rows of W no longer share L1), in interleaved runs.
+// those of each sequence alone. At 8 tokens it is about 2.2x gemmFew; at 32, from 15% faster (stories110M's
+// classifier, k=768) to 20% slower (k=2048, where x and four rows of W no longer share L1): BenchmarkGEMMFew
+// against BenchmarkGEMMf32, BENCHMARKS.md "Model inference".
 const gemvTokensMaxM = 64
 
 // gemvTokensRows is the rows of W that gemvTokens runs against all the tokens before it moves on, while the

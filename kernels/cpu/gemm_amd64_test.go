@@ -3,6 +3,7 @@
 package cpu
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -95,5 +96,26 @@ func TestGEMMTokensMatchGEMV(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// BenchmarkGEMMFew runs gemmFew, GEMM's path for up to gemmFewMaxM tokens where the few-token GEMV kernels are
+// missing, at stories110M's batched-decode shapes, to set against GEMM's few-token GEMVs at the same shapes:
+//
+//	go test -run '^$' -bench 'GEMM(f32|Few)/m=(8|32)/' -benchtime 30x ./kernels/cpu
+func BenchmarkGEMMFew(b *testing.B) {
+	if gemmActive == nil {
+		b.Skip("no GEMM micro-kernel")
+	}
+	for _, s := range [][3]int{{8, 4096, 768}, {32, 4096, 768}, {32, 768, 2048}, {32, 32000, 768}} {
+		m, n, k := s[0], s[1], s[2]
+		b.Run(fmt.Sprintf("m=%d/n=%d/k=%d", m, n, k), func(b *testing.B) {
+			r := rand.New(rand.NewPCG(1, 1))
+			a, w, c := gemmRandom(r, m*k), gemmRandom(r, n*k), make([]float32, m*n)
+			for b.Loop() {
+				gemmFew(gemmActive, m, n, k, a, c, gemmFewW{f32: w})
+			}
+			b.ReportMetric(2*float64(m)*float64(n)*float64(k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
 	}
 }
