@@ -40,7 +40,7 @@ func qW4UnpackAVX512(dst *int8, w, z *uint8, bias *int32, groups, chunks int)
 
 //go:noescape
 func qW4A8TileVNNI(codes *int8, k int, tok *uint8, groups, steps int, bias *int32, scale, sa *float32, mask uint64,
-	out *float32, pf *prefetchStream)
+	c *float32, ldc int, pf *prefetchStream)
 
 //go:noescape
 func qKernelI8VNNI(a *int8, lda int, wp *uint8, kq int, c *int32, ldc, rows int, mask uint64, bias *int32,
@@ -488,9 +488,9 @@ func qW4A8Tile(m, n, k, group int, qa []int8, sa []float32, w []uint8, s []float
 	Parallel((n+rowsT-1)/rowsT, qRowGrain(rowsT*k), func(lo, hi int) {
 		codes, codesBuf := scratchI8(rowsT * k)
 		defer codesBuf.release()
-		tile, tileBuf := scratchF32(rowsT*tokT + rowsT*gpr)
+		tile, tileBuf := scratchF32(tokT*rowsT + rowsT*gpr)
 		defer tileBuf.release()
-		out, scale := tile[:rowsT*tokT], tile[rowsT*tokT:]
+		out, scale := tile[:tokT*rowsT], tile[tokT*rowsT:]
 		bias, biasBuf := scratchI32(rowsT * gpr)
 		defer biasBuf.release()
 		var pf prefetchStream
@@ -517,9 +517,17 @@ func qW4A8Tile(m, n, k, group int, qa []int8, sa []float32, w []uint8, s []float
 			for p := range panels {
 				t0 := p * tokT
 				tn := min(tokT, m-t0)
+				if rows == rowsT && tn == tokT {
+					qW4A8TileVNNI(&codes[0], k, &tok[p*kq*tokT*4], gpr, group/4, &bias[0], &scale[0], &sa[t0],
+						uint64(1)<<tn-1, &c[t0*n+j0], 4*n, &pf)
+					continue
+				}
+				// A partial tile goes through out, [tokT][rowsT] as C's layout, so as not to write past C.
 				qW4A8TileVNNI(&codes[0], k, &tok[p*kq*tokT*4], gpr, group/4, &bias[0], &scale[0], &sa[t0],
-					uint64(1)<<tn-1, &out[0], &pf)
-				storeTransposed(c[t0*n:], n, j0, rows, tn, out, tokT)
+					uint64(1)<<tn-1, &out[0], 4*rowsT, &pf)
+				for t := range tn {
+					copy(c[(t0+t)*n+j0:][:rows], out[t*rowsT:])
+				}
 			}
 		}
 	})

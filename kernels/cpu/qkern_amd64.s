@@ -1298,22 +1298,51 @@ unpackchunk:
 	VPXORD           Zi0, Zi0, Zi0 ; \
 	VPXORD           Zi1, Zi1, Zi1
 
-// W4T_OUT scales row r's sums by the tokens' scales (Z24, Z25) and stores them at r*128(DI).
-#define W4T_OUT(r, Zf0, Zf1) \
-	VMULPS  Z24, Zf0, Zf0 ; \
-	VMULPS  Z25, Zf1, Zf1 ; \
-	VMOVUPS Zf0, (r*128)(DI) ; \
-	VMOVUPS Zf1, (r*128+64)(DI)
+// W4T_SCALE scales row r's sums by the tokens' scales (Z24, Z25).
+#define W4T_SCALE(Zf0, Zf1) \
+	VMULPS Z24, Zf0, Zf0 ; \
+	VMULPS Z25, Zf1, Zf1
+
+// W4T_HALF transposes sixteen tokens' sums of the six rows (r0-r5, one register a row) into four registers of
+// four rows (Z6-Z9: the token's index mod 4 in each 128-bit lane) and two of the rows 4 and 5 (Z4: tokens 0
+// and 1 mod 4 in the lane's low and high 64 bits, Z5: tokens 2 and 3).
+#define W4T_HALF(r0, r1, r2, r3, r4, r5) \
+	VUNPCKLPS r1, r0, Z0 ; \
+	VUNPCKHPS r1, r0, Z1 ; \
+	VUNPCKLPS r3, r2, Z2 ; \
+	VUNPCKHPS r3, r2, Z3 ; \
+	VUNPCKLPS r5, r4, Z4 ; \
+	VUNPCKHPS r5, r4, Z5 ; \
+	VSHUFPS   $0x44, Z2, Z0, Z6 ; \
+	VSHUFPS   $0xee, Z2, Z0, Z7 ; \
+	VSHUFPS   $0x44, Z3, Z1, Z8 ; \
+	VSHUFPS   $0xee, Z3, Z1, Z9
+
+// W4T_LANE stores four tokens (lane L of W4T_HALF's registers) at AX, AX+BX, AX+2BX, AX+DX (DX = 3BX): six
+// floats each, then moves AX on by four tokens.
+#define W4T_LANE(L) \
+	VEXTRACTF32X4 $L, Z6, (AX) ; \
+	VEXTRACTF32X4 $L, Z7, (AX)(BX*1) ; \
+	VEXTRACTF32X4 $L, Z8, (AX)(BX*2) ; \
+	VEXTRACTF32X4 $L, Z9, (AX)(DX*1) ; \
+	VEXTRACTF32X4 $L, Z4, X10 ; \
+	VMOVQ         X10, 16(AX) ; \
+	VMOVHPS       X10, 16(AX)(BX*1) ; \
+	VEXTRACTF32X4 $L, Z5, X11 ; \
+	VMOVQ         X11, 16(AX)(BX*2) ; \
+	VMOVHPS       X11, 16(AX)(DX*1) ; \
+	LEAQ          (AX)(BX*4), AX
 
 // func qW4A8TileVNNI(codes *int8, k int, tok *uint8, groups, steps int, bias *int32, scale, sa *float32, mask uint64,
-//	out *float32, pf *prefetchStream)
+//	c *float32, ldc int, pf *prefetchStream)
 // The W4A8 tile micro-kernel: six rows of W, unpacked by qW4UnpackAVX512 (codes q - z, signed, rows k bytes
 // apart), against a panel of 32 tokens packed by qPackW (offset by 128, unsigned, [k/4][32][4]). For each group
 // of 4·steps values, VPDPBUSD sums Σ (a+128)·(q-z) exactly in int32; the group's end takes off 128·Σ (q-z) (bias)
-// and adds float32(sum)·s (one FMA) to the row's float sums. At the end out[r*32+t] = sum[r][t]·sa[t] (sa read
-// in the lanes set in mask). Z0-Z11 hold the int32 sums (row r in Z(2r), Z(2r+1)), Z12-Z23 the float sums.
+// and adds float32(sum)·s (one FMA) to the row's float sums. At the end the sums times sa[t] (sa read in the lanes
+// set in mask, zero in the others) are transposed in registers and stored as C's layout: token t's six outputs at
+// c + t·ldc bytes, for all 32 tokens. Z0-Z11 hold the int32 sums (row r in Z(2r), Z(2r+1)), Z12-Z23 the float sums.
 // Each step prefetches a line of pf's stream.
-TEXT ·qW4A8TileVNNI(SB), NOSPLIT, $0-88
+TEXT ·qW4A8TileVNNI(SB), NOSPLIT, $0-96
 	MOVQ codes+0(FP), SI
 	MOVQ k+8(FP), R8
 	MOVQ tok+16(FP), DI
@@ -1323,7 +1352,7 @@ TEXT ·qW4A8TileVNNI(SB), NOSPLIT, $0-88
 	LEAQ (R8)(R8*2), R9
 	LEAQ (SI)(R8*4), R10
 	ADDQ R8, R10
-	MOVQ pf+80(FP), R15
+	MOVQ pf+88(FP), R15
 	PF_LOAD(R15, R11, R12, R13, R14, R15)
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -1380,7 +1409,7 @@ w4tstep:
 	DECQ CX
 	JNZ  w4tgroup
 
-	MOVQ pf+80(FP), AX
+	MOVQ pf+88(FP), AX
 	PF_STORE(pfdonew4t, AX, R11, R12, R15)
 	MOVQ      sa+56(FP), BX
 	MOVQ      mask+64(FP), AX
@@ -1388,12 +1417,24 @@ w4tstep:
 	KSHIFTRQ  $16, K1, K2
 	VMOVUPS.Z (BX), K1, Z24
 	VMOVUPS.Z 64(BX), K2, Z25
-	MOVQ      out+72(FP), DI
-	W4T_OUT(0, Z12, Z13)
-	W4T_OUT(1, Z14, Z15)
-	W4T_OUT(2, Z16, Z17)
-	W4T_OUT(3, Z18, Z19)
-	W4T_OUT(4, Z20, Z21)
-	W4T_OUT(5, Z22, Z23)
+	W4T_SCALE(Z12, Z13)
+	W4T_SCALE(Z14, Z15)
+	W4T_SCALE(Z16, Z17)
+	W4T_SCALE(Z18, Z19)
+	W4T_SCALE(Z20, Z21)
+	W4T_SCALE(Z22, Z23)
+	MOVQ c+72(FP), AX
+	MOVQ ldc+80(FP), BX
+	LEAQ (BX)(BX*2), DX
+	W4T_HALF(Z12, Z14, Z16, Z18, Z20, Z22)
+	W4T_LANE(0)
+	W4T_LANE(1)
+	W4T_LANE(2)
+	W4T_LANE(3)
+	W4T_HALF(Z13, Z15, Z17, Z19, Z21, Z23)
+	W4T_LANE(0)
+	W4T_LANE(1)
+	W4T_LANE(2)
+	W4T_LANE(3)
 	VZEROUPPER
 	RET

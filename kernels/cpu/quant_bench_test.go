@@ -9,12 +9,13 @@ import (
 )
 
 // BenchmarkQuant runs the quantized kernels on two threads, with the float32 GEMV/GEMM of the same shapes in the
-// same run so that their ratios can be read off one benchstat table (benchstat -col /dtype):
+// same run so that their ratios can be read off one benchstat table (benchstat -col /dtype). The m=32 shapes are
+// stories110M's batched decode (gate and up together; down):
 //
 //	go test -run '^$' -bench BenchmarkQuant -count 6 ./kernels/cpu
 func BenchmarkQuant(b *testing.B) {
 	defer SetThreads(SetThreads(2))
-	for _, sh := range [][3]int{{1, 4096, 4096}, {16, 4096, 4096}} {
+	for _, sh := range [][3]int{{1, 4096, 4096}, {16, 4096, 4096}, {32, 4096, 768}, {32, 768, 2048}} {
 		m, n, k := sh[0], sh[1], sh[2]
 		name := fmt.Sprintf("m=%d/n=%d/k=%d/dtype=", m, n, k)
 		b.Run(name+"f32", func(b *testing.B) { qBenchF32(b, m, n, k) })
