@@ -75,6 +75,17 @@ func gemvTiles4AVX512(rows, k int, w, xp, y *float32, tokens, ldy int, pf *lineP
 //go:noescape
 func gemvTiles4F16AVX512(rows, k int, w *uint16, xp, y *float32, tokens, ldy int, pf *linePrefetch)
 
+// gemvTiles8AVX512 and gemvTiles8F16AVX512 are the tile kernels for up to eight tokens: groups groups of three
+// rows, against a panel of eight tokens (gemvPanel). A step loads three lines of W for 24 FMAs where the four-row
+// kernels load four for 16: W comes from L2 (the block of rows is reused by every group of tokens), and at
+// four lines a step its rate from L2, not the FMAs, was the bound.
+//
+//go:noescape
+func gemvTiles8AVX512(groups, k int, w, xp, y *float32, tokens, ldy int, pf *linePrefetch)
+
+//go:noescape
+func gemvTiles8F16AVX512(groups, k int, w *uint16, xp, y *float32, tokens, ldy int, pf *linePrefetch)
+
 // linePrefetch is a run of cache lines for a kernel to prefetch, one a step: the address of the next and how
 // many are left.
 type linePrefetch struct {
@@ -124,12 +135,14 @@ type gemvArch struct {
 	tokens16 func(rows, k int, w *uint16, x, y *float32, tokens, ldy int)
 	tiles32  func(rows, k int, w, xp, y *float32, tokens, ldy int, pf *linePrefetch)
 	tiles16  func(rows, k int, w *uint16, xp, y *float32, tokens, ldy int, pf *linePrefetch)
+	wide32   func(groups, k int, w, xp, y *float32, tokens, ldy int, pf *linePrefetch)
+	wide16   func(groups, k int, w *uint16, xp, y *float32, tokens, ldy int, pf *linePrefetch)
 }
 
 var (
 	gemvAVX512Arch = gemvArch{gemvAVX512, gemvF16AVX512, 1, 0, gemvTokensAVX512, gemvTokensF16AVX512,
-		gemvTiles4AVX512, gemvTiles4F16AVX512}
-	gemvAVX2Arch = gemvArch{gemvAVX2, gemvF16AVX2, 4, 7, nil, nil, nil, nil}
+		gemvTiles4AVX512, gemvTiles4F16AVX512, gemvTiles8AVX512, gemvTiles8F16AVX512}
+	gemvAVX2Arch = gemvArch{gemvAVX2, gemvF16AVX2, 4, 7, nil, nil, nil, nil, nil, nil}
 )
 
 // gemmActive and gemvActive are the kernels GEMM and GEMV use (nil: the pure-Go loops). Tests switch them to
@@ -252,14 +265,19 @@ func gemmF16(m, n, k int, a []float32, w []uint16, c []float32) {
 const gemvTokensMaxM = 64
 
 // gemvTokensRows is the rows of W that gemvTokens runs against all the tokens before it moves on, while the
-// kernels prefetch the next as many.
+// kernels prefetch the next as many (rounded down to whole tiles).
 const gemvTokensRows = 64
 
+// gemvWideMaxK is the longest row for which gemvTokens runs the three-row, eight-token tiles: up to it eight
+// tokens' x (32 KiB at 1024 steps) stays in L1 beside three rows of W; past it the four-token tiles do.
+const gemvWideMaxK = 1024
+
 // gemvTokens is GEMM for a few tokens as GEMVs, each token's outputs bit for bit those of a one-token GEMV: rows
-// of W split across threads, each block of gemvTokensRows rows run against the tokens four at a time. Up to four
-// tokens, the row-at-a-time kernel streams W from memory. For more, the four-row kernels run each block against
-// each group of four tokens in turn (the block's last rows%4 rows on the row-at-a-time kernel), from cache, and
-// prefetch the next block, a line a step, as they go: W is read from memory once, mostly ahead of its products.
+// of W split across threads, each block of about gemvTokensRows rows run against all the tokens. Up to four
+// tokens, the row-at-a-time kernel streams W from memory. For more, the tile kernels (three rows by eight tokens,
+// or four by four for rows over gemvWideMaxK) run each block against each group of tokens in turn (the block's
+// last rows short of a tile on the row-at-a-time kernel), from cache, and prefetch the next block, a line a
+// step, as they go: W is read from memory once, mostly ahead of its products.
 func gemvTokens(g *gemvArch, m, n, k int, a, c []float32, w gemmFewW) {
 	if m <= 4 {
 		Parallel(n, gemmMinWork/(m*k)+1, func(lo, hi int) {
@@ -269,22 +287,27 @@ func gemvTokens(g *gemvArch, m, n, k int, a, c []float32, w gemmFewW) {
 		})
 		return
 	}
-	xp, xpBuf := scratchF32(gemvPanelLen(m, k))
+	tile := gemvTile{rows: 4, tokens: 4}
+	if g.wide32 != nil && k <= gemvWideMaxK {
+		tile = gemvTile{rows: 3, tokens: 8}
+	}
+	xp, xpBuf := scratchF32(gemvPanelLen(m, k, tile.tokens))
 	defer xpBuf.release()
-	gemvPanel(xp, m, k, a)
-	stride := gemvPanelLen(4, k)
+	gemvPanel(xp, m, k, a, tile.tokens)
+	stride := gemvPanelLen(tile.tokens, k, tile.tokens)
+	block := gemvTokensRows / tile.rows * tile.rows
 	Parallel(n, gemmMinWork/(m*k)+1, func(lo, hi int) {
 		var pf linePrefetch
-		for j := lo; j < hi; j += gemvTokensRows {
-			rows := min(gemvTokensRows, hi-j)
+		for j := lo; j < hi; j += block {
+			rows := min(block, hi-j)
 			if next := j + rows; next < hi {
-				pf = w.lines(next, min(gemvTokensRows, hi-next), k)
+				pf = w.lines(next, min(block, hi-next), k)
 			}
-			tiled := rows &^ 3
-			for t := 0; t < m; t += 4 {
-				tokens := min(4, m-t)
+			tiled := rows / tile.rows * tile.rows
+			for t := 0; t < m; t += tile.tokens {
+				tokens := min(tile.tokens, m-t)
 				if tiled > 0 {
-					w.gemvTiles(g, tiled, k, j, xp[t/4*stride:], c[t*n+j:], tokens, n, &pf)
+					w.gemvTiles(g, tile, tiled, k, j, xp[t/tile.tokens*stride:], c[t*n+j:], tokens, n, &pf)
 				}
 				if tiled < rows {
 					w.gemvRows(g, rows-tiled, k, j+tiled, a[t*k:], c[t*n+j+tiled:], tokens, n)
@@ -294,16 +317,19 @@ func gemvTokens(g *gemvArch, m, n, k int, a, c []float32, w gemmFewW) {
 	})
 }
 
-// gemvPanelLen is the floats of the x panel of m tokens over k steps.
-func gemvPanelLen(m, k int) int { return ((m + 3) / 4) * ((k + 15) / 16) * 64 }
+// gemvTile is the shape of a GEMV tile kernel: rows of W by tokens.
+type gemvTile struct{ rows, tokens int }
 
-// gemvPanel packs the m tokens of a (k floats apart) for the four-row kernels: for each group of four tokens, for
-// each 16 steps, the 16 values of each token in turn, zero past k; a group short of four repeats its first token.
-func gemvPanel(xp []float32, m, k int, a []float32) {
+// gemvPanelLen is the floats of the x panel of m tokens over k steps, in groups of g tokens.
+func gemvPanelLen(m, k, g int) int { return ((m + g - 1) / g) * ((k + 15) / 16) * 16 * g }
+
+// gemvPanel packs the m tokens of a (k floats apart) for the tile kernels: for each group of g tokens, for each
+// 16 steps, the 16 values of each token in turn, zero past k; a group short of g repeats its first token.
+func gemvPanel(xp []float32, m, k int, a []float32, g int) {
 	i := 0
-	for t0 := 0; t0 < m; t0 += 4 {
+	for t0 := 0; t0 < m; t0 += g {
 		for p := 0; p < k; p += 16 {
-			for t := t0; t < t0+4; t++ {
+			for t := t0; t < t0+g; t++ {
 				src := t
 				if src >= m {
 					src = t0
@@ -320,20 +346,30 @@ func gemvPanel(xp []float32, m, k int, a []float32) {
 }
 
 // gemvRows runs the row-at-a-time kernel on rows rows of W from row j against tokens tokens of x (k apart), the
-// outputs ldy apart in y.
+// outputs ldy apart in y, four tokens a call.
 func (w gemmFewW) gemvRows(g *gemvArch, rows, k, j int, x, y []float32, tokens, ldy int) {
-	if w.f32 != nil {
-		g.tokens32(rows, k, &w.f32[j*k], &x[0], &y[0], tokens, ldy)
-	} else {
-		g.tokens16(rows, k, &w.f16[j*k], &x[0], &y[0], tokens, ldy)
+	for t := 0; t < tokens; t += 4 {
+		n := min(4, tokens-t)
+		if w.f32 != nil {
+			g.tokens32(rows, k, &w.f32[j*k], &x[t*k], &y[t*ldy], n, ldy)
+		} else {
+			g.tokens16(rows, k, &w.f16[j*k], &x[t*k], &y[t*ldy], n, ldy)
+		}
 	}
 }
 
-// gemvTiles runs the four-row kernel on rows rows of W from row j against a group of tokens of the x panel.
-func (w gemmFewW) gemvTiles(g *gemvArch, rows, k, j int, xp, y []float32, tokens, ldy int, pf *linePrefetch) {
-	if w.f32 != nil {
+// gemvTiles runs the tile kernels of shape tile on rows rows of W (whole tiles) from row j against a group of
+// tokens of the x panel.
+func (w gemmFewW) gemvTiles(g *gemvArch, tile gemvTile, rows, k, j int, xp, y []float32, tokens, ldy int,
+	pf *linePrefetch) {
+	switch {
+	case tile.rows == 3 && w.f32 != nil:
+		g.wide32(rows/3, k, &w.f32[j*k], &xp[0], &y[0], tokens, ldy, pf)
+	case tile.rows == 3:
+		g.wide16(rows/3, k, &w.f16[j*k], &xp[0], &y[0], tokens, ldy, pf)
+	case w.f32 != nil:
 		g.tiles32(rows, k, &w.f32[j*k], &xp[0], &y[0], tokens, ldy, pf)
-	} else {
+	default:
 		g.tiles16(rows, k, &w.f16[j*k], &xp[0], &y[0], tokens, ldy, pf)
 	}
 }

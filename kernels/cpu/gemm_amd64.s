@@ -109,6 +109,10 @@ label:
 #define G4_SETUP(shift) \
 	MOVQ rows+0(FP), R13; \
 	SHRQ $2, R13; \
+	G_SETUP(shift)
+
+// G_SETUP is the part of G4_SETUP that the three-row kernels share (G8_SETUP).
+#define G_SETUP(shift) \
 	MOVQ k+8(FP), BX; \
 	MOVQ w+16(FP), SI; \
 	MOVQ xp+24(FP), R15; \
@@ -180,29 +184,29 @@ label:
 	VFMADD231PS Z22, Z19, Z14; \
 	VFMADD231PS Z23, Z19, Z15
 
-// G4_L1..G4_L4 are GEMVFOLD's four levels for many accumulators at once. G4_L1 folds a and b (lane i plus lane
+// G4_L1..G4_L4 are GEMVFOLD's four levels for many accumulators at once (Z24, Z25: scratch). G4_L1 folds a and b (lane i plus lane
 // i+8) into a: a's eight partial sums in its low half, b's in its high half. G4_L2 folds two such, c and d, into
 // c, one accumulator's four partial sums in each quarter (a, b, then d's two). G4_L3 folds e0 and e1 into e0, the
 // two partial sums of e0's quarter then e1's in each quarter; G4_L4 folds g and h into g, one sum a lane.
 #define G4_L1(a, b) \
-	VSHUFF32X4 $0x44, b, a, Z16; \
-	VSHUFF32X4 $0xee, b, a, Z17; \
-	VADDPS     Z17, Z16, a
+	VSHUFF32X4 $0x44, b, a, Z24; \
+	VSHUFF32X4 $0xee, b, a, Z25; \
+	VADDPS     Z25, Z24, a
 
 #define G4_L2(c, d) \
-	VSHUFF32X4 $0x88, d, c, Z16; \
-	VSHUFF32X4 $0xdd, d, c, Z17; \
-	VADDPS     Z17, Z16, c
+	VSHUFF32X4 $0x88, d, c, Z24; \
+	VSHUFF32X4 $0xdd, d, c, Z25; \
+	VADDPS     Z25, Z24, c
 
 #define G4_L3(e0, e1) \
-	VSHUFPS $0x44, e1, e0, Z16; \
-	VSHUFPS $0xee, e1, e0, Z17; \
-	VADDPS  Z17, Z16, e0
+	VSHUFPS $0x44, e1, e0, Z24; \
+	VSHUFPS $0xee, e1, e0, Z25; \
+	VADDPS  Z25, Z24, e0
 
 #define G4_L4(g, h) \
-	VSHUFPS $0x88, h, g, Z16; \
-	VSHUFPS $0xdd, h, g, Z17; \
-	VADDPS  Z17, Z16, g
+	VSHUFPS $0x88, h, g, Z24; \
+	VSHUFPS $0xdd, h, g, Z25; \
+	VADDPS  Z25, Z24, g
 
 // G4_SUM folds the sixteen accumulators into Z0: token t's sums of rows 0-3 in its quarter t, in row order.
 #define G4_SUM \
@@ -221,6 +225,95 @@ label:
 	G4_L3(Z0, Z4); \
 	G4_L3(Z8, Z12); \
 	G4_L4(Z0, Z8)
+
+// G8_SETUP loads the arguments of the three-row kernels as G4_SETUP does, with R13 the groups of three rows, and
+// puts the mask of three lanes in K2.
+#define G8_SETUP(shift) \
+	MOVQ  groups+0(FP), R13; \
+	G_SETUP(shift); \
+	MOVL  $7, R9; \
+	KMOVW R9, K2
+
+// G8_ROWS points R10, R11 at rows 1-2 of the group that starts at SI, DI at the start of the x panel, zeroes R9,
+// the step, and the 24 accumulators.
+#define G8_ROWS \
+	LEAQ   (SI)(BX*1), R10; \
+	LEAQ   (SI)(BX*2), R11; \
+	MOVQ   R15, DI; \
+	XORL   R9, R9; \
+	ZERO16; \
+	VPXORD Z16, Z16, Z16; \
+	VPXORD Z17, Z17, Z17; \
+	VPXORD Z18, Z18, Z18; \
+	VPXORD Z19, Z19, Z19; \
+	VPXORD Z20, Z20, Z20; \
+	VPXORD Z21, Z21, Z21; \
+	VPXORD Z22, Z22, Z22; \
+	VPXORD Z23, Z23, Z23
+
+// G8_XT loads one token's 16 steps of x (at off(DI)) into zx and multiplies them with the three rows' weights
+// in Z24-Z26 into the token's sums a0-a2.
+#define G8_XT(off, zx, a0, a1, a2) \
+	VMOVUPS     off(DI), zx; \
+	VFMADD231PS zx, Z24, a0; \
+	VFMADD231PS zx, Z25, a1; \
+	VFMADD231PS zx, Z26, a2
+
+// G8_FMA is a step of the three-row kernels: row r, token t sums into Z(12h+4r+u) for t = 4h+u, which lays each
+// half of the tokens out as G4_SUM's rows 0-2.
+#define G8_FMA \
+	G8_XT(0, Z27, Z0, Z4, Z8); \
+	G8_XT(64, Z28, Z1, Z5, Z9); \
+	G8_XT(128, Z27, Z2, Z6, Z10); \
+	G8_XT(192, Z28, Z3, Z7, Z11); \
+	G8_XT(256, Z27, Z12, Z16, Z20); \
+	G8_XT(320, Z28, Z13, Z17, Z21); \
+	G8_XT(384, Z27, Z14, Z18, Z22); \
+	G8_XT(448, Z28, Z15, Z19, Z23); \
+	ADDQ $512, DI
+
+// G8_HALF folds a half's twelve accumulators (a0-a11: row r, token u in a(4r+u)) as G4_SUM does with a zero
+// fourth row (Z26): a0 ends with token u's sums of rows 0-2 in its quarter u, then a zero.
+#define G8_HALF(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11) \
+	G4_L1(a0, a1); \
+	G4_L1(a2, a3); \
+	G4_L1(a4, a5); \
+	G4_L1(a6, a7); \
+	G4_L1(a8, a9); \
+	G4_L1(a10, a11); \
+	G4_L2(a0, a2); \
+	G4_L2(a4, a6); \
+	G4_L2(a8, a10); \
+	G4_L3(a0, a4); \
+	G4_L3(a8, Z26); \
+	G4_L4(a0, a8)
+
+// G8_PUT stores quarter q of z, three outputs, at R10 and moves R10 to the next token; after the last of the
+// tokens (R12 counts them down) it jumps to done.
+#define G8_PUT(q, z, done) \
+	VEXTRACTF32X4 $q, z, X24; \
+	VMOVUPS       X24, K2, (R10); \
+	ADDQ          R8, R10; \
+	DECQ          R12; \
+	JZ            done
+
+// G8_SUM folds both halves and stores the tokens' three outputs each, token t at DX + t·R8 (done: a unique
+// label).
+#define G8_SUM(done) \
+	VPXORD Z26, Z26, Z26; \
+	G8_HALF(Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7, Z8, Z9, Z10, Z11); \
+	G8_HALF(Z12, Z13, Z14, Z15, Z16, Z17, Z18, Z19, Z20, Z21, Z22, Z23); \
+	MOVQ tokens+40(FP), R12; \
+	MOVQ DX, R10; \
+	G8_PUT(0, Z0, done); \
+	G8_PUT(1, Z0, done); \
+	G8_PUT(2, Z0, done); \
+	G8_PUT(3, Z0, done); \
+	G8_PUT(0, Z12, done); \
+	G8_PUT(1, Z12, done); \
+	G8_PUT(2, Z12, done); \
+	G8_PUT(3, Z12, done); \
+done:
 
 // G4_STORE stores the quarters of Z0 of the tokens that exist, token t at DX + t·R8 (label: unique to the use).
 #define G4_STORE(label) \
@@ -824,6 +917,85 @@ sum4:
 	ADDQ $16, DX
 	DECQ R13
 	JNZ  group4
+	G4_DONE
+	VZEROUPPER
+	RET
+
+// func gemvTiles8AVX512(groups, k int, w, xp, y *float32, tokens, ldy int, pf *linePrefetch)
+TEXT ·gemvTiles8AVX512(SB), NOSPLIT, $0-64
+	G8_SETUP(2)
+
+group8:
+	G8_ROWS
+	CMPQ R9, CX
+	JGE  tail8
+
+loop8:
+	VMOVUPS (SI)(R9*4), Z24
+	VMOVUPS (R10)(R9*4), Z25
+	VMOVUPS (R11)(R9*4), Z26
+	G8_FMA
+	G4_PREFETCH(pf8)
+	ADDQ    $16, R9
+	CMPQ    R9, CX
+	JLT     loop8
+
+tail8:
+	KORTESTW  K1, K1
+	JZ        sum8
+	VMOVUPS.Z (SI)(R9*4), K1, Z24
+	VMOVUPS.Z (R10)(R9*4), K1, Z25
+	VMOVUPS.Z (R11)(R9*4), K1, Z26
+	G8_FMA
+
+sum8:
+	G8_SUM(stored8)
+	LEAQ (SI)(BX*2), SI
+	ADDQ BX, SI
+	ADDQ $12, DX
+	DECQ R13
+	JNZ  group8
+	G4_DONE
+	VZEROUPPER
+	RET
+
+// func gemvTiles8F16AVX512(groups, k int, w *uint16, xp, y *float32, tokens, ldy int, pf *linePrefetch)
+TEXT ·gemvTiles8F16AVX512(SB), NOSPLIT, $0-64
+	G8_SETUP(1)
+
+group8h:
+	G8_ROWS
+	CMPQ R9, CX
+	JGE  tail8h
+
+loop8h:
+	VCVTPH2PS (SI)(R9*2), Z24
+	VCVTPH2PS (R10)(R9*2), Z25
+	VCVTPH2PS (R11)(R9*2), Z26
+	G8_FMA
+	G4_PREFETCH(pf8h)
+	ADDQ      $16, R9
+	CMPQ      R9, CX
+	JLT       loop8h
+
+tail8h:
+	KORTESTW    K1, K1
+	JZ          sum8h
+	VMOVDQU16.Z (SI)(R9*2), K1, Y24
+	VMOVDQU16.Z (R10)(R9*2), K1, Y25
+	VMOVDQU16.Z (R11)(R9*2), K1, Y26
+	VCVTPH2PS   Y24, Z24
+	VCVTPH2PS   Y25, Z25
+	VCVTPH2PS   Y26, Z26
+	G8_FMA
+
+sum8h:
+	G8_SUM(stored8h)
+	LEAQ (SI)(BX*2), SI
+	ADDQ BX, SI
+	ADDQ $12, DX
+	DECQ R13
+	JNZ  group8h
 	G4_DONE
 	VZEROUPPER
 	RET
