@@ -60,8 +60,9 @@ func gemvAVX2(rows, k int, w, x, y *float32)
 
 // gemvTokensAVX512 and gemvTokensF16AVX512 are the AVX-512 GEMV kernels for tokens (1-4) tokens at once, x
 // holding them k floats apart: y[t*ldy+j] = Σ_p w[j*k+p]·x[t*k+p], each bit for bit what the one-token kernel
-// gives. They read one row at a time. gemvTiles4AVX512 and gemvTiles4F16AVX512 read four (rows a multiple of 4),
-// for four times the FMAs a load, with the tokens' x packed by gemvPanel, and prefetch a line a step from pf.
+// gives. They read one row at a time. gemvTiles8AVX512 and gemvTiles8F16AVX512 read three (groups groups of
+// three rows) against up to eight tokens, for six times the FMAs a load of W, with the tokens' x packed by
+// gemvPanel, and prefetch a line a step from pf.
 //
 //go:noescape
 func gemvTokensAVX512(rows, k int, w, x, y *float32, tokens, ldy int)
@@ -69,17 +70,6 @@ func gemvTokensAVX512(rows, k int, w, x, y *float32, tokens, ldy int)
 //go:noescape
 func gemvTokensF16AVX512(rows, k int, w *uint16, x, y *float32, tokens, ldy int)
 
-//go:noescape
-func gemvTiles4AVX512(rows, k int, w, xp, y *float32, tokens, ldy int, pf *linePrefetch)
-
-//go:noescape
-func gemvTiles4F16AVX512(rows, k int, w *uint16, xp, y *float32, tokens, ldy int, pf *linePrefetch)
-
-// gemvTiles8AVX512 and gemvTiles8F16AVX512 are the tile kernels for up to eight tokens: groups groups of three
-// rows, against a panel of eight tokens (gemvPanel). A step loads three lines of W for 24 FMAs where the four-row
-// kernels load four for 16: W comes from L2 (the block of rows is reused by every group of tokens), and at
-// four lines a step its rate from L2, not the FMAs, was the bound.
-//
 //go:noescape
 func gemvTiles8AVX512(groups, k int, w, xp, y *float32, tokens, ldy int, pf *linePrefetch)
 
@@ -125,7 +115,7 @@ var (
 
 // gemvArch is one instruction set's GEMV kernels: they take a multiple of rows rows of W and leave the last
 // k&rest steps of each row to the caller. tokens32 and tokens16, where set, run up to four tokens at once, a row
-// at a time; tiles32 and tiles16 do the same four rows at a time.
+// at a time; tiles32 and tiles16 run up to gemvTileTokens tokens, gemvTileRows rows at a time.
 type gemvArch struct {
 	f32      func(rows, k int, w, x, y *float32)
 	f16      func(rows, k int, w *uint16, x, y *float32)
@@ -133,16 +123,14 @@ type gemvArch struct {
 	rest     int
 	tokens32 func(rows, k int, w, x, y *float32, tokens, ldy int)
 	tokens16 func(rows, k int, w *uint16, x, y *float32, tokens, ldy int)
-	tiles32  func(rows, k int, w, xp, y *float32, tokens, ldy int, pf *linePrefetch)
-	tiles16  func(rows, k int, w *uint16, xp, y *float32, tokens, ldy int, pf *linePrefetch)
-	wide32   func(groups, k int, w, xp, y *float32, tokens, ldy int, pf *linePrefetch)
-	wide16   func(groups, k int, w *uint16, xp, y *float32, tokens, ldy int, pf *linePrefetch)
+	tiles32  func(groups, k int, w, xp, y *float32, tokens, ldy int, pf *linePrefetch)
+	tiles16  func(groups, k int, w *uint16, xp, y *float32, tokens, ldy int, pf *linePrefetch)
 }
 
 var (
 	gemvAVX512Arch = gemvArch{gemvAVX512, gemvF16AVX512, 1, 0, gemvTokensAVX512, gemvTokensF16AVX512,
-		gemvTiles4AVX512, gemvTiles4F16AVX512, gemvTiles8AVX512, gemvTiles8F16AVX512}
-	gemvAVX2Arch = gemvArch{gemvAVX2, gemvF16AVX2, 4, 7, nil, nil, nil, nil, nil, nil}
+		gemvTiles8AVX512, gemvTiles8F16AVX512}
+	gemvAVX2Arch = gemvArch{gemvAVX2, gemvF16AVX2, 4, 7, nil, nil, nil, nil}
 )
 
 // gemmActive and gemvActive are the kernels GEMM and GEMV use (nil: the pure-Go loops). Tests switch them to
@@ -257,27 +245,25 @@ func gemmF16(m, n, k int, a []float32, w []uint16, c []float32) {
 	})
 }
 
-// gemvTokensMaxM is the most tokens for which GEMM runs as GEMVs of up to four tokens (gemvTokens). Up to it a
-// token's outputs do not depend on how many tokens share the call, which holds the engine's batched logits to
-// those of each sequence alone. At 8 tokens it is about 2.2x gemmFew; at 32, from 15% faster (stories110M's
-// classifier, k=768) to 20% slower (k=2048, where x and four rows of W no longer share L1): BenchmarkGEMMFew
-// against BenchmarkGEMMf32, BENCHMARKS.md "Model inference".
+// gemvTokensMaxM is the most tokens for which GEMM runs as few-token GEMVs (gemvTokens). Up to it a token's
+// outputs do not depend on how many tokens share the call, which holds the engine's batched logits to those of
+// each sequence alone. At 8 tokens it is about 2.7x gemmFew; at 32, 20% (4096x768) and 50% (stories110M's
+// classifier, 32000x768) faster, and 25% slower at k=2048, where eight tokens' x no longer fits L1:
+// BenchmarkGEMMFew against BenchmarkGEMMf32, BENCHMARKS.md "Model inference".
 const gemvTokensMaxM = 64
 
-// gemvTokensRows is the rows of W that gemvTokens runs against all the tokens before it moves on, while the
-// kernels prefetch the next as many (rounded down to whole tiles).
-const gemvTokensRows = 64
+// gemvTileRows and gemvTileTokens are the tile kernels' shape: rows of W by tokens.
+const gemvTileRows, gemvTileTokens = 3, 8
 
-// gemvWideMaxK is the longest row for which gemvTokens runs the three-row, eight-token tiles: up to it eight
-// tokens' x (32 KiB at 1024 steps) stays in L1 beside three rows of W; past it the four-token tiles do.
-const gemvWideMaxK = 1024
+// gemvTokensRows is the rows of W that gemvTokens runs against all the tokens before it moves on, while the
+// kernels prefetch the next as many: 63, whole tiles.
+const gemvTokensRows = 64 / gemvTileRows * gemvTileRows
 
 // gemvTokens is GEMM for a few tokens as GEMVs, each token's outputs bit for bit those of a one-token GEMV: rows
-// of W split across threads, each block of about gemvTokensRows rows run against all the tokens. Up to four
-// tokens, the row-at-a-time kernel streams W from memory. For more, the tile kernels (three rows by eight tokens,
-// or four by four for rows over gemvWideMaxK) run each block against each group of tokens in turn (the block's
-// last rows short of a tile on the row-at-a-time kernel), from cache, and prefetch the next block, a line a
-// step, as they go: W is read from memory once, mostly ahead of its products.
+// of W split across threads, each block of gemvTokensRows rows run against all the tokens. Up to four tokens,
+// the row-at-a-time kernel streams W from memory. For more, the tile kernels run each block against each group
+// of eight tokens in turn (the block's last rows short of a tile on the row-at-a-time kernel), from cache, and
+// prefetch the next block, a line a step, as they go: W is read from memory once, mostly ahead of its products.
 func gemvTokens(g *gemvArch, m, n, k int, a, c []float32, w gemmFewW) {
 	if m <= 4 {
 		Parallel(n, gemmMinWork/(m*k)+1, func(lo, hi int) {
@@ -287,27 +273,22 @@ func gemvTokens(g *gemvArch, m, n, k int, a, c []float32, w gemmFewW) {
 		})
 		return
 	}
-	tile := gemvTile{rows: 4, tokens: 4}
-	if g.wide32 != nil && k <= gemvWideMaxK {
-		tile = gemvTile{rows: 3, tokens: 8}
-	}
-	xp, xpBuf := scratchF32(gemvPanelLen(m, k, tile.tokens))
+	xp, xpBuf := scratchF32(gemvPanelLen(m, k))
 	defer xpBuf.release()
-	gemvPanel(xp, m, k, a, tile.tokens)
-	stride := gemvPanelLen(tile.tokens, k, tile.tokens)
-	block := gemvTokensRows / tile.rows * tile.rows
+	gemvPanel(xp, m, k, a)
+	stride := gemvPanelLen(gemvTileTokens, k)
 	Parallel(n, gemmMinWork/(m*k)+1, func(lo, hi int) {
 		var pf linePrefetch
-		for j := lo; j < hi; j += block {
-			rows := min(block, hi-j)
+		for j := lo; j < hi; j += gemvTokensRows {
+			rows := min(gemvTokensRows, hi-j)
 			if next := j + rows; next < hi {
-				pf = w.lines(next, min(block, hi-next), k)
+				pf = w.lines(next, min(gemvTokensRows, hi-next), k)
 			}
-			tiled := rows / tile.rows * tile.rows
-			for t := 0; t < m; t += tile.tokens {
-				tokens := min(tile.tokens, m-t)
+			tiled := rows / gemvTileRows * gemvTileRows
+			for t := 0; t < m; t += gemvTileTokens {
+				tokens := min(gemvTileTokens, m-t)
 				if tiled > 0 {
-					w.gemvTiles(g, tile, tiled, k, j, xp[t/tile.tokens*stride:], c[t*n+j:], tokens, n, &pf)
+					w.gemvTiles(g, tiled, k, j, xp[t/gemvTileTokens*stride:], c[t*n+j:], tokens, n, &pf)
 				}
 				if tiled < rows {
 					w.gemvRows(g, rows-tiled, k, j+tiled, a[t*k:], c[t*n+j+tiled:], tokens, n)
@@ -317,19 +298,19 @@ func gemvTokens(g *gemvArch, m, n, k int, a, c []float32, w gemmFewW) {
 	})
 }
 
-// gemvTile is the shape of a GEMV tile kernel: rows of W by tokens.
-type gemvTile struct{ rows, tokens int }
+// gemvPanelLen is the floats of the x panel of m tokens over k steps.
+func gemvPanelLen(m, k int) int {
+	return (m + gemvTileTokens - 1) / gemvTileTokens * ((k + 15) / 16) * 16 * gemvTileTokens
+}
 
-// gemvPanelLen is the floats of the x panel of m tokens over k steps, in groups of g tokens.
-func gemvPanelLen(m, k, g int) int { return ((m + g - 1) / g) * ((k + 15) / 16) * 16 * g }
-
-// gemvPanel packs the m tokens of a (k floats apart) for the tile kernels: for each group of g tokens, for each
-// 16 steps, the 16 values of each token in turn, zero past k; a group short of g repeats its first token.
-func gemvPanel(xp []float32, m, k int, a []float32, g int) {
+// gemvPanel packs the m tokens of a (k floats apart) for the tile kernels: for each group of gemvTileTokens
+// tokens, for each 16 steps, the 16 values of each token in turn, zero past k; a group short of gemvTileTokens
+// repeats its first token.
+func gemvPanel(xp []float32, m, k int, a []float32) {
 	i := 0
-	for t0 := 0; t0 < m; t0 += g {
+	for t0 := 0; t0 < m; t0 += gemvTileTokens {
 		for p := 0; p < k; p += 16 {
-			for t := t0; t < t0+g; t++ {
+			for t := t0; t < t0+gemvTileTokens; t++ {
 				src := t
 				if src >= m {
 					src = t0
@@ -358,19 +339,13 @@ func (w gemmFewW) gemvRows(g *gemvArch, rows, k, j int, x, y []float32, tokens, 
 	}
 }
 
-// gemvTiles runs the tile kernels of shape tile on rows rows of W (whole tiles) from row j against a group of
-// tokens of the x panel.
-func (w gemmFewW) gemvTiles(g *gemvArch, tile gemvTile, rows, k, j int, xp, y []float32, tokens, ldy int,
-	pf *linePrefetch) {
-	switch {
-	case tile.rows == 3 && w.f32 != nil:
-		g.wide32(rows/3, k, &w.f32[j*k], &xp[0], &y[0], tokens, ldy, pf)
-	case tile.rows == 3:
-		g.wide16(rows/3, k, &w.f16[j*k], &xp[0], &y[0], tokens, ldy, pf)
-	case w.f32 != nil:
-		g.tiles32(rows, k, &w.f32[j*k], &xp[0], &y[0], tokens, ldy, pf)
-	default:
-		g.tiles16(rows, k, &w.f16[j*k], &xp[0], &y[0], tokens, ldy, pf)
+// gemvTiles runs the tile kernels on rows rows of W (whole tiles) from row j against a group of tokens of the x
+// panel.
+func (w gemmFewW) gemvTiles(g *gemvArch, rows, k, j int, xp, y []float32, tokens, ldy int, pf *linePrefetch) {
+	if w.f32 != nil {
+		g.tiles32(rows/gemvTileRows, k, &w.f32[j*k], &xp[0], &y[0], tokens, ldy, pf)
+	} else {
+		g.tiles16(rows/gemvTileRows, k, &w.f16[j*k], &xp[0], &y[0], tokens, ldy, pf)
 	}
 }
 

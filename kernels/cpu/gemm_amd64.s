@@ -29,7 +29,7 @@
 
 // GEMVFOLD sums the 16 lanes of one accumulator z (y, x: its low halves; ty, tx: a scratch register's) and
 // stores the sum at dst. The sum is a fixed tree, lane i plus lane i+8, then i+4, i+2 and i+1, that every GEMV
-// kernel here follows, one output at a time or (G4_SUM) sixteen at once: float addition commutes exactly, so the
+// kernel here follows, one output at a time or (G8_SUM) 24 at once: float addition commutes exactly, so the
 // order in which the kernels pair the partial sums does not change a bit of the result.
 #define GEMVFOLD(z, y, x, ty, tx, dst) \
 	VEXTRACTF32X8 $1, z, ty; \
@@ -103,136 +103,37 @@ gtsetdone:
 	GEMVFOLD(Z3, Y3, X3, Y16, X16, (DX)(CX*1)); \
 label:
 
-// G4_SETUP loads the arguments of the four-row kernels: R13 the groups of four rows, BX the bytes of a row of W
+// G8_SETUP loads the arguments of the tile kernels: R13 the groups of three rows, BX the bytes of a row of W
 // (k << shift), SI w, R15 the x panel, DX y, R8 ldy·4, CX k&^15 (the steps of the unmasked loop), K1 the mask of
-// the last k%16 steps, and the prefetch stream: AX the next line, R14 the lines left.
-#define G4_SETUP(shift) \
-	MOVQ rows+0(FP), R13; \
-	SHRQ $2, R13; \
-	G_SETUP(shift)
-
-// G_SETUP is the part of G4_SETUP that the three-row kernels share (G8_SETUP).
-#define G_SETUP(shift) \
-	MOVQ k+8(FP), BX; \
-	MOVQ w+16(FP), SI; \
-	MOVQ xp+24(FP), R15; \
-	MOVQ y+32(FP), DX; \
-	MOVQ ldy+48(FP), R8; \
-	SHLQ $2, R8; \
-	MOVQ pf+56(FP), R9; \
-	MOVQ 0(R9), AX; \
-	MOVQ 8(R9), R14; \
-	MOVQ BX, CX; \
-	ANDQ $15, CX; \
-	MOVL $1, R9; \
-	SHLL CX, R9; \
-	DECL R9; \
+// the last k%16 steps, K2 the mask of three lanes, and the prefetch stream: AX the next line, R14 the lines left.
+#define G8_SETUP(shift) \
+	MOVQ  groups+0(FP), R13; \
+	MOVQ  k+8(FP), BX; \
+	MOVQ  w+16(FP), SI; \
+	MOVQ  xp+24(FP), R15; \
+	MOVQ  y+32(FP), DX; \
+	MOVQ  ldy+48(FP), R8; \
+	SHLQ  $2, R8; \
+	MOVQ  pf+56(FP), R9; \
+	MOVQ  0(R9), AX; \
+	MOVQ  8(R9), R14; \
+	MOVQ  BX, CX; \
+	ANDQ  $15, CX; \
+	MOVL  $1, R9; \
+	SHLL  CX, R9; \
+	DECL  R9; \
 	KMOVW R9, K1; \
-	MOVQ BX, CX; \
-	ANDQ $-16, CX; \
-	SHLQ $shift, BX
+	MOVQ  BX, CX; \
+	ANDQ  $-16, CX; \
+	SHLQ  $shift, BX; \
+	MOVL  $7, R9; \
+	KMOVW R9, K2
 
-// G4_DONE writes the prefetch stream back.
-#define G4_DONE \
+// G8_DONE writes the prefetch stream back.
+#define G8_DONE \
 	MOVQ pf+56(FP), R9; \
 	MOVQ AX, 0(R9); \
 	MOVQ R14, 8(R9)
-
-// G4_ROWS points R10, R11, R12 at rows 1-3 of the group that starts at SI, DI at the start of the x panel, and
-// zeroes R9, the step.
-#define G4_ROWS \
-	LEAQ (SI)(BX*1), R10; \
-	LEAQ (SI)(BX*2), R11; \
-	LEAQ (R10)(BX*2), R12; \
-	MOVQ R15, DI; \
-	XORL R9, R9
-
-// G4_X loads the next 16 steps of the four tokens' x from the panel at DI into Z20-Z23 and advances DI.
-#define G4_X \
-	VMOVUPS (DI), Z20; \
-	VMOVUPS 64(DI), Z21; \
-	VMOVUPS 128(DI), Z22; \
-	VMOVUPS 192(DI), Z23; \
-	ADDQ    $256, DI
-
-// G4_PREFETCH prefetches the stream's next line into L2, if any is left (label: unique to the use).
-#define G4_PREFETCH(label) \
-	TESTQ      R14, R14; \
-	JZ         label; \
-	PREFETCHT1 (AX); \
-	ADDQ       $64, AX; \
-	DECQ       R14; \
-label:
-
-// G4_FMA multiplies the four rows' weights in Z16-Z19 with the four tokens' x in Z20-Z23: row r, token t sums
-// into Z(4r+t).
-#define G4_FMA \
-	VFMADD231PS Z20, Z16, Z0; \
-	VFMADD231PS Z21, Z16, Z1; \
-	VFMADD231PS Z22, Z16, Z2; \
-	VFMADD231PS Z23, Z16, Z3; \
-	VFMADD231PS Z20, Z17, Z4; \
-	VFMADD231PS Z21, Z17, Z5; \
-	VFMADD231PS Z22, Z17, Z6; \
-	VFMADD231PS Z23, Z17, Z7; \
-	VFMADD231PS Z20, Z18, Z8; \
-	VFMADD231PS Z21, Z18, Z9; \
-	VFMADD231PS Z22, Z18, Z10; \
-	VFMADD231PS Z23, Z18, Z11; \
-	VFMADD231PS Z20, Z19, Z12; \
-	VFMADD231PS Z21, Z19, Z13; \
-	VFMADD231PS Z22, Z19, Z14; \
-	VFMADD231PS Z23, Z19, Z15
-
-// G4_L1..G4_L4 are GEMVFOLD's four levels for many accumulators at once (Z24, Z25: scratch). G4_L1 folds a and b (lane i plus lane
-// i+8) into a: a's eight partial sums in its low half, b's in its high half. G4_L2 folds two such, c and d, into
-// c, one accumulator's four partial sums in each quarter (a, b, then d's two). G4_L3 folds e0 and e1 into e0, the
-// two partial sums of e0's quarter then e1's in each quarter; G4_L4 folds g and h into g, one sum a lane.
-#define G4_L1(a, b) \
-	VSHUFF32X4 $0x44, b, a, Z24; \
-	VSHUFF32X4 $0xee, b, a, Z25; \
-	VADDPS     Z25, Z24, a
-
-#define G4_L2(c, d) \
-	VSHUFF32X4 $0x88, d, c, Z24; \
-	VSHUFF32X4 $0xdd, d, c, Z25; \
-	VADDPS     Z25, Z24, c
-
-#define G4_L3(e0, e1) \
-	VSHUFPS $0x44, e1, e0, Z24; \
-	VSHUFPS $0xee, e1, e0, Z25; \
-	VADDPS  Z25, Z24, e0
-
-#define G4_L4(g, h) \
-	VSHUFPS $0x88, h, g, Z24; \
-	VSHUFPS $0xdd, h, g, Z25; \
-	VADDPS  Z25, Z24, g
-
-// G4_SUM folds the sixteen accumulators into Z0: token t's sums of rows 0-3 in its quarter t, in row order.
-#define G4_SUM \
-	G4_L1(Z0, Z1); \
-	G4_L1(Z2, Z3); \
-	G4_L1(Z4, Z5); \
-	G4_L1(Z6, Z7); \
-	G4_L1(Z8, Z9); \
-	G4_L1(Z10, Z11); \
-	G4_L1(Z12, Z13); \
-	G4_L1(Z14, Z15); \
-	G4_L2(Z0, Z2); \
-	G4_L2(Z4, Z6); \
-	G4_L2(Z8, Z10); \
-	G4_L2(Z12, Z14); \
-	G4_L3(Z0, Z4); \
-	G4_L3(Z8, Z12); \
-	G4_L4(Z0, Z8)
-
-// G8_SETUP loads the arguments of the three-row kernels as G4_SETUP does, with R13 the groups of three rows, and
-// puts the mask of three lanes in K2.
-#define G8_SETUP(shift) \
-	MOVQ  groups+0(FP), R13; \
-	G_SETUP(shift); \
-	MOVL  $7, R9; \
-	KMOVW R9, K2
 
 // G8_ROWS points R10, R11 at rows 1-2 of the group that starts at SI, DI at the start of the x panel, zeroes R9,
 // the step, and the 24 accumulators.
@@ -251,6 +152,15 @@ label:
 	VPXORD Z22, Z22, Z22; \
 	VPXORD Z23, Z23, Z23
 
+// G8_PREFETCH prefetches the stream's next line into L2, if any is left (label: unique to the use).
+#define G8_PREFETCH(label) \
+	TESTQ      R14, R14; \
+	JZ         label; \
+	PREFETCHT1 (AX); \
+	ADDQ       $64, AX; \
+	DECQ       R14; \
+label:
+
 // G8_XT loads one token's 16 steps of x (at off(DI)) into zx and multiplies them with the three rows' weights
 // in Z24-Z26 into the token's sums a0-a2.
 #define G8_XT(off, zx, a0, a1, a2) \
@@ -259,8 +169,8 @@ label:
 	VFMADD231PS zx, Z25, a1; \
 	VFMADD231PS zx, Z26, a2
 
-// G8_FMA is a step of the three-row kernels: row r, token t sums into Z(12h+4r+u) for t = 4h+u, which lays each
-// half of the tokens out as G4_SUM's rows 0-2.
+// G8_FMA is a step of the tile kernels: row r, token t sums into Z(12h+4r+u) for t = 4h+u, so that each half of
+// the tokens is laid out as G8_HALF folds it.
 #define G8_FMA \
 	G8_XT(0, Z27, Z0, Z4, Z8); \
 	G8_XT(64, Z28, Z1, Z5, Z9); \
@@ -272,21 +182,46 @@ label:
 	G8_XT(448, Z28, Z15, Z19, Z23); \
 	ADDQ $512, DI
 
-// G8_HALF folds a half's twelve accumulators (a0-a11: row r, token u in a(4r+u)) as G4_SUM does with a zero
-// fourth row (Z26): a0 ends with token u's sums of rows 0-2 in its quarter u, then a zero.
+// G8_L1..G8_L4 are GEMVFOLD's four levels for many accumulators at once (Z24, Z25: scratch). G8_L1 folds a and b
+// (lane i plus lane i+8) into a: a's eight partial sums in its low half, b's in its high half. G8_L2 folds two
+// such, c and d, into c, one accumulator's four partial sums in each quarter (a, b, then d's two). G8_L3 folds e0
+// and e1 into e0, the two partial sums of e0's quarter then e1's in each quarter; G8_L4 folds g and h into g, one
+// sum a lane.
+#define G8_L1(a, b) \
+	VSHUFF32X4 $0x44, b, a, Z24; \
+	VSHUFF32X4 $0xee, b, a, Z25; \
+	VADDPS     Z25, Z24, a
+
+#define G8_L2(c, d) \
+	VSHUFF32X4 $0x88, d, c, Z24; \
+	VSHUFF32X4 $0xdd, d, c, Z25; \
+	VADDPS     Z25, Z24, c
+
+#define G8_L3(e0, e1) \
+	VSHUFPS $0x44, e1, e0, Z24; \
+	VSHUFPS $0xee, e1, e0, Z25; \
+	VADDPS  Z25, Z24, e0
+
+#define G8_L4(g, h) \
+	VSHUFPS $0x88, h, g, Z24; \
+	VSHUFPS $0xdd, h, g, Z25; \
+	VADDPS  Z25, Z24, g
+
+// G8_HALF folds a half's twelve accumulators (a0-a11: row r, token u in a(4r+u)) with a zero fourth row (Z26):
+// a0 ends with token u's sums of rows 0-2, in row order, in its quarter u, then a zero.
 #define G8_HALF(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11) \
-	G4_L1(a0, a1); \
-	G4_L1(a2, a3); \
-	G4_L1(a4, a5); \
-	G4_L1(a6, a7); \
-	G4_L1(a8, a9); \
-	G4_L1(a10, a11); \
-	G4_L2(a0, a2); \
-	G4_L2(a4, a6); \
-	G4_L2(a8, a10); \
-	G4_L3(a0, a4); \
-	G4_L3(a8, Z26); \
-	G4_L4(a0, a8)
+	G8_L1(a0, a1); \
+	G8_L1(a2, a3); \
+	G8_L1(a4, a5); \
+	G8_L1(a6, a7); \
+	G8_L1(a8, a9); \
+	G8_L1(a10, a11); \
+	G8_L2(a0, a2); \
+	G8_L2(a4, a6); \
+	G8_L2(a8, a10); \
+	G8_L3(a0, a4); \
+	G8_L3(a8, Z26); \
+	G8_L4(a0, a8)
 
 // G8_PUT stores quarter q of z, three outputs, at R10 and moves R10 to the next token; after the last of the
 // tokens (R12 counts them down) it jumps to done.
@@ -314,24 +249,6 @@ label:
 	G8_PUT(2, Z12, done); \
 	G8_PUT(3, Z12, done); \
 done:
-
-// G4_STORE stores the quarters of Z0 of the tokens that exist, token t at DX + t·R8 (label: unique to the use).
-#define G4_STORE(label) \
-	VMOVUPS       X0, (DX); \
-	CMPQ          tokens+40(FP), $2; \
-	JLT           label; \
-	VEXTRACTF32X4 $1, Z0, X16; \
-	VMOVUPS       X16, (DX)(R8*1); \
-	CMPQ          tokens+40(FP), $3; \
-	JLT           label; \
-	VEXTRACTF32X4 $2, Z0, X16; \
-	VMOVUPS       X16, (DX)(R8*2); \
-	CMPQ          tokens+40(FP), $4; \
-	JLT           label; \
-	LEAQ          (R8)(R8*2), R9; \
-	VEXTRACTF32X4 $3, Z0, X16; \
-	VMOVUPS       X16, (DX)(R9*1); \
-label:
 
 
 // ---- AVX-512 micro-kernel, 14 rows × 32 outputs ----
@@ -871,55 +788,14 @@ sumth:
 	VZEROUPPER
 	RET
 
-// gemvTiles4AVX512 and gemvTiles4F16AVX512 are the few-token kernels for four rows of W at a time against four
-// tokens (rows a multiple of four): 16 FMAs for every 4 loads of W and 4 of x, where the row-at-a-time kernel has
-// 4 FMAs for 5 loads. Row r, token t sums into Z(4r+t); G4_SUM folds the sixteen sums at once. x comes packed
-// (gemvPanel: 16 steps of each token in turn, zero past k), so that one pointer serves the four tokens and the
-// registers left hold a prefetch stream, one line a step, which the caller points at the next block of W: these
-// kernels run on W in cache, and four rows side by side make a poor stream from memory.
-
-// func gemvTiles4AVX512(rows, k int, w, xp, y *float32, tokens, ldy int, pf *linePrefetch)
-TEXT ·gemvTiles4AVX512(SB), NOSPLIT, $0-64
-	G4_SETUP(2)
-
-group4:
-	G4_ROWS
-	ZERO16
-	CMPQ R9, CX
-	JGE  tail4
-
-loop4:
-	VMOVUPS (SI)(R9*4), Z16
-	VMOVUPS (R10)(R9*4), Z17
-	VMOVUPS (R11)(R9*4), Z18
-	VMOVUPS (R12)(R9*4), Z19
-	G4_X
-	G4_FMA
-	G4_PREFETCH(pf4)
-	ADDQ    $16, R9
-	CMPQ    R9, CX
-	JLT     loop4
-
-tail4:
-	KORTESTW  K1, K1
-	JZ        sum4
-	VMOVUPS.Z (SI)(R9*4), K1, Z16
-	VMOVUPS.Z (R10)(R9*4), K1, Z17
-	VMOVUPS.Z (R11)(R9*4), K1, Z18
-	VMOVUPS.Z (R12)(R9*4), K1, Z19
-	G4_X
-	G4_FMA
-
-sum4:
-	G4_SUM
-	G4_STORE(stored4)
-	LEAQ (SI)(BX*4), SI
-	ADDQ $16, DX
-	DECQ R13
-	JNZ  group4
-	G4_DONE
-	VZEROUPPER
-	RET
+// gemvTiles8AVX512 and gemvTiles8F16AVX512 are the few-token kernels for three rows of W at a time against
+// eight tokens: 24 FMAs for every 3 loads of W and 8 of x, where the row-at-a-time kernel has 4 FMAs for 5 loads.
+// Row r, token t sums into Z(12h+4r+u) (t = 4h+u); G8_SUM folds the 24 sums at once. x comes packed (gemvPanel:
+// 16 steps of each token in turn, zero past k), so that one pointer serves the eight tokens and the registers
+// left hold a prefetch stream, one line a step, which the caller points at the next block of W: these kernels
+// run on W in cache (L2: each block is read again for every group of tokens), and rows side by side make a poor
+// stream from memory. A four-row, four-token tile, which loaded four lines of W for 16 FMAs, was bound by W's
+// rate from L2 and ran 10-20% slower at every shape measured.
 
 // func gemvTiles8AVX512(groups, k int, w, xp, y *float32, tokens, ldy int, pf *linePrefetch)
 TEXT ·gemvTiles8AVX512(SB), NOSPLIT, $0-64
@@ -935,7 +811,7 @@ loop8:
 	VMOVUPS (R10)(R9*4), Z25
 	VMOVUPS (R11)(R9*4), Z26
 	G8_FMA
-	G4_PREFETCH(pf8)
+	G8_PREFETCH(pf8)
 	ADDQ    $16, R9
 	CMPQ    R9, CX
 	JLT     loop8
@@ -955,7 +831,7 @@ sum8:
 	ADDQ $12, DX
 	DECQ R13
 	JNZ  group8
-	G4_DONE
+	G8_DONE
 	VZEROUPPER
 	RET
 
@@ -973,7 +849,7 @@ loop8h:
 	VCVTPH2PS (R10)(R9*2), Z25
 	VCVTPH2PS (R11)(R9*2), Z26
 	G8_FMA
-	G4_PREFETCH(pf8h)
+	G8_PREFETCH(pf8h)
 	ADDQ      $16, R9
 	CMPQ      R9, CX
 	JLT       loop8h
@@ -996,54 +872,7 @@ sum8h:
 	ADDQ $12, DX
 	DECQ R13
 	JNZ  group8h
-	G4_DONE
-	VZEROUPPER
-	RET
-
-// func gemvTiles4F16AVX512(rows, k int, w *uint16, xp, y *float32, tokens, ldy int, pf *linePrefetch)
-TEXT ·gemvTiles4F16AVX512(SB), NOSPLIT, $0-64
-	G4_SETUP(1)
-
-group4h:
-	G4_ROWS
-	ZERO16
-	CMPQ R9, CX
-	JGE  tail4h
-
-loop4h:
-	VCVTPH2PS (SI)(R9*2), Z16
-	VCVTPH2PS (R10)(R9*2), Z17
-	VCVTPH2PS (R11)(R9*2), Z18
-	VCVTPH2PS (R12)(R9*2), Z19
-	G4_X
-	G4_FMA
-	G4_PREFETCH(pf4h)
-	ADDQ      $16, R9
-	CMPQ      R9, CX
-	JLT       loop4h
-
-tail4h:
-	KORTESTW    K1, K1
-	JZ          sum4h
-	VMOVDQU16.Z (SI)(R9*2), K1, Y16
-	VMOVDQU16.Z (R10)(R9*2), K1, Y17
-	VMOVDQU16.Z (R11)(R9*2), K1, Y18
-	VMOVDQU16.Z (R12)(R9*2), K1, Y19
-	VCVTPH2PS   Y16, Z16
-	VCVTPH2PS   Y17, Z17
-	VCVTPH2PS   Y18, Z18
-	VCVTPH2PS   Y19, Z19
-	G4_X
-	G4_FMA
-
-sum4h:
-	G4_SUM
-	G4_STORE(stored4h)
-	LEAQ (SI)(BX*4), SI
-	ADDQ $16, DX
-	DECQ R13
-	JNZ  group4h
-	G4_DONE
+	G8_DONE
 	VZEROUPPER
 	RET
 
