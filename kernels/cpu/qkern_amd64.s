@@ -1333,6 +1333,33 @@ unpackchunk:
 	VMOVHPS       X11, 16(AX)(DX*1) ; \
 	LEAQ          (AX)(BX*4), AX
 
+// W4T_STORE stores the six rows' sums of 32 tokens, in Z12-Z23 as the W4A8 tile keeps them (row r: Z(12+2r),
+// Z(13+2r)), in C's layout: token t's six outputs at AX + t·BX.
+#define W4T_STORE \
+	LEAQ (BX)(BX*2), DX ; \
+	W4T_HALF(Z12, Z14, Z16, Z18, Z20, Z22) ; \
+	W4T_LANE(0) ; \
+	W4T_LANE(1) ; \
+	W4T_LANE(2) ; \
+	W4T_LANE(3) ; \
+	W4T_HALF(Z13, Z15, Z17, Z19, Z21, Z23) ; \
+	W4T_LANE(0) ; \
+	W4T_LANE(1) ; \
+	W4T_LANE(2) ; \
+	W4T_LANE(3)
+
+// W8T_ROW ends row r of qW8A8TileVNNI: float32(sum - bias[r])·(sa[t]·sw[r]), the product in the order the
+// packed path (F32_ROW) takes it, from the int32 sums zi0, zi1 into zf0, zf1 (sa in Z24, Z25).
+#define W8T_ROW(r, zi0, zi1, zf0, zf1) \
+	VPSUBD.BCST (r*4)(BX), zi0, zi0 ; \
+	VPSUBD.BCST (r*4)(BX), zi1, zi1 ; \
+	VCVTDQ2PS   zi0, zf0 ; \
+	VCVTDQ2PS   zi1, zf1 ; \
+	VMULPS.BCST (r*4)(DX), Z24, Z26 ; \
+	VMULPS.BCST (r*4)(DX), Z25, Z27 ; \
+	VMULPS      Z26, zf0, zf0 ; \
+	VMULPS      Z27, zf1, zf1
+
 // func qW4A8TileVNNI(codes *int8, k int, tok *uint8, groups, steps int, bias *int32, scale, sa *float32, mask uint64,
 //	c *float32, ldc int, pf *prefetchStream)
 // The W4A8 tile micro-kernel: six rows of W, unpacked by qW4UnpackAVX512 (codes q - z, signed, rows k bytes
@@ -1425,16 +1452,73 @@ w4tstep:
 	W4T_SCALE(Z22, Z23)
 	MOVQ c+72(FP), AX
 	MOVQ ldc+80(FP), BX
-	LEAQ (BX)(BX*2), DX
-	W4T_HALF(Z12, Z14, Z16, Z18, Z20, Z22)
-	W4T_LANE(0)
-	W4T_LANE(1)
-	W4T_LANE(2)
-	W4T_LANE(3)
-	W4T_HALF(Z13, Z15, Z17, Z19, Z21, Z23)
-	W4T_LANE(0)
-	W4T_LANE(1)
-	W4T_LANE(2)
-	W4T_LANE(3)
+	W4T_STORE
+	VZEROUPPER
+	RET
+
+// func qW8A8TileVNNI(w *int8, k int, tok *uint8, steps int, bias *int32, sw, sa *float32, mask uint64, c *float32,
+//	ldc int, pf *prefetchStream)
+// The W8A8 tile micro-kernel for a few tokens: six rows of W, read in place (signed, k bytes apart), against a
+// panel of 32 tokens as qW4A8TileVNNI takes it, steps steps of four. At the end each row's exact sums less
+// bias[r] (128·Σ w) are scaled by sa[t]·sw[r] (W8T_ROW; sa read in the lanes set in mask) and stored in C's
+// layout as qW4A8TileVNNI stores them. Each step prefetches a line of pf's stream.
+TEXT ·qW8A8TileVNNI(SB), NOSPLIT, $0-88
+	MOVQ w+0(FP), SI
+	MOVQ k+8(FP), R8
+	MOVQ tok+16(FP), DI
+	MOVQ steps+24(FP), AX
+	LEAQ (R8)(R8*2), R9
+	LEAQ (SI)(R8*4), R10
+	ADDQ R8, R10
+	MOVQ pf+80(FP), R15
+	PF_LOAD(R15, R11, R12, R13, R14, R15)
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+
+w8tstep:
+	VMOVDQU32 (DI), Z24
+	VMOVDQU32 64(DI), Z25
+	W4T_STEP((SI), Z26, Z0, Z1)
+	W4T_STEP((SI)(R8*1), Z27, Z2, Z3)
+	W4T_STEP((SI)(R8*2), Z26, Z4, Z5)
+	W4T_STEP((SI)(R9*1), Z27, Z6, Z7)
+	W4T_STEP((SI)(R8*4), Z26, Z8, Z9)
+	W4T_STEP((R10), Z27, Z10, Z11)
+	PF_STEP(pfw8t, R11, R12, R13, R14, R15)
+	ADDQ $4, SI
+	ADDQ $4, R10
+	ADDQ $128, DI
+	DECQ AX
+	JNZ  w8tstep
+
+	MOVQ pf+80(FP), AX
+	PF_STORE(pfdonew8t, AX, R11, R12, R15)
+	MOVQ      bias+32(FP), BX
+	MOVQ      sw+40(FP), DX
+	MOVQ      sa+48(FP), CX
+	MOVQ      mask+56(FP), AX
+	KMOVQ     AX, K1
+	KSHIFTRQ  $16, K1, K2
+	VMOVUPS.Z (CX), K1, Z24
+	VMOVUPS.Z 64(CX), K2, Z25
+	W8T_ROW(0, Z0, Z1, Z12, Z13)
+	W8T_ROW(1, Z2, Z3, Z14, Z15)
+	W8T_ROW(2, Z4, Z5, Z16, Z17)
+	W8T_ROW(3, Z6, Z7, Z18, Z19)
+	W8T_ROW(4, Z8, Z9, Z20, Z21)
+	W8T_ROW(5, Z10, Z11, Z22, Z23)
+	MOVQ c+64(FP), AX
+	MOVQ ldc+72(FP), BX
+	W4T_STORE
 	VZEROUPPER
 	RET

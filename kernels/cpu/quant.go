@@ -126,9 +126,13 @@ func (o *qInt8Out) store(i, j0 int, acc []int32, bias int32) {
 }
 
 // qInt8 computes the int32 sums Σ_p a[i*k+p]·w[j*k+p] and writes them to out, from several threads at once for
-// disjoint outputs. Below qGEMMMinM tokens it runs GEMVs, each block of four rows of W serving every token while
-// it is in L1; from qGEMMMinM on, the packed GEMM, whose packing of W pays off over many tokens.
+// disjoint outputs. Where the architecture has a few-token W8A8 tile (qTileW8A8) it takes the calls it covers.
+// Otherwise below qGEMMMinM tokens it runs GEMVs, each block of four rows of W serving every token while it is in
+// L1; from qGEMMMinM on, the packed GEMM, whose packing of W pays off over many tokens.
 func qInt8(m, n, k int, a, w []int8, out *qInt8Out) {
+	if qTileW8A8(m, n, k, a, w, out) {
+		return
+	}
 	if m < qGEMMMinM {
 		qGEMVInt8(m, n, k, a, w, out)
 		return

@@ -135,15 +135,17 @@ func TestQuantAsmMatchesGo(t *testing.T) {
 	}
 }
 
-// TestQFewInt8MatchesPacked checks that the few-token W8A8 GEMM (tokens packed, W read in place) gives bit for
-// bit what the packed-W path gives, int32 sums and scaled float32 alike, over partial tiles and extreme codes:
-// the engine relies on a token's logits not depending on the batch size.
+// TestQFewInt8MatchesPacked checks that the few-token int8 GEMMs (tokens packed, W read in place: qFewInt8's
+// int32 sums, qW8A8Tile's scaled float32) give bit for bit what the packed-W path and the GEMVs give, over partial
+// tiles, partial and second token panels and extreme codes: the engine relies on a token's logits not depending
+// on the batch size.
 func TestQFewInt8MatchesPacked(t *testing.T) {
 	if !qVNNI {
 		t.Skip("no AVX-512 VNNI")
 	}
 	r := rand.New(rand.NewPCG(9, 9))
-	for _, s := range [][3]int{{1, 8, 4}, {32, 45, 512}, {33, 17, 100}, {48, 1025, 768}, {40, 3, 2048}} {
+	for _, s := range [][3]int{{1, 8, 4}, {32, 45, 512}, {33, 17, 100}, {48, 1025, 768}, {40, 3, 2048}, {12, 45, 512},
+		{17, 7, 768}} {
 		m, n, k := s[0], s[1], s[2]
 		a, w := make([]int8, m*k), make([]int8, n*k)
 		for i := range a {
@@ -164,12 +166,15 @@ func TestQFewInt8MatchesPacked(t *testing.T) {
 		fewF, packedF := make([]float32, m*n), make([]float32, m*n)
 		qFewInt8(m, n, k, a, w, &qInt8Out{n: n, ci: fewI})
 		qPackedInt8(m, n, k, a, w, &qInt8Out{n: n, ci: packedI})
-		qFewInt8(m, n, k, a, w, &qInt8Out{n: n, cf: fewF, sa: sa, sw: sw})
+		qW8A8Tile(m, n, k, a, w, &qInt8Out{n: n, cf: fewF, sa: sa, sw: sw})
 		qPackedInt8(m, n, k, a, w, &qInt8Out{n: n, cf: packedF, sa: sa, sw: sw})
+		gemvF := make([]float32, m*n)
+		qGEMVInt8(m, n, k, a, w, &qInt8Out{n: n, cf: gemvF, sa: sa, sw: sw})
 		for i := range fewI {
-			if fewI[i] != packedI[i] || math.Float32bits(fewF[i]) != math.Float32bits(packedF[i]) {
-				t.Fatalf("m=%d n=%d k=%d: C[%d] = %d, %v few; %d, %v packed", m, n, k, i, fewI[i], fewF[i],
-					packedI[i], packedF[i])
+			if fewI[i] != packedI[i] || math.Float32bits(fewF[i]) != math.Float32bits(packedF[i]) ||
+				math.Float32bits(fewF[i]) != math.Float32bits(gemvF[i]) {
+				t.Fatalf("m=%d n=%d k=%d: C[%d] = %d, %v few; %d, %v packed; %v GEMV", m, n, k, i, fewI[i], fewF[i],
+					packedI[i], packedF[i], gemvF[i])
 			}
 		}
 	}
