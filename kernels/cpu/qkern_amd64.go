@@ -33,7 +33,7 @@ func qDotI8RowsVNNI(w *int8, k int, a *int8, rows int, acc *int32)
 func qSumI8VNNI(a *int8, n int) int32
 
 //go:noescape
-func qPackW(dst, src *byte, k, rows, kq, nr int)
+func qPackW(dst, src *byte, idx *int32, mask uint64, kq, nr int)
 
 //go:noescape
 func qW4UnpackAVX512(dst *int8, w, z *uint8, bias *int32, groups, chunks int)
@@ -351,12 +351,18 @@ func qW8A8Tile(m, n, k int, a, w []int8, out *qInt8Out) {
 	})
 }
 
-// qPackPanel packs rows (at most nr) rows of W, or tokens, k bytes each, into a panel of nr columns: byte 4q+t of
-// row c, XOR 0x80, at dst[(q*nr+c)*4+t]. qPackW copies the whole groups of four; a last partial group is padded
-// with zeros.
+// qPackPanel packs rows (at most nr, which is 16, 32 or 48) rows of W, or tokens, k bytes each, into a panel of
+// nr columns: byte 4q+t of row c, XOR 0x80, at dst[(q*nr+c)*4+t]. qPackW copies the whole groups of four; a last
+// partial group is padded with zeros.
 func qPackPanel(dst, src []byte, rows, k, nr int) {
 	if k/4 > 0 {
-		qPackW(&dst[0], &src[0], k, rows, k/4, nr)
+		var idx [48]int32
+		for c := range rows {
+			idx[c] = int32(c * k)
+		}
+		_ = dst[(k/4*nr)*4-1]
+		_ = src[rows*k-1]
+		qPackW(&dst[0], &src[0], &idx[0], uint64(1)<<rows-1, k/4, nr)
 	}
 	if k%4 == 0 {
 		return

@@ -1186,37 +1186,78 @@ w4chunk:
 	VZEROUPPER
 	RET
 
-// func qPackW(dst, src *byte, k, rows, kq, nr int)
-// Packs rows (at most nr) rows of W, k bytes apart, into a panel of nr columns for qKernelI8VNNI and
-// qW4A8TileVNNI: for q < kq, bytes 4q..4q+3 of row c, offset by 128 (XOR 0x80 on each byte), go to
-// dst[(q*nr+c)*4:]. A scalar copy of one dword at a time.
+// func qPackW(dst, src *byte, idx *int32, mask uint64, kq, nr int)
+// Packs rows of W or tokens (row c at src + idx[c]) into a panel of nr columns (16, 32 or 48) for the VNNI
+// kernels: for q < kq, bytes 4q..4q+3 of row c, offset by 128 (XOR 0x80 on each byte), go to dst[(q*nr+c)*4:],
+// for the columns c whose bit is set in mask; the others are left as they are. Sixteen columns at a time, a
+// dword gather each, so that dst is written in order.
 TEXT ·qPackW(SB), NOSPLIT, $0-48
-	MOVQ dst+0(FP), DI
-	MOVQ src+8(FP), SI
-	MOVQ k+16(FP), DX
-	MOVQ rows+24(FP), R8
-	MOVQ kq+32(FP), R9
-	MOVQ nr+40(FP), BX
-	SHLQ $2, BX
+	MOVQ         dst+0(FP), DI
+	MOVQ         src+8(FP), SI
+	MOVQ         idx+16(FP), DX
+	MOVQ         mask+24(FP), AX
+	MOVQ         kq+32(FP), R9
+	MOVQ         nr+40(FP), BX
+	SHLQ         $2, BX
+	KMOVQ        AX, K1
+	KSHIFTRQ     $16, K1, K2
+	KSHIFTRQ     $32, K1, K3
+	VMOVDQU32    (DX), Z16
+	MOVL         $0x80808080, AX
+	VPBROADCASTD AX, Z20
+	CMPQ         BX, $64
+	JEQ          pack16
+	VMOVDQU32    64(DX), Z17
+	CMPQ         BX, $128
+	JEQ          pack32
+	VMOVDQU32    128(DX), Z18
 
-packrow:
-	MOVQ SI, R10
-	MOVQ DI, R11
-	MOVQ R9, CX
+pack48:
+	KMOVQ      K1, K4
+	VPGATHERDD (SI)(Z16*1), K4, Z0
+	KMOVQ      K2, K5
+	VPGATHERDD (SI)(Z17*1), K5, Z1
+	KMOVQ      K3, K6
+	VPGATHERDD (SI)(Z18*1), K6, Z2
+	VPXORD     Z20, Z0, Z0
+	VPXORD     Z20, Z1, Z1
+	VPXORD     Z20, Z2, Z2
+	VMOVDQU32  Z0, K1, (DI)
+	VMOVDQU32  Z1, K2, 64(DI)
+	VMOVDQU32  Z2, K3, 128(DI)
+	ADDQ       $4, SI
+	ADDQ       BX, DI
+	DECQ       R9
+	JNZ        pack48
+	VZEROUPPER
+	RET
 
-packword:
-	MOVL (R10), AX
-	XORL $0x80808080, AX
-	MOVL AX, (R11)
-	ADDQ $4, R10
-	ADDQ BX, R11
-	DECQ CX
-	JNZ  packword
+pack32:
+	KMOVQ      K1, K4
+	VPGATHERDD (SI)(Z16*1), K4, Z0
+	KMOVQ      K2, K5
+	VPGATHERDD (SI)(Z17*1), K5, Z1
+	VPXORD     Z20, Z0, Z0
+	VPXORD     Z20, Z1, Z1
+	VMOVDQU32  Z0, K1, (DI)
+	VMOVDQU32  Z1, K2, 64(DI)
+	ADDQ       $4, SI
+	ADDQ       BX, DI
+	DECQ       R9
+	JNZ        pack32
+	VZEROUPPER
+	RET
 
-	ADDQ DX, SI
-	ADDQ $4, DI
-	DECQ R8
-	JNZ  packrow
+pack16:
+	KMOVQ      K1, K4
+	VPGATHERDD (SI)(Z16*1), K4, Z0
+	VPXORD     Z20, Z0, Z0
+	VMOVDQU32  Z0, K1, (DI)
+	ADDQ       $4, SI
+	ADDQ       BX, DI
+	DECQ       R9
+	JNZ        pack16
+	VZEROUPPER
 	RET
 
 // func qW4UnpackAVX512(dst *int8, w, z *uint8, bias *int32, groups, chunks int)
