@@ -566,8 +566,9 @@ func qW4A8Tile(m, n, k, group int, qa []int8, sa []float32, w []uint8, s []float
 		tile, tileBuf := scratchF32(tokT*rowsT + rowsT*gpr)
 		defer tileBuf.release()
 		out, scale := tile[:tokT*rowsT], tile[tokT*rowsT:]
-		bias, biasBuf := scratchI32(rowsT * gpr)
+		bias, biasBuf := scratchI32(rowsT * (gpr + 1)) // the kernel reads a group past the last
 		defer biasBuf.release()
+		clear(bias[rowsT*gpr:])
 		var pf prefetchStream
 		for b := lo; b < hi; b++ {
 			j0 := b * rowsT

@@ -1262,8 +1262,8 @@ pack16:
 
 // func qW4UnpackAVX512(dst *int8, w, z *uint8, bias *int32, groups, chunks int)
 // Unpacks one row of W4A8 weights for qW4A8TileVNNI: groups groups of chunks·64 codes, packed two a byte (w),
-// go to dst in their natural order as signed bytes q - z[g]; bias[g*6] gets 128·Σ_{p in g} (q_p - z[g]), the
-// excess that the tile kernel's unsigned, offset tokens add. Per 32 packed bytes: widen to words, put the high
+// go to dst in their natural order as signed bytes q - z[g]; bias[g*6] gets -128·Σ_{p in g} (q_p - z[g]), less
+// the excess that the tile kernel's unsigned, offset tokens add, from which its sums start. Per 32 packed bytes: widen to words, put the high
 // nibble in the high byte and the low nibble in the low byte (two ANDs and an OR), sum the codes (VPSADBW),
 // subtract the zero point.
 TEXT ·qW4UnpackAVX512(SB), NOSPLIT, $0-48
@@ -1312,6 +1312,7 @@ unpackchunk:
 	IMULQ         AX, R11
 	SUBQ          R11, R10
 	SHLQ          $7, R10
+	NEGQ          R10
 	MOVL          R10, (BX)
 	ADDQ          $24, BX
 	INCQ          DX
@@ -1327,17 +1328,21 @@ unpackchunk:
 	VPDPBUSD     Zb, Z24, Zi0 ; \
 	VPDPBUSD     Zb, Z25, Zi1
 
-// W4T_GROUP ends a group for row r: take off the excess (bias, [group][6] at BX), convert, multiply-add with the
-// group's scale ([group][6] at DX) into the row's float sums Zf0, Zf1, and clear the int32 sums.
+// W4T_GROUP ends a group for row r: convert its sums (which started from the group's -bias, [group][6] at BX),
+// multiply-add them with the group's scale ([group][6] at DX) into the row's float sums Zf0, Zf1, and start the
+// int32 sums of the next group from its -bias.
 #define W4T_GROUP(r, Zi0, Zi1, Zf0, Zf1) \
-	VPSUBD.BCST      (r*4)(BX), Zi0, Zi0 ; \
-	VPSUBD.BCST      (r*4)(BX), Zi1, Zi1 ; \
 	VCVTDQ2PS        Zi0, Zi0 ; \
 	VCVTDQ2PS        Zi1, Zi1 ; \
 	VFMADD231PS.BCST (r*4)(DX), Zi0, Zf0 ; \
 	VFMADD231PS.BCST (r*4)(DX), Zi1, Zf1 ; \
-	VPXORD           Zi0, Zi0, Zi0 ; \
-	VPXORD           Zi1, Zi1, Zi1
+	VPBROADCASTD     (24+r*4)(BX), Zi0 ; \
+	VPBROADCASTD     (24+r*4)(BX), Zi1
+
+// W4T_INIT starts row r's int32 sums from the first group's -bias.
+#define W4T_INIT(r, Zi0, Zi1) \
+	VPBROADCASTD (r*4)(BX), Zi0 ; \
+	VPBROADCASTD (r*4)(BX), Zi1
 
 // W4T_SCALE scales row r's sums by the tokens' scales (Z24, Z25).
 #define W4T_SCALE(Zf0, Zf1) \
@@ -1405,8 +1410,8 @@ unpackchunk:
 //	c *float32, ldc int, pf *prefetchStream)
 // The W4A8 tile micro-kernel: six rows of W, unpacked by qW4UnpackAVX512 (codes q - z, signed, rows k bytes
 // apart), against a panel of 32 tokens packed by qPackW (offset by 128, unsigned, [k/4][32][4]). For each group
-// of 4·steps values, VPDPBUSD sums Σ (a+128)·(q-z) exactly in int32; the group's end takes off 128·Σ (q-z) (bias)
-// and adds float32(sum)·s (one FMA) to the row's float sums. At the end the sums times sa[t] (sa read in the lanes
+// of 4·steps values, VPDPBUSD sums Σ (a+128)·(q-z) exactly in int32, starting from -128·Σ (q-z) (bias), and the
+// group's end adds float32(sum)·s (one FMA) to the row's float sums. At the end the sums times sa[t] (sa read in the lanes
 // set in mask, zero in the others) are transposed in registers and stored as C's layout: token t's six outputs at
 // c + t·ldc bytes, for all 32 tokens. Z0-Z11 hold the int32 sums (row r in Z(2r), Z(2r+1)), Z12-Z23 the float sums.
 // Each step prefetches a line of pf's stream.
@@ -1422,18 +1427,12 @@ TEXT ·qW4A8TileVNNI(SB), NOSPLIT, $0-96
 	ADDQ R8, R10
 	MOVQ pf+88(FP), R15
 	PF_LOAD(R15, R11, R12, R13, R14, R15)
-	VPXORD Z0, Z0, Z0
-	VPXORD Z1, Z1, Z1
-	VPXORD Z2, Z2, Z2
-	VPXORD Z3, Z3, Z3
-	VPXORD Z4, Z4, Z4
-	VPXORD Z5, Z5, Z5
-	VPXORD Z6, Z6, Z6
-	VPXORD Z7, Z7, Z7
-	VPXORD Z8, Z8, Z8
-	VPXORD Z9, Z9, Z9
-	VPXORD Z10, Z10, Z10
-	VPXORD Z11, Z11, Z11
+	W4T_INIT(0, Z0, Z1)
+	W4T_INIT(1, Z2, Z3)
+	W4T_INIT(2, Z4, Z5)
+	W4T_INIT(3, Z6, Z7)
+	W4T_INIT(4, Z8, Z9)
+	W4T_INIT(5, Z10, Z11)
 	VPXORD Z12, Z12, Z12
 	VPXORD Z13, Z13, Z13
 	VPXORD Z14, Z14, Z14
