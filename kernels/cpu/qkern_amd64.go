@@ -33,14 +33,14 @@ func qDotI8RowsVNNI(w *int8, k int, a *int8, rows int, acc *int32)
 func qSumI8VNNI(a *int8, n int) int32
 
 //go:noescape
-func qPackW(dst, src *byte, idx *int32, mask uint64, kq, nr int)
+func qPackW(dst, src *byte, idx *int32, mask uint64, kq, nr int, flip uint32, sums *float32, gsteps int)
 
 //go:noescape
-func qW4UnpackAVX512(dst *int8, w, z *uint8, bias *int32, groups, chunks int)
+func qW4UnpackAVX512(dst, w *uint8, n int)
 
 //go:noescape
-func qW4A8TileVNNI(codes *int8, k int, tok *uint8, groups, steps int, bias *int32, scale, sa *float32, mask uint64,
-	c *float32, ldc int, pf *prefetchStream)
+func qW4A8TileVNNI(codes *uint8, k int, tok *int8, groups, steps int, zf, scale, sa *float32, mask uint64,
+	c *float32, ldc int, pf *prefetchStream, tsum *float32)
 
 //go:noescape
 func qW8A8TileVNNI(w *int8, k int, tok *uint8, steps int, bias *int32, sw, sa *float32, mask uint64, c *float32,
@@ -352,17 +352,11 @@ func qW8A8Tile(m, n, k int, a, w []int8, out *qInt8Out) {
 }
 
 // qPackPanel packs rows (at most nr, which is 16, 32 or 48) rows of W, or tokens, k bytes each, into a panel of
-// nr columns: byte 4q+t of row c, XOR 0x80, at dst[(q*nr+c)*4+t]. qPackW copies the whole groups of four; a last
-// partial group is padded with zeros.
+// nr columns: byte 4q+t of row c, XOR 0x80 (offset by 128, for the kernels that take the panel unsigned), at
+// dst[(q*nr+c)*4+t]. qPackW copies the whole groups of four; a last partial group is padded with zeros.
 func qPackPanel(dst, src []byte, rows, k, nr int) {
 	if k/4 > 0 {
-		var idx [48]int32
-		for c := range rows {
-			idx[c] = int32(c * k)
-		}
-		_ = dst[(k/4*nr)*4-1]
-		_ = src[rows*k-1]
-		qPackW(&dst[0], &src[0], &idx[0], uint64(1)<<rows-1, k/4, nr)
+		qPackRun(dst, src, rows, k, nr, 0x80808080, nil, 0)
 	}
 	if k%4 == 0 {
 		return
@@ -373,6 +367,22 @@ func qPackPanel(dst, src []byte, rows, k, nr int) {
 		copy(b[:], src[c*k+4*q:(c+1)*k])
 		binary.LittleEndian.PutUint32(dst[(q*nr+c)*4:], binary.LittleEndian.Uint32(b[:])^0x80808080)
 	}
+}
+
+// qPackRun runs qPackW on the whole groups of four of rows rows of src, k bytes each (k >= 4).
+func qPackRun(dst, src []byte, rows, k, nr int, flip uint32, sums []float32, group int) {
+	var idx [48]int32
+	for c := range rows {
+		idx[c] = int32(c * k)
+	}
+	_ = dst[(k/4*nr)*4-1]
+	_ = src[rows*k-1]
+	var ps *float32
+	if group > 0 {
+		_ = sums[k/group*nr-1]
+		ps = &sums[0]
+	}
+	qPackW(&dst[0], &src[0], &idx[0], uint64(1)<<rows-1, k/4, nr, flip, ps, group/4)
 }
 
 // prefetchStream is a stream of cache lines for a micro-kernel to prefetch into L2 as it computes, one a step
@@ -544,12 +554,13 @@ func qW4A8(m, n, k, group int, qa []int8, sa []float32, w []uint8, s []float32, 
 }
 
 // qW4A8Tile is qW4A8 for qW4TileMinM tokens or more, groups of a multiple of 64 and VNNI: a GEMM rather than
-// a GEMV a token. Each thread unpacks qW4TileRows rows of W at a time into signed bytes q - z (qW4UnpackAVX512),
-// which the tile kernel broadcasts against panels of qW4TileTokens tokens packed once a call (offset by 128, as
-// qFewInt8's are): each code is unpacked once a call instead of once a token, and a step does twelve VPDPBUSD
-// against eight loads. Every group's sum is exact; the float32 sums of the group terms differ in their order
-// from the one-token kernel's, so a token's outputs here may differ from its outputs alone by a rounding, and
-// do not depend on which other tokens share the call.
+// a GEMV a token. Each thread unpacks qW4TileRows rows of W at a time into bytes q (qW4UnpackAVX512), which the
+// tile kernel broadcasts against panels of qW4TileTokens tokens packed once a call, with each group's sum of
+// the tokens' values: each code is unpacked once a call instead of once a token, and a step does twelve
+// VPDPBUSD against eight loads; the zero point comes off at each group's end, as z·Σ a. Every group's sum is
+// exact; the float32 sums of the group terms differ in their order from the one-token kernel's, so a token's
+// outputs here may differ from its outputs alone by a rounding, and do not depend on which other tokens share
+// the call.
 func qW4A8Tile(m, n, k, group int, qa []int8, sa []float32, w []uint8, s []float32, z []uint8, c []float32) {
 	const rowsT, tokT = qW4TileRows, qW4TileTokens
 	gpr, kq := k/group, k/4
@@ -557,18 +568,18 @@ func qW4A8Tile(m, n, k, group int, qa []int8, sa []float32, w []uint8, s []float
 	tokI8, tokBuf := scratchI8(panels * kq * tokT * 4)
 	defer tokBuf.release()
 	tok := qBytes(tokI8)
+	tsum, tsumBuf := scratchF32(panels * gpr * tokT) // [panel][group][token] Σ a
+	defer tsumBuf.release()
 	for p := range panels {
-		qPackPanel(tok[p*kq*tokT*4:], qBytes(qa[p*tokT*k:]), min(tokT, m-p*tokT), k, tokT)
+		qPackRun(tok[p*kq*tokT*4:], qBytes(qa[p*tokT*k:]), min(tokT, m-p*tokT), k, tokT, 0, tsum[p*gpr*tokT:], group)
 	}
 	Parallel((n+rowsT-1)/rowsT, qRowGrain(rowsT*k), func(lo, hi int) {
 		codes, codesBuf := scratchI8(rowsT * k)
 		defer codesBuf.release()
-		tile, tileBuf := scratchF32(tokT*rowsT + rowsT*gpr)
+		cb := qBytes(codes)
+		tile, tileBuf := scratchF32(tokT*rowsT + 2*rowsT*gpr)
 		defer tileBuf.release()
-		out, scale := tile[:tokT*rowsT], tile[tokT*rowsT:]
-		bias, biasBuf := scratchI32(rowsT * (gpr + 1)) // the kernel reads a group past the last
-		defer biasBuf.release()
-		clear(bias[rowsT*gpr:])
+		out, scale, zf := tile[:tokT*rowsT], tile[tokT*rowsT:][:rowsT*gpr], tile[tokT*rowsT+rowsT*gpr:]
 		var pf prefetchStream
 		for b := lo; b < hi; b++ {
 			j0 := b * rowsT
@@ -576,14 +587,15 @@ func qW4A8Tile(m, n, k, group int, qa []int8, sa []float32, w []uint8, s []float
 			for r := range rowsT {
 				if r >= rows { // a last partial tile: the missing rows' results are not stored
 					for g := range gpr {
-						bias[g*rowsT+r], scale[g*rowsT+r] = 0, 0
+						scale[g*rowsT+r], zf[g*rowsT+r] = 0, 0
 					}
 					continue
 				}
 				j := j0 + r
-				qW4UnpackAVX512(&codes[r*k], &w[j*k/2], &z[j*gpr], &bias[r], gpr, group/64)
-				for g := range gpr {
-					scale[g*rowsT+r] = s[j*gpr+g]
+				qW4UnpackAVX512(&cb[r*k], &w[j*k/2], k)
+				zr := z[j*gpr:][:gpr]
+				for g, v := range s[j*gpr:][:gpr] {
+					scale[g*rowsT+r], zf[g*rowsT+r] = v, float32(zr[g])
 				}
 			}
 			if b+1 < hi {
@@ -593,14 +605,15 @@ func qW4A8Tile(m, n, k, group int, qa []int8, sa []float32, w []uint8, s []float
 			for p := range panels {
 				t0 := p * tokT
 				tn := min(tokT, m-t0)
+				pt, ts := &tokI8[p*kq*tokT*4], &tsum[p*gpr*tokT]
 				if rows == rowsT && tn == tokT {
-					qW4A8TileVNNI(&codes[0], k, &tok[p*kq*tokT*4], gpr, group/4, &bias[0], &scale[0], &sa[t0],
-						uint64(1)<<tn-1, &c[t0*n+j0], 4*n, &pf)
+					qW4A8TileVNNI(&cb[0], k, pt, gpr, group/4, &zf[0], &scale[0], &sa[t0], uint64(1)<<tn-1,
+						&c[t0*n+j0], 4*n, &pf, ts)
 					continue
 				}
 				// A partial tile goes through out, [tokT][rowsT] as C's layout, so as not to write past C.
-				qW4A8TileVNNI(&codes[0], k, &tok[p*kq*tokT*4], gpr, group/4, &bias[0], &scale[0], &sa[t0],
-					uint64(1)<<tn-1, &out[0], 4*rowsT, &pf)
+				qW4A8TileVNNI(&cb[0], k, pt, gpr, group/4, &zf[0], &scale[0], &sa[t0], uint64(1)<<tn-1, &out[0],
+					4*rowsT, &pf, ts)
 				for t := range tn {
 					copy(c[(t0+t)*n+j0:][:rows], out[t*rowsT:])
 				}

@@ -1186,12 +1186,14 @@ w4chunk:
 	VZEROUPPER
 	RET
 
-// func qPackW(dst, src *byte, idx *int32, mask uint64, kq, nr int)
+// func qPackW(dst, src *byte, idx *int32, mask uint64, kq, nr int, flip uint32, sums *float32, gsteps int)
 // Packs rows of W or tokens (row c at src + idx[c]) into a panel of nr columns (16, 32 or 48) for the VNNI
-// kernels: for q < kq, bytes 4q..4q+3 of row c, offset by 128 (XOR 0x80 on each byte), go to dst[(q*nr+c)*4:],
-// for the columns c whose bit is set in mask; the others are left as they are. Sixteen columns at a time, a
-// dword gather each, so that dst is written in order.
-TEXT ·qPackW(SB), NOSPLIT, $0-48
+// kernels: for q < kq, bytes 4q..4q+3 of row c, XOR flip (0x80808080 offsets signed bytes by 128 for the kernels
+// that take them unsigned; 0 keeps them), go to dst[(q*nr+c)*4:], for the columns c whose bit is set in mask;
+// the others are left as they are. Sixteen columns at a time, a dword gather each, so that dst is written in
+// order. Where gsteps > 0 (nr = 32, flip = 0) it also writes the sum of each column's bytes over each run of
+// gsteps steps, as float32, to sums[g*32+c] (VPDPBUSD against ones).
+TEXT ·qPackW(SB), NOSPLIT, $0-72
 	MOVQ         dst+0(FP), DI
 	MOVQ         src+8(FP), SI
 	MOVQ         idx+16(FP), DX
@@ -1203,13 +1205,18 @@ TEXT ·qPackW(SB), NOSPLIT, $0-48
 	KSHIFTRQ     $16, K1, K2
 	KSHIFTRQ     $32, K1, K3
 	VMOVDQU32    (DX), Z16
-	MOVL         $0x80808080, AX
+	MOVL         flip+48(FP), AX
 	VPBROADCASTD AX, Z20
 	CMPQ         BX, $64
 	JEQ          pack16
 	VMOVDQU32    64(DX), Z17
 	CMPQ         BX, $128
+	JNE          pack48pre
+	CMPQ         gsteps+64(FP), $0
 	JEQ          pack32
+	JMP          pack32s
+
+pack48pre:
 	VMOVDQU32    128(DX), Z18
 
 pack48:
@@ -1248,6 +1255,45 @@ pack32:
 	VZEROUPPER
 	RET
 
+pack32s:
+	MOVQ         gsteps+64(FP), R10
+	MOVQ         sums+56(FP), R11
+	MOVL         $0x01010101, AX
+	VPBROADCASTD AX, Z21
+	VPXORD       Z22, Z22, Z22
+	VPXORD       Z23, Z23, Z23
+	MOVQ         R10, R12
+
+pack32sloop:
+	KMOVQ      K1, K4
+	VPGATHERDD (SI)(Z16*1), K4, Z0
+	KMOVQ      K2, K5
+	VPGATHERDD (SI)(Z17*1), K5, Z1
+	VPXORD     Z20, Z0, Z0
+	VPXORD     Z20, Z1, Z1
+	VMOVDQU32  Z0, K1, (DI)
+	VMOVDQU32  Z1, K2, 64(DI)
+	VPDPBUSD   Z0, Z21, Z22
+	VPDPBUSD   Z1, Z21, Z23
+	ADDQ       $4, SI
+	ADDQ       BX, DI
+	DECQ       R12
+	JNZ        pack32snext
+	VCVTDQ2PS  Z22, Z22
+	VCVTDQ2PS  Z23, Z23
+	VMOVUPS    Z22, (R11)
+	VMOVUPS    Z23, 64(R11)
+	ADDQ       $128, R11
+	VPXORD     Z22, Z22, Z22
+	VPXORD     Z23, Z23, Z23
+	MOVQ       R10, R12
+
+pack32snext:
+	DECQ R9
+	JNZ  pack32sloop
+	VZEROUPPER
+	RET
+
 pack16:
 	KMOVQ      K1, K4
 	VPGATHERDD (SI)(Z16*1), K4, Z0
@@ -1260,30 +1306,19 @@ pack16:
 	VZEROUPPER
 	RET
 
-// func qW4UnpackAVX512(dst *int8, w, z *uint8, bias *int32, groups, chunks int)
-// Unpacks one row of W4A8 weights for qW4A8TileVNNI: groups groups of chunks·64 codes, packed two a byte (w),
-// go to dst in their natural order as signed bytes q - z[g]; bias[g*6] gets -128·Σ_{p in g} (q_p - z[g]), less
-// the excess that the tile kernel's unsigned, offset tokens add, from which its sums start. Per 32 packed bytes: widen to words, put the high
-// nibble in the high byte and the low nibble in the low byte (two ANDs and an OR), sum the codes (VPSADBW),
-// subtract the zero point.
-TEXT ·qW4UnpackAVX512(SB), NOSPLIT, $0-48
-	MOVQ dst+0(FP), DI
-	MOVQ w+8(FP), SI
-	MOVQ z+16(FP), DX
-	MOVQ bias+24(FP), BX
-	MOVQ groups+32(FP), CX
-	MOVQ chunks+40(FP), R8
-	MOVL $0x000f000f, AX
+// func qW4UnpackAVX512(dst, w *uint8, n int)
+// Unpacks n codes (a multiple of 64) of a row of W4A8 weights for qW4A8TileVNNI, packed two a byte (w), to dst in
+// their natural order, one unsigned byte each. Per 32 packed bytes: widen to words, put the high nibble in the
+// high byte and the low nibble in the low byte (two ANDs and an OR).
+TEXT ·qW4UnpackAVX512(SB), NOSPLIT, $0-24
+	MOVQ         dst+0(FP), DI
+	MOVQ         w+8(FP), SI
+	MOVQ         n+16(FP), CX
+	SHRQ         $6, CX
+	MOVL         $0x000f000f, AX
 	VPBROADCASTD AX, Z30
-	MOVL $0x0f000f00, AX
+	MOVL         $0x0f000f00, AX
 	VPBROADCASTD AX, Z31
-	VPXORD Z29, Z29, Z29
-
-unpackgroup:
-	MOVBLZX      (DX), AX
-	VPBROADCASTB AX, Z28
-	VPXORD       Z27, Z27, Z27
-	MOVQ         R8, R9
 
 unpackchunk:
 	VPMOVZXBW (SI), Z0
@@ -1291,58 +1326,41 @@ unpackchunk:
 	VPANDD    Z30, Z0, Z0
 	VPANDD    Z31, Z1, Z1
 	VPORD     Z1, Z0, Z0
-	VPSADBW   Z29, Z0, Z2
-	VPADDQ    Z2, Z27, Z27
-	VPSUBB    Z28, Z0, Z0
 	VMOVDQU32 Z0, (DI)
 	ADDQ      $32, SI
 	ADDQ      $64, DI
-	DECQ      R9
+	DECQ      CX
 	JNZ       unpackchunk
-
-	VEXTRACTI64X4 $1, Z27, Y2
-	VPADDQ        Y2, Y27, Y2
-	VEXTRACTI128  $1, Y2, X3
-	VPADDQ        X3, X2, X2
-	VPSHUFD       $0x4e, X2, X3
-	VPADDQ        X3, X2, X2
-	VMOVQ         X2, R10
-	MOVQ          R8, R11
-	SHLQ          $6, R11
-	IMULQ         AX, R11
-	SUBQ          R11, R10
-	SHLQ          $7, R10
-	NEGQ          R10
-	MOVL          R10, (BX)
-	ADDQ          $24, BX
-	INCQ          DX
-	DECQ          CX
-	JNZ           unpackgroup
 	VZEROUPPER
 	RET
 
-// W4T_STEP is one step of qW4A8TileVNNI's row r: broadcast four codes (at addr) and multiply them with the 32
-// tokens' four bytes in Z24, Z25 into the row's int32 sums Zi0, Zi1.
+// W4T_STEP is one step of a tile kernel's row r: broadcast four bytes of W (at addr) and multiply them with the
+// 32 tokens' four bytes in Z24, Z25 into the row's int32 sums Zi0, Zi1: W signed and the tokens unsigned (offset
+// by 128) in qW8A8TileVNNI, W4T_STEPU the other way round.
 #define W4T_STEP(addr, Zb, Zi0, Zi1) \
 	VPBROADCASTD addr, Zb ; \
 	VPDPBUSD     Zb, Z24, Zi0 ; \
 	VPDPBUSD     Zb, Z25, Zi1
 
-// W4T_GROUP ends a group for row r: convert its sums (which started from the group's -bias, [group][6] at BX),
-// multiply-add them with the group's scale ([group][6] at DX) into the row's float sums Zf0, Zf1, and start the
-// int32 sums of the next group from its -bias.
-#define W4T_GROUP(r, Zi0, Zi1, Zf0, Zf1) \
-	VCVTDQ2PS        Zi0, Zi0 ; \
-	VCVTDQ2PS        Zi1, Zi1 ; \
-	VFMADD231PS.BCST (r*4)(DX), Zi0, Zf0 ; \
-	VFMADD231PS.BCST (r*4)(DX), Zi1, Zf1 ; \
-	VPBROADCASTD     (24+r*4)(BX), Zi0 ; \
-	VPBROADCASTD     (24+r*4)(BX), Zi1
+// W4T_STEPU is W4T_STEP for qW4A8TileVNNI: four unsigned codes q against the tokens' signed bytes.
+#define W4T_STEPU(addr, Zb, Zi0, Zi1) \
+	VPBROADCASTD addr, Zb ; \
+	VPDPBUSD     Z24, Zb, Zi0 ; \
+	VPDPBUSD     Z25, Zb, Zi1
 
-// W4T_INIT starts row r's int32 sums from the first group's -bias.
-#define W4T_INIT(r, Zi0, Zi1) \
-	VPBROADCASTD (r*4)(BX), Zi0 ; \
-	VPBROADCASTD (r*4)(BX), Zi1
+// W4T_GROUP ends a group for row r: convert its sums Σ q·a, take off z·Σ a (z as float32, [group][6] at BX; the
+// tokens' Σ a of the group in Z24, Z25), both exact integers below 2^24, multiply-add the result, the group's
+// exact Σ (q - z)·a, with the group's scale ([group][6] at DX) into the row's float sums Zf0, Zf1, and clear the
+// int32 sums.
+#define W4T_GROUP(r, Zi0, Zi1, Zf0, Zf1) \
+	VCVTDQ2PS         Zi0, Zi0 ; \
+	VCVTDQ2PS         Zi1, Zi1 ; \
+	VFNMADD231PS.BCST (r*4)(BX), Z24, Zi0 ; \
+	VFNMADD231PS.BCST (r*4)(BX), Z25, Zi1 ; \
+	VFMADD231PS.BCST  (r*4)(DX), Zi0, Zf0 ; \
+	VFMADD231PS.BCST  (r*4)(DX), Zi1, Zf1 ; \
+	VPXORD            Zi0, Zi0, Zi0 ; \
+	VPXORD            Zi1, Zi1, Zi1
 
 // W4T_SCALE scales row r's sums by the tokens' scales (Z24, Z25).
 #define W4T_SCALE(Zf0, Zf1) \
@@ -1406,33 +1424,39 @@ unpackchunk:
 	VMULPS      Z26, zf0, zf0 ; \
 	VMULPS      Z27, zf1, zf1
 
-// func qW4A8TileVNNI(codes *int8, k int, tok *uint8, groups, steps int, bias *int32, scale, sa *float32, mask uint64,
-//	c *float32, ldc int, pf *prefetchStream)
-// The W4A8 tile micro-kernel: six rows of W, unpacked by qW4UnpackAVX512 (codes q - z, signed, rows k bytes
-// apart), against a panel of 32 tokens packed by qPackW (offset by 128, unsigned, [k/4][32][4]). For each group
-// of 4·steps values, VPDPBUSD sums Σ (a+128)·(q-z) exactly in int32, starting from -128·Σ (q-z) (bias), and the
-// group's end adds float32(sum)·s (one FMA) to the row's float sums. At the end the sums times sa[t] (sa read in the lanes
-// set in mask, zero in the others) are transposed in registers and stored as C's layout: token t's six outputs at
-// c + t·ldc bytes, for all 32 tokens. Z0-Z11 hold the int32 sums (row r in Z(2r), Z(2r+1)), Z12-Z23 the float sums.
-// Each step prefetches a line of pf's stream.
-TEXT ·qW4A8TileVNNI(SB), NOSPLIT, $0-96
+// func qW4A8TileVNNI(codes *uint8, k int, tok *int8, groups, steps int, zf, scale, sa *float32, mask uint64,
+//	c *float32, ldc int, pf *prefetchStream, tsum *float32)
+// The W4A8 tile micro-kernel: six rows of W, unpacked by qW4UnpackAVX512 (codes q, unsigned, rows k bytes apart),
+// against a panel of 32 tokens packed by qPackW (signed, [k/4][32][4]) with the sums of each group's values
+// (tsum: [group][32], as float32). For each group of 4·steps values, VPDPBUSD sums Σ q·a exactly in int32, and
+// the group's end takes off z·Σ a and adds the group's exact Σ (q - z)·a times s (W4T_GROUP) to the row's float
+// sums. At the end the sums times sa[t] (sa read in the lanes set in mask, zero in the others) are transposed in
+// registers and stored as C's layout: token t's six outputs at c + t·ldc bytes, for all 32 tokens. Z0-Z11 hold
+// the int32 sums (row r in Z(2r), Z(2r+1)), Z12-Z23 the float sums. Each step prefetches a line of pf's stream.
+TEXT ·qW4A8TileVNNI(SB), NOSPLIT, $0-104
 	MOVQ codes+0(FP), SI
 	MOVQ k+8(FP), R8
 	MOVQ tok+16(FP), DI
 	MOVQ groups+24(FP), CX
-	MOVQ bias+40(FP), BX
+	MOVQ zf+40(FP), BX
 	MOVQ scale+48(FP), DX
 	LEAQ (R8)(R8*2), R9
 	LEAQ (SI)(R8*4), R10
 	ADDQ R8, R10
 	MOVQ pf+88(FP), R15
 	PF_LOAD(R15, R11, R12, R13, R14, R15)
-	W4T_INIT(0, Z0, Z1)
-	W4T_INIT(1, Z2, Z3)
-	W4T_INIT(2, Z4, Z5)
-	W4T_INIT(3, Z6, Z7)
-	W4T_INIT(4, Z8, Z9)
-	W4T_INIT(5, Z10, Z11)
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
 	VPXORD Z12, Z12, Z12
 	VPXORD Z13, Z13, Z13
 	VPXORD Z14, Z14, Z14
@@ -1452,12 +1476,12 @@ w4tgroup:
 w4tstep:
 	VMOVDQU32 (DI), Z24
 	VMOVDQU32 64(DI), Z25
-	W4T_STEP((SI), Z26, Z0, Z1)
-	W4T_STEP((SI)(R8*1), Z27, Z2, Z3)
-	W4T_STEP((SI)(R8*2), Z26, Z4, Z5)
-	W4T_STEP((SI)(R9*1), Z27, Z6, Z7)
-	W4T_STEP((SI)(R8*4), Z26, Z8, Z9)
-	W4T_STEP((R10), Z27, Z10, Z11)
+	W4T_STEPU((SI), Z26, Z0, Z1)
+	W4T_STEPU((SI)(R8*1), Z27, Z2, Z3)
+	W4T_STEPU((SI)(R8*2), Z26, Z4, Z5)
+	W4T_STEPU((SI)(R9*1), Z27, Z6, Z7)
+	W4T_STEPU((SI)(R8*4), Z26, Z8, Z9)
+	W4T_STEPU((R10), Z27, Z10, Z11)
 	PF_STEP(pfw4t, R11, R12, R13, R14, R15)
 	ADDQ $4, SI
 	ADDQ $4, R10
@@ -1465,6 +1489,12 @@ w4tstep:
 	DECQ AX
 	JNZ  w4tstep
 
+	MOVQ    groups+24(FP), AX
+	SUBQ    CX, AX
+	SHLQ    $7, AX
+	ADDQ    tsum+96(FP), AX
+	VMOVUPS (AX), Z24
+	VMOVUPS 64(AX), Z25
 	W4T_GROUP(0, Z0, Z1, Z12, Z13)
 	W4T_GROUP(1, Z2, Z3, Z14, Z15)
 	W4T_GROUP(2, Z4, Z5, Z16, Z17)
@@ -1499,9 +1529,9 @@ w4tstep:
 // func qW8A8TileVNNI(w *int8, k int, tok *uint8, steps int, bias *int32, sw, sa *float32, mask uint64, c *float32,
 //	ldc int, pf *prefetchStream)
 // The W8A8 tile micro-kernel for a few tokens: six rows of W, read in place (signed, k bytes apart), against a
-// panel of 32 tokens as qW4A8TileVNNI takes it, steps steps of four. At the end each row's exact sums less
-// bias[r] (128·Σ w) are scaled by sa[t]·sw[r] (W8T_ROW; sa read in the lanes set in mask) and stored in C's
-// layout as qW4A8TileVNNI stores them. Each step prefetches a line of pf's stream.
+// panel of 32 tokens packed by qPackW (offset by 128, unsigned, [k/4][32][4]), steps steps of four. At the end
+// each row's exact sums less bias[r] (128·Σ w) are scaled by sa[t]·sw[r] (W8T_ROW; sa read in the lanes set in
+// mask) and stored in C's layout as qW4A8TileVNNI stores them. Each step prefetches a line of pf's stream.
 TEXT ·qW8A8TileVNNI(SB), NOSPLIT, $0-88
 	MOVQ w+0(FP), SI
 	MOVQ k+8(FP), R8
