@@ -76,11 +76,12 @@ func gemvTiles8AVX512(groups, k int, w, xp, y *float32, tokens, ldy int, pf *lin
 //go:noescape
 func gemvTiles8F16AVX512(groups, k int, w *uint16, xp, y *float32, tokens, ldy int, pf *linePrefetch)
 
-// linePrefetch is a run of cache lines for a kernel to prefetch, one a step: the address of the next and how
-// many are left.
+// linePrefetch is a run of cache lines for a kernel to prefetch, per a step (at least one): the address of the
+// next and how many are left.
 type linePrefetch struct {
 	addr  uintptr
 	lines int
+	per   int
 }
 
 //go:noescape
@@ -281,10 +282,12 @@ func gemvTokens(g *gemvArch, m, n, k int, a, c []float32, w gemmFewW) {
 		var pf linePrefetch
 		for j := lo; j < hi; j += gemvTokensRows {
 			rows := min(gemvTokensRows, hi-j)
-			if next := j + rows; next < hi {
-				pf = w.lines(next, min(gemvTokensRows, hi-next), k)
-			}
 			tiled := rows / gemvTileRows * gemvTileRows
+			if next := j + rows; next < hi {
+				// Spread over this block's steps, so that a few tokens (one group) still fetch it all.
+				steps := (m + gemvTileTokens - 1) / gemvTileTokens * tiled / gemvTileRows * ((k + 15) / 16)
+				pf = w.lines(next, min(gemvTokensRows, hi-next), k, max(1, steps))
+			}
 			for t := 0; t < m; t += gemvTileTokens {
 				tokens := min(gemvTileTokens, m-t)
 				if tiled > 0 {
@@ -349,12 +352,16 @@ func (w gemmFewW) gemvTiles(g *gemvArch, rows, k, j int, xp, y []float32, tokens
 	}
 }
 
-// lines is the prefetch stream of rows rows of W from row j.
-func (w gemmFewW) lines(j, rows, k int) linePrefetch {
+// lines is the prefetch stream of rows rows of W from row j, spread over steps kernel steps.
+func (w gemmFewW) lines(j, rows, k, steps int) linePrefetch {
+	var p linePrefetch
 	if w.f32 != nil {
-		return linePrefetch{uintptr(unsafe.Pointer(&w.f32[j*k])), (rows*k*4 + 63) / 64}
+		p = linePrefetch{uintptr(unsafe.Pointer(&w.f32[j*k])), (rows*k*4 + 63) / 64, 0}
+	} else {
+		p = linePrefetch{uintptr(unsafe.Pointer(&w.f16[j*k])), (rows*k*2 + 63) / 64, 0}
 	}
-	return linePrefetch{uintptr(unsafe.Pointer(&w.f16[j*k])), (rows*k*2 + 63) / 64}
+	p.per = max(1, (p.lines+steps-1)/steps)
+	return p
 }
 
 // gemmFewMaxM is the most tokens for which GEMM runs gemmFew.

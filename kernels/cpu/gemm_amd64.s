@@ -152,14 +152,20 @@ label:
 	VPXORD Z22, Z22, Z22; \
 	VPXORD Z23, Z23, Z23
 
-// G8_PREFETCH prefetches the stream's next line into L2, if any is left (label: unique to the use).
-#define G8_PREFETCH(label) \
+// G8_PREFETCH prefetches the stream's next lines into L2, as many a step as the stream says (R12), while any
+// are left (labels: unique to the use).
+#define G8_PREFETCH(loop, done) \
+	MOVQ       pf+56(FP), R12; \
+	MOVQ       16(R12), R12; \
+loop: \
 	TESTQ      R14, R14; \
-	JZ         label; \
+	JZ         done; \
 	PREFETCHT1 (AX); \
 	ADDQ       $64, AX; \
 	DECQ       R14; \
-label:
+	DECQ       R12; \
+	JNZ        loop; \
+done:
 
 // G8_XT loads one token's 16 steps of x (at off(DI)) into zx and multiplies them with the three rows' weights
 // in Z24-Z26 into the token's sums a0-a2.
@@ -811,7 +817,7 @@ loop8:
 	VMOVUPS (R10)(R9*4), Z25
 	VMOVUPS (R11)(R9*4), Z26
 	G8_FMA
-	G8_PREFETCH(pf8)
+	G8_PREFETCH(pf8, pf8done)
 	ADDQ    $16, R9
 	CMPQ    R9, CX
 	JLT     loop8
@@ -849,7 +855,7 @@ loop8h:
 	VCVTPH2PS (R10)(R9*2), Z25
 	VCVTPH2PS (R11)(R9*2), Z26
 	G8_FMA
-	G8_PREFETCH(pf8h)
+	G8_PREFETCH(pf8h, pf8hdone)
 	ADDQ      $16, R9
 	CMPQ      R9, CX
 	JLT       loop8h
