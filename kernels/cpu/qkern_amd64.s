@@ -2,6 +2,7 @@
 
 #include "textflag.h"
 #include "prefetch_amd64.h"
+#include "zero_amd64.h"
 
 // Inner loops of the quantized kernels (quant.go, qgguf.go). The pure-Go twin of each is named in its comment
 // (qgeneric.go). VPDPBUSD (AVX-512 VNNI) adds, to each int32 lane of its destination, the four products of the
@@ -1049,24 +1050,6 @@ f32done:
 	HSUM(Z14, Y14, X14, 56) ; \
 	HSUM(Z15, Y15, X15, 60)
 
-#define ZERO16 \
-	VPXORD Z0, Z0, Z0 ; \
-	VPXORD Z1, Z1, Z1 ; \
-	VPXORD Z2, Z2, Z2 ; \
-	VPXORD Z3, Z3, Z3 ; \
-	VPXORD Z4, Z4, Z4 ; \
-	VPXORD Z5, Z5, Z5 ; \
-	VPXORD Z6, Z6, Z6 ; \
-	VPXORD Z7, Z7, Z7 ; \
-	VPXORD Z8, Z8, Z8 ; \
-	VPXORD Z9, Z9, Z9 ; \
-	VPXORD Z10, Z10, Z10 ; \
-	VPXORD Z11, Z11, Z11 ; \
-	VPXORD Z12, Z12, Z12 ; \
-	VPXORD Z13, Z13, Z13 ; \
-	VPXORD Z14, Z14, Z14 ; \
-	VPXORD Z15, Z15, Z15
-
 // Multiply-adds the weight vectors Zw (row r) into the accumulators of the four tokens at (AX), (AX)(R8*1),
 // (AX)(R8*2), (R9), offset off: acc[t*4+r] += x_t·w.
 #define TOKENS4(Zw, off, A0, A1, A2, A3) \
@@ -1334,6 +1317,13 @@ unpackchunk:
 	VZEROUPPER
 	RET
 
+// W4T_ROWS points at the six rows of W of a tile kernel, k (R8) bytes apart from SI: rows 0-4 as SI + {0, 1, 2,
+// 3, 4}·R8 (R9 = 3·R8), row 5 at R10.
+#define W4T_ROWS \
+	LEAQ (R8)(R8*2), R9 ; \
+	LEAQ (SI)(R8*4), R10 ; \
+	ADDQ R8, R10
+
 // W4T_STEP is one step of a tile kernel's row r: broadcast four bytes of W (at addr) and multiply them with the
 // 32 tokens' four bytes in Z24, Z25 into the row's int32 sums Zi0, Zi1: W signed and the tokens unsigned (offset
 // by 128) in qW8A8TileVNNI, W4T_STEPU the other way round.
@@ -1440,27 +1430,10 @@ TEXT ·qW4A8TileVNNI(SB), NOSPLIT, $0-104
 	MOVQ groups+24(FP), CX
 	MOVQ zf+40(FP), BX
 	MOVQ scale+48(FP), DX
-	LEAQ (R8)(R8*2), R9
-	LEAQ (SI)(R8*4), R10
-	ADDQ R8, R10
+	W4T_ROWS
 	MOVQ pf+88(FP), R15
 	PF_LOAD(R15, R11, R12, R13, R14, R15)
-	VPXORD Z0, Z0, Z0
-	VPXORD Z1, Z1, Z1
-	VPXORD Z2, Z2, Z2
-	VPXORD Z3, Z3, Z3
-	VPXORD Z4, Z4, Z4
-	VPXORD Z5, Z5, Z5
-	VPXORD Z6, Z6, Z6
-	VPXORD Z7, Z7, Z7
-	VPXORD Z8, Z8, Z8
-	VPXORD Z9, Z9, Z9
-	VPXORD Z10, Z10, Z10
-	VPXORD Z11, Z11, Z11
-	VPXORD Z12, Z12, Z12
-	VPXORD Z13, Z13, Z13
-	VPXORD Z14, Z14, Z14
-	VPXORD Z15, Z15, Z15
+	ZERO16
 	VPXORD Z16, Z16, Z16
 	VPXORD Z17, Z17, Z17
 	VPXORD Z18, Z18, Z18
@@ -1537,23 +1510,10 @@ TEXT ·qW8A8TileVNNI(SB), NOSPLIT, $0-88
 	MOVQ k+8(FP), R8
 	MOVQ tok+16(FP), DI
 	MOVQ steps+24(FP), AX
-	LEAQ (R8)(R8*2), R9
-	LEAQ (SI)(R8*4), R10
-	ADDQ R8, R10
+	W4T_ROWS
 	MOVQ pf+80(FP), R15
 	PF_LOAD(R15, R11, R12, R13, R14, R15)
-	VPXORD Z0, Z0, Z0
-	VPXORD Z1, Z1, Z1
-	VPXORD Z2, Z2, Z2
-	VPXORD Z3, Z3, Z3
-	VPXORD Z4, Z4, Z4
-	VPXORD Z5, Z5, Z5
-	VPXORD Z6, Z6, Z6
-	VPXORD Z7, Z7, Z7
-	VPXORD Z8, Z8, Z8
-	VPXORD Z9, Z9, Z9
-	VPXORD Z10, Z10, Z10
-	VPXORD Z11, Z11, Z11
+	ZERO16
 
 w8tstep:
 	VMOVDQU32 (DI), Z24

@@ -1,5 +1,5 @@
-// ZERO16 zeroes Z0-Z15, the sixteen accumulators of the GEMV tile (gemm_amd64.s) and of the few-row key dots
-// (attn_amd64.s).
+// ZERO16 zeroes Z0-Z15: accumulators of the GEMV and quantized tile kernels (gemm_amd64.s, qkern_amd64.s, which
+// zero more where they hold more) and of the few-row key dots (attn_amd64.s).
 #define ZERO16 \
 	VPXORD Z0, Z0, Z0; \
 	VPXORD Z1, Z1, Z1; \
