@@ -1338,6 +1338,41 @@ unpackchunk:
 	VPDPBUSD     Z24, Zb, Zi0 ; \
 	VPDPBUSD     Z25, Zb, Zi1
 
+// W4T_SIX and W4T_SIXU are a step of the tile kernels' six rows (W4T_STEP, W4T_STEPU) against the 32 tokens'
+// four bytes at DI; W4T_NEXT moves to the next step.
+#define W4T_SIX \
+	VMOVDQU32 (DI), Z24 ; \
+	VMOVDQU32 64(DI), Z25 ; \
+	W4T_STEP((SI), Z26, Z0, Z1) ; \
+	W4T_STEP((SI)(R8*1), Z27, Z2, Z3) ; \
+	W4T_STEP((SI)(R8*2), Z26, Z4, Z5) ; \
+	W4T_STEP((SI)(R9*1), Z27, Z6, Z7) ; \
+	W4T_STEP((SI)(R8*4), Z26, Z8, Z9) ; \
+	W4T_STEP((R10), Z27, Z10, Z11)
+
+#define W4T_SIXU \
+	VMOVDQU32 (DI), Z24 ; \
+	VMOVDQU32 64(DI), Z25 ; \
+	W4T_STEPU((SI), Z26, Z0, Z1) ; \
+	W4T_STEPU((SI)(R8*1), Z27, Z2, Z3) ; \
+	W4T_STEPU((SI)(R8*2), Z26, Z4, Z5) ; \
+	W4T_STEPU((SI)(R9*1), Z27, Z6, Z7) ; \
+	W4T_STEPU((SI)(R8*4), Z26, Z8, Z9) ; \
+	W4T_STEPU((R10), Z27, Z10, Z11)
+
+#define W4T_NEXT \
+	ADDQ $4, SI ; \
+	ADDQ $4, R10 ; \
+	ADDQ $128, DI
+
+// W4T_SA loads the 32 tokens' scales from sa into Z24, Z25, in the lanes set in the mask in AX (zero in the
+// others).
+#define W4T_SA(sa) \
+	KMOVQ     AX, K1 ; \
+	KSHIFTRQ  $16, K1, K2 ; \
+	VMOVUPS.Z (sa), K1, Z24 ; \
+	VMOVUPS.Z 64(sa), K2, Z25
+
 // W4T_GROUP ends a group for row r: convert its sums Σ q·a, take off z·Σ a (z as float32, [group][6] at BX; the
 // tokens' Σ a of the group in Z24, Z25), both exact integers below 2^24, multiply-add the result, the group's
 // exact Σ (q - z)·a, with the group's scale ([group][6] at DX) into the row's float sums Zf0, Zf1, and clear the
@@ -1447,18 +1482,9 @@ w4tgroup:
 	MOVQ steps+32(FP), AX
 
 w4tstep:
-	VMOVDQU32 (DI), Z24
-	VMOVDQU32 64(DI), Z25
-	W4T_STEPU((SI), Z26, Z0, Z1)
-	W4T_STEPU((SI)(R8*1), Z27, Z2, Z3)
-	W4T_STEPU((SI)(R8*2), Z26, Z4, Z5)
-	W4T_STEPU((SI)(R9*1), Z27, Z6, Z7)
-	W4T_STEPU((SI)(R8*4), Z26, Z8, Z9)
-	W4T_STEPU((R10), Z27, Z10, Z11)
+	W4T_SIXU
 	PF_STEP(pfw4t, R11, R12, R13, R14, R15)
-	ADDQ $4, SI
-	ADDQ $4, R10
-	ADDQ $128, DI
+	W4T_NEXT
 	DECQ AX
 	JNZ  w4tstep
 
@@ -1481,12 +1507,9 @@ w4tstep:
 
 	MOVQ pf+88(FP), AX
 	PF_STORE(pfdonew4t, AX, R11, R12, R15)
-	MOVQ      sa+56(FP), BX
-	MOVQ      mask+64(FP), AX
-	KMOVQ     AX, K1
-	KSHIFTRQ  $16, K1, K2
-	VMOVUPS.Z (BX), K1, Z24
-	VMOVUPS.Z 64(BX), K2, Z25
+	MOVQ sa+56(FP), BX
+	MOVQ mask+64(FP), AX
+	W4T_SA(BX)
 	W4T_SCALE(Z12, Z13)
 	W4T_SCALE(Z14, Z15)
 	W4T_SCALE(Z16, Z17)
@@ -1516,18 +1539,9 @@ TEXT ·qW8A8TileVNNI(SB), NOSPLIT, $0-88
 	ZERO16
 
 w8tstep:
-	VMOVDQU32 (DI), Z24
-	VMOVDQU32 64(DI), Z25
-	W4T_STEP((SI), Z26, Z0, Z1)
-	W4T_STEP((SI)(R8*1), Z27, Z2, Z3)
-	W4T_STEP((SI)(R8*2), Z26, Z4, Z5)
-	W4T_STEP((SI)(R9*1), Z27, Z6, Z7)
-	W4T_STEP((SI)(R8*4), Z26, Z8, Z9)
-	W4T_STEP((R10), Z27, Z10, Z11)
+	W4T_SIX
 	PF_STEP(pfw8t, R11, R12, R13, R14, R15)
-	ADDQ $4, SI
-	ADDQ $4, R10
-	ADDQ $128, DI
+	W4T_NEXT
 	DECQ AX
 	JNZ  w8tstep
 
@@ -1537,10 +1551,7 @@ w8tstep:
 	MOVQ      sw+40(FP), DX
 	MOVQ      sa+48(FP), CX
 	MOVQ      mask+56(FP), AX
-	KMOVQ     AX, K1
-	KSHIFTRQ  $16, K1, K2
-	VMOVUPS.Z (CX), K1, Z24
-	VMOVUPS.Z 64(CX), K2, Z25
+	W4T_SA(CX)
 	W8T_ROW(0, Z0, Z1, Z12, Z13)
 	W8T_ROW(1, Z2, Z3, Z14, Z15)
 	W8T_ROW(2, Z4, Z5, Z16, Z17)
