@@ -289,8 +289,8 @@ func qTileW8A8(m, n, k int, a, w []int8, out *qInt8Out) bool {
 	return true
 }
 
-// qW8TileMinM is the fewest tokens for which W8A8 runs qW8A8Tile: at 8 tokens (k=768, 4096 rows) the GEMVs were
-// 10% faster, at 16 the tile 1.5x and at 24 2.2x (in-process A/B, medians of 15).
+// qW8TileMinM is the fewest tokens for which W8A8 runs qW8A8Tile: at 8 tokens (4096x768) the GEMVs are 1.2x the
+// tile, at 16 the tile is 1.8x the GEMVs and at 24 1.9x (BenchmarkW8A8Few, medians of three).
 const qW8TileMinM = 12
 
 // qW8A8Tile is qInt8 with float32 outputs for a few tokens (qTileW8A8): the W4A8 tile's shape, six rows of

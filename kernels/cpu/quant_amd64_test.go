@@ -3,6 +3,7 @@
 package cpu
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -212,6 +213,41 @@ func TestQW4A8TileBatchIndependent(t *testing.T) {
 	for j := range n {
 		if math.Float32bits(all[tok*n+j]) != math.Float32bits(few[j]) {
 			t.Fatalf("c[%d]: %v in a call of %d tokens, %v in a call of %d", j, all[tok*n+j], m, few[j], m2)
+		}
+	}
+}
+
+// BenchmarkW8A8Few runs W8A8's two paths for a few tokens at stories110M's gate/up shape, the GEMVs and the tile,
+// on which qW8TileMinM rests:
+//
+//	go test -run '^$' -bench W8A8Few -count 3 ./kernels/cpu
+func BenchmarkW8A8Few(b *testing.B) {
+	if !qVNNI {
+		b.Skip("no AVX-512 VNNI")
+	}
+	const n, k = 4096, 768
+	r := rand.New(rand.NewPCG(3, 3))
+	w := make([]int8, n*k)
+	for i := range w {
+		w[i] = int8(r.IntN(255) - 127)
+	}
+	sw := make([]float32, n)
+	for _, m := range []int{8, 16, 24, 32} {
+		a := make([]int8, m*k)
+		for i := range a {
+			a[i] = int8(r.IntN(255) - 127)
+		}
+		out := &qInt8Out{n: n, cf: make([]float32, m*n), sa: make([]float32, m), sw: sw}
+		for _, path := range []struct {
+			name string
+			run  func(m, n, k int, a, w []int8, out *qInt8Out)
+		}{{"gemv", qGEMVInt8}, {"tile", qW8A8Tile}} {
+			b.Run(fmt.Sprintf("m=%d/path=%s", m, path.name), func(b *testing.B) {
+				for b.Loop() {
+					path.run(m, n, k, a, w, out)
+				}
+				b.ReportMetric(2*float64(m*n*k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GOP/s")
+			})
 		}
 	}
 }
