@@ -62,7 +62,7 @@ func gemvAVX2(rows, k int, w, x, y *float32)
 // holding them k floats apart: y[t*ldy+j] = Σ_p w[j*k+p]·x[t*k+p], each bit for bit what the one-token kernel
 // gives. They read one row at a time. gemvTiles8AVX512 and gemvTiles8F16AVX512 read three (groups groups of
 // three rows) against up to eight tokens, for six times the FMAs a load of W, with the tokens' x packed by
-// gemvPanel, and prefetch a line a step from pf.
+// gemvPanel, and prefetch pf.per lines a step from pf.
 //
 //go:noescape
 func gemvTokensAVX512(rows, k int, w, x, y *float32, tokens, ldy int)
@@ -264,7 +264,8 @@ const gemvTokensRows = 64 / gemvTileRows * gemvTileRows
 // of W split across threads, each block of gemvTokensRows rows run against all the tokens. Up to four tokens,
 // the row-at-a-time kernel streams W from memory. For more, the tile kernels run each block against each group
 // of eight tokens in turn (the block's last rows short of a tile on the row-at-a-time kernel), from cache, and
-// prefetch the next block, a line a step, as they go: W is read from memory once, mostly ahead of its products.
+// prefetch the next block, spread over this block's steps: W is read from memory once, mostly ahead of its
+// products.
 func gemvTokens(g *gemvArch, m, n, k int, a, c []float32, w gemmFewW) {
 	if m <= 4 {
 		Parallel(n, gemmMinWork/(m*k)+1, func(lo, hi int) {

@@ -798,7 +798,7 @@ sumth:
 // eight tokens: 24 FMAs for every 3 loads of W and 8 of x, where the row-at-a-time kernel has 4 FMAs for 5 loads.
 // Row r, token t sums into Z(12h+4r+u) (t = 4h+u); G8_SUM folds the 24 sums at once. x comes packed (gemvPanel:
 // 16 steps of each token in turn, zero past k), so that one pointer serves the eight tokens and the registers
-// left hold a prefetch stream, one line a step, which the caller points at the next block of W: these kernels
+// left hold a prefetch stream, a few lines a step, which the caller points at the next block of W: these kernels
 // run on W in cache (L2: each block is read again for every group of tokens), and rows side by side make a poor
 // stream from memory. A four-row, four-token tile, which loaded four lines of W for 16 FMAs, was bound by W's
 // rate from L2 and ran 10-20% slower at every shape measured.
