@@ -39,8 +39,8 @@ func qPackW(dst, src *byte, idx *int32, mask uint64, kq, nr int, flip uint32, su
 func qW4UnpackAVX512(dst, w *uint8, n int)
 
 //go:noescape
-func qW4A8TileVNNI(codes *uint8, k int, tok *int8, groups, steps int, zf, scale, sa *float32, mask uint64,
-	c *float32, ldc int, pf *prefetchStream, tsum *float32)
+func qW4A8TileVNNI(codes *uint8, k int, tok *int8, groups, steps int, zf, scale *float32, gs int, sa *float32,
+	mask uint64, c *float32, ldc int, pf *linePrefetch, tsum *float32, next *[2]linePrefetch)
 
 //go:noescape
 func qW8A8TileVNNI(w *int8, k int, tok *uint8, steps int, bias *int32, sw, sa *float32, mask uint64, c *float32,
@@ -397,6 +397,12 @@ type prefetchStream struct {
 	lines    int
 }
 
+// lineRange is the lines that hold the size bytes at p.
+func lineRange(p unsafe.Pointer, size int) linePrefetch {
+	addr := uintptr(p)
+	return linePrefetch{addr: addr &^ 63, lines: int(addr+uintptr(size)-addr&^63+63) / 64}
+}
+
 // noPrefetch is an empty stream for the kernel calls that prefetch nothing. It is never advanced.
 var noPrefetch prefetchStream
 
@@ -579,41 +585,47 @@ func qW4A8Tile(m, n, k, group int, qa []int8, sa []float32, w []uint8, s []float
 		cb := qBytes(codes)
 		tile, tileBuf := scratchF32(tokT*rowsT + 2*rowsT*gpr)
 		defer tileBuf.release()
-		out, scale, zf := tile[:tokT*rowsT], tile[tokT*rowsT:][:rowsT*gpr], tile[tokT*rowsT+rowsT*gpr:]
-		var pf prefetchStream
+		// zf and a partial tile's scales are [rowsT][gpr], as the weights' scales are; rows past n are zero, so
+		// that their results are zero.
+		out, part, zf := tile[:tokT*rowsT], tile[tokT*rowsT:][:rowsT*gpr], tile[tokT*rowsT+rowsT*gpr:]
+		var pf linePrefetch
+		var ahead [2]linePrefetch
 		for b := lo; b < hi; b++ {
 			j0 := b * rowsT
 			rows := min(rowsT, n-j0)
-			for r := range rowsT {
-				if r >= rows { // a last partial tile: the missing rows' results are not stored
-					for g := range gpr {
-						scale[g*rowsT+r], zf[g*rowsT+r] = 0, 0
-					}
-					continue
-				}
-				j := j0 + r
-				qW4UnpackAVX512(&cb[r*k], &w[j*k/2], k)
-				zr := z[j*gpr:][:gpr]
-				for g, v := range s[j*gpr:][:gpr] {
-					scale[g*rowsT+r], zf[g*rowsT+r] = v, float32(zr[g])
-				}
+			for r := range rows {
+				qW4UnpackAVX512(&cb[r*k], &w[(j0+r)*k/2], k)
+			}
+			for i, v := range z[j0*gpr : (j0+rows)*gpr] {
+				zf[i] = float32(v)
+			}
+			scale := s[j0*gpr:]
+			if rows < rowsT {
+				clear(zf[rows*gpr:])
+				clear(part[copy(part, scale[:rows*gpr]):])
+				scale = part
 			}
 			if b+1 < hi {
 				next := j0 + rowsT
-				pf = prefetchRows(uintptr(unsafe.Pointer(&w[next*k/2])), k/2, min(rowsT, n-next), k/2)
+				pf = lineRange(unsafe.Pointer(&w[next*k/2]), min(rowsT, n-next)*k/2)
+				nr := min(rowsT, n-next) * gpr
+				ahead = [2]linePrefetch{lineRange(unsafe.Pointer(&s[next*gpr]), 4*nr), lineRange(unsafe.Pointer(&z[next*gpr]), nr)}
 			}
 			for p := range panels {
+				if p == 1 {
+					ahead = [2]linePrefetch{}
+				}
 				t0 := p * tokT
 				tn := min(tokT, m-t0)
 				pt, ts := &tokI8[p*kq*tokT*4], &tsum[p*gpr*tokT]
 				if rows == rowsT && tn == tokT {
-					qW4A8TileVNNI(&cb[0], k, pt, gpr, group/4, &zf[0], &scale[0], &sa[t0], uint64(1)<<tn-1,
-						&c[t0*n+j0], 4*n, &pf, ts)
+					qW4A8TileVNNI(&cb[0], k, pt, gpr, group/4, &zf[0], &scale[0], 4*gpr, &sa[t0], uint64(1)<<tn-1,
+						&c[t0*n+j0], 4*n, &pf, ts, &ahead)
 					continue
 				}
 				// A partial tile goes through out, [tokT][rowsT] as C's layout, so as not to write past C.
-				qW4A8TileVNNI(&cb[0], k, pt, gpr, group/4, &zf[0], &scale[0], &sa[t0], uint64(1)<<tn-1, &out[0],
-					4*rowsT, &pf, ts)
+				qW4A8TileVNNI(&cb[0], k, pt, gpr, group/4, &zf[0], &scale[0], 4*gpr, &sa[t0], uint64(1)<<tn-1,
+					&out[0], 4*rowsT, &pf, ts, &ahead)
 				for t := range tn {
 					copy(c[(t0+t)*n+j0:][:rows], out[t*rowsT:])
 				}

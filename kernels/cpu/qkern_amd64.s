@@ -1373,17 +1373,16 @@ unpackchunk:
 	VMOVUPS.Z (sa), K1, Z24 ; \
 	VMOVUPS.Z 64(sa), K2, Z25
 
-// W4T_GROUP ends a group for row r: convert its sums Σ q·a, take off z·Σ a (z as float32, [group][6] at BX; the
-// tokens' Σ a of the group in Z24, Z25), both exact integers below 2^24, multiply-add the result, the group's
-// exact Σ (q - z)·a, with the group's scale ([group][6] at DX) into the row's float sums Zf0, Zf1, and clear the
-// int32 sums.
-#define W4T_GROUP(r, Zi0, Zi1, Zf0, Zf1) \
+// W4T_GROUP ends a group for a row: convert its sums Σ q·a, take off z·Σ a (z as float32 at zaddr; the tokens'
+// Σ a of the group in Z24, Z25), both exact integers below 2^24, multiply-add the result, the group's exact
+// Σ (q - z)·a, with the group's scale (at saddr) into the row's float sums Zf0, Zf1, and clear the int32 sums.
+#define W4T_GROUP(zaddr, saddr, Zi0, Zi1, Zf0, Zf1) \
 	VCVTDQ2PS         Zi0, Zi0 ; \
 	VCVTDQ2PS         Zi1, Zi1 ; \
-	VFNMADD231PS.BCST (r*4)(BX), Z24, Zi0 ; \
-	VFNMADD231PS.BCST (r*4)(BX), Z25, Zi1 ; \
-	VFMADD231PS.BCST  (r*4)(DX), Zi0, Zf0 ; \
-	VFMADD231PS.BCST  (r*4)(DX), Zi1, Zf1 ; \
+	VFNMADD231PS.BCST zaddr, Z24, Zi0 ; \
+	VFNMADD231PS.BCST zaddr, Z25, Zi1 ; \
+	VFMADD231PS.BCST  saddr, Zi0, Zf0 ; \
+	VFMADD231PS.BCST  saddr, Zi1, Zf1 ; \
 	VPXORD            Zi0, Zi0, Zi0 ; \
 	VPXORD            Zi1, Zi1, Zi1
 
@@ -1449,25 +1448,55 @@ unpackchunk:
 	VMULPS      Z26, zf0, zf0 ; \
 	VMULPS      Z27, zf1, zf1
 
-// func qW4A8TileVNNI(codes *uint8, k int, tok *int8, groups, steps int, zf, scale, sa *float32, mask uint64,
-//	c *float32, ldc int, pf *prefetchStream, tsum *float32)
+// func qW4A8TileVNNI(codes *uint8, k int, tok *int8, groups, steps int, zf, scale *float32, gs int, sa *float32,
+//	mask uint64, c *float32, ldc int, pf *linePrefetch, tsum *float32, next *[2]linePrefetch)
 // The W4A8 tile micro-kernel: six rows of W, unpacked by qW4UnpackAVX512 (codes q, unsigned, rows k bytes apart),
 // against a panel of 32 tokens packed by qPackW (signed, [k/4][32][4]) with the sums of each group's values
 // (tsum: [group][32], as float32). For each group of 4·steps values, VPDPBUSD sums Σ q·a exactly in int32, and
 // the group's end takes off z·Σ a and adds the group's exact Σ (q - z)·a times s (W4T_GROUP) to the row's float
-// sums. At the end the sums times sa[t] (sa read in the lanes set in mask, zero in the others) are transposed in
-// registers and stored as C's layout: token t's six outputs at c + t·ldc bytes, for all 32 tokens. Z0-Z11 hold
-// the int32 sums (row r in Z(2r), Z(2r+1)), Z12-Z23 the float sums. Each step prefetches a line of pf's stream.
-TEXT ·qW4A8TileVNNI(SB), NOSPLIT, $0-104
+// sums; the zero points zf and the scales are [6][groups] tables with rows gs bytes apart, so that scale can be
+// the weights' own. At the end the sums times sa[t] (sa read in the lanes set in mask, zero in the others) are
+// transposed in registers and stored as C's layout: token t's six outputs at c + t·ldc bytes, for all 32 tokens.
+// Z0-Z11 hold the int32 sums (row r in Z(2r), Z(2r+1)), Z12-Z23 the float sums. Each step prefetches a line of
+// pf's stream (R11: the next line, R12: how many are left); the lines of next (the next tile's scales and zero
+// points) are prefetched into L1 first.
+TEXT ·qW4A8TileVNNI(SB), NOSPLIT, $0-120
+	MOVQ next+112(FP), AX
+	MOVQ 0(AX), R11
+	MOVQ 8(AX), R12
+	MOVQ 24(AX), R13
+	MOVQ 32(AX), R14
+
+w4tnext0:
+	TESTQ      R12, R12
+	JZ         w4tnext1
+	PREFETCHT0 (R11)
+	ADDQ       $64, R11
+	DECQ       R12
+	JMP        w4tnext0
+
+w4tnext1:
+	TESTQ      R14, R14
+	JZ         w4tnextdone
+	PREFETCHT0 (R13)
+	ADDQ       $64, R13
+	DECQ       R14
+	JMP        w4tnext1
+
+w4tnextdone:
 	MOVQ codes+0(FP), SI
 	MOVQ k+8(FP), R8
 	MOVQ tok+16(FP), DI
 	MOVQ groups+24(FP), CX
 	MOVQ zf+40(FP), BX
 	MOVQ scale+48(FP), DX
+	MOVQ gs+56(FP), R13
+	LEAQ (R13)(R13*2), R14
+	LEAQ (R13)(R13*4), R15
 	W4T_ROWS
-	MOVQ pf+88(FP), R15
-	PF_LOAD(R15, R11, R12, R13, R14, R15)
+	MOVQ pf+96(FP), AX
+	MOVQ 0(AX), R11
+	MOVQ 8(AX), R12
 	ZERO16
 	VPXORD Z16, Z16, Z16
 	VPXORD Z17, Z17, Z17
@@ -1483,7 +1512,13 @@ w4tgroup:
 
 w4tstep:
 	W4T_SIXU
-	PF_STEP(pfw4t, R11, R12, R13, R14, R15)
+	TESTQ      R12, R12
+	JZ         w4tnopf
+	PREFETCHT1 (R11)
+	ADDQ       $64, R11
+	DECQ       R12
+
+w4tnopf:
 	W4T_NEXT
 	DECQ AX
 	JNZ  w4tstep
@@ -1491,24 +1526,29 @@ w4tstep:
 	MOVQ    groups+24(FP), AX
 	SUBQ    CX, AX
 	SHLQ    $7, AX
-	ADDQ    tsum+96(FP), AX
+	ADDQ    tsum+104(FP), AX
 	VMOVUPS (AX), Z24
 	VMOVUPS 64(AX), Z25
-	W4T_GROUP(0, Z0, Z1, Z12, Z13)
-	W4T_GROUP(1, Z2, Z3, Z14, Z15)
-	W4T_GROUP(2, Z4, Z5, Z16, Z17)
-	W4T_GROUP(3, Z6, Z7, Z18, Z19)
-	W4T_GROUP(4, Z8, Z9, Z20, Z21)
-	W4T_GROUP(5, Z10, Z11, Z22, Z23)
-	ADDQ $24, BX
-	ADDQ $24, DX
+	W4T_GROUP((BX), (DX), Z0, Z1, Z12, Z13)
+	W4T_GROUP((BX)(R13*1), (DX)(R13*1), Z2, Z3, Z14, Z15)
+	W4T_GROUP((BX)(R13*2), (DX)(R13*2), Z4, Z5, Z16, Z17)
+	W4T_GROUP((BX)(R14*1), (DX)(R14*1), Z6, Z7, Z18, Z19)
+	W4T_GROUP((BX)(R13*4), (DX)(R13*4), Z8, Z9, Z20, Z21)
+	W4T_GROUP((BX)(R15*1), (DX)(R15*1), Z10, Z11, Z22, Z23)
+	ADDQ $4, BX
+	ADDQ $4, DX
 	DECQ CX
 	JNZ  w4tgroup
 
-	MOVQ pf+88(FP), AX
-	PF_STORE(pfdonew4t, AX, R11, R12, R15)
-	MOVQ sa+56(FP), BX
-	MOVQ mask+64(FP), AX
+	MOVQ pf+96(FP), AX
+	CMPQ R12, 8(AX)
+	JEQ  w4tpfdone
+	MOVQ R11, 0(AX)
+	MOVQ R12, 8(AX)
+
+w4tpfdone:
+	MOVQ sa+64(FP), BX
+	MOVQ mask+72(FP), AX
 	W4T_SA(BX)
 	W4T_SCALE(Z12, Z13)
 	W4T_SCALE(Z14, Z15)
@@ -1516,8 +1556,8 @@ w4tstep:
 	W4T_SCALE(Z18, Z19)
 	W4T_SCALE(Z20, Z21)
 	W4T_SCALE(Z22, Z23)
-	MOVQ c+72(FP), AX
-	MOVQ ldc+80(FP), BX
+	MOVQ c+80(FP), AX
+	MOVQ ldc+88(FP), BX
 	W4T_STORE
 	VZEROUPPER
 	RET
