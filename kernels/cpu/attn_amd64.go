@@ -131,6 +131,25 @@ func attnPrefetchF16(x []uint16) {
 	}
 }
 
+// attnDecodeFused reports whether attnDecode runs for an item of rows query rows a KV head.
+func attnDecodeFused(rows, hd int) bool { return attnAVX512 && rows == 1 && hd%16 == 0 }
+
+// attnDecode is attnDecodeGo's AVX-512 twin (attnDecodeFused says when it runs).
+func attnDecode(c pagedCache, q []float32, off, kvRow, nt, heads, hd int, m, l, o []float32, pf *attnNext) {
+	if nt < 1 || nt > attnDecodeCols || hd%16 != 0 {
+		panic("cpu: attnDecode: size out of range")
+	}
+	_, _, _, _ = q[heads*hd-1], m[heads-1], l[heads-1], o[heads*hd-1]
+	last := off + (nt-1)*kvRow + heads*hd - 1
+	if c.k16 != nil {
+		_, _ = c.k16[last], c.v16[last]
+		attnDecodeF16AVX512(&q[0], &c.k16[off], &c.v16[off], 2*kvRow, nt, heads, hd, &m[0], &l[0], &o[0], pf)
+		return
+	}
+	_, _ = c.k[last], c.v[last]
+	attnDecodeAVX512(&q[0], &c.k[off], &c.v[off], 4*kvRow, nt, heads, hd, &m[0], &l[0], &o[0], pf)
+}
+
 // The AVX-512 twins of the attn*Go loops (same docs), on the first elements of the slices.
 
 //go:noescape
@@ -156,6 +175,12 @@ func attnKeysDotF16AVX512(s, q *float32, k *uint16, kStride, nk, rows, hd int)
 
 //go:noescape
 func attnPrefetchAVX512(p *float32, n int)
+
+//go:noescape
+func attnDecodeAVX512(q, k, v *float32, stride, nt, heads, hd int, m, l, o *float32, pf *attnNext)
+
+//go:noescape
+func attnDecodeF16AVX512(q *float32, k, v *uint16, stride, nt, heads, hd int, m, l, o *float32, pf *attnNext)
 
 //go:noescape
 func attnPackKTAVX512(dst, src *float32, stride, n, hd int)

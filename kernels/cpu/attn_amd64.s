@@ -160,6 +160,251 @@ full: \
 	JMP  chunk
 
 
+// The parts of the fused decode kernels attnDecodeAVX512 and attnDecodeF16AVX512 (LOAD: the instruction
+// that loads 16 keys' or values' elements as float32, ESC: their size in bytes). See attnDecodeAVX512.
+//
+// DEC_PREFETCH prefetches the current head's share of the next tile's lines (the attnNext at pf: the next
+// key and value lines, how many are left, how many a head) into L1, four lines of each cache at a time; it uses
+// AX, BX, CX, R14, R15.
+#define DEC_PREFETCH \
+	MOVQ    pf+80(FP), AX; \
+	MOVQ    24(AX), CX; \
+	MOVQ    16(AX), BX; \
+	CMPQ    CX, BX; \
+	CMOVQGT BX, CX; \
+	SUBQ    CX, 16(AX); \
+	MOVQ    0(AX), R14; \
+	MOVQ    8(AX), R15; \
+pfour: \
+	CMPQ       CX, $4; \
+	JB         pone; \
+	PREFETCHT0 (R14); \
+	PREFETCHT0 64(R14); \
+	PREFETCHT0 128(R14); \
+	PREFETCHT0 192(R14); \
+	PREFETCHT0 (R15); \
+	PREFETCHT0 64(R15); \
+	PREFETCHT0 128(R15); \
+	PREFETCHT0 192(R15); \
+	ADDQ       $256, R14; \
+	ADDQ       $256, R15; \
+	SUBQ       $4, CX; \
+	JMP        pfour; \
+pone: \
+	TESTQ      CX, CX; \
+	JZ         pdone; \
+	PREFETCHT0 (R14); \
+	PREFETCHT0 (R15); \
+	ADDQ       $64, R14; \
+	ADDQ       $64, R15; \
+	DECQ       CX; \
+	JMP        pone; \
+pdone: \
+	MOVQ R14, 0(AX); \
+	MOVQ R15, 8(AX)
+
+// DEC_KEY multiplies the 16 elements at AX of a key (widened by LOAD) with the query chunk in Z27 into the
+// key's accumulator acc, then leaves the chunk after the tile's last key (CX counts them down) or moves AX to
+// the next key.
+#define DEC_KEY(LOAD, acc) \
+	LOAD        (AX), Z28; \
+	VFMADD231PS Z28, Z27, acc; \
+	DECQ        CX; \
+	JZ          sexit; \
+	ADDQ        R8, AX
+
+// DEC_SUM sums each of the 16 accumulators Z0..Z15 over its lanes into lane j of Z0 (KD_SUM's tree).
+#define DEC_SUM \
+	VUNPCKLPS Z1, Z0, Z28; \
+	VUNPCKHPS Z1, Z0, Z29; \
+	VADDPS Z29, Z28, Z0; \
+	VUNPCKLPS Z3, Z2, Z28; \
+	VUNPCKHPS Z3, Z2, Z29; \
+	VADDPS Z29, Z28, Z1; \
+	VUNPCKLPS Z5, Z4, Z28; \
+	VUNPCKHPS Z5, Z4, Z29; \
+	VADDPS Z29, Z28, Z2; \
+	VUNPCKLPS Z7, Z6, Z28; \
+	VUNPCKHPS Z7, Z6, Z29; \
+	VADDPS Z29, Z28, Z3; \
+	VUNPCKLPS Z9, Z8, Z28; \
+	VUNPCKHPS Z9, Z8, Z29; \
+	VADDPS Z29, Z28, Z4; \
+	VUNPCKLPS Z11, Z10, Z28; \
+	VUNPCKHPS Z11, Z10, Z29; \
+	VADDPS Z29, Z28, Z5; \
+	VUNPCKLPS Z13, Z12, Z28; \
+	VUNPCKHPS Z13, Z12, Z29; \
+	VADDPS Z29, Z28, Z6; \
+	VUNPCKLPS Z15, Z14, Z28; \
+	VUNPCKHPS Z15, Z14, Z29; \
+	VADDPS Z29, Z28, Z7; \
+	VUNPCKLPD Z1, Z0, Z28; \
+	VUNPCKHPD Z1, Z0, Z29; \
+	VADDPS Z29, Z28, Z0; \
+	VUNPCKLPD Z3, Z2, Z28; \
+	VUNPCKHPD Z3, Z2, Z29; \
+	VADDPS Z29, Z28, Z1; \
+	VUNPCKLPD Z5, Z4, Z28; \
+	VUNPCKHPD Z5, Z4, Z29; \
+	VADDPS Z29, Z28, Z2; \
+	VUNPCKLPD Z7, Z6, Z28; \
+	VUNPCKHPD Z7, Z6, Z29; \
+	VADDPS Z29, Z28, Z3; \
+	VSHUFF32X4 $0x88, Z1, Z0, Z28; \
+	VSHUFF32X4 $0xdd, Z1, Z0, Z29; \
+	VADDPS     Z29, Z28, Z0; \
+	VSHUFF32X4 $0x88, Z3, Z2, Z28; \
+	VSHUFF32X4 $0xdd, Z3, Z2, Z29; \
+	VADDPS     Z29, Z28, Z1; \
+	VSHUFF32X4 $0x88, Z1, Z0, Z28; \
+	VSHUFF32X4 $0xdd, Z1, Z0, Z29; \
+	VADDPS     Z29, Z28, Z0
+
+// DEC_SCORES computes the scores of the head whose query is at DI and keys at SI into Z30: per chunk of 16
+// dims (Z27), each of the nt keys (R9) into its accumulator, then DEC_SUM.
+#define DEC_SCORES(LOAD, ESC) \
+	ZERO16; \
+	XORQ BX, BX; \
+schunk: \
+	VMOVUPS (DI)(BX*4), Z27; \
+	LEAQ    (SI)(BX*ESC), AX; \
+	MOVQ    R9, CX; \
+	DEC_KEY(LOAD, Z0); \
+	DEC_KEY(LOAD, Z1); \
+	DEC_KEY(LOAD, Z2); \
+	DEC_KEY(LOAD, Z3); \
+	DEC_KEY(LOAD, Z4); \
+	DEC_KEY(LOAD, Z5); \
+	DEC_KEY(LOAD, Z6); \
+	DEC_KEY(LOAD, Z7); \
+	DEC_KEY(LOAD, Z8); \
+	DEC_KEY(LOAD, Z9); \
+	DEC_KEY(LOAD, Z10); \
+	DEC_KEY(LOAD, Z11); \
+	DEC_KEY(LOAD, Z12); \
+	DEC_KEY(LOAD, Z13); \
+	DEC_KEY(LOAD, Z14); \
+	LOAD        (AX), Z28; \
+	VFMADD231PS Z28, Z27, Z15; \
+sexit: \
+	ADDQ $16, BX; \
+	CMPQ BX, R11; \
+	JB   schunk; \
+	DEC_SUM; \
+	VMOVAPS Z0, Z30
+
+// DEC_SOFTMAX is the online-softmax update of head R13/4 for the scores in Z30: the new maximum and sum to m
+// and l, the probabilities to the frame, alpha to Z31.
+#define DEC_SOFTMAX \
+	VMOVAPS       Z16, Z2; \
+	VMOVAPS       Z30, K1, Z2; \
+	VEXTRACTF32X8 $1, Z2, Y5; \
+	VMAXPS        Y5, Y2, Y4; \
+	VEXTRACTF128  $1, Y4, X5; \
+	VMAXPS        X5, X4, X4; \
+	VPERMILPS     $0x4e, X4, X5; \
+	VMAXPS        X5, X4, X4; \
+	VPERMILPS     $0xb1, X4, X5; \
+	VMAXPS        X5, X4, X4; \
+	MOVQ          m+56(FP), R14; \
+	MOVQ          l+64(FP), R15; \
+	VMOVSS        (R14)(R13*1), X6; \
+	VMAXSS        X6, X4, X4; \
+	VMOVSS        X4, (R14)(R13*1); \
+	VBROADCASTSS  X4, Z4; \
+	VBROADCASTSS  X6, Z31; \
+	VSUBPS        Z4, Z2, Z0; \
+	VSUBPS        Z4, Z31, Z31; \
+	ATTN_EXP2(Z0, Z5, Z7, K1); \
+	ATTN_EXP2(Z31, Z8, Z9, K2); \
+	VMOVUPS       Z0, (SP); \
+	HSUM_Z0; \
+	VMOVSS        (R15)(R13*1), X1; \
+	VFMADD213SS   X0, X31, X1; \
+	VMOVSS        X1, (R15)(R13*1)
+
+// DEC_VALUES updates the output at R12 of the head whose values are at DX: per chunk of 16 dims, alpha (Z31)
+// times the output, plus the tokens' probabilities (in the frame) times their values, the even tokens in Z0
+// and the odd ones in Z2 (two chains of multiply-adds, for their latency), each in token order, then Z0 + Z2.
+#define DEC_VALUES(LOAD, ESC) \
+	XORQ BX, BX; \
+vchunk: \
+	VMOVUPS (R12)(BX*4), Z0; \
+	VMULPS  Z31, Z0, Z0; \
+	VPXORD  Z2, Z2, Z2; \
+	LEAQ    (DX)(BX*ESC), AX; \
+	XORQ    CX, CX; \
+	CMPQ    R9, $1; \
+	JE      vlast; \
+vtok: \
+	LOAD             (AX), Z1; \
+	LOAD             (AX)(R8*1), Z3; \
+	VFMADD231PS.BCST (SP)(CX*4), Z1, Z0; \
+	VFMADD231PS.BCST 4(SP)(CX*4), Z3, Z2; \
+	LEAQ             (AX)(R8*2), AX; \
+	ADDQ             $2, CX; \
+	LEAQ             1(CX), R14; \
+	CMPQ             R14, R9; \
+	JB               vtok; \
+	CMPQ             CX, R9; \
+	JE               vsum; \
+vlast: \
+	LOAD             (AX), Z1; \
+	VFMADD231PS.BCST (SP)(CX*4), Z1, Z0; \
+vsum: \
+	VADDPS  Z2, Z0, Z0; \
+	VMOVUPS Z0, (R12)(BX*4); \
+	ADDQ    $16, BX; \
+	CMPQ    BX, R11; \
+	JB      vchunk
+
+// DEC_BODY is the whole kernel but its constants. Round i of heads+1 (R10 counts them down) runs the softmax of
+// head i-1, the scores of head i and the values of head i-1, in that order, so that the softmax's chain of
+// dependent instructions overlaps the independent scores of the next head: DI and SI point at head i's query
+// and keys, DX, R12 and R13 at head i-1's values, output and m, l.
+#define DEC_BODY(LOAD, ESC) \
+	MOVQ q+0(FP), DI; \
+	MOVQ k+8(FP), SI; \
+	MOVQ v+16(FP), DX; \
+	MOVQ stride+24(FP), R8; \
+	MOVQ nt+32(FP), R9; \
+	MOVQ heads+40(FP), R10; \
+	INCQ R10; \
+	MOVQ hd+48(FP), R11; \
+	MOVQ o+72(FP), R12; \
+	XORQ R13, R13; \
+	MOVQ  $1, AX; \
+	SHLXQ R9, AX, AX; \
+	DECQ  AX; \
+	KMOVW AX, K1; \
+	MOVQ  $0xffff, AX; \
+	KMOVW AX, K2; \
+	JMP   scores; \
+round: \
+	DEC_SOFTMAX; \
+	CMPQ R10, $1; \
+	JE   values; \
+scores: \
+	DEC_PREFETCH; \
+	DEC_SCORES(LOAD, ESC); \
+	LEAQ (DI)(R11*4), DI; \
+	LEAQ (SI)(R11*ESC), SI; \
+	MOVQ heads+40(FP), AX; \
+	INCQ AX; \
+	CMPQ R10, AX; \
+	JE   next; \
+values: \
+	DEC_VALUES(LOAD, ESC); \
+	LEAQ (R12)(R11*4), R12; \
+	LEAQ (DX)(R11*ESC), DX; \
+	ADDQ $4, R13; \
+next: \
+	DECQ R10; \
+	JNZ  round; \
+	VZEROUPPER; \
+	RET
+
 // func attnQKAVX512(s, q, kt *float32, hd int)
 // Z0..Z15 accumulate the 8×32 block, two registers a row; each step over d loads a row of kt (32 keys) and
 // broadcasts q[r][d] for the 8 rows: 16 FMAs for 10 loads.
@@ -1043,3 +1288,31 @@ body:
 	JB   half
 	VZEROUPPER
 	RET
+
+// func attnDecodeAVX512(q, k, v *float32, stride, nt, heads, hd int, m, l, o *float32, pf *attnNext)
+// Decode attention of one query row a head over a tile of nt (1-16) tokens, the keys, the online softmax and
+// the values fused, for heads heads whose columns sit side by side: head h's key and value of token t at
+// k, v + t·stride + h·hd·4 bytes, its query (pre-scaled by scale·log2 e) at q + h·hd·4, its running maximum,
+// sum and output at m[h], l[h], o + h·hd·4 (hd a multiple of 16). Per head: the nt keys' dot products with
+// the query chunk by chunk (Z27), one accumulator a key (Z0..Z15; keys past nt are not read and stay zero),
+// summed by DEC_SUM into the scores' lanes; the tile's maximum, the new running maximum, the probabilities
+// p = 2^(s - max) (ATTN_EXP2, zero past nt), alpha = 2^(old max - new max), l = alpha·l + Σ p; then, chunk by
+// chunk, o = (alpha·o + Σ_{t even} p_t·v_t) + Σ_{t odd} p_t·v_t, each sum in token order (two chains of
+// multiply-adds, for their latency). Constants: EXP_POLY_CONSTS (Z17..Z23), Z24, Z26 as
+// ATTN_EXP2 wants, Z16 = -Inf; K1 masks the nt tokens' lanes, K2 all. The frame holds p.
+TEXT ·attnDecodeAVX512(SB), NOSPLIT, $64-88
+	EXP_POLY_CONSTS
+	VBROADCASTSS attnExp2Lo<>(SB), Z24
+	VBROADCASTSS attnLn2<>(SB), Z26
+	VBROADCASTSS attnNegInf<>(SB), Z16
+	DEC_BODY(VMOVUPS, 4)
+
+// func attnDecodeF16AVX512(q *float32, k, v *uint16, stride, nt, heads, hd int, m, l, o *float32, pf *attnNext)
+// attnDecodeAVX512 over binary16 keys and values, widened exactly as they are loaded (head h's columns at
+// h·hd·2 bytes): bit for bit its results over float32 copies of the same values.
+TEXT ·attnDecodeF16AVX512(SB), NOSPLIT, $64-88
+	EXP_POLY_CONSTS
+	VBROADCASTSS attnExp2Lo<>(SB), Z24
+	VBROADCASTSS attnLn2<>(SB), Z26
+	VBROADCASTSS attnNegInf<>(SB), Z16
+	DEC_BODY(VCVTPH2PS, 2)

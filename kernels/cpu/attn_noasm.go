@@ -34,3 +34,10 @@ func attnPV(o, p, v []float32, vStride, nk, hd int, alpha []float32) {
 func attnPrefetch([]float32) {}
 
 func attnPrefetchF16([]uint16) {}
+
+// attnDecodeFused is false: without assembly, decode takes the general path.
+func attnDecodeFused(rows, hd int) bool { return false }
+
+func attnDecode(c pagedCache, q []float32, off, kvRow, nt, heads, hd int, m, l, o []float32, pf *attnNext) {
+	attnDecodeGo(c, q, off, kvRow, nt, heads, hd, m, l, o)
+}

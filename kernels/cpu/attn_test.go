@@ -86,7 +86,7 @@ type attnHeads struct{ nHeads, nKVHeads, headDim int }
 
 // attnHeadShapes cover GQA ratios 1, 2 and 4 and head dims that leave masked tails (17, 40) or fill the
 // vectors (64, 128).
-var attnHeadShapes = []attnHeads{{1, 1, 17}, {2, 2, 64}, {4, 2, 40}, {8, 2, 64}, {4, 1, 128}}
+var attnHeadShapes = []attnHeads{{1, 1, 17}, {2, 2, 64}, {3, 3, 48}, {4, 2, 40}, {8, 2, 64}, {4, 1, 128}}
 
 func TestCausalAttention(t *testing.T) {
 	attnPaths(t, func(t *testing.T) {
