@@ -346,22 +346,26 @@ func BenchmarkCausalAttention(b *testing.B) {
 	}
 }
 
-// BenchmarkPagedAttentionDecode measures decode: one query per sequence over a paged cache of 16-token pages.
-// Bytes: the keys and values read (the queries and outputs are small).
+// BenchmarkPagedAttentionDecode measures decode attention (one query a sequence) over float32 and binary16
+// caches. Every shape runs over one cache (layers=1, warm in the caches of the CPU when it fits); stories110M's
+// batch-32 step also over twelve caches in turn (layers=12, 154 MB of float32 or 77 MB of binary16 keys and
+// values, as a model's step reads them). GB/s counts the keys and values read; ns/tile-head is the time a thread
+// spends on a tile of 16 tokens of one head:
+//
+//	go test -run '^$' -bench 'PagedAttentionDecode/seqs=32/seqLen=65/' -count 6 ./kernels/cpu
 func BenchmarkPagedAttentionDecode(b *testing.B) {
-	type shape struct{ seqs, seqLen, nHeads, nKV, hd int }
+	type shape struct{ seqs, seqLen, nHeads, nKV, hd, layers int }
 	// Long contexts of an 8B-class model, and stories110M's decode step at 65 tokens (the engine benchmark's).
-	shapes := []shape{{8, 2048, 32, 8, 128}, {1, 8192, 32, 8, 128}, {1, 65, 12, 12, 64}, {32, 65, 12, 12, 64}}
+	shapes := []shape{{8, 2048, 32, 8, 128, 1}, {1, 8192, 32, 8, 128, 1}, {1, 65, 12, 12, 64, 1},
+		{32, 65, 12, 12, 64, 1}, {32, 65, 12, 12, 64, 12}}
 	if testing.Short() {
-		shapes = []shape{{2, 256, 32, 8, 128}}
+		shapes = []shape{{2, 256, 32, 8, 128, 1}}
 	}
 	const bs = 16
 	for _, sh := range shapes {
 		nHeads, nKV, hd := sh.nHeads, sh.nKV, sh.hd
 		rng := rand.New(rand.NewPCG(1, 1))
 		blocksPer := (sh.seqLen + bs - 1) / bs
-		kc, _ := elemRand(rng, sh.seqs*blocksPer*bs*nKV*hd, 1)
-		vc, _ := elemRand(rng, sh.seqs*blocksPer*bs*nKV*hd, 1)
 		q, _ := elemRand(rng, sh.seqs*nHeads*hd, 1)
 		out := make([]float32, len(q))
 		tables := make([]int32, sh.seqs*blocksPer)
@@ -374,13 +378,44 @@ func BenchmarkPagedAttentionDecode(b *testing.B) {
 			qStart[i+1] = int32(i + 1)
 			seqLens[i] = int32(sh.seqLen)
 		}
-		b.Run(fmt.Sprintf("seqs=%d/seqLen=%d/nHeads=%d/nKVHeads=%d/headDim=%d/blockSize=%d", sh.seqs, sh.seqLen, nHeads, nKV, hd, bs), func(b *testing.B) {
-			b.SetBytes(int64(8 * sh.seqs * sh.seqLen * nKV * hd))
-			for b.Loop() {
-				PagedAttention(out, q, kc, vc, qStart, seqLens, tables, blocksPer, bs, nHeads, nKV, hd, 0.088)
-			}
-			b.ReportMetric(float64(8*sh.seqs*sh.seqLen*nKV*hd)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
-		})
+		values := sh.seqs * sh.seqLen * nKV * hd
+		tiles := sh.seqs * ((sh.seqLen + 15) / 16) * nKV
+		for _, cache := range []string{"f32", "f16"} {
+			name := fmt.Sprintf("seqs=%d/seqLen=%d/nHeads=%d/nKVHeads=%d/headDim=%d/blockSize=%d/cache=%s/layers=%d",
+				sh.seqs, sh.seqLen, nHeads, nKV, hd, bs, cache, sh.layers)
+			b.Run(name, func(b *testing.B) {
+				kc, vc := make([][]float32, sh.layers), make([][]float32, sh.layers)
+				kc16, vc16 := make([][]uint16, sh.layers), make([][]uint16, sh.layers)
+				for l := range sh.layers {
+					kc[l], _ = elemRand(rng, sh.seqs*blocksPer*bs*nKV*hd, 1)
+					vc[l], _ = elemRand(rng, sh.seqs*blocksPer*bs*nKV*hd, 1)
+					if cache == "f16" {
+						kc16[l], vc16[l] = make([]uint16, len(kc[l])), make([]uint16, len(vc[l]))
+						half.F32ToF16Slice(kc16[l], kc[l])
+						half.F32ToF16Slice(vc16[l], vc[l])
+						kc[l], vc[l] = nil, nil
+					}
+				}
+				size := 4
+				if cache == "f16" {
+					size = 2
+				}
+				b.SetBytes(int64(2 * size * values))
+				i := 0
+				for b.Loop() {
+					l := i % sh.layers
+					i++
+					if cache == "f16" {
+						PagedAttentionF16(out, q, kc16[l], vc16[l], qStart, seqLens, tables, blocksPer, bs, nHeads, nKV, hd,
+							0.088)
+						continue
+					}
+					PagedAttention(out, q, kc[l], vc[l], qStart, seqLens, tables, blocksPer, bs, nHeads, nKV, hd, 0.088)
+				}
+				b.ReportMetric(float64(2*size*values)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
+				b.ReportMetric(b.Elapsed().Seconds()*1e9*float64(min(Threads(), tiles))/float64(b.N*tiles), "ns/tile-head")
+			})
+		}
 	}
 }
 
