@@ -76,48 +76,99 @@ func Softmax(x []float32, rows, cols int) {
 // RoPE rotates queries or keys in place by their positions, with Llama's consecutive pairing: within each head,
 // (x[2i], x[2i+1]) is rotated by the angle pos[t]·theta^(-2i/headDim). x is [len(pos), nHeads*headDim].
 //
-// The angles, their cosines and sines are computed in float64 once per token (not per head) and rounded to
-// float32, so the rotation's error is that of float32 arithmetic on exact coefficients.
+// The angles, their cosines and sines are computed in float64 and rounded to float32, so the rotation's error is
+// that of float32 arithmetic on exact coefficients. They are computed once per position and (headDim, theta) and
+// kept, as vLLM keeps its cos/sin cache: a decode step rotates the same positions twice a layer, and at batch 32
+// computing them took 0.5 ms of a 22 ms step.
 func RoPE(x []float32, pos []int32, nHeads, headDim int, theta float32) {
 	shape.RoPE("RoPE", len(x), len(pos), nHeads, headDim)
-	freq := ropeFreqs(headDim, theta)
+	tab := ropeTable(headDim, theta, pos)
 	row := nHeads * headDim
 	Parallel(len(pos), elemRowsGrain(row), func(lo, hi int) {
-		// cs and sn hold, for the pair (2i, 2i+1), cos in both slots and -sin, +sin: the rotation is then
-		// x·cs + swap(x)·sn with swap exchanging the two members of each pair.
 		var buf [2 * ropeStackDim]float32
 		cs, sn := buf[:headDim:headDim], buf[headDim:2*headDim]
 		if headDim > ropeStackDim {
 			cs, sn = make([]float32, headDim), make([]float32, headDim)
 		}
 		for t := lo; t < hi; t++ {
-			p := float64(pos[t])
-			for i, f := range freq {
-				s, c := math.Sincos(p * f)
-				cs[2*i], cs[2*i+1] = float32(c), float32(c)
-				sn[2*i], sn[2*i+1] = float32(-s), float32(s)
-			}
-			elemRotate(x[t*row:(t+1)*row], cs, sn)
+			c, s := tab.at(int(pos[t]), cs, sn)
+			elemRotate(x[t*row:(t+1)*row], c, s)
 		}
 	})
 }
 
-// ropeStackDim is the largest head dimension whose rotation tables RoPE keeps on the stack.
+// ropeStackDim is the largest head dimension whose rotation rows RoPE keeps on the stack.
 const ropeStackDim = 256
 
-// ropeFreqs returns theta^(-2i/headDim) for i < headDim/2, computed once per (headDim, theta) and shared: a
-// decode step calls RoPE twice a layer for one token, where the powers would cost more than the rotation.
-func ropeFreqs(headDim int, theta float32) []float64 {
+// ropeMaxPos bounds the positions whose rows the tables keep (64 MiB for a head dimension of 128); a position
+// past it has its row computed on every call.
+const ropeMaxPos = 1 << 16
+
+// ropeRows is the rotation of a (headDim, theta) for positions [0, n): for the pair (2i, 2i+1) of position p,
+// cs holds cos in both slots and sn -sin, +sin, so that the rotation is x·cs + swap(x)·sn, swap exchanging the
+// members of each pair. A published ropeRows is never written again.
+type ropeRows struct {
+	freq   []float64 // theta^(-2i/headDim)
+	n      int
+	cs, sn []float32 // [n, headDim]
+}
+
+// at returns the rows of position p, from the table or, past it, computed into cs and sn.
+func (r *ropeRows) at(p int, cs, sn []float32) ([]float32, []float32) {
+	hd := 2 * len(r.freq)
+	if p < r.n {
+		return r.cs[p*hd : (p+1)*hd], r.sn[p*hd : (p+1)*hd]
+	}
+	r.fill(p, cs, sn)
+	return cs, sn
+}
+
+// fill computes the rows of position p into cs and sn.
+func (r *ropeRows) fill(p int, cs, sn []float32) {
+	for i, f := range r.freq {
+		s, c := math.Sincos(float64(p) * f)
+		cs[2*i], cs[2*i+1] = float32(c), float32(c)
+		sn[2*i], sn[2*i+1] = float32(-s), float32(s)
+	}
+}
+
+// ropeTable returns the rows of (headDim, theta), grown first to hold every position of pos up to ropeMaxPos.
+func ropeTable(headDim int, theta float32, pos []int32) *ropeRows {
 	key := ropeKey{headDim, theta}
-	if f, ok := ropeTables.Load(key); ok {
-		return f.([]float64)
+	v, ok := ropeTables.Load(key)
+	if !ok {
+		freq := make([]float64, headDim/2)
+		for i := range freq {
+			freq[i] = math.Pow(float64(theta), -float64(2*i)/float64(headDim))
+		}
+		v, _ = ropeTables.LoadOrStore(key, &ropeRows{freq: freq})
 	}
-	freq := make([]float64, headDim/2)
-	for i := range freq {
-		freq[i] = math.Pow(float64(theta), -float64(2*i)/float64(headDim))
+	r := v.(*ropeRows)
+	need := 0
+	for _, p := range pos {
+		if int(p) < ropeMaxPos {
+			need = max(need, int(p)+1)
+		}
 	}
-	ropeTables.Store(key, freq)
-	return freq
+	if need <= r.n {
+		return r
+	}
+	ropeGrow.Lock()
+	defer ropeGrow.Unlock()
+	v, _ = ropeTables.Load(key)
+	if r = v.(*ropeRows); need <= r.n {
+		return r
+	}
+	// Grow by doubling, into new arrays: calls running on the old rows keep them.
+	n := min(ropeMaxPos, max(need, 2*r.n, 64))
+	g := &ropeRows{freq: r.freq, n: n, cs: make([]float32, n*headDim), sn: make([]float32, n*headDim)}
+	copy(g.cs, r.cs)
+	copy(g.sn, r.sn)
+	for p := r.n; p < n; p++ {
+		g.fill(p, g.cs[p*headDim:(p+1)*headDim], g.sn[p*headDim:(p+1)*headDim])
+	}
+	ropeTables.Store(key, g)
+	return g
 }
 
 type ropeKey struct {
@@ -125,4 +176,7 @@ type ropeKey struct {
 	theta   float32
 }
 
-var ropeTables sync.Map // ropeKey -> []float64
+var (
+	ropeTables sync.Map   // ropeKey -> *ropeRows
+	ropeGrow   sync.Mutex // serializes the growth of the tables
+)

@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/morphlab/morphlab/kernels/ref"
@@ -293,5 +295,40 @@ func BenchmarkRoPE(b *testing.B) {
 			}
 			elemReport(b, 8*n)
 		})
+	}
+}
+
+// TestRoPETableGrowth rotates from several goroutines at once while the position table grows (run it with -race),
+// and checks that a position's row in the table is bit for bit the row computed on the fly, as it is for
+// positions past ropeMaxPos.
+func TestRoPETableGrowth(t *testing.T) {
+	const nHeads, headDim, theta = 2, 34, 500 // a (headDim, theta) no other test uses: its table starts empty
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(g), 7))
+			for round := range 20 {
+				pos := make([]int32, 3)
+				for i := range pos {
+					pos[i] = int32(rng.IntN(64 << round % 5000))
+				}
+				x, x64 := elemRand(rng, len(pos)*nHeads*headDim, 1)
+				ref.RoPE(x64, pos, nHeads, headDim, theta)
+				RoPE(x, pos, nHeads, headDim, theta)
+				if e := elemNMSE(x, x64); e > elemTol {
+					t.Errorf("goroutine %d round %d: nMSE %.3g > %.0g", g, round, e, elemTol)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	r := ropeTable(headDim, theta, []int32{100})
+	cs, sn := make([]float32, headDim), make([]float32, headDim)
+	r.fill(100, cs, sn)
+	c, s := r.at(100, nil, nil)
+	if !slices.Equal(c, cs) || !slices.Equal(s, sn) {
+		t.Errorf("position 100: table row differs from the row computed on the fly")
 	}
 }
