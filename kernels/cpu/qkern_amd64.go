@@ -593,9 +593,7 @@ func qW4A8Tile(m, n, k, group int, qa []int8, sa []float32, w []uint8, s []float
 		for b := lo; b < hi; b++ {
 			j0 := b * rowsT
 			rows := min(rowsT, n-j0)
-			for r := range rows {
-				qW4UnpackAVX512(&cb[r*k], &w[(j0+r)*k/2], k)
-			}
+			qW4UnpackAVX512(&cb[0], &w[j0*k/2], rows*k) // the tile's rows are consecutive, in W and in cb
 			for i, v := range z[j0*gpr : (j0+rows)*gpr] {
 				zf[i] = float32(v)
 			}
