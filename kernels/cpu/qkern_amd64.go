@@ -513,6 +513,17 @@ func qGEMMW8(m, n, k int, a []float32, w []int8, sw, c []float32) {
 // is rearranged for qDotW4A8RowsVNNI (or its 256- or 128-bit twin) and its group sums taken once, and blocks of
 // qW4A8Rows rows of W serve every token while they are in L2, so a token's outputs do not depend on the others.
 // Other groups run the pure-Go loop.
+// qW4A8s is GEMMW4A8s: one tile call for all the matrices where qW4A8 would run the tile, else qW4A8 on each.
+func qW4A8s(m, k, group int, qa []int8, sa []float32, ws []W4A8Weights, cs [][]float32) {
+	if qVNNI && m >= qW4TileMinM && group%64 == 0 {
+		qW4A8Tile(m, k, group, qa, sa, ws, cs)
+		return
+	}
+	for i, w := range ws {
+		qW4A8(m, w.N, k, group, qa, sa, w.Packed, w.Scales, w.Zeros, cs[i])
+	}
+}
+
 func qW4A8(m, n, k, group int, qa []int8, sa []float32, w []uint8, s []float32, z []uint8, c []float32) {
 	chunk, rowsKernel := 128, qDotW4A8RowsVNNI
 	switch {
@@ -527,7 +538,7 @@ func qW4A8(m, n, k, group int, qa []int8, sa []float32, w []uint8, s []float32, 
 		return
 	}
 	if m >= qW4TileMinM && group%64 == 0 {
-		qW4A8Tile(m, n, k, group, qa, sa, w, s, z, c)
+		qW4A8Tile(m, k, group, qa, sa, []W4A8Weights{{n, w, s, z}}, [][]float32{c})
 		return
 	}
 	half := chunk / 2
@@ -567,7 +578,7 @@ func qW4A8(m, n, k, group int, qa []int8, sa []float32, w []uint8, s []float32, 
 // exact; the float32 sums of the group terms differ in their order from the one-token kernel's, so a token's
 // outputs here may differ from its outputs alone by a rounding, and do not depend on which other tokens share
 // the call.
-func qW4A8Tile(m, n, k, group int, qa []int8, sa []float32, w []uint8, s []float32, z []uint8, c []float32) {
+func qW4A8Tile(m, k, group int, qa []int8, sa []float32, mats []W4A8Weights, cs [][]float32) {
 	const rowsT, tokT = qW4TileRows, qW4TileTokens
 	gpr, kq := k/group, k/4
 	panels := (m + tokT - 1) / tokT
@@ -579,35 +590,52 @@ func qW4A8Tile(m, n, k, group int, qa []int8, sa []float32, w []uint8, s []float
 	for p := range panels {
 		qPackRun(tok[p*kq*tokT*4:], qBytes(qa[p*tokT*k:]), min(tokT, m-p*tokT), k, tokT, 0, tsum[p*gpr*tokT:], group)
 	}
-	Parallel((n+rowsT-1)/rowsT, qRowGrain(rowsT*k), func(lo, hi int) {
+	// The tiles of all the matrices, one after another: matrix i's are [first[i], first[i+1]).
+	var firstBuf [4]int
+	first := append(firstBuf[:0], 0)
+	for _, w := range mats {
+		first = append(first, first[len(first)-1]+(w.N+rowsT-1)/rowsT)
+	}
+	// tile returns the matrix and first row of tile b.
+	tile := func(b int) (int, int) {
+		i := 0
+		for b >= first[i+1] {
+			i++
+		}
+		return i, (b - first[i]) * rowsT
+	}
+	Parallel(first[len(mats)], qRowGrain(rowsT*k), func(lo, hi int) {
 		codes, codesBuf := scratchI8(rowsT * k)
 		defer codesBuf.release()
 		cb := qBytes(codes)
-		tile, tileBuf := scratchF32(tokT*rowsT + 2*rowsT*gpr)
-		defer tileBuf.release()
+		buf, bufBuf := scratchF32(tokT*rowsT + 2*rowsT*gpr)
+		defer bufBuf.release()
 		// zf and a partial tile's scales are [rowsT][gpr], as the weights' scales are; rows past n are zero, so
 		// that their results are zero.
-		out, part, zf := tile[:tokT*rowsT], tile[tokT*rowsT:][:rowsT*gpr], tile[tokT*rowsT+rowsT*gpr:]
+		out, part, zf := buf[:tokT*rowsT], buf[tokT*rowsT:][:rowsT*gpr], buf[tokT*rowsT+rowsT*gpr:]
 		var pf linePrefetch
 		var ahead [2]linePrefetch
 		for b := lo; b < hi; b++ {
-			j0 := b * rowsT
+			i, j0 := tile(b)
+			w, c, n := mats[i], cs[i], mats[i].N
 			rows := min(rowsT, n-j0)
-			qW4UnpackAVX512(&cb[0], &w[j0*k/2], rows*k) // the tile's rows are consecutive, in W and in cb
-			for i, v := range z[j0*gpr : (j0+rows)*gpr] {
+			qW4UnpackAVX512(&cb[0], &w.Packed[j0*k/2], rows*k) // the tile's rows are consecutive, in W and in cb
+			for i, v := range w.Zeros[j0*gpr : (j0+rows)*gpr] {
 				zf[i] = float32(v)
 			}
-			scale := s[j0*gpr:]
+			scale := w.Scales[j0*gpr:]
 			if rows < rowsT {
 				clear(zf[rows*gpr:])
 				clear(part[copy(part, scale[:rows*gpr]):])
 				scale = part
 			}
 			if b+1 < hi {
-				next := j0 + rowsT
-				pf = lineRange(unsafe.Pointer(&w[next*k/2]), min(rowsT, n-next)*k/2)
-				nr := min(rowsT, n-next) * gpr
-				ahead = [2]linePrefetch{lineRange(unsafe.Pointer(&s[next*gpr]), 4*nr), lineRange(unsafe.Pointer(&z[next*gpr]), nr)}
+				ni, next := tile(b + 1)
+				nw := mats[ni]
+				nr := min(rowsT, nw.N-next)
+				pf = lineRange(unsafe.Pointer(&nw.Packed[next*k/2]), nr*k/2)
+				ahead = [2]linePrefetch{lineRange(unsafe.Pointer(&nw.Scales[next*gpr]), 4*nr*gpr),
+					lineRange(unsafe.Pointer(&nw.Zeros[next*gpr]), nr*gpr)}
 			}
 			for p := range panels {
 				if p == 1 {

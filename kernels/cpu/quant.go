@@ -75,6 +75,27 @@ func GEMMW4A8(m, n, k, group int, qa []int8, sa []float32, w []uint8, s []float3
 	qW4A8(m, n, k, group, qa, sa, w, s, z, c)
 }
 
+// W4A8Weights is one matrix of GEMMW4A8s: N rows of W in GEMMW4A16's layout (codes, scales, zero points).
+type W4A8Weights struct {
+	N      int
+	Packed []uint8
+	Scales []float32
+	Zeros  []uint8
+}
+
+// GEMMW4A8s computes cs[i] = A·Wᵢᵀ as GEMMW4A8 does, bit for bit, for matrices that share the activations (a
+// layer's q, k and v; gate and up), in one call: from 12 tokens on, the tokens are packed once and the tiles of
+// all the matrices are split over the threads together, so that the matrices pay one packing and one fork and
+// join instead of one each.
+func GEMMW4A8s(m, k, group int, qa []int8, sa []float32, ws []W4A8Weights, cs [][]float32) {
+	shape.Len("GEMMW4A8s", "cs", len(cs), len(ws), "len(ws)")
+	for i, w := range ws {
+		shape.GEMMGroup("GEMMW4A8s", m, w.N, k, group, len(qa), len(w.Packed), len(w.Scales), len(w.Zeros), len(cs[i]))
+	}
+	shape.Len("GEMMW4A8s", "sa", len(sa), m, "m")
+	qW4A8s(m, k, group, qa, sa, ws, cs)
+}
+
 // qGEMMW4Go is GEMMW4A16 for m > 1 without the tile kernel: one GEMV a token.
 func qGEMMW4Go(m, n, k, group int, a []float32, w []uint8, s []float32, z []uint8, c []float32) {
 	for i := 0; i < m; i++ {

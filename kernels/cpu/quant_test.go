@@ -1,6 +1,8 @@
 package cpu
 
 import (
+	"math"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/morphlab/morphlab/kernels/kerneltest"
@@ -24,3 +26,42 @@ func testQuant(t *testing.T) {
 }
 
 func TestQuant(t *testing.T) { testQuant(t) }
+
+// TestGEMMW4A8s checks that one call over several matrices gives bit for bit what a GEMMW4A8 call a matrix gives:
+// matrices of whole and partial tiles (and one smaller than a tile) one after another, for token counts below
+// the tile path, at its threshold, with a partial panel and over two panels, and groups the tile does not take.
+func TestGEMMW4A8s(t *testing.T) {
+	r := rand.New(rand.NewPCG(23, 24))
+	for _, tc := range []struct{ m, k, group int }{{3, 256, 64}, {12, 256, 64}, {17, 384, 128}, {45, 256, 64}, {20, 256, 32}} {
+		ns := []int{48, 29, 4, 13}
+		gpr := tc.k / tc.group
+		qa, sa := make([]int8, tc.m*tc.k), make([]float32, tc.m)
+		for i := range qa {
+			qa[i] = int8(r.IntN(255) - 127)
+		}
+		for i := range sa {
+			sa[i] = float32(r.Float64()) / 127
+		}
+		ws, cs, want := make([]W4A8Weights, len(ns)), make([][]float32, len(ns)), make([][]float32, len(ns))
+		for i, n := range ns {
+			w := W4A8Weights{n, make([]uint8, n*tc.k/2), make([]float32, n*gpr), make([]uint8, n*gpr)}
+			for j := range w.Packed {
+				w.Packed[j] = uint8(r.IntN(256))
+			}
+			for j := range w.Scales {
+				w.Scales[j], w.Zeros[j] = float32(r.Float64())/15, uint8(r.IntN(16))
+			}
+			ws[i], cs[i], want[i] = w, make([]float32, tc.m*n), make([]float32, tc.m*n)
+			GEMMW4A8(tc.m, n, tc.k, tc.group, qa, sa, w.Packed, w.Scales, w.Zeros, want[i])
+		}
+		GEMMW4A8s(tc.m, tc.k, tc.group, qa, sa, ws, cs)
+		for i := range ns {
+			for j := range cs[i] {
+				if math.Float32bits(cs[i][j]) != math.Float32bits(want[i][j]) {
+					t.Fatalf("m=%d k=%d group=%d: matrix %d: c[%d] = %v, want %v (GEMMW4A8)", tc.m, tc.k, tc.group, i, j,
+						cs[i][j], want[i][j])
+				}
+			}
+		}
+	}
+}
