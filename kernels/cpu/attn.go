@@ -294,10 +294,10 @@ const attnPagedSplit = 256
 // as many KV heads as keep the item's output rows within attnPagedOut bytes, so that chunked prefill's many
 // rows stay in cache. For each KV head, all the query rows of the sequence and of the query heads
 // sharing that KV head are scored against the tile's keys at once by attnKeys (the keys are loaded and
-// transposed once for every row), then attnAxpys adds the tile's value rows to each output row. An item with
-// one query row a KV head (decode without GQA) instead runs pagedDecodeItem: one call of a fused kernel a tile of
-// up to 16 tokens for all its heads (keys, online softmax and values; attnDecode), which prefetches the next
-// tile as it goes (BenchmarkPagedDecode at stories110M's batch-32 shape: 1.3-1.5x the general path). Sequences of
+// transposed once for every row), then attnAxpys adds the tile's value rows to each output row. An item whose
+// sequence has one query (decode) instead runs pagedDecodeItem: one call of a fused kernel a tile of up to 16
+// tokens for all its query heads (keys, online softmax and values; attnDecode), which prefetches the next tile
+// as it goes. Sequences of
 // 2·attnPagedSplit tokens or more are split into parts of at least attnPagedSplit tokens (flash-decoding), which
 // gives a long sequence's keys to several threads; each part keeps its own m, l and o, merged at the end.
 func PagedAttention(out, q, kCache, vCache []float32, qStart, seqLens, blockTables []int32,
@@ -443,8 +443,8 @@ func pagedAttention(out, q []float32, cache pagedCache, qStart, seqLens, blockTa
 		b      []*attnBlock // per KV head of the group
 		q, s   []float32    // queries [hpg, rowsMax, hd16] zero-padded, scores [rowsMax, attnCols]
 		kt, vt []float32    // a tile of binary16 keys and values widened [attnCols, hpg*hd]
-		dm, dl []float32    // pagedDecodeItem's running maxima and sums [hpg]
-		do     []float32    // and outputs [hpg, hd]
+		dm, dl []float32    // pagedDecodeItem's running maxima and sums [hpg*group]
+		do     []float32    // and outputs [hpg*group, hd]
 	}
 	// Binary16 values are read as they are by the kernels of fewer than attnPVRows rows (decode), else widened a
 	// tile at a time into kt, vt.
@@ -454,7 +454,8 @@ func pagedAttention(out, q []float32, cache pagedCache, qStart, seqLens, blockTa
 	}
 	attnParallel(nParts*nHG, func(a *attnArena) scratch {
 		return scratch{a.blocks(hpg, maxRows, hd), a.floats(hpg * rowsMax * hd16), a.floats(rowsMax * attnCols),
-			a.floats(tileLen), a.floats(tileLen), a.floats(hpg), a.floats(hpg), a.floats(hpg * hd)}
+			a.floats(tileLen), a.floats(tileLen), a.floats(hpg * group), a.floats(hpg * group),
+			a.floats(hpg * group * hd)}
 	}, func(it int, sc2 scratch) {
 		pi, g0 := it/nHG, it%nHG*hpg
 		blocks := sc2.b[:min(hpg, nKVHeads-g0)]
@@ -466,9 +467,9 @@ func pagedAttention(out, q []float32, cache pagedCache, qStart, seqLens, blockTa
 		per := ((L+parts-1)/parts + attnCols - 1) / attnCols * attnCols
 		lo, hi := (pi-firstItem[i])*per, min(L, (pi-firstItem[i]+1)*per)
 		rows := n * group
-		if attnDecodeFused(rows, hd) {
+		if attnDecodeFused(n, hd) {
 			pagedDecodeItem(out, q, partial, cache, sc2.q, sc2.dm, sc2.dl, sc2.do, blockTables[i*maxBlocksPerSeq:],
-				int(qStart[i]), lo, hi, pi, g0, len(blocks), blockSize, nHeads, nKVHeads, hd, hdPad, maxRows, sc)
+				int(qStart[i]), lo, hi, pi, g0, len(blocks), group, blockSize, nHeads, nKVHeads, hd, hdPad, maxRows, sc)
 			return
 		}
 		direct := cache.k16 != nil && rows < attnPVRows
@@ -614,19 +615,20 @@ func pagedAttention(out, q []float32, cache pagedCache, qStart, seqLens, blockTa
 // attnDecodeCols is the most tokens in a tile of pagedDecodeItem: the kernel keeps one accumulator a key.
 const attnDecodeCols = 16
 
-// pagedDecodeItem runs a work item of PagedAttention whose sequence has one query row a KV head (decode, GQA
-// 1:1) with the fused kernel (attnDecode): tokens [lo, hi) of the sequence whose query is token t, for the
-// heads KV heads from g0, one call a tile of up to attnDecodeCols tokens for all of them, each call prefetching
-// the next tile. q is scratch for the pre-scaled queries, m, l, o for the heads' state. Like the general path
-// it writes the normalized outputs, or the part's o, m and l (partial, when the sequence is split).
+// pagedDecodeItem runs a work item of PagedAttention whose sequence has one query (decode) with the fused
+// kernel (attnDecode): tokens [lo, hi) of the sequence whose query is token t, for the heads KV heads from g0 and
+// their group query heads each, one call a tile of up to attnDecodeCols tokens for all of them, each call
+// prefetching the next tile. q is scratch for the pre-scaled queries, m, l, o for the query heads' state. Like
+// the general path it writes the normalized outputs, or the part's o, m and l (partial, when the sequence is
+// split).
 func pagedDecodeItem(out, q, partial []float32, cache pagedCache, qs, m, l, o []float32, table []int32,
-	t, lo, hi, pi, g0, heads, blockSize, nHeads, nKVHeads, hd, hdPad, maxRows int, sc float32) {
-	kvRow := nKVHeads * hd
-	qs, m, l, o = qs[:heads*hd], m[:heads], l[:heads], o[:heads*hd]
-	for d, x := range q[(t*nHeads+g0)*hd:][:heads*hd] {
+	t, lo, hi, pi, g0, heads, group, blockSize, nHeads, nKVHeads, hd, hdPad, maxRows int, sc float32) {
+	kvRow, nq := nKVHeads*hd, heads*group
+	qs, m, l, o = qs[:nq*hd], m[:nq], l[:nq], o[:nq*hd]
+	for d, x := range q[(t*nHeads+g0*group)*hd:][:nq*hd] {
 		qs[d] = x * sc
 	}
-	for h := range heads {
+	for h := range nq {
 		m[h], l[h] = attnInitMax, 0
 	}
 	clear(o)
@@ -641,20 +643,20 @@ func pagedDecodeItem(out, q, partial []float32, cache pagedCache, qs, m, l, o []
 		var next attnNext
 		if s0 < hi {
 			n1 := min(attnDecodeCols, blockSize-pos, hi-s0)
-			next = cache.next((int(table[blk])*blockSize+pos)*kvRow+g0*hd, n1, heads*hd, kvRow, heads)
+			next = cache.next((int(table[blk])*blockSize+pos)*kvRow+g0*hd, n1, heads*hd, kvRow, nq)
 		}
-		attnDecode(cache, qs, off, kvRow, nt, heads, hd, m, l, o, &next)
+		attnDecode(cache, qs, off, kvRow, nt, heads, group, hd, m, l, o, &next)
 	}
-	for h := range heads {
-		g := g0 + h
+	for h := range nq {
 		if partial == nil {
-			inv, dst := 1/l[h], out[(t*nHeads+g)*hd:][:hd]
+			inv, dst := 1/l[h], out[(t*nHeads+g0*group+h)*hd:][:hd]
 			for d, v := range o[h*hd:][:hd] {
 				dst[d] = v * inv
 			}
 			continue
 		}
-		p := partial[((pi*nKVHeads+g)*maxRows)*(hdPad+2):][:hdPad+2]
+		// Row h%group of KV head g0 + h/group.
+		p := partial[((pi*nKVHeads+g0+h/group)*maxRows+h%group)*(hdPad+2):][:hdPad+2]
 		copy(p, o[h*hd:][:hd])
 		p[hdPad], p[hdPad+1] = m[h], l[h]
 	}

@@ -131,23 +131,24 @@ func attnPrefetchF16(x []uint16) {
 	}
 }
 
-// attnDecodeFused reports whether attnDecode runs for an item of rows query rows a KV head.
-func attnDecodeFused(rows, hd int) bool { return attnAVX512 && rows == 1 && hd%16 == 0 }
+// attnDecodeFused reports whether attnDecode runs for an item of n query rows a sequence.
+func attnDecodeFused(n, hd int) bool { return attnAVX512 && n == 1 && hd%16 == 0 }
 
 // attnDecode is attnDecodeGo's AVX-512 twin (attnDecodeFused says when it runs).
-func attnDecode(c pagedCache, q []float32, off, kvRow, nt, heads, hd int, m, l, o []float32, pf *attnNext) {
-	if nt < 1 || nt > attnDecodeCols || hd%16 != 0 {
+func attnDecode(c pagedCache, q []float32, off, kvRow, nt, heads, group, hd int, m, l, o []float32, pf *attnNext) {
+	if nt < 1 || nt > attnDecodeCols || hd%16 != 0 || group < 1 {
 		panic("cpu: attnDecode: size out of range")
 	}
-	_, _, _, _ = q[heads*hd-1], m[heads-1], l[heads-1], o[heads*hd-1]
+	nq := heads * group
+	_, _, _, _ = q[nq*hd-1], m[nq-1], l[nq-1], o[nq*hd-1]
 	last := off + (nt-1)*kvRow + heads*hd - 1
 	if c.k16 != nil {
 		_, _ = c.k16[last], c.v16[last]
-		attnDecodeF16AVX512(&q[0], &c.k16[off], &c.v16[off], 2*kvRow, nt, heads, hd, &m[0], &l[0], &o[0], pf)
+		attnDecodeF16AVX512(&q[0], &c.k16[off], &c.v16[off], 2*kvRow, nt, nq, hd, &m[0], &l[0], &o[0], pf, group)
 		return
 	}
 	_, _ = c.k[last], c.v[last]
-	attnDecodeAVX512(&q[0], &c.k[off], &c.v[off], 4*kvRow, nt, heads, hd, &m[0], &l[0], &o[0], pf)
+	attnDecodeAVX512(&q[0], &c.k[off], &c.v[off], 4*kvRow, nt, nq, hd, &m[0], &l[0], &o[0], pf, group)
 }
 
 // The AVX-512 twins of the attn*Go loops (same docs), on the first elements of the slices.
@@ -177,10 +178,11 @@ func attnKeysDotF16AVX512(s, q *float32, k *uint16, kStride, nk, rows, hd int)
 func attnPrefetchAVX512(p *float32, n int)
 
 //go:noescape
-func attnDecodeAVX512(q, k, v *float32, stride, nt, heads, hd int, m, l, o *float32, pf *attnNext)
+func attnDecodeAVX512(q, k, v *float32, stride, nt, heads, hd int, m, l, o *float32, pf *attnNext, group int)
 
 //go:noescape
-func attnDecodeF16AVX512(q *float32, k, v *uint16, stride, nt, heads, hd int, m, l, o *float32, pf *attnNext)
+func attnDecodeF16AVX512(q *float32, k, v *uint16, stride, nt, heads, hd int, m, l, o *float32, pf *attnNext,
+	group int)
 
 //go:noescape
 func attnPackKTAVX512(dst, src *float32, stride, n, hd int)

@@ -360,9 +360,10 @@ vsum: \
 	JB      vchunk
 
 // DEC_BODY is the whole kernel but its constants. Round i of heads+1 (R10 counts them down) runs the softmax of
-// head i-1, the scores of head i and the values of head i-1, in that order, so that the softmax's chain of
-// dependent instructions overlaps the independent scores of the next head: DI and SI point at head i's query
-// and keys, DX, R12 and R13 at head i-1's values, output and m, l.
+// query head i-1, the scores of query head i and the values of query head i-1, in that order, so that the
+// softmax's chain of dependent instructions overlaps the independent scores of the next head: DI and SI point at
+// head i's query and keys, DX, R12 and R13 at head i-1's values, output and m, l. The keys and values move on
+// to the next KV head every group query heads (the frame counts them down at 64(SP) for SI, 72(SP) for DX).
 #define DEC_BODY(LOAD, ESC) \
 	MOVQ q+0(FP), DI; \
 	MOVQ k+8(FP), SI; \
@@ -374,6 +375,9 @@ vsum: \
 	MOVQ hd+48(FP), R11; \
 	MOVQ o+72(FP), R12; \
 	XORQ R13, R13; \
+	MOVQ group+88(FP), AX; \
+	MOVQ AX, 64(SP); \
+	MOVQ AX, 72(SP); \
 	MOVQ  $1, AX; \
 	SHLXQ R9, AX, AX; \
 	DECQ  AX; \
@@ -389,7 +393,12 @@ scores: \
 	DEC_PREFETCH; \
 	DEC_SCORES(LOAD, ESC); \
 	LEAQ (DI)(R11*4), DI; \
+	DECQ 64(SP); \
+	JNZ  samek; \
+	MOVQ group+88(FP), AX; \
+	MOVQ AX, 64(SP); \
 	LEAQ (SI)(R11*ESC), SI; \
+samek: \
 	MOVQ heads+40(FP), AX; \
 	INCQ AX; \
 	CMPQ R10, AX; \
@@ -397,8 +406,12 @@ scores: \
 values: \
 	DEC_VALUES(LOAD, ESC); \
 	LEAQ (R12)(R11*4), R12; \
-	LEAQ (DX)(R11*ESC), DX; \
 	ADDQ $4, R13; \
+	DECQ 72(SP); \
+	JNZ  next; \
+	MOVQ group+88(FP), AX; \
+	MOVQ AX, 72(SP); \
+	LEAQ (DX)(R11*ESC), DX; \
 next: \
 	DECQ R10; \
 	JNZ  round; \
@@ -1289,28 +1302,31 @@ body:
 	VZEROUPPER
 	RET
 
-// func attnDecodeAVX512(q, k, v *float32, stride, nt, heads, hd int, m, l, o *float32, pf *attnNext)
+// func attnDecodeAVX512(q, k, v *float32, stride, nt, heads, hd int, m, l, o *float32, pf *attnNext, group int)
 // Decode attention of one query row a head over a tile of nt (1-16) tokens, the keys, the online softmax and
-// the values fused, for heads heads whose columns sit side by side: head h's key and value of token t at
-// k, v + t·stride + h·hd·4 bytes, its query (pre-scaled by scale·log2 e) at q + h·hd·4, its running maximum,
-// sum and output at m[h], l[h], o + h·hd·4 (hd a multiple of 16). Per head: the nt keys' dot products with
+// the values fused, for heads query heads, group of them to a KV head, whose KV heads' columns sit side by
+// side: query head h's key and value of token t at k, v + t·stride + (h/group)·hd·4 bytes, its query
+// (pre-scaled by scale·log2 e) at q + h·hd·4, its running maximum, sum and output at m[h], l[h], o + h·hd·4
+// (hd a multiple of 16). A KV head's keys and values are read from memory for its first query head and from
+// the L1 cache for the others. Per head: the nt keys' dot products with
 // the query chunk by chunk (Z27), one accumulator a key (Z0..Z15; keys past nt are not read and stay zero),
 // summed by DEC_SUM into the scores' lanes; the tile's maximum, the new running maximum, the probabilities
 // p = 2^(s - max) (ATTN_EXP2, zero past nt), alpha = 2^(old max - new max), l = alpha·l + Σ p; then, chunk by
 // chunk, o = (alpha·o + Σ_{t even} p_t·v_t) + Σ_{t odd} p_t·v_t, each sum in token order (two chains of
 // multiply-adds, for their latency). Constants: EXP_POLY_CONSTS (Z17..Z23), Z24, Z26 as
-// ATTN_EXP2 wants, Z16 = -Inf; K1 masks the nt tokens' lanes, K2 all. The frame holds p.
-TEXT ·attnDecodeAVX512(SB), NOSPLIT, $64-88
+// ATTN_EXP2 wants, Z16 = -Inf; K1 masks the nt tokens' lanes, K2 all. The frame holds p and the two counters.
+TEXT ·attnDecodeAVX512(SB), NOSPLIT, $80-96
 	EXP_POLY_CONSTS
 	VBROADCASTSS attnExp2Lo<>(SB), Z24
 	VBROADCASTSS attnLn2<>(SB), Z26
 	VBROADCASTSS attnNegInf<>(SB), Z16
 	DEC_BODY(VMOVUPS, 4)
 
-// func attnDecodeF16AVX512(q *float32, k, v *uint16, stride, nt, heads, hd int, m, l, o *float32, pf *attnNext)
-// attnDecodeAVX512 over binary16 keys and values, widened exactly as they are loaded (head h's columns at
-// h·hd·2 bytes): bit for bit its results over float32 copies of the same values.
-TEXT ·attnDecodeF16AVX512(SB), NOSPLIT, $64-88
+// func attnDecodeF16AVX512(q *float32, k, v *uint16, stride, nt, heads, hd int, m, l, o *float32, pf *attnNext,
+//	group int)
+// attnDecodeAVX512 over binary16 keys and values, widened exactly as they are loaded (KV head g's columns at
+// g·hd·2 bytes): bit for bit its results over float32 copies of the same values.
+TEXT ·attnDecodeF16AVX512(SB), NOSPLIT, $80-96
 	EXP_POLY_CONSTS
 	VBROADCASTSS attnExp2Lo<>(SB), Z24
 	VBROADCASTSS attnLn2<>(SB), Z26

@@ -27,18 +27,20 @@ func attnUseAsm(on bool) (restore func()) {
 }
 
 // TestAttnDecode checks the fused decode kernel against attnDecodeGo, tile after tile (the online softmax's state
-// carried between calls), over float32 and binary16 caches, for every tile size and head dims of 1 to 8 chunks:
-// every output within 1e-5 relative of the Go loop's (they sum in different orders and exponentiate
-// differently), and the binary16 cache's results bit for bit the float32 cache's over the same values.
+// carried between calls), over float32 and binary16 caches, for every tile size, head dims of 1 to 8 chunks and
+// one or four query heads a KV head: every output within 1e-5 relative of the Go loop's (they sum in different
+// orders and exponentiate differently), and the binary16 cache's results bit for bit the float32 cache's over
+// the same values.
 func TestAttnDecode(t *testing.T) {
 	if !attnAVX512 {
 		t.Skip("no AVX-512")
 	}
 	rng := rand.New(rand.NewPCG(21, 22))
 	for _, hd := range []int{16, 48, 64, 128} {
-		for _, heads := range []int{1, 3} {
+		for _, hs := range [][2]int{{1, 1}, {3, 1}, {2, 4}} {
+			heads, group := hs[0], hs[1]
 			const tokens = 40
-			kvRow := (heads + 1) * hd // one more head in the cache than the call reads
+			kvRow := (heads + 1) * hd // one more KV head in the cache than the call reads
 			kc := make([]float32, tokens*kvRow)
 			vc := make([]float32, tokens*kvRow)
 			for i := range kc {
@@ -49,15 +51,16 @@ func TestAttnDecode(t *testing.T) {
 			half.F32ToF16Slice(v16, vc)
 			half.F16ToF32Slice(kc, k16)
 			half.F16ToF32Slice(vc, v16)
-			q := make([]float32, heads*hd)
+			nq := heads * group
+			q := make([]float32, nq*hd)
 			for i := range q {
 				q[i] = float32(rng.NormFloat64()) * 0.3
 			}
 			for nt := 1; nt <= attnDecodeCols; nt++ {
 				type state struct{ m, l, o []float32 }
 				fresh := func() state {
-					s := state{make([]float32, heads), make([]float32, heads), make([]float32, heads*hd)}
-					for h := range heads {
+					s := state{make([]float32, nq), make([]float32, nq), make([]float32, nq*hd)}
+					for h := range nq {
 						s.m[h] = attnInitMax
 					}
 					return s
@@ -66,13 +69,13 @@ func TestAttnDecode(t *testing.T) {
 				f32, f16 := pagedCache{k: kc, v: vc}, pagedCache{k16: k16, v16: v16}
 				for s0 := 0; s0+nt <= tokens; s0 += nt {
 					off := s0*kvRow + hd
-					next := f16.next(off+nt*kvRow, min(nt, tokens-s0-nt), heads*hd, kvRow, heads)
-					attnDecode(f32, q, off, kvRow, nt, heads, hd, got.m, got.l, got.o, &attnNext{})
-					attnDecode(f16, q, off, kvRow, nt, heads, hd, got16.m, got16.l, got16.o, &next)
-					attnDecodeGo(f32, q, off, kvRow, nt, heads, hd, want.m, want.l, want.o)
+					next := f16.next(off+nt*kvRow, min(nt, tokens-s0-nt), heads*hd, kvRow, nq)
+					attnDecode(f32, q, off, kvRow, nt, heads, group, hd, got.m, got.l, got.o, &attnNext{})
+					attnDecode(f16, q, off, kvRow, nt, heads, group, hd, got16.m, got16.l, got16.o, &next)
+					attnDecodeGo(f32, q, off, kvRow, nt, heads, group, hd, want.m, want.l, want.o)
 				}
-				name := fmt.Sprintf("hd=%d/heads=%d/nt=%d", hd, heads, nt)
-				for h := range heads {
+				name := fmt.Sprintf("hd=%d/heads=%d/group=%d/nt=%d", hd, heads, group, nt)
+				for h := range nq {
 					if !attnClose(got.m[h], want.m[h]) || !attnClose(got.l[h], want.l[h]) {
 						t.Fatalf("%s: head %d: m, l = %v, %v, want %v, %v", name, h, got.m[h], got.l[h], want.m[h], want.l[h])
 					}

@@ -138,15 +138,15 @@ func attnPackKTGo(dst, src []float32, stride, s0, n, hd int) {
 	}
 }
 
-// attnDecodeGo is decode attention over a tile of nt tokens for heads heads of one query row each, the keys,
-// the online softmax and the values at once: for head h (columns h·hd.. of the cache rows from off, kvRow
-// apart; query q[h·hd:], pre-scaled by scale·log2 e; running maximum m[h], sum l[h], output o[h·hd:]),
-// s_t = q·k_t, m' = max(m, max_t s_t), p_t = 2^(s_t - m'), alpha = 2^(m - m'), l = alpha·l + Σ_t p_t,
-// o = alpha·o + Σ_t p_t·v_t, m = m'.
-func attnDecodeGo(c pagedCache, q []float32, off, kvRow, nt, heads, hd int, m, l, o []float32) {
+// attnDecodeGo is decode attention over a tile of nt tokens for the group query heads of each of heads KV
+// heads, one query row each, the keys, the online softmax and the values at once: for query head h of KV head
+// g = h/group (g's columns g·hd.. of the cache rows from off, kvRow apart; query q[h·hd:], pre-scaled by
+// scale·log2 e; running maximum m[h], sum l[h], output o[h·hd:]), s_t = q·k_t, m' = max(m, max_t s_t),
+// p_t = 2^(s_t - m'), alpha = 2^(m - m'), l = alpha·l + Σ_t p_t, o = alpha·o + Σ_t p_t·v_t, m = m'.
+func attnDecodeGo(c pagedCache, q []float32, off, kvRow, nt, heads, group, hd int, m, l, o []float32) {
 	k, v := make([]float32, hd), make([]float32, hd)
-	row := func(cache []float32, cache16 []uint16, t, h int, dst []float32) []float32 {
-		i := off + t*kvRow + h*hd
+	row := func(cache []float32, cache16 []uint16, t, g int, dst []float32) []float32 {
+		i := off + t*kvRow + g*hd
 		if cache16 != nil {
 			half.F16ToF32Slice(dst, cache16[i:][:hd])
 			return dst
@@ -154,12 +154,13 @@ func attnDecodeGo(c pagedCache, q []float32, off, kvRow, nt, heads, hd int, m, l
 		return cache[i:][:hd]
 	}
 	var s, p [attnDecodeCols]float32
-	for h := range heads {
+	for h := range heads * group {
+		g := h / group
 		qh, oh := q[h*hd:][:hd], o[h*hd:][:hd]
 		mx := m[h]
 		for t := range nt {
 			var dot float32
-			for d, x := range row(c.k, c.k16, t, h, k) {
+			for d, x := range row(c.k, c.k16, t, g, k) {
 				dot += qh[d] * x
 			}
 			s[t] = dot
@@ -177,7 +178,7 @@ func attnDecodeGo(c pagedCache, q []float32, off, kvRow, nt, heads, hd int, m, l
 			oh[d] *= alpha
 		}
 		for t := range nt {
-			for d, x := range row(c.v, c.v16, t, h, v) {
+			for d, x := range row(c.v, c.v16, t, g, v) {
 				oh[d] += p[t] * x
 			}
 		}

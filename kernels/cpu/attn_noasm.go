@@ -36,8 +36,8 @@ func attnPrefetch([]float32) {}
 func attnPrefetchF16([]uint16) {}
 
 // attnDecodeFused is false: without assembly, decode takes the general path.
-func attnDecodeFused(rows, hd int) bool { return false }
+func attnDecodeFused(n, hd int) bool { return false }
 
-func attnDecode(c pagedCache, q []float32, off, kvRow, nt, heads, hd int, m, l, o []float32, pf *attnNext) {
-	attnDecodeGo(c, q, off, kvRow, nt, heads, hd, m, l, o)
+func attnDecode(c pagedCache, q []float32, off, kvRow, nt, heads, group, hd int, m, l, o []float32, pf *attnNext) {
+	attnDecodeGo(c, q, off, kvRow, nt, heads, group, hd, m, l, o)
 }
