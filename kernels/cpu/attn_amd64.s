@@ -51,53 +51,59 @@ ptrs: \
 	CMPQ    AX, $16; \
 	JB      ptrs
 
+// SUM16 sums each of the 16 accumulators Z0..Z15 over its lanes into lane j of Z0, by a tree of transposing
+// adds (temporaries t0, t1).
+#define SUM16(t0, t1) \
+	VUNPCKLPS Z1, Z0, t0; \
+	VUNPCKHPS Z1, Z0, t1; \
+	VADDPS t1, t0, Z0; \
+	VUNPCKLPS Z3, Z2, t0; \
+	VUNPCKHPS Z3, Z2, t1; \
+	VADDPS t1, t0, Z1; \
+	VUNPCKLPS Z5, Z4, t0; \
+	VUNPCKHPS Z5, Z4, t1; \
+	VADDPS t1, t0, Z2; \
+	VUNPCKLPS Z7, Z6, t0; \
+	VUNPCKHPS Z7, Z6, t1; \
+	VADDPS t1, t0, Z3; \
+	VUNPCKLPS Z9, Z8, t0; \
+	VUNPCKHPS Z9, Z8, t1; \
+	VADDPS t1, t0, Z4; \
+	VUNPCKLPS Z11, Z10, t0; \
+	VUNPCKHPS Z11, Z10, t1; \
+	VADDPS t1, t0, Z5; \
+	VUNPCKLPS Z13, Z12, t0; \
+	VUNPCKHPS Z13, Z12, t1; \
+	VADDPS t1, t0, Z6; \
+	VUNPCKLPS Z15, Z14, t0; \
+	VUNPCKHPS Z15, Z14, t1; \
+	VADDPS t1, t0, Z7; \
+	VUNPCKLPD Z1, Z0, t0; \
+	VUNPCKHPD Z1, Z0, t1; \
+	VADDPS t1, t0, Z0; \
+	VUNPCKLPD Z3, Z2, t0; \
+	VUNPCKHPD Z3, Z2, t1; \
+	VADDPS t1, t0, Z1; \
+	VUNPCKLPD Z5, Z4, t0; \
+	VUNPCKHPD Z5, Z4, t1; \
+	VADDPS t1, t0, Z2; \
+	VUNPCKLPD Z7, Z6, t0; \
+	VUNPCKHPD Z7, Z6, t1; \
+	VADDPS t1, t0, Z3; \
+	VSHUFF32X4 $0x88, Z1, Z0, t0; \
+	VSHUFF32X4 $0xdd, Z1, Z0, t1; \
+	VADDPS     t1, t0, Z0; \
+	VSHUFF32X4 $0x88, Z3, Z2, t0; \
+	VSHUFF32X4 $0xdd, Z3, Z2, t1; \
+	VADDPS     t1, t0, Z1; \
+	VSHUFF32X4 $0x88, Z1, Z0, t0; \
+	VSHUFF32X4 $0xdd, Z1, Z0, t1; \
+	VADDPS     t1, t0, Z0
+
+
 #define KD_SUM \
-	VUNPCKLPS Z1, Z0, Z16; \
-	VUNPCKHPS Z1, Z0, Z17; \
-	VADDPS Z17, Z16, Z0; \
-	VUNPCKLPS Z3, Z2, Z16; \
-	VUNPCKHPS Z3, Z2, Z17; \
-	VADDPS Z17, Z16, Z1; \
-	VUNPCKLPS Z5, Z4, Z16; \
-	VUNPCKHPS Z5, Z4, Z17; \
-	VADDPS Z17, Z16, Z2; \
-	VUNPCKLPS Z7, Z6, Z16; \
-	VUNPCKHPS Z7, Z6, Z17; \
-	VADDPS Z17, Z16, Z3; \
-	VUNPCKLPS Z9, Z8, Z16; \
-	VUNPCKHPS Z9, Z8, Z17; \
-	VADDPS Z17, Z16, Z4; \
-	VUNPCKLPS Z11, Z10, Z16; \
-	VUNPCKHPS Z11, Z10, Z17; \
-	VADDPS Z17, Z16, Z5; \
-	VUNPCKLPS Z13, Z12, Z16; \
-	VUNPCKHPS Z13, Z12, Z17; \
-	VADDPS Z17, Z16, Z6; \
-	VUNPCKLPS Z15, Z14, Z16; \
-	VUNPCKHPS Z15, Z14, Z17; \
-	VADDPS Z17, Z16, Z7; \
-	VUNPCKLPD Z1, Z0, Z16; \
-	VUNPCKHPD Z1, Z0, Z17; \
-	VADDPS Z17, Z16, Z0; \
-	VUNPCKLPD Z3, Z2, Z16; \
-	VUNPCKHPD Z3, Z2, Z17; \
-	VADDPS Z17, Z16, Z1; \
-	VUNPCKLPD Z5, Z4, Z16; \
-	VUNPCKHPD Z5, Z4, Z17; \
-	VADDPS Z17, Z16, Z2; \
-	VUNPCKLPD Z7, Z6, Z16; \
-	VUNPCKHPD Z7, Z6, Z17; \
-	VADDPS Z17, Z16, Z3; \
-	VSHUFF32X4 $0x88, Z1, Z0, Z16; \
-	VSHUFF32X4 $0xdd, Z1, Z0, Z17; \
-	VADDPS     Z17, Z16, Z0; \
-	VSHUFF32X4 $0x88, Z3, Z2, Z16; \
-	VSHUFF32X4 $0xdd, Z3, Z2, Z17; \
-	VADDPS     Z17, Z16, Z1; \
-	VSHUFF32X4 $0x88, Z1, Z0, Z16; \
-	VSHUFF32X4 $0xdd, Z1, Z0, Z17; \
-	VADDPS     Z17, Z16, Z0; \
-	VMOVUPS    Z0, (R13)
+	SUM16(Z16, Z17); \
+	VMOVUPS Z0, (R13)
 
 // KD_KEY16 multiplies the key whose row address is at off(SP), 16 binary16 values from step CX widened (masked
 // by K3), with the query chunk in Z16 into acc.
@@ -213,56 +219,8 @@ pdone: \
 	JZ          sexit; \
 	ADDQ        R8, AX
 
-// DEC_SUM sums each of the 16 accumulators Z0..Z15 over its lanes into lane j of Z0 (KD_SUM's tree).
-#define DEC_SUM \
-	VUNPCKLPS Z1, Z0, Z28; \
-	VUNPCKHPS Z1, Z0, Z29; \
-	VADDPS Z29, Z28, Z0; \
-	VUNPCKLPS Z3, Z2, Z28; \
-	VUNPCKHPS Z3, Z2, Z29; \
-	VADDPS Z29, Z28, Z1; \
-	VUNPCKLPS Z5, Z4, Z28; \
-	VUNPCKHPS Z5, Z4, Z29; \
-	VADDPS Z29, Z28, Z2; \
-	VUNPCKLPS Z7, Z6, Z28; \
-	VUNPCKHPS Z7, Z6, Z29; \
-	VADDPS Z29, Z28, Z3; \
-	VUNPCKLPS Z9, Z8, Z28; \
-	VUNPCKHPS Z9, Z8, Z29; \
-	VADDPS Z29, Z28, Z4; \
-	VUNPCKLPS Z11, Z10, Z28; \
-	VUNPCKHPS Z11, Z10, Z29; \
-	VADDPS Z29, Z28, Z5; \
-	VUNPCKLPS Z13, Z12, Z28; \
-	VUNPCKHPS Z13, Z12, Z29; \
-	VADDPS Z29, Z28, Z6; \
-	VUNPCKLPS Z15, Z14, Z28; \
-	VUNPCKHPS Z15, Z14, Z29; \
-	VADDPS Z29, Z28, Z7; \
-	VUNPCKLPD Z1, Z0, Z28; \
-	VUNPCKHPD Z1, Z0, Z29; \
-	VADDPS Z29, Z28, Z0; \
-	VUNPCKLPD Z3, Z2, Z28; \
-	VUNPCKHPD Z3, Z2, Z29; \
-	VADDPS Z29, Z28, Z1; \
-	VUNPCKLPD Z5, Z4, Z28; \
-	VUNPCKHPD Z5, Z4, Z29; \
-	VADDPS Z29, Z28, Z2; \
-	VUNPCKLPD Z7, Z6, Z28; \
-	VUNPCKHPD Z7, Z6, Z29; \
-	VADDPS Z29, Z28, Z3; \
-	VSHUFF32X4 $0x88, Z1, Z0, Z28; \
-	VSHUFF32X4 $0xdd, Z1, Z0, Z29; \
-	VADDPS     Z29, Z28, Z0; \
-	VSHUFF32X4 $0x88, Z3, Z2, Z28; \
-	VSHUFF32X4 $0xdd, Z3, Z2, Z29; \
-	VADDPS     Z29, Z28, Z1; \
-	VSHUFF32X4 $0x88, Z1, Z0, Z28; \
-	VSHUFF32X4 $0xdd, Z1, Z0, Z29; \
-	VADDPS     Z29, Z28, Z0
-
 // DEC_SCORES computes the scores of the head whose query is at DI and keys at SI into Z30: per chunk of 16
-// dims (Z27), each of the nt keys (R9) into its accumulator, then DEC_SUM.
+// dims (Z27), each of the nt keys (R9) into its accumulator, then SUM16.
 #define DEC_SCORES(LOAD, ESC) \
 	ZERO16; \
 	XORQ BX, BX; \
@@ -291,7 +249,7 @@ sexit: \
 	ADDQ $16, BX; \
 	CMPQ BX, R11; \
 	JB   schunk; \
-	DEC_SUM; \
+	SUM16(Z28, Z29); \
 	VMOVAPS Z0, Z30
 
 // DEC_SOFTMAX is the online-softmax update of head R13/4 for the scores in Z30: the new maximum and sum to m
@@ -1310,7 +1268,7 @@ body:
 // (hd a multiple of 16). A KV head's keys and values are read from memory for its first query head and from
 // the L1 cache for the others. Per head: the nt keys' dot products with
 // the query chunk by chunk (Z27), one accumulator a key (Z0..Z15; keys past nt are not read and stay zero),
-// summed by DEC_SUM into the scores' lanes; the tile's maximum, the new running maximum, the probabilities
+// summed by SUM16 into the scores' lanes; the tile's maximum, the new running maximum, the probabilities
 // p = 2^(s - max) (ATTN_EXP2, zero past nt), alpha = 2^(old max - new max), l = alpha·l + Σ p; then, chunk by
 // chunk, o = (alpha·o + Σ_{t even} p_t·v_t) + Σ_{t odd} p_t·v_t, each sum in token order (two chains of
 // multiply-adds, for their latency). Constants: EXP_POLY_CONSTS (Z17..Z23), Z24, Z26 as

@@ -1462,28 +1462,24 @@ unpackchunk:
 // points) are prefetched into L1 first.
 TEXT ·qW4A8TileVNNI(SB), NOSPLIT, $0-120
 	MOVQ next+112(FP), AX
+	LEAQ 48(AX), BX
+
+w4tnext:
 	MOVQ 0(AX), R11
 	MOVQ 8(AX), R12
-	MOVQ 24(AX), R13
-	MOVQ 32(AX), R14
 
-w4tnext0:
+w4tline:
 	TESTQ      R12, R12
-	JZ         w4tnext1
+	JZ         w4tnextdone
 	PREFETCHT0 (R11)
 	ADDQ       $64, R11
 	DECQ       R12
-	JMP        w4tnext0
-
-w4tnext1:
-	TESTQ      R14, R14
-	JZ         w4tnextdone
-	PREFETCHT0 (R13)
-	ADDQ       $64, R13
-	DECQ       R14
-	JMP        w4tnext1
+	JMP        w4tline
 
 w4tnextdone:
+	ADDQ $24, AX
+	CMPQ AX, BX
+	JB   w4tnext
 	MOVQ codes+0(FP), SI
 	MOVQ k+8(FP), R8
 	MOVQ tok+16(FP), DI
