@@ -153,7 +153,8 @@ type Workspace struct {
 	sa                          []float32
 	qb                          []byte
 	rows                        []float32
-	w4                          []cpu.W4A8Weights // the matrices of a joint Int4 matmul of several tokens
+	w8                          []cpu.W8A8Weights // the matrices of a joint Int8 matmul of several tokens
+	w4                          []cpu.W4A8Weights // and of Int4
 }
 
 func (ws *Workspace) grow(cfg Config, tokens int) {
@@ -315,8 +316,9 @@ func (ws *Workspace) matmul(tokens int, x []float32, w *quant.Matrix, y []float3
 // rule), so the threads do not meet at the end of every matrix: a decode step's small matmuls cost a few µs of
 // fixed time apiece. Each row is computed as the single matmul computes it (bit for bit with AVX-512; the AVX2 GEMV
 // sums the last rows of a call, up to three, differently). Measured on stories110M batch 1 in six interleaved A/B
-// runs: medians +5% for F32, Int8 and Int4, F16 unchanged. Int4 matrices of several tokens run as one
-// cpu.GEMMW4A8s, which quantizes and packs the activations once for all of them (bit for bit the separate calls).
+// runs: medians +5% for F32, Int8 and Int4, F16 unchanged. Int8 and Int4 matrices of several tokens run as one
+// cpu.GEMMW8A8s or cpu.GEMMW4A8s, which quantize and pack the activations once for all of them (bit for bit the
+// separate calls).
 func (ws *Workspace) matmuls(tokens int, x []float32, mats []*quant.Matrix, ys [][]float32) {
 	f, k := mats[0].Format, mats[0].Cols
 	fused := tokens == 1 && sameShape(mats)
@@ -326,9 +328,18 @@ func (ws *Workspace) matmuls(tokens int, x []float32, mats []*quant.Matrix, ys [
 		fused = false
 	}
 	if !fused {
-		if f == quant.Int4 && sameShape(mats) {
-			// Several tokens: one call for all the matrices, the activations quantized once and, from 12 tokens
-			// on, packed once, with the matrices' tiles split over the threads together.
+		// Several tokens of Int8 or Int4: one call for all the matrices, the activations quantized once and, on
+		// the tile paths, packed once, with the matrices' tiles split over the threads together.
+		switch {
+		case f == quant.Int8 && sameShape(mats):
+			qa, sa := ws.quantizeRows(tokens, k, x)
+			ws.w8 = ws.w8[:0]
+			for _, w := range mats {
+				ws.w8 = append(ws.w8, cpu.W8A8Weights{N: w.Rows, Q: w.Q, Scales: w.Scales})
+			}
+			cpu.GEMMW8A8s(tokens, k, qa, sa, ws.w8, ys)
+			return
+		case f == quant.Int4 && sameShape(mats):
 			qa, sa := ws.quantizeRows(tokens, k, x)
 			ws.w4 = ws.w4[:0]
 			for _, w := range mats {

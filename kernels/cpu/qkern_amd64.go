@@ -282,23 +282,38 @@ func qFewInt8(m, n, k int, a, w []int8, out *qInt8Out) {
 // qTileW8A8 runs qW8A8Tile for the calls it serves best: float32 outputs (W8A8), VNNI, k a multiple of four,
 // and qW8TileMinM to qNR tokens. It reports whether it ran.
 func qTileW8A8(m, n, k int, a, w []int8, out *qInt8Out) bool {
-	if !qVNNI || out.cf == nil || k%4 != 0 || m < qW8TileMinM || m > qNR {
+	if !qW8TileFits(m, k) || out.cf == nil {
 		return false
 	}
-	qW8A8Tile(m, n, k, a, w, out)
+	qW8A8Tile(m, k, a, out.sa, []W8A8Weights{{n, w, out.sw}}, [][]float32{out.cf})
 	return true
 }
+
+// qW8TileFits reports whether qW8A8Tile takes m tokens of k values.
+func qW8TileFits(m, k int) bool { return qVNNI && k%4 == 0 && m >= qW8TileMinM && m <= qNR }
 
 // qW8TileMinM is the fewest tokens for which W8A8 runs qW8A8Tile: at 8 tokens (4096x768) the GEMVs are 1.2x the
 // tile, at 16 the tile is 1.8x the GEMVs and at 24 1.9x (BenchmarkW8A8Few, medians of three).
 const qW8TileMinM = 12
 
-// qW8A8Tile is qInt8 with float32 outputs for a few tokens (qTileW8A8): the W4A8 tile's shape, six rows of
-// W (read in place) against panels of qW4TileTokens tokens, twelve VPDPBUSD a step for eight loads, every lane
-// a token that exists when the panel is full (qKernelI8F32VNNI's 48 columns left a third idle at 32 tokens), and
-// the results stored by the kernel in C's layout. The sums and their scaling are the packed path's, so C is bit
-// for bit the same.
-func qW8A8Tile(m, n, k int, a, w []int8, out *qInt8Out) {
+// qW8A8s is GEMMW8A8s: one tile call for all the matrices where qInt8 would run the tile, else qInt8 on each.
+func qW8A8s(m, k int, qa []int8, sa []float32, ws []W8A8Weights, cs [][]float32) {
+	if qW8TileFits(m, k) {
+		qW8A8Tile(m, k, qa, sa, ws, cs)
+		return
+	}
+	for i, w := range ws {
+		qInt8(m, w.N, k, qa, w.Q, &qInt8Out{n: w.N, cf: cs[i], sa: sa, sw: w.Scales})
+	}
+}
+
+// qW8A8Tile is qInt8 with float32 outputs for a few tokens (qTileW8A8), for one or more matrices of W that share
+// the tokens: the W4A8 tile's shape, six rows of W (read in place) against panels of qW4TileTokens tokens,
+// twelve VPDPBUSD a step for eight loads, every lane a token that exists when the panel is full
+// (qKernelI8F32VNNI's 48 columns left a third idle at 32 tokens), and the results stored by the kernel in C's
+// layout. The tokens are packed once, and the tiles of all the matrices split over the threads together. The
+// sums and their scaling are the packed path's, so C is bit for bit the same.
+func qW8A8Tile(m, k int, a []int8, sa []float32, mats []W8A8Weights, cs [][]float32) {
 	const rowsT, tokT = qW4TileRows, qW4TileTokens
 	kq := k / 4
 	panels := (m + tokT - 1) / tokT
@@ -308,15 +323,16 @@ func qW8A8Tile(m, n, k int, a, w []int8, out *qInt8Out) {
 	for p := range panels {
 		qPackPanel(tok[p*kq*tokT*4:], qBytes(a[p*tokT*k:]), min(tokT, m-p*tokT), k, tokT)
 	}
-	c := out.cf
-	Parallel((n+rowsT-1)/rowsT, qRowGrain(rowsT*k), func(lo, hi int) {
+	tiles := qTiles(mats, func(w W8A8Weights) int { return w.N })
+	Parallel(tiles.total(), qRowGrain(rowsT*k), func(lo, hi int) {
 		var bias [rowsT]int32
 		var sw [rowsT]float32
 		var pf prefetchStream
 		part, partBuf := scratchF32(tokT * rowsT) // a partial tile, [tokT][rowsT] as C's layout
 		defer partBuf.release()
 		for b := lo; b < hi; b++ {
-			j0 := b * rowsT
+			i, j0 := tiles.at(b)
+			w, c, n := mats[i].Q, cs[i], mats[i].N
 			rows := min(rowsT, n-j0)
 			wt := w[j0*k:]
 			if rows < rowsT { // the kernel reads rowsT rows
@@ -328,27 +344,53 @@ func qW8A8Tile(m, n, k int, a, w []int8, out *qInt8Out) {
 			for r := range rowsT {
 				bias[r], sw[r] = 0, 0
 				if r < rows {
-					bias[r], sw[r] = 128*qSumI8VNNI(&wt[r*k], k), out.sw[j0+r]
+					bias[r], sw[r] = 128*qSumI8VNNI(&wt[r*k], k), mats[i].Scales[j0+r]
 				}
 			}
 			if b+1 < hi {
-				pf = prefetchRows(uintptr(unsafe.Pointer(&w[(j0+rowsT)*k])), k, min(rowsT, n-j0-rowsT), k)
+				ni, next := tiles.at(b + 1)
+				nw := mats[ni]
+				pf = prefetchRows(uintptr(unsafe.Pointer(&nw.Q[next*k])), k, min(rowsT, nw.N-next), k)
 			}
 			for p := range panels {
 				t0 := p * tokT
 				tn := min(tokT, m-t0)
 				pt := &tok[p*kq*tokT*4]
 				if rows == rowsT && tn == tokT {
-					qW8A8TileVNNI(&wt[0], k, pt, kq, &bias[0], &sw[0], &out.sa[t0], uint64(1)<<tn-1, &c[t0*n+j0], 4*n, &pf)
+					qW8A8TileVNNI(&wt[0], k, pt, kq, &bias[0], &sw[0], &sa[t0], uint64(1)<<tn-1, &c[t0*n+j0], 4*n, &pf)
 					continue
 				}
-				qW8A8TileVNNI(&wt[0], k, pt, kq, &bias[0], &sw[0], &out.sa[t0], uint64(1)<<tn-1, &part[0], 4*rowsT, &pf)
+				qW8A8TileVNNI(&wt[0], k, pt, kq, &bias[0], &sw[0], &sa[t0], uint64(1)<<tn-1, &part[0], 4*rowsT, &pf)
 				for t := range tn {
 					copy(c[(t0+t)*n+j0:][:rows], part[t*rowsT:])
 				}
 			}
 		}
 	})
+}
+
+// qTileList is the tiles of qW4TileRows rows of several matrices, one after another: matrix i's are
+// [first[i], first[i+1]).
+type qTileList struct{ first []int }
+
+// qTiles lists the tiles of mats, whose rows n gives.
+func qTiles[W any](mats []W, n func(W) int) qTileList {
+	first := make([]int, 1, len(mats)+1)
+	for _, w := range mats {
+		first = append(first, first[len(first)-1]+(n(w)+qW4TileRows-1)/qW4TileRows)
+	}
+	return qTileList{first}
+}
+
+func (l qTileList) total() int { return l.first[len(l.first)-1] }
+
+// at returns the matrix and the first row of tile b.
+func (l qTileList) at(b int) (int, int) {
+	i := 0
+	for b >= l.first[i+1] {
+		i++
+	}
+	return i, (b - l.first[i]) * qW4TileRows
 }
 
 // qPackPanel packs rows (at most nr, which is 16, 32 or 48) rows of W, or tokens, k bytes each, into a panel of
@@ -590,21 +632,8 @@ func qW4A8Tile(m, k, group int, qa []int8, sa []float32, mats []W4A8Weights, cs 
 	for p := range panels {
 		qPackRun(tok[p*kq*tokT*4:], qBytes(qa[p*tokT*k:]), min(tokT, m-p*tokT), k, tokT, 0, tsum[p*gpr*tokT:], group)
 	}
-	// The tiles of all the matrices, one after another: matrix i's are [first[i], first[i+1]).
-	var firstBuf [4]int
-	first := append(firstBuf[:0], 0)
-	for _, w := range mats {
-		first = append(first, first[len(first)-1]+(w.N+rowsT-1)/rowsT)
-	}
-	// tile returns the matrix and first row of tile b.
-	tile := func(b int) (int, int) {
-		i := 0
-		for b >= first[i+1] {
-			i++
-		}
-		return i, (b - first[i]) * rowsT
-	}
-	Parallel(first[len(mats)], qRowGrain(rowsT*k), func(lo, hi int) {
+	tiles := qTiles(mats, func(w W4A8Weights) int { return w.N })
+	Parallel(tiles.total(), qRowGrain(rowsT*k), func(lo, hi int) {
 		codes, codesBuf := scratchI8(rowsT * k)
 		defer codesBuf.release()
 		cb := qBytes(codes)
@@ -616,7 +645,7 @@ func qW4A8Tile(m, k, group int, qa []int8, sa []float32, mats []W4A8Weights, cs 
 		var pf linePrefetch
 		var ahead [2]linePrefetch
 		for b := lo; b < hi; b++ {
-			i, j0 := tile(b)
+			i, j0 := tiles.at(b)
 			w, c, n := mats[i], cs[i], mats[i].N
 			rows := min(rowsT, n-j0)
 			qW4UnpackAVX512(&cb[0], &w.Packed[j0*k/2], rows*k) // the tile's rows are consecutive, in W and in cb
@@ -630,7 +659,7 @@ func qW4A8Tile(m, k, group int, qa []int8, sa []float32, mats []W4A8Weights, cs 
 				scale = part
 			}
 			if b+1 < hi {
-				ni, next := tile(b + 1)
+				ni, next := tiles.at(b + 1)
 				nw := mats[ni]
 				nr := min(rowsT, nw.N-next)
 				pf = lineRange(unsafe.Pointer(&nw.Packed[next*k/2]), nr*k/2)

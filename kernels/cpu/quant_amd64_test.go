@@ -167,7 +167,7 @@ func TestQFewInt8MatchesPacked(t *testing.T) {
 		fewF, packedF := make([]float32, m*n), make([]float32, m*n)
 		qFewInt8(m, n, k, a, w, &qInt8Out{n: n, ci: fewI})
 		qPackedInt8(m, n, k, a, w, &qInt8Out{n: n, ci: packedI})
-		qW8A8Tile(m, n, k, a, w, &qInt8Out{n: n, cf: fewF, sa: sa, sw: sw})
+		qW8A8Tile(m, k, a, sa, []W8A8Weights{{n, w, sw}}, [][]float32{fewF})
 		qPackedInt8(m, n, k, a, w, &qInt8Out{n: n, cf: packedF, sa: sa, sw: sw})
 		gemvF := make([]float32, m*n)
 		qGEMVInt8(m, n, k, a, w, &qInt8Out{n: n, cf: gemvF, sa: sa, sw: sw})
@@ -241,7 +241,9 @@ func BenchmarkW8A8Few(b *testing.B) {
 		for _, path := range []struct {
 			name string
 			run  func(m, n, k int, a, w []int8, out *qInt8Out)
-		}{{"gemv", qGEMVInt8}, {"tile", qW8A8Tile}} {
+		}{{"gemv", qGEMVInt8}, {"tile", func(m, n, k int, a, w []int8, out *qInt8Out) {
+			qW8A8Tile(m, k, a, out.sa, []W8A8Weights{{n, w, out.sw}}, [][]float32{out.cf})
+		}}} {
 			b.Run(fmt.Sprintf("m=%d/path=%s", m, path.name), func(b *testing.B) {
 				for b.Loop() {
 					path.run(m, n, k, a, w, out)

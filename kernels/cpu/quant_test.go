@@ -65,3 +65,39 @@ func TestGEMMW4A8s(t *testing.T) {
 		}
 	}
 }
+
+// TestGEMMW8A8s checks that one call over several matrices gives bit for bit what a GEMMW8A8 call a matrix gives,
+// for matrices of whole and partial tiles, below the tile path, on it (one and two panels) and above it.
+func TestGEMMW8A8s(t *testing.T) {
+	r := rand.New(rand.NewPCG(25, 26))
+	for _, tc := range []struct{ m, k int }{{3, 256}, {12, 256}, {17, 388}, {45, 256}, {60, 128}} {
+		ns := []int{48, 29, 4, 13}
+		qa, sa := make([]int8, tc.m*tc.k), make([]float32, tc.m)
+		for i := range qa {
+			qa[i] = int8(r.IntN(255) - 127)
+		}
+		for i := range sa {
+			sa[i] = float32(r.Float64()) / 127
+		}
+		ws, cs, want := make([]W8A8Weights, len(ns)), make([][]float32, len(ns)), make([][]float32, len(ns))
+		for i, n := range ns {
+			w := W8A8Weights{n, make([]int8, n*tc.k), make([]float32, n)}
+			for j := range w.Q {
+				w.Q[j] = int8(r.IntN(255) - 127)
+			}
+			for j := range w.Scales {
+				w.Scales[j] = float32(r.Float64()) / 127
+			}
+			ws[i], cs[i], want[i] = w, make([]float32, tc.m*n), make([]float32, tc.m*n)
+			GEMMW8A8(tc.m, n, tc.k, qa, sa, w.Q, w.Scales, want[i])
+		}
+		GEMMW8A8s(tc.m, tc.k, qa, sa, ws, cs)
+		for i := range ns {
+			for j := range cs[i] {
+				if math.Float32bits(cs[i][j]) != math.Float32bits(want[i][j]) {
+					t.Fatalf("m=%d k=%d: matrix %d: c[%d] = %v, want %v (GEMMW8A8)", tc.m, tc.k, i, j, cs[i][j], want[i][j])
+				}
+			}
+		}
+	}
+}
