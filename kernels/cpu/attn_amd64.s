@@ -317,6 +317,16 @@ vsum: \
 	CMPQ    BX, R11; \
 	JB      vchunk
 
+// DEC_KV counts a query head down at cnt and, after group of them, moves ptr to the next KV head's columns and
+// starts the count again; label follows.
+#define DEC_KV(cnt, ptr, ESC, label) \
+	DECQ cnt; \
+	JNZ  label; \
+	MOVQ group+88(FP), AX; \
+	MOVQ AX, cnt; \
+	LEAQ (ptr)(R11*ESC), ptr; \
+label:
+
 // DEC_BODY is the whole kernel but its constants. Round i of heads+1 (R10 counts them down) runs the softmax of
 // query head i-1, the scores of query head i and the values of query head i-1, in that order, so that the
 // softmax's chain of dependent instructions overlaps the independent scores of the next head: DI and SI point at
@@ -351,12 +361,7 @@ scores: \
 	DEC_PREFETCH; \
 	DEC_SCORES(LOAD, ESC); \
 	LEAQ (DI)(R11*4), DI; \
-	DECQ 64(SP); \
-	JNZ  samek; \
-	MOVQ group+88(FP), AX; \
-	MOVQ AX, 64(SP); \
-	LEAQ (SI)(R11*ESC), SI; \
-samek: \
+	DEC_KV(64(SP), SI, ESC, samek); \
 	MOVQ heads+40(FP), AX; \
 	INCQ AX; \
 	CMPQ R10, AX; \
@@ -365,12 +370,7 @@ values: \
 	DEC_VALUES(LOAD, ESC); \
 	LEAQ (R12)(R11*4), R12; \
 	ADDQ $4, R13; \
-	DECQ 72(SP); \
-	JNZ  next; \
-	MOVQ group+88(FP), AX; \
-	MOVQ AX, 72(SP); \
-	LEAQ (DX)(R11*ESC), DX; \
-next: \
+	DEC_KV(72(SP), DX, ESC, next); \
 	DECQ R10; \
 	JNZ  round; \
 	VZEROUPPER; \

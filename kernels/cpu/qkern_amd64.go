@@ -257,16 +257,12 @@ func qFewInt8(m, n, k int, a, w []int8, out *qInt8Out) {
 		var pf prefetchStream
 		ct, ctBuf := scratchI32(qMR * qNR) // Cᵀ for the tile
 		defer ctBuf.release()
+		pad, padBuf := scratchI8(qMR * k)
+		defer padBuf.release()
 		for tile := lo; tile < hi; tile++ {
 			j0 := tile * qMR
 			rows := min(qMR, n-j0)
-			wt := w[j0*k:]
-			if rows < qMR { // the kernel reads qMR rows
-				pad, padBuf := scratchI8(qMR * k)
-				defer padBuf.release()
-				clear(pad[copy(pad, wt):])
-				wt = pad
-			}
+			wt := qTileRows(w, j0, rows, qMR, k, pad)
 			for r := range rows {
 				bias[r] = 128 * qSumI8VNNI(&wt[r*k], k)
 			}
@@ -330,17 +326,13 @@ func qW8A8Tile(m, k int, a []int8, sa []float32, mats []W8A8Weights, cs [][]floa
 		var pf prefetchStream
 		part, partBuf := scratchF32(tokT * rowsT) // a partial tile, [tokT][rowsT] as C's layout
 		defer partBuf.release()
+		pad, padBuf := scratchI8(rowsT * k)
+		defer padBuf.release()
 		for b := lo; b < hi; b++ {
 			i, j0 := tiles.at(b)
 			w, c, n := mats[i].Q, cs[i], mats[i].N
 			rows := min(rowsT, n-j0)
-			wt := w[j0*k:]
-			if rows < rowsT { // the kernel reads rowsT rows
-				pad, padBuf := scratchI8(rowsT * k)
-				defer padBuf.release()
-				clear(pad[copy(pad, wt):])
-				wt = pad
-			}
+			wt := qTileRows(w, j0, rows, rowsT, k, pad)
 			for r := range rowsT {
 				bias[r], sw[r] = 0, 0
 				if r < rows {
@@ -367,6 +359,16 @@ func qW8A8Tile(m, k int, a []int8, sa []float32, mats []W8A8Weights, cs [][]floa
 			}
 		}
 	})
+}
+
+// qTileRows returns the want rows of W (k bytes each) from row j0 for a kernel that reads want rows: W in place,
+// or, where only rows < want are left, pad (want·k bytes) holding them and then zeros.
+func qTileRows(w []int8, j0, rows, want, k int, pad []int8) []int8 {
+	if rows == want {
+		return w[j0*k:]
+	}
+	clear(pad[copy(pad, w[j0*k:j0*k+rows*k]):])
+	return pad
 }
 
 // qTileList is the tiles of qW4TileRows rows of several matrices, one after another: matrix i's are
@@ -439,7 +441,7 @@ type prefetchStream struct {
 	lines    int
 }
 
-// lineRange is the lines that hold the size bytes at p.
+// lineRange is the lines that hold the size bytes at p (per left zero: for kernels that take one a step).
 func lineRange(p unsafe.Pointer, size int) linePrefetch {
 	addr := uintptr(p)
 	return linePrefetch{addr: addr &^ 63, lines: int(addr+uintptr(size)-addr&^63+63) / 64}

@@ -1169,6 +1169,19 @@ w4chunk:
 	VZEROUPPER
 	RET
 
+// PW_VEC gathers one dword of each of 16 rows (offsets in zidx, lanes in mask; kt: a copy the gather consumes)
+// into z, XORs it with the flip in Z20 and stores the lanes at off(DI); PW_NEXT moves on to the next four bytes
+// of the rows and the next step of the panel.
+#define PW_VEC(mask, kt, zidx, z, off) \
+	KMOVQ      mask, kt; \
+	VPGATHERDD (SI)(zidx*1), kt, z; \
+	VPXORD     Z20, z, z; \
+	VMOVDQU32  z, mask, off(DI)
+
+#define PW_NEXT \
+	ADDQ $4, SI; \
+	ADDQ BX, DI
+
 // func qPackW(dst, src *byte, idx *int32, mask uint64, kq, nr int, flip uint32, sums *float32, gsteps int)
 // Packs rows of W or tokens (row c at src + idx[c]) into a panel of nr columns (16, 32 or 48) for the VNNI
 // kernels: for q < kq, bytes 4q..4q+3 of row c, XOR flip (0x80808080 offsets signed bytes by 128 for the kernels
@@ -1203,38 +1216,21 @@ pack48pre:
 	VMOVDQU32    128(DX), Z18
 
 pack48:
-	KMOVQ      K1, K4
-	VPGATHERDD (SI)(Z16*1), K4, Z0
-	KMOVQ      K2, K5
-	VPGATHERDD (SI)(Z17*1), K5, Z1
-	KMOVQ      K3, K6
-	VPGATHERDD (SI)(Z18*1), K6, Z2
-	VPXORD     Z20, Z0, Z0
-	VPXORD     Z20, Z1, Z1
-	VPXORD     Z20, Z2, Z2
-	VMOVDQU32  Z0, K1, (DI)
-	VMOVDQU32  Z1, K2, 64(DI)
-	VMOVDQU32  Z2, K3, 128(DI)
-	ADDQ       $4, SI
-	ADDQ       BX, DI
-	DECQ       R9
-	JNZ        pack48
+	PW_VEC(K1, K4, Z16, Z0, 0)
+	PW_VEC(K2, K5, Z17, Z1, 64)
+	PW_VEC(K3, K6, Z18, Z2, 128)
+	PW_NEXT
+	DECQ R9
+	JNZ  pack48
 	VZEROUPPER
 	RET
 
 pack32:
-	KMOVQ      K1, K4
-	VPGATHERDD (SI)(Z16*1), K4, Z0
-	KMOVQ      K2, K5
-	VPGATHERDD (SI)(Z17*1), K5, Z1
-	VPXORD     Z20, Z0, Z0
-	VPXORD     Z20, Z1, Z1
-	VMOVDQU32  Z0, K1, (DI)
-	VMOVDQU32  Z1, K2, 64(DI)
-	ADDQ       $4, SI
-	ADDQ       BX, DI
-	DECQ       R9
-	JNZ        pack32
+	PW_VEC(K1, K4, Z16, Z0, 0)
+	PW_VEC(K2, K5, Z17, Z1, 64)
+	PW_NEXT
+	DECQ R9
+	JNZ  pack32
 	VZEROUPPER
 	RET
 
@@ -1248,18 +1244,11 @@ pack32s:
 	MOVQ         R10, R12
 
 pack32sloop:
-	KMOVQ      K1, K4
-	VPGATHERDD (SI)(Z16*1), K4, Z0
-	KMOVQ      K2, K5
-	VPGATHERDD (SI)(Z17*1), K5, Z1
-	VPXORD     Z20, Z0, Z0
-	VPXORD     Z20, Z1, Z1
-	VMOVDQU32  Z0, K1, (DI)
-	VMOVDQU32  Z1, K2, 64(DI)
+	PW_VEC(K1, K4, Z16, Z0, 0)
+	PW_VEC(K2, K5, Z17, Z1, 64)
 	VPDPBUSD   Z0, Z21, Z22
 	VPDPBUSD   Z1, Z21, Z23
-	ADDQ       $4, SI
-	ADDQ       BX, DI
+	PW_NEXT
 	DECQ       R12
 	JNZ        pack32snext
 	VCVTDQ2PS  Z22, Z22
@@ -1278,14 +1267,10 @@ pack32snext:
 	RET
 
 pack16:
-	KMOVQ      K1, K4
-	VPGATHERDD (SI)(Z16*1), K4, Z0
-	VPXORD     Z20, Z0, Z0
-	VMOVDQU32  Z0, K1, (DI)
-	ADDQ       $4, SI
-	ADDQ       BX, DI
-	DECQ       R9
-	JNZ        pack16
+	PW_VEC(K1, K4, Z16, Z0, 0)
+	PW_NEXT
+	DECQ R9
+	JNZ  pack16
 	VZEROUPPER
 	RET
 
