@@ -77,8 +77,7 @@ func gemvTiles8AVX512(groups, k int, w, xp, y *float32, tokens, ldy int, pf *lin
 func gemvTiles8F16AVX512(groups, k int, w *uint16, xp, y *float32, tokens, ldy int, pf *linePrefetch)
 
 // linePrefetch is a run of cache lines for a kernel to prefetch: the address of the next, how many are left, and
-// how many a step (at least one) for the GEMV tiles; the W4A8 tile takes one a step and the fused decode
-// attention's next-tile lines (attnNext) are shared out by head instead.
+// how many a step (at least one) for the GEMV tiles; the W4A8 tile takes one a step.
 type linePrefetch struct {
 	addr  uintptr
 	lines int
