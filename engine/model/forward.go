@@ -321,17 +321,12 @@ func (ws *Workspace) matmul(tokens int, x []float32, w *quant.Matrix, y []float3
 // separate calls).
 func (ws *Workspace) matmuls(tokens int, x []float32, mats []*quant.Matrix, ys [][]float32) {
 	f, k := mats[0].Format, mats[0].Cols
-	fused := tokens == 1 && sameShape(mats)
-	switch f {
-	case quant.F32, quant.F16, quant.Int8, quant.Int4:
-	default:
-		fused = false
-	}
-	if !fused {
+	same := sameShape(mats)
+	if tokens > 1 && same {
 		// Several tokens of Int8 or Int4: one call for all the matrices, the activations quantized once and, on
 		// the tile paths, packed once, with the matrices' tiles split over the threads together.
-		switch {
-		case f == quant.Int8 && sameShape(mats):
+		switch f {
+		case quant.Int8:
 			qa, sa := ws.quantizeRows(tokens, k, x)
 			ws.w8 = ws.w8[:0]
 			for _, w := range mats {
@@ -339,7 +334,7 @@ func (ws *Workspace) matmuls(tokens int, x []float32, mats []*quant.Matrix, ys [
 			}
 			cpu.GEMMW8A8s(tokens, k, qa, sa, ws.w8, ys)
 			return
-		case f == quant.Int4 && sameShape(mats):
+		case quant.Int4:
 			qa, sa := ws.quantizeRows(tokens, k, x)
 			ws.w4 = ws.w4[:0]
 			for _, w := range mats {
@@ -348,6 +343,14 @@ func (ws *Workspace) matmuls(tokens int, x []float32, mats []*quant.Matrix, ys [
 			cpu.GEMMW4A8s(tokens, k, mats[0].Group, qa, sa, ws.w4, ys)
 			return
 		}
+	}
+	fused := tokens == 1 && same
+	switch f {
+	case quant.F32, quant.F16, quant.Int8, quant.Int4:
+	default:
+		fused = false
+	}
+	if !fused {
 		for i, w := range mats {
 			ws.matmul(tokens, x, w, ys[i])
 		}

@@ -292,15 +292,13 @@ func qW8TileFits(m, k int) bool { return qVNNI && k%4 == 0 && m >= qW8TileMinM &
 // tile, at 16 the tile is 1.8x the GEMVs and at 24 1.9x (BenchmarkW8A8Few, medians of three).
 const qW8TileMinM = 12
 
-// qW8A8s is GEMMW8A8s: one tile call for all the matrices where qInt8 would run the tile, else qInt8 on each.
-func qW8A8s(m, k int, qa []int8, sa []float32, ws []W8A8Weights, cs [][]float32) {
-	if qW8TileFits(m, k) {
-		qW8A8Tile(m, k, qa, sa, ws, cs)
-		return
+// qTileW8A8s runs GEMMW8A8s as one qW8A8Tile call where qInt8 would run the tile, and reports whether it did.
+func qTileW8A8s(m, k int, qa []int8, sa []float32, ws []W8A8Weights, cs [][]float32) bool {
+	if !qW8TileFits(m, k) {
+		return false
 	}
-	for i, w := range ws {
-		qInt8(m, w.N, k, qa, w.Q, &qInt8Out{n: w.N, cf: cs[i], sa: sa, sw: w.Scales})
-	}
+	qW8A8Tile(m, k, qa, sa, ws, cs)
+	return true
 }
 
 // qW8A8Tile is qInt8 with float32 outputs for a few tokens (qTileW8A8), for one or more matrices of W that share
@@ -557,15 +555,13 @@ func qGEMMW8(m, n, k int, a []float32, w []int8, sw, c []float32) {
 // is rearranged for qDotW4A8RowsVNNI (or its 256- or 128-bit twin) and its group sums taken once, and blocks of
 // qW4A8Rows rows of W serve every token while they are in L2, so a token's outputs do not depend on the others.
 // Other groups run the pure-Go loop.
-// qW4A8s is GEMMW4A8s: one tile call for all the matrices where qW4A8 would run the tile, else qW4A8 on each.
-func qW4A8s(m, k, group int, qa []int8, sa []float32, ws []W4A8Weights, cs [][]float32) {
-	if qVNNI && m >= qW4TileMinM && group%64 == 0 {
-		qW4A8Tile(m, k, group, qa, sa, ws, cs)
-		return
+// qTileW4A8s runs GEMMW4A8s as one qW4A8Tile call where qW4A8 would run the tile, and reports whether it did.
+func qTileW4A8s(m, k, group int, qa []int8, sa []float32, ws []W4A8Weights, cs [][]float32) bool {
+	if !qVNNI || m < qW4TileMinM || group%64 != 0 {
+		return false
 	}
-	for i, w := range ws {
-		qW4A8(m, w.N, k, group, qa, sa, w.Packed, w.Scales, w.Zeros, cs[i])
-	}
+	qW4A8Tile(m, k, group, qa, sa, ws, cs)
+	return true
 }
 
 func qW4A8(m, n, k, group int, qa []int8, sa []float32, w []uint8, s []float32, z []uint8, c []float32) {

@@ -12,18 +12,10 @@ func qSumI8(a []int8) int32                              { return qSumI8Go(a) }
 func qW4A8(m, n, k, group int, qa []int8, sa []float32, w []uint8, s []float32, z []uint8, c []float32) {
 	qW4A8Go(m, n, k, group, qa, sa, w, s, z, c)
 }
-func qW4A8s(m, k, group int, qa []int8, sa []float32, ws []W4A8Weights, cs [][]float32) {
-	for i, w := range ws {
-		qW4A8Go(m, w.N, k, group, qa, sa, w.Packed, w.Scales, w.Zeros, cs[i])
-	}
-}
-func qW8A8s(m, k int, qa []int8, sa []float32, ws []W8A8Weights, cs [][]float32) {
-	for i, w := range ws {
-		qInt8(m, w.N, k, qa, w.Q, &qInt8Out{n: w.N, cf: cs[i], sa: sa, sw: w.Scales})
-	}
-}
-func qGEMMInt8(m, n, k int, a, w []int8, out *qInt8Out)       { qGEMMInt8Go(m, n, k, a, w, out) }
-func qTileW8A8(int, int, int, []int8, []int8, *qInt8Out) bool { return false }
+func qTileW4A8s(int, int, int, []int8, []float32, []W4A8Weights, [][]float32) bool { return false }
+func qTileW8A8s(int, int, []int8, []float32, []W8A8Weights, [][]float32) bool      { return false }
+func qGEMMInt8(m, n, k int, a, w []int8, out *qInt8Out)                            { qGEMMInt8Go(m, n, k, a, w, out) }
+func qTileW8A8(int, int, int, []int8, []int8, *qInt8Out) bool                      { return false }
 func qW4Rows(k, group int, x []float32) func(w []uint8, s []float32, z []uint8) float32 {
 	return qW4RowsGo(k, group, x)
 }

@@ -93,7 +93,12 @@ func GEMMW4A8s(m, k, group int, qa []int8, sa []float32, ws []W4A8Weights, cs []
 		shape.GEMMGroup("GEMMW4A8s", m, w.N, k, group, len(qa), len(w.Packed), len(w.Scales), len(w.Zeros), len(cs[i]))
 	}
 	shape.Len("GEMMW4A8s", "sa", len(sa), m, "m")
-	qW4A8s(m, k, group, qa, sa, ws, cs)
+	if qTileW4A8s(m, k, group, qa, sa, ws, cs) {
+		return
+	}
+	for i, w := range ws {
+		qW4A8(m, w.N, k, group, qa, sa, w.Packed, w.Scales, w.Zeros, cs[i])
+	}
 }
 
 // qGEMMW4Go is GEMMW4A16 for m > 1 without the tile kernel: one GEMV a token.
@@ -144,7 +149,12 @@ func GEMMW8A8s(m, k int, qa []int8, sa []float32, ws []W8A8Weights, cs [][]float
 		shape.Len("GEMMW8A8s", "Scales", len(w.Scales), w.N, "N")
 	}
 	shape.Len("GEMMW8A8s", "sa", len(sa), m, "m")
-	qW8A8s(m, k, qa, sa, ws, cs)
+	if qTileW8A8s(m, k, qa, sa, ws, cs) {
+		return
+	}
+	for i, w := range ws {
+		qInt8(m, w.N, k, qa, w.Q, &qInt8Out{n: w.N, cf: cs[i], sa: sa, sw: w.Scales})
+	}
 }
 
 // qInt8Out is where qInt8 writes C [m, n]: the int32 sums into ci, or, when cf is set, float32(sum)·(sa[i]·sw[j])
