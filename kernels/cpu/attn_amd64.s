@@ -327,12 +327,16 @@ vsum: \
 	LEAQ (ptr)(R11*ESC), ptr; \
 label:
 
-// DEC_BODY is the whole kernel but its constants. Round i of heads+1 (R10 counts them down) runs the softmax of
+// DEC_BODY is the whole kernel. Round i of heads+1 (R10 counts them down) runs the softmax of
 // query head i-1, the scores of query head i and the values of query head i-1, in that order, so that the
 // softmax's chain of dependent instructions overlaps the independent scores of the next head: DI and SI point at
 // head i's query and keys, DX, R12 and R13 at head i-1's values, output and m, l. The keys and values move on
 // to the next KV head every group query heads (the frame counts them down at 64(SP) for SI, 72(SP) for DX).
 #define DEC_BODY(LOAD, ESC) \
+	EXP_POLY_CONSTS; \
+	VBROADCASTSS attnExp2Lo<>(SB), Z24; \
+	VBROADCASTSS attnLn2<>(SB), Z26; \
+	VBROADCASTSS attnNegInf<>(SB), Z16; \
 	MOVQ q+0(FP), DI; \
 	MOVQ k+8(FP), SI; \
 	MOVQ v+16(FP), DX; \
@@ -1274,10 +1278,6 @@ body:
 // multiply-adds, for their latency). Constants: EXP_POLY_CONSTS (Z17..Z23), Z24, Z26 as
 // ATTN_EXP2 wants, Z16 = -Inf; K1 masks the nt tokens' lanes, K2 all. The frame holds p and the two counters.
 TEXT ·attnDecodeAVX512(SB), NOSPLIT, $80-96
-	EXP_POLY_CONSTS
-	VBROADCASTSS attnExp2Lo<>(SB), Z24
-	VBROADCASTSS attnLn2<>(SB), Z26
-	VBROADCASTSS attnNegInf<>(SB), Z16
 	DEC_BODY(VMOVUPS, 4)
 
 // func attnDecodeF16AVX512(q *float32, k, v *uint16, stride, nt, heads, hd int, m, l, o *float32, pf *attnNext,
@@ -1285,8 +1285,4 @@ TEXT ·attnDecodeAVX512(SB), NOSPLIT, $80-96
 // attnDecodeAVX512 over binary16 keys and values, widened exactly as they are loaded (KV head g's columns at
 // g·hd·2 bytes): bit for bit its results over float32 copies of the same values.
 TEXT ·attnDecodeF16AVX512(SB), NOSPLIT, $80-96
-	EXP_POLY_CONSTS
-	VBROADCASTSS attnExp2Lo<>(SB), Z24
-	VBROADCASTSS attnLn2<>(SB), Z26
-	VBROADCASTSS attnNegInf<>(SB), Z16
 	DEC_BODY(VCVTPH2PS, 2)
