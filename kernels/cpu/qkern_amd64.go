@@ -65,6 +65,10 @@ func qDotW4A8RowsVNNI(w *uint8, k int, xr *int8, xs *int32, s *float32, z *uint8
 	sa float32, y *float32)
 
 //go:noescape
+func qDotW4A8Rows4VNNI(w *uint8, k int, xr *int8, xs *int32, s *float32, z *uint8, groups, chunks, rows int,
+	sa float32, y *float32)
+
+//go:noescape
 func qDotW4A8Rows32VNNI(w *uint8, k int, xr *int8, xs *int32, s *float32, z *uint8, groups, chunks, rows int,
 	sa float32, y *float32)
 
@@ -602,9 +606,20 @@ func qW4A8(m, n, k, group int, qa []int8, sa []float32, w []uint8, s []float32, 
 		for b := lo; b < hi; b++ {
 			j0 := b * qW4A8Rows
 			rows := min(qW4A8Rows, n-j0)
+			// With chunks of 128 codes, blocks of four rows share each load of the token.
+			r4 := 0
+			if chunk == 128 {
+				r4 = rows &^ 3
+			}
 			for i := 0; i < m; i++ {
-				rowsKernel(&w[j0*k/2], k, &xr[i*k], &xs[i*gpr], &s[j0*gpr], &z[j0*gpr], gpr, group/chunk, rows, sa[i],
-					&c[i*n+j0])
+				if r4 > 0 {
+					qDotW4A8Rows4VNNI(&w[j0*k/2], k, &xr[i*k], &xs[i*gpr], &s[j0*gpr], &z[j0*gpr], gpr, group/chunk,
+						r4, sa[i], &c[i*n+j0])
+				}
+				if j := j0 + r4; r4 < rows {
+					rowsKernel(&w[j*k/2], k, &xr[i*k], &xs[i*gpr], &s[j*gpr], &z[j*gpr], gpr, group/chunk, rows-r4,
+						sa[i], &c[i*n+j])
+				}
 			}
 		}
 	})

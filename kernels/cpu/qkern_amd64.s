@@ -687,6 +687,136 @@ w4a8chunk:
 	VZEROUPPER
 	RET
 
+// W4R_ROW adds one 64-byte chunk of a row of codes at mem (pf: 4 KiB further, prefetched) against the token's
+// even and odd activations in Z20, Z21 into the row's group sums acc (t0, t1: scratch).
+#define W4R_ROW(mem, pf, acc, t0, t1) \
+	PREFETCHT0 pf; \
+	VMOVDQU8   mem, t0; \
+	VPSRLW     $4, t0, t1; \
+	VPANDD     Z26, t0, t0; \
+	VPANDD     Z26, t1, t1; \
+	VPDPBUSD   Z20, t0, acc; \
+	VPDPBUSD   Z21, t1, acc
+
+// W4R_ZP takes the zero points' share of sixteen groups, sa-free (s·z·xs, z·xs exact in int32), off the lane
+// sums acc of the row whose zero points and scales are at zm and sm: the lanes past the groups (K3) are zero.
+#define W4R_ZP(zm, sm, acc) \
+	VPMOVZXBD.Z  zm, K3, Z6; \
+	VPMULLD      Z7, Z6, Z6; \
+	VCVTDQ2PS    Z6, Z6; \
+	VMOVUPS.Z    sm, K3, Z5; \
+	VFNMADD231PS Z5, Z6, acc
+
+// func qDotW4A8Rows4VNNI(w *uint8, k int, xr *int8, xs *int32, s *float32, z *uint8, groups, chunks, rows int,
+//	sa float32, y *float32)
+// qDotW4A8RowsVNNI four rows at a time (rows a multiple of four): each chunk of the token (Z20, Z21) is loaded
+// once for the four rows, a group's lane sums go into the row's sixteen float lanes (Z10-Z13) with one convert
+// and one multiply-add, and the zero points' share starts them, sixteen groups a vector, so that a group costs
+// no horizontal or scalar work; the four rows' lanes are summed at once at the end (VHADDPS). Registers: SI w
+// (row 0), R12 and R15 one and three rows of codes, R8 s and R9 z (row 0), R14 and R13 one and three rows of
+// groups, R10 xs, DI y, DX the rows left.
+TEXT ·qDotW4A8Rows4VNNI(SB), NOSPLIT, $0-88
+	MOVQ         w+0(FP), SI
+	MOVQ         k+8(FP), R12
+	SHRQ         $1, R12
+	LEAQ         (R12)(R12*2), R15
+	MOVQ         xs+24(FP), R10
+	MOVQ         s+32(FP), R8
+	MOVQ         z+40(FP), R9
+	MOVQ         groups+48(FP), R14
+	LEAQ         (R14)(R14*2), R13
+	MOVQ         rows+64(FP), DX
+	MOVQ         y+80(FP), DI
+	MOVL         $0x0f0f0f0f, AX
+	VPBROADCASTD AX, Z26
+	VBROADCASTSS sa+72(FP), Z27
+
+w4r4block:
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	XORQ   AX, AX
+
+w4r4zp:
+	MOVQ  groups+48(FP), BX
+	SUBQ  AX, BX
+	MOVL  $0xffff, CX
+	CMPQ  BX, $16
+	JAE   w4r4mask
+	MOVL  $1, CX
+	SHLXL BX, CX, CX
+	DECL  CX
+
+w4r4mask:
+	KMOVW       CX, K3
+	VMOVDQU32.Z (R10)(AX*4), K3, Z7
+	LEAQ        (R9)(AX*1), BX
+	LEAQ        (R8)(AX*4), R11
+	W4R_ZP((BX), (R11), Z10)
+	W4R_ZP((BX)(R14*1), (R11)(R14*4), Z11)
+	W4R_ZP((BX)(R14*2), (R11)(R14*8), Z12)
+	W4R_ZP((BX)(R13*1), (R11)(R13*4), Z13)
+	ADDQ        $16, AX
+	CMPQ        AX, groups+48(FP)
+	JB          w4r4zp
+	MOVQ        xr+16(FP), BX
+	MOVQ        groups+48(FP), R11
+
+w4r4group:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	MOVQ   chunks+56(FP), CX
+
+w4r4chunk:
+	VMOVDQU8 (BX), Z20
+	VMOVDQU8 64(BX), Z21
+	W4R_ROW((SI), 4096(SI), Z0, Z4, Z5)
+	W4R_ROW((SI)(R12*1), 4096(SI)(R12*1), Z1, Z6, Z7)
+	W4R_ROW((SI)(R12*2), 4096(SI)(R12*2), Z2, Z8, Z9)
+	W4R_ROW((SI)(R15*1), 4096(SI)(R15*1), Z3, Z16, Z17)
+	ADDQ     $64, SI
+	ADDQ     $128, BX
+	DECQ     CX
+	JNZ      w4r4chunk
+	VCVTDQ2PS        Z0, Z0
+	VFMADD231PS.BCST (R8), Z0, Z10
+	VCVTDQ2PS        Z1, Z1
+	VFMADD231PS.BCST (R8)(R14*4), Z1, Z11
+	VCVTDQ2PS        Z2, Z2
+	VFMADD231PS.BCST (R8)(R14*8), Z2, Z12
+	VCVTDQ2PS        Z3, Z3
+	VFMADD231PS.BCST (R8)(R13*4), Z3, Z13
+	ADDQ             $4, R8
+	DECQ             R11
+	JNZ              w4r4group
+
+	VEXTRACTF64X4 $1, Z10, Y4
+	VADDPS        Y4, Y10, Y10
+	VEXTRACTF64X4 $1, Z11, Y4
+	VADDPS        Y4, Y11, Y11
+	VEXTRACTF64X4 $1, Z12, Y4
+	VADDPS        Y4, Y12, Y12
+	VEXTRACTF64X4 $1, Z13, Y4
+	VADDPS        Y4, Y13, Y13
+	VHADDPS       Y11, Y10, Y4
+	VHADDPS       Y13, Y12, Y5
+	VHADDPS       Y5, Y4, Y4
+	VEXTRACTF128  $1, Y4, X5
+	VADDPS        X5, X4, X4
+	VMULPS        X27, X4, X4
+	VMOVUPS       X4, (DI)
+	ADDQ          $16, DI
+	ADDQ          R15, SI
+	LEAQ          (R8)(R13*4), R8
+	LEAQ          (R9)(R14*4), R9
+	SUBQ          $4, DX
+	JNZ           w4r4block
+	VZEROUPPER
+	RET
+
 // func qDotW4A8Rows64VNNI(w *uint8, k int, xr *int8, xs *int32, s *float32, z *uint8, groups, chunks, rows int,
 //	sa float32, y *float32)
 // The 256-bit kernel: chunks of 64 codes.
