@@ -556,7 +556,8 @@ func qGEMMW8(m, n, k int, a []float32, w []int8, sw, c []float32) {
 
 // qW4A8 is GEMMW4A8. With VNNI, qW4TileMinM tokens or more and groups of a multiple of 64 run the tile kernel
 // (qW4A8Tile). Fewer tokens, with groups of a multiple of 128 (or 64, or 32), run one token at a time: each token
-// is rearranged for qDotW4A8RowsVNNI (or its 256- or 128-bit twin) and its group sums taken once, and blocks of
+// is rearranged for qDotW4A8RowsVNNI (or its 256- or 128-bit twin; with chunks of 128 codes, qDotW4A8Rows4VNNI
+// runs four rows at a time and the row kernel the rest) and its group sums taken once, and blocks of
 // qW4A8Rows rows of W serve every token while they are in L2, so a token's outputs do not depend on the others.
 // Other groups run the pure-Go loop.
 // qTileW4A8s runs GEMMW4A8s as one qW4A8Tile call where qW4A8 would run the tile, and reports whether it did.
