@@ -2,8 +2,10 @@ package model
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/morphlab/morphlab/kernels/cpu"
 	"github.com/morphlab/morphlab/kernels/probe"
@@ -106,43 +108,17 @@ func BenchmarkF16Cache(b *testing.B) {
 
 // benchDecode times decode steps of batch sequences that each hold 64 cached tokens, over a cache of type kv.
 func benchDecode(b *testing.B, shape string, f, cf quant.Format, batch int, kv KVType) {
-	const context = 64
 	m := benchModel(b, shape)
 	setFormat(b, m, f)
 	if err := m.SetOutputFormat(cf); err != nil {
 		b.Fatal(err)
 	}
 	defer m.SetOutputFormat(quant.F32)
-	cfg := m.Config
-	blocks := (context + 1 + sequenceBlock - 1) / sequenceBlock
-	cache := NewKVCacheType(cfg, batch*blocks, sequenceBlock, kv)
-	var ws Workspace
-	prefill := &Batch{MaxBlocksPerSeq: blocks, QStart: []int32{0}}
-	step := &Batch{MaxBlocksPerSeq: blocks, QStart: []int32{0}}
-	for s := range batch {
-		for j := range blocks {
-			prefill.BlockTables = append(prefill.BlockTables, int32(s*blocks+j))
-		}
-		for range context {
-			prefill.Tokens = append(prefill.Tokens, int32(s+1))
-		}
-		prefill.QStart = append(prefill.QStart, int32(len(prefill.Tokens)))
-		prefill.SeqLens = append(prefill.SeqLens, context)
-		step.Tokens = append(step.Tokens, int32(s+2))
-		step.QStart = append(step.QStart, int32(s+1))
-		step.SeqLens = append(step.SeqLens, context+1)
-	}
-	step.BlockTables = prefill.BlockTables
-	if err := m.Forward(prefill, cache, &ws, make([]float32, batch*cfg.VocabSize), nil); err != nil {
-		b.Fatal(err)
-	}
-	logits := make([]float32, batch*cfg.VocabSize)
+	step := newDecodeStep(b, m, batch, kv)
 	b.SetBytes(int64(decodeBytes(m)))
 	b.ResetTimer()
 	for b.Loop() {
-		if err := m.Forward(step, cache, &ws, logits, nil); err != nil {
-			b.Fatal(err)
-		}
+		step.run(b)
 	}
 	tokPerSec := float64(batch*b.N) / b.Elapsed().Seconds()
 	b.ReportMetric(tokPerSec, "tok/s")
@@ -152,6 +128,108 @@ func benchDecode(b *testing.B, shape string, f, cf quant.Format, batch int, kv K
 		bound := probe.ReadBandwidth(cpu.Threads(), bytes) * 1e9 / float64(bytes)
 		b.ReportMetric(100*tokPerSec/bound, "%bound")
 	}
+}
+
+// decodeStep is a decode step of batch sequences that each hold 64 cached tokens: the step rewrites position 64,
+// so every run costs the same.
+type decodeStep struct {
+	m      *Model
+	batch  int
+	cache  *KVCache
+	ws     Workspace
+	step   *Batch
+	logits []float32
+}
+
+// newDecodeStep fills a cache of type kv with batch sequences' 64 tokens and returns their decode step.
+func newDecodeStep(b *testing.B, m *Model, batch int, kv KVType) *decodeStep {
+	const context = 64
+	cfg := m.Config
+	blocks := (context + 1 + sequenceBlock - 1) / sequenceBlock
+	d := &decodeStep{m: m, batch: batch, cache: NewKVCacheType(cfg, batch*blocks, sequenceBlock, kv),
+		logits: make([]float32, batch*cfg.VocabSize)}
+	prefill := &Batch{MaxBlocksPerSeq: blocks, QStart: []int32{0}}
+	d.step = &Batch{MaxBlocksPerSeq: blocks, QStart: []int32{0}}
+	for s := range batch {
+		for j := range blocks {
+			prefill.BlockTables = append(prefill.BlockTables, int32(s*blocks+j))
+		}
+		for range context {
+			prefill.Tokens = append(prefill.Tokens, int32(s+1))
+		}
+		prefill.QStart = append(prefill.QStart, int32(len(prefill.Tokens)))
+		prefill.SeqLens = append(prefill.SeqLens, context)
+		d.step.Tokens = append(d.step.Tokens, int32(s+2))
+		d.step.QStart = append(d.step.QStart, int32(s+1))
+		d.step.SeqLens = append(d.step.SeqLens, context+1)
+	}
+	d.step.BlockTables = prefill.BlockTables
+	if err := m.Forward(prefill, d.cache, &d.ws, make([]float32, batch*cfg.VocabSize), nil); err != nil {
+		b.Fatal(err)
+	}
+	return d
+}
+
+func (d *decodeStep) run(b *testing.B) {
+	if err := d.m.Forward(d.step, d.cache, &d.ws, d.logits, nil); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// tokPerSec runs n steps and returns the tokens a second they decoded.
+func (d *decodeStep) tokPerSec(b *testing.B, n int) float64 {
+	start := time.Now()
+	for range n {
+		d.run(b)
+	}
+	return float64(d.batch*n) / time.Since(start).Seconds()
+}
+
+// BenchmarkDecodeScaling measures the batch-32 target, batch 32's tok/s over batch 1's, in one process:
+// each iteration is a round of four batch-1 steps and one batch-32 step (about as long), in alternating order,
+// and the benchmark reports the median over the rounds of each round's ratio (x) and of each rate. This VM's
+// memory rate drifts by tens of percent within minutes, which moves separate runs of the two batch sizes apart;
+// within a round both see the same machine.
+//
+//	go test -run '^$' -bench DecodeScaling -benchtime 30x ./engine/model/
+func BenchmarkDecodeScaling(b *testing.B) {
+	for _, f := range benchFormats {
+		for _, kv := range []KVType{KVF32, KVF16} {
+			b.Run(fmt.Sprintf("shape=stories110M/format=%v/classifier=f32/kv=%v", f, kv), func(b *testing.B) {
+				m := benchModel(b, "stories110M")
+				setFormat(b, m, f)
+				if err := m.SetOutputFormat(quant.F32); err != nil {
+					b.Fatal(err)
+				}
+				one, many := newDecodeStep(b, m, 1, kv), newDecodeStep(b, m, 32, kv)
+				one.run(b)
+				many.run(b)
+				var ratio, rate1, rate32 []float64
+				for i := 0; b.Loop(); i++ {
+					var r1, r32 float64
+					if i%2 == 0 {
+						r1, r32 = one.tokPerSec(b, 4), many.tokPerSec(b, 1)
+					} else {
+						r32, r1 = many.tokPerSec(b, 1), one.tokPerSec(b, 4)
+					}
+					ratio, rate1, rate32 = append(ratio, r32/r1), append(rate1, r1), append(rate32, r32)
+				}
+				b.ReportMetric(median(ratio), "x")
+				b.ReportMetric(median(rate1), "tok/s-batch1")
+				b.ReportMetric(median(rate32), "tok/s-batch32")
+			})
+		}
+	}
+}
+
+// median returns the median of xs (the mean of the middle two for an even count); xs is sorted in place.
+func median(xs []float64) float64 {
+	slices.Sort(xs)
+	n := len(xs)
+	if n%2 == 1 {
+		return xs[n/2]
+	}
+	return (xs[n/2-1] + xs[n/2]) / 2
 }
 
 // BenchmarkPrefill feeds a 512-token prompt to a fresh sequence and reports GFLOP/s over the matrix products
