@@ -222,6 +222,40 @@ func BenchmarkDecodeScaling(b *testing.B) {
 	}
 }
 
+// BenchmarkDecodeBound measures the batch-1 target, tok/s over the memory-bandwidth bound, in rounds of
+// the probe's read bandwidth at the step's working set followed by a few batch-1 steps (about 0.1 s), and reports
+// the medians over the rounds of each round's %bound, of the tok/s and of the probe's GB/s. A single probe
+// reading moves by tens of percent from one run to the next on this VM; the rounds give each reading its own
+// steps.
+//
+//	go test -run '^$' -bench DecodeBound -benchtime 10x ./engine/model/
+func BenchmarkDecodeBound(b *testing.B) {
+	for _, f := range benchFormats {
+		for _, kv := range []KVType{KVF32, KVF16} {
+			b.Run(fmt.Sprintf("shape=stories110M/format=%v/classifier=f32/kv=%v", f, kv), func(b *testing.B) {
+				m := benchModel(b, "stories110M")
+				setFormat(b, m, f)
+				if err := m.SetOutputFormat(quant.F32); err != nil {
+					b.Fatal(err)
+				}
+				one := newDecodeStep(b, m, 1, kv)
+				one.run(b)
+				bytes := int64(decodeBytes(m))
+				steps := max(1, int(0.1*one.tokPerSec(b, 2)))
+				var bound, rate, bw []float64
+				for b.Loop() {
+					gbps := probe.ReadBandwidth(cpu.Threads(), bytes)
+					r := one.tokPerSec(b, steps)
+					bound, rate, bw = append(bound, 100*r*float64(bytes)/(gbps*1e9)), append(rate, r), append(bw, gbps)
+				}
+				b.ReportMetric(median(bound), "%bound")
+				b.ReportMetric(median(rate), "tok/s")
+				b.ReportMetric(median(bw), "probe-GB/s")
+			})
+		}
+	}
+}
+
 // median returns the median of xs (the mean of the middle two for an even count); xs is sorted in place.
 func median(xs []float64) float64 {
 	slices.Sort(xs)
