@@ -20,7 +20,8 @@ type CPUOptions struct {
 	MaxTokens int
 	// Blocks is the KV blocks attached at the start; 0 attaches every block the budget holds.
 	Blocks int
-	// KVType is the KV cache's element type: float32 (the zero value) or binary16, half the bytes a block.
+	// KVType is the KV cache's element type: float32 (the zero value), binary16 (half the bytes a block) or int8
+	// codes with a scale a row (about a quarter).
 	KVType model.KVType
 }
 

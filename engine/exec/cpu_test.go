@@ -64,40 +64,47 @@ func TestStepMatchesSequence(t *testing.T) {
 	}
 }
 
-// TestF16KV: with a binary16 cache a block takes half the bytes, so the same budget holds twice the blocks, and a
-// step samples what a Sequence over a binary16 cache samples.
-func TestF16KV(t *testing.T) {
+// TestReducedKV: with a binary16 cache a block takes half the bytes, with an int8 one a quarter and a scale a
+// row of each KV head, so the same budget holds more blocks, and a step samples what a Sequence over that cache
+// type samples.
+func TestReducedKV(t *testing.T) {
 	m := synthModel(t)
 	cfg := m.Config
-	bb := int64(model.KVF16.BytesPerBlock(cfg, 16))
-	if 2*bb != int64(model.KVBytesPerBlock(cfg, 16)) {
-		t.Fatalf("f16 block of %d bytes, want half of %d", bb, model.KVBytesPerBlock(cfg, 16))
-	}
-	budget := int64(m.WeightBytes()) + WorkspaceBytes(cfg, 32) + 10*bb
-	e, err := NewCPU(m, CPUOptions{Budget: budget, BlockSize: 16, MaxTokens: 32, KVType: model.KVF16})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if mem := e.Memory(); mem.Blocks != 10 || mem.BlockBytes != bb || mem.KV != 10*bb {
-		t.Fatalf("memory %+v: want 10 blocks of %d bytes", mem, bb)
-	}
-	a := []int32{1, 5, 9, 33, 100, 7, 8, 2, 44, 10, 11, 12, 13, 14, 15, 16, 17}
-	res, err := e.Step(&Batch{Seqs: []SeqWork{{Tokens: a, SeqLen: len(a), Table: []int32{0, 1}, Sample: true}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.SequenceKV = model.KVF16
-	defer func() { m.SequenceKV = model.KVF32 }()
-	seq, err := model.NewSequence(m, 32)
-	if err != nil {
-		t.Fatal(err)
-	}
-	logits, err := seq.Feed(a, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := int32(sample.Argmax(logits)); res.Next[0] != want {
-		t.Errorf("next = %d, want %d", res.Next[0], want)
+	full := int64(model.KVBytesPerBlock(cfg, 16))
+	for _, c := range []struct {
+		kv   model.KVType
+		want int64
+	}{{model.KVF16, full / 2}, {model.KVInt8, full/4 + int64(2*4*cfg.NLayers*16*cfg.NKVHeads)}} {
+		bb := int64(c.kv.BytesPerBlock(cfg, 16))
+		if bb != c.want {
+			t.Fatalf("%v block of %d bytes, want %d", c.kv, bb, c.want)
+		}
+		budget := int64(m.WeightBytes()) + WorkspaceBytes(cfg, 32) + 10*bb
+		e, err := NewCPU(m, CPUOptions{Budget: budget, BlockSize: 16, MaxTokens: 32, KVType: c.kv})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if mem := e.Memory(); mem.Blocks != 10 || mem.BlockBytes != bb || mem.KV != 10*bb {
+			t.Fatalf("%v: memory %+v: want 10 blocks of %d bytes", c.kv, mem, bb)
+		}
+		a := []int32{1, 5, 9, 33, 100, 7, 8, 2, 44, 10, 11, 12, 13, 14, 15, 16, 17}
+		res, err := e.Step(&Batch{Seqs: []SeqWork{{Tokens: a, SeqLen: len(a), Table: []int32{0, 1}, Sample: true}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.SequenceKV = c.kv
+		seq, err := model.NewSequence(m, 32)
+		m.SequenceKV = model.KVF32
+		if err != nil {
+			t.Fatal(err)
+		}
+		logits, err := seq.Feed(a, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := int32(sample.Argmax(logits)); res.Next[0] != want {
+			t.Errorf("%v: next = %d, want %d", c.kv, res.Next[0], want)
+		}
 	}
 }
 

@@ -194,7 +194,7 @@ func (d *decodeStep) tokPerSec(b *testing.B, n int) float64 {
 //	go test -run '^$' -bench DecodeScaling -benchtime 30x ./engine/model/
 func BenchmarkDecodeScaling(b *testing.B) {
 	for _, f := range benchFormats {
-		for _, kv := range []KVType{KVF32, KVF16} {
+		for _, kv := range []KVType{KVF32, KVF16, KVInt8} {
 			b.Run(fmt.Sprintf("shape=stories110M/format=%v/classifier=f32/kv=%v", f, kv), func(b *testing.B) {
 				m := benchModel(b, "stories110M")
 				setFormat(b, m, f)
@@ -231,7 +231,7 @@ func BenchmarkDecodeScaling(b *testing.B) {
 //	go test -run '^$' -bench DecodeBound -benchtime 10x ./engine/model/
 func BenchmarkDecodeBound(b *testing.B) {
 	for _, f := range benchFormats {
-		for _, kv := range []KVType{KVF32, KVF16} {
+		for _, kv := range []KVType{KVF32, KVF16, KVInt8} {
 			b.Run(fmt.Sprintf("shape=stories110M/format=%v/classifier=f32/kv=%v", f, kv), func(b *testing.B) {
 				m := benchModel(b, "stories110M")
 				setFormat(b, m, f)

@@ -9,18 +9,25 @@ import (
 )
 
 // KVCache is the paged key/value storage of every layer: for layer l, K[l] and V[l] (K16[l] and V16[l] for a
-// binary16 cache) are [NumBlocks, BlockSize, NKVHeads, HeadDim] (kernels/ref's paged layout). Which blocks belong
-// to which sequence is not its business: a Batch carries the block tables.
+// binary16 cache, K8[l] and V8[l] for an int8 one) are [NumBlocks, BlockSize, NKVHeads, HeadDim] (kernels/ref's
+// paged layout), and an int8 cache's KS[l] and VS[l] are [NumBlocks, BlockSize, NKVHeads]: the scale of each
+// token's row of each KV head. Which blocks belong to which sequence is not its business: a Batch carries the
+// block tables.
 type KVCache struct {
 	BlockSize, NumBlocks int
 	K, V                 [][]float32
 	K16, V16             [][]uint16
+	K8, V8               [][]int8
+	KS, VS               [][]float32
 }
 
-// Type is the cache's element type: KVF16 when it holds binary16 values.
+// Type is the cache's element type.
 func (c *KVCache) Type() KVType {
-	if c.K16 != nil {
+	switch {
+	case c.K16 != nil:
 		return KVF16
+	case c.K8 != nil:
+		return KVInt8
 	}
 	return KVF32
 }
@@ -34,33 +41,46 @@ const (
 	// KVF16 stores them as binary16 (llama.cpp's default cache type): half the bytes, so twice the blocks in a
 	// budget and half the reads of decode attention, each key and value rounded to 11 significant bits.
 	KVF16
+	// KVInt8 stores each token's row of each KV head as int8 codes and a float32 scale (symmetric, as W8A8
+	// quantizes a token's activations; llama.cpp's q8_0 cache type quantizes blocks of 32 likewise): a little over
+	// a quarter of KVF32's bytes (1 + 4/HeadDim a value), each value within half a step, its row's max/254.
+	KVInt8
 )
 
-// ParseKVType parses "f32" or "f16".
+// ParseKVType parses "f32", "f16" or "int8".
 func ParseKVType(s string) (KVType, error) {
 	switch s {
 	case "f32":
 		return KVF32, nil
 	case "f16":
 		return KVF16, nil
+	case "int8":
+		return KVInt8, nil
 	}
-	return 0, fmt.Errorf("kv type %q, want f32 or f16", s)
+	return 0, fmt.Errorf("kv type %q, want f32, f16 or int8", s)
 }
 
 func (t KVType) String() string {
-	if t == KVF16 {
+	switch t {
+	case KVF16:
 		return "f16"
+	case KVInt8:
+		return "int8"
 	}
 	return "f32"
 }
 
-// BytesPerBlock is the memory one cache block of t takes across all layers (keys and values).
+// BytesPerBlock is the memory one cache block of t takes across all layers (keys and values, and an int8
+// cache's scales).
 func (t KVType) BytesPerBlock(cfg Config, blockSize int) int {
-	size := 4
-	if t == KVF16 {
-		size = 2
+	row := 4 * cfg.KVDim()
+	switch t {
+	case KVF16:
+		row = 2 * cfg.KVDim()
+	case KVInt8:
+		row = cfg.KVDim() + 4*cfg.NKVHeads
 	}
-	return 2 * size * cfg.NLayers * blockSize * cfg.KVDim()
+	return 2 * cfg.NLayers * blockSize * row
 }
 
 // NewKVCache allocates a float32 cache of numBlocks blocks of blockSize tokens for every layer of cfg.
@@ -73,13 +93,19 @@ func NewKVCacheType(cfg Config, numBlocks, blockSize int, t KVType) *KVCache {
 	c := &KVCache{BlockSize: blockSize, NumBlocks: numBlocks}
 	n := numBlocks * blockSize * cfg.KVDim()
 	for range cfg.NLayers {
-		if t == KVF16 {
+		switch t {
+		case KVF16:
 			c.K16 = append(c.K16, make([]uint16, n))
 			c.V16 = append(c.V16, make([]uint16, n))
-			continue
+		case KVInt8:
+			c.K8 = append(c.K8, make([]int8, n))
+			c.V8 = append(c.V8, make([]int8, n))
+			c.KS = append(c.KS, make([]float32, n/cfg.HeadDim()))
+			c.VS = append(c.VS, make([]float32, n/cfg.HeadDim()))
+		default:
+			c.K = append(c.K, make([]float32, n))
+			c.V = append(c.V, make([]float32, n))
 		}
-		c.K = append(c.K, make([]float32, n))
-		c.V = append(c.V, make([]float32, n))
 	}
 	return c
 }
@@ -229,11 +255,16 @@ func (m *Model) Forward(b *Batch, cache *KVCache, ws *Workspace, logits []float3
 		ws.matmuls(T, xb, []*quant.Matrix{w.Wq, w.Wk, w.Wv}, [][]float32{q, k, v})
 		cpu.RoPE(q, pos, cfg.NHeads, hd, float32(cfg.RopeTheta))
 		cpu.RoPE(k, pos, cfg.NKVHeads, hd, float32(cfg.RopeTheta))
-		if cache.Type() == KVF16 {
+		switch cache.Type() {
+		case KVF16:
 			cpu.KVAppendF16(cache.K16[l], cache.V16[l], k, v, slots, cfg.NKVHeads, hd)
 			cpu.PagedAttentionF16(att, q, cache.K16[l], cache.V16[l], b.QStart, b.SeqLens, b.BlockTables,
 				b.MaxBlocksPerSeq, cache.BlockSize, cfg.NHeads, cfg.NKVHeads, hd, scale)
-		} else {
+		case KVInt8:
+			cpu.KVAppendInt8(cache.K8[l], cache.V8[l], cache.KS[l], cache.VS[l], k, v, slots, cfg.NKVHeads, hd)
+			cpu.PagedAttentionInt8(att, q, cache.K8[l], cache.V8[l], cache.KS[l], cache.VS[l], b.QStart, b.SeqLens,
+				b.BlockTables, b.MaxBlocksPerSeq, cache.BlockSize, cfg.NHeads, cfg.NKVHeads, hd, scale)
+		default:
 			cpu.KVAppend(cache.K[l], cache.V[l], k, v, slots, cfg.NKVHeads, hd)
 			cpu.PagedAttention(att, q, cache.K[l], cache.V[l], b.QStart, b.SeqLens, b.BlockTables,
 				b.MaxBlocksPerSeq, cache.BlockSize, cfg.NHeads, cfg.NKVHeads, hd, scale)

@@ -252,7 +252,24 @@ func KVAppendF16(kCache, vCache []uint16, k, v []float32, slots []int32, nKVHead
 	kvAppend(pagedCache{k16: kCache, v16: vCache}, k, v, slots, nKVHeads*headDim)
 }
 
-// kvAppend is KVAppend into either kind of cache, row values a token.
+// KVAppendInt8 is KVAppend into caches of int8 codes with a scale for each token's row of each KV head: the
+// headDim values of KV head h of token t go to the codes at slot s = slots[t] as QuantizeRowsInt8 quantizes a row
+// (symmetric, value ≈ code·scale), their scale to kScales[s*nKVHeads+h] (vScales for the values). The scales are
+// len(kCache)/headDim floats, one a row of codes.
+func KVAppendInt8(kCache, vCache []int8, kScales, vScales, k, v []float32, slots []int32, nKVHeads, headDim int) {
+	shape.KVAppend("KVAppendInt8", len(kCache), len(vCache), len(k), len(v), slots, nKVHeads, headDim)
+	kvScales("KVAppendInt8", len(kCache), len(kScales), len(vScales), headDim)
+	kvAppend(pagedCache{k8: kCache, v8: vCache, ks: kScales, vs: vScales, hd: headDim}, k, v, slots,
+		nKVHeads*headDim)
+}
+
+// kvScales checks that an int8 cache of codes codes has one scale a row of headDim codes in each scale table.
+func kvScales(op string, codes, ks, vs, headDim int) {
+	shape.Len(op, "kScales", ks, codes/headDim, "len(kCache)/headDim")
+	shape.Len(op, "vScales", vs, codes/headDim, "len(kCache)/headDim")
+}
+
+// kvAppend is KVAppend into any kind of cache, row values a token.
 func kvAppend(c pagedCache, k, v []float32, slots []int32, row int) {
 	Parallel(len(slots), max(1, elemGrain/row), func(lo, hi int) {
 		// In decode the slots are one per sequence, in lines that have left the cache since the step before:
@@ -320,14 +337,38 @@ func PagedAttentionF16(out, q []float32, kCache, vCache []uint16, qStart, seqLen
 		blockSize, nHeads, nKVHeads, headDim, scale)
 }
 
-// pagedCache is the key and value caches of PagedAttention: float32 (k, v) or binary16 (k16, v16) values.
+// PagedAttentionInt8 is PagedAttention over caches of int8 codes and their scales (KVAppendInt8), each value
+// widened to float32 as code·scale (a float32 product) as it is read (by the fused decode kernel itself, a tile
+// at a time into scratch on the other paths): its results are bit for bit PagedAttention's over float32 caches
+// that hold those products, for a quarter of the bytes a value (plus a scale a row of headDim).
+func PagedAttentionInt8(out, q []float32, kCache, vCache []int8, kScales, vScales []float32, qStart, seqLens,
+	blockTables []int32, maxBlocksPerSeq, blockSize, nHeads, nKVHeads, headDim int, scale float32) {
+	shape.PagedAttention("PagedAttentionInt8", len(out), len(q), len(kCache), len(vCache), qStart, seqLens,
+		blockTables, maxBlocksPerSeq, blockSize, nHeads, nKVHeads, headDim)
+	kvScales("PagedAttentionInt8", len(kCache), len(kScales), len(vScales), headDim)
+	pagedAttention(out, q, pagedCache{k8: kCache, v8: vCache, ks: kScales, vs: vScales, hd: headDim}, qStart,
+		seqLens, blockTables, maxBlocksPerSeq, blockSize, nHeads, nKVHeads, headDim, scale)
+}
+
+// pagedCache is the key and value caches of PagedAttention: float32 (k, v) or binary16 (k16, v16) values, or
+// int8 codes (k8, v8) with a float32 scale for each row of hd codes (ks, vs: the scale of the row at offset i is
+// at i/hd).
 type pagedCache struct {
 	k, v     []float32
 	k16, v16 []uint16
+	k8, v8   []int8
+	ks, vs   []float32
+	hd       int
 }
 
-// prefetch asks for n values from offset i of both caches.
+// prefetch asks for n values from offset i of both caches (and, for int8 codes, their scales).
 func (c pagedCache) prefetch(i, n int) {
+	if c.k8 != nil {
+		attnPrefetchI8(c.k8[i:][:n])
+		attnPrefetchI8(c.v8[i:][:n])
+		c.prefetchScales(i, n)
+		return
+	}
 	if c.k16 != nil {
 		attnPrefetchF16(c.k16[i:][:n])
 		attnPrefetchF16(c.v16[i:][:n])
@@ -354,9 +395,13 @@ func (c pagedCache) next(i, rows, width, kvRow, heads int) attnNext {
 	}
 	size := 4
 	k, v := unsafe.Pointer(unsafe.SliceData(c.k)), unsafe.Pointer(unsafe.SliceData(c.v))
-	if c.k16 != nil {
+	switch {
+	case c.k16 != nil:
 		size = 2
 		k, v = unsafe.Pointer(unsafe.SliceData(c.k16)), unsafe.Pointer(unsafe.SliceData(c.v16))
+	case c.k8 != nil:
+		size = 1
+		k, v = unsafe.Pointer(unsafe.SliceData(c.k8)), unsafe.Pointer(unsafe.SliceData(c.v8))
 	}
 	ka, va := uintptr(k)+uintptr(i*size), uintptr(v)+uintptr(i*size)
 	n := uintptr(((rows-1)*kvRow + width) * size)
@@ -364,8 +409,22 @@ func (c pagedCache) next(i, rows, width, kvRow, heads int) attnNext {
 	return attnNext{ka &^ 63, va &^ 63, lines, (lines + heads - 1) / heads}
 }
 
-// store writes the key and value rows k and v at offset i of the caches.
+// prefetchScales asks for the scales of the rows of n values from offset i (int8 caches).
+func (c pagedCache) prefetchScales(i, n int) {
+	attnPrefetch(c.ks[i/c.hd:][:(n+c.hd-1)/c.hd])
+	attnPrefetch(c.vs[i/c.hd:][:(n+c.hd-1)/c.hd])
+}
+
+// store writes the key and value rows k and v at offset i of the caches (int8 codes: each hd values quantized
+// with their own scale).
 func (c pagedCache) store(i int, k, v []float32) {
+	if c.k8 != nil {
+		for r := 0; r < len(k); r += c.hd {
+			c.ks[(i+r)/c.hd] = qQuantizeRow(k[r:][:c.hd], c.k8[i+r:][:c.hd])
+			c.vs[(i+r)/c.hd] = qQuantizeRow(v[r:][:c.hd], c.v8[i+r:][:c.hd])
+		}
+		return
+	}
 	if c.k16 != nil {
 		half.F32ToF16Slice(c.k16[i:][:len(k)], k)
 		half.F32ToF16Slice(c.v16[i:][:len(v)], v)
@@ -378,6 +437,13 @@ func (c pagedCache) store(i int, k, v []float32) {
 // tile returns the keys and values of nt tokens from offset i, width values a token, rows stride apart: the
 // caches themselves for float32 values, else the values widened into kt and vt (then stride = width).
 func (c pagedCache) tile(i, nt, width, rowStride int, kt, vt []float32) (k, v []float32, stride int) {
+	if c.k8 != nil {
+		for r := range nt {
+			c.widen(kt[r*width:][:width], c.k8, c.ks, i+r*rowStride)
+			c.widen(vt[r*width:][:width], c.v8, c.vs, i+r*rowStride)
+		}
+		return kt, vt, width
+	}
 	if c.k16 == nil {
 		return c.k[i:], c.v[i:], rowStride
 	}
@@ -393,7 +459,14 @@ func (c pagedCache) tile(i, nt, width, rowStride int, kt, vt []float32) (k, v []
 	return kt, vt, width
 }
 
-// pagedAttention is PagedAttention over either kind of cache.
+// widen sets dst to the int8 codes from offset i of codes times their rows' scales: code·scale in float32.
+func (c pagedCache) widen(dst []float32, codes []int8, scales []float32, i int) {
+	for d := range dst {
+		dst[d] = float32(codes[i+d]) * scales[(i+d)/c.hd]
+	}
+}
+
+// pagedAttention is PagedAttention over any kind of cache.
 func pagedAttention(out, q []float32, cache pagedCache, qStart, seqLens, blockTables []int32,
 	maxBlocksPerSeq, blockSize, nHeads, nKVHeads, headDim int, scale float32) {
 	hd, group := headDim, nHeads/nKVHeads
@@ -442,14 +515,14 @@ func pagedAttention(out, q []float32, cache pagedCache, qStart, seqLens, blockTa
 	type scratch struct {
 		b      []*attnBlock // per KV head of the group
 		q, s   []float32    // queries [hpg, rowsMax, hd16] zero-padded, scores [rowsMax, attnCols]
-		kt, vt []float32    // a tile of binary16 keys and values widened [attnCols, hpg*hd]
+		kt, vt []float32    // a tile of binary16 or int8 keys and values widened [attnCols, hpg*hd]
 		dm, dl []float32    // pagedDecodeItem's running maxima and sums [hpg*group]
 		do     []float32    // and outputs [hpg*group, hd]
 	}
 	// Binary16 values are read as they are by the kernels of fewer than attnPVRows rows (decode), else widened a
-	// tile at a time into kt, vt.
+	// tile at a time into kt, vt, as int8 codes always are (but by the fused decode kernel).
 	tileLen := 0
-	if cache.k16 != nil && maxRows >= attnPVRows {
+	if cache.k8 != nil || cache.k16 != nil && maxRows >= attnPVRows {
 		tileLen = attnCols * hpg * hd
 	}
 	attnParallel(nParts*nHG, func(a *attnArena) scratch {
@@ -643,7 +716,11 @@ func pagedDecodeItem(out, q, partial []float32, cache pagedCache, qs, m, l, o []
 		var next attnNext
 		if s0 < hi {
 			n1 := min(attnDecodeCols, blockSize-pos, hi-s0)
-			next = cache.next((int(table[blk])*blockSize+pos)*kvRow+g0*hd, n1, heads*hd, kvRow, nq)
+			o1 := (int(table[blk])*blockSize+pos)*kvRow + g0*hd
+			next = cache.next(o1, n1, heads*hd, kvRow, nq)
+			if cache.k8 != nil {
+				cache.prefetchScales(o1, (n1-1)*kvRow+heads*hd)
+			}
 		}
 		attnDecode(cache, qs, off, kvRow, nt, heads, group, hd, m, l, o, &next)
 	}

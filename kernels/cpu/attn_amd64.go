@@ -131,6 +131,13 @@ func attnPrefetchF16(x []uint16) {
 	}
 }
 
+// attnPrefetchI8 is attnPrefetch for int8 codes.
+func attnPrefetchI8(x []int8) {
+	if len(x) > 0 {
+		attnPrefetchAVX512((*float32)(unsafe.Pointer(&x[0])), (len(x)+3)/4)
+	}
+}
+
 // attnDecodeFused reports whether attnDecode runs for an item of n query rows a sequence.
 func attnDecodeFused(n, hd int) bool { return attnAVX512 && n == 1 && hd%16 == 0 }
 
@@ -142,6 +149,12 @@ func attnDecode(c pagedCache, q []float32, off, kvRow, nt, heads, group, hd int,
 	nq := heads * group
 	_, _, _, _ = q[nq*hd-1], m[nq-1], l[nq-1], o[nq*hd-1]
 	last := off + (nt-1)*kvRow + heads*hd - 1
+	if c.k8 != nil {
+		_, _, _, _ = c.k8[last], c.v8[last], c.ks[last/hd], c.vs[last/hd]
+		attnDecodeI8AVX512(&q[0], &c.k8[off], &c.v8[off], kvRow, nt, nq, hd, &m[0], &l[0], &o[0], pf, group,
+			&c.ks[off/hd], &c.vs[off/hd], 4*kvRow/hd)
+		return
+	}
 	if c.k16 != nil {
 		_, _ = c.k16[last], c.v16[last]
 		attnDecodeF16AVX512(&q[0], &c.k16[off], &c.v16[off], 2*kvRow, nt, nq, hd, &m[0], &l[0], &o[0], pf, group)
@@ -183,6 +196,10 @@ func attnDecodeAVX512(q, k, v *float32, stride, nt, heads, hd int, m, l, o *floa
 //go:noescape
 func attnDecodeF16AVX512(q *float32, k, v *uint16, stride, nt, heads, hd int, m, l, o *float32, pf *attnNext,
 	group int)
+
+//go:noescape
+func attnDecodeI8AVX512(q *float32, k, v *int8, stride, nt, heads, hd int, m, l, o *float32, pf *attnNext,
+	group int, ks, vs *float32, sstride int)
 
 //go:noescape
 func attnPackKTAVX512(dst, src *float32, stride, n, hd int)

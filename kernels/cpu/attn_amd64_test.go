@@ -27,10 +27,10 @@ func attnUseAsm(on bool) (restore func()) {
 }
 
 // TestAttnDecode checks the fused decode kernel against attnDecodeGo, tile after tile (the online softmax's state
-// carried between calls), over float32 and binary16 caches, for every tile size, head dims of 1 to 8 chunks and
-// one or four query heads a KV head: every output within 1e-5 relative of the Go loop's (they sum in different
-// orders and exponentiate differently), and the binary16 cache's results bit for bit the float32 cache's over
-// the same values.
+// carried between calls), over float32, binary16 and int8 caches, for every tile size, head dims of 1 to 8 chunks
+// and one or four query heads a KV head: every output within 1e-5 relative of the Go loop's (they sum in
+// different orders and exponentiate differently), and the binary16 and int8 caches' results bit for bit the
+// float32 cache's over the same values (for int8, code·scale).
 func TestAttnDecode(t *testing.T) {
 	if !attnAVX512 {
 		t.Skip("no AVX-512")
@@ -51,6 +51,16 @@ func TestAttnDecode(t *testing.T) {
 			half.F32ToF16Slice(v16, vc)
 			half.F16ToF32Slice(kc, k16)
 			half.F16ToF32Slice(vc, v16)
+			k8, v8 := make([]int8, len(kc)), make([]int8, len(vc))
+			ks, vs := make([]float32, len(kc)/hd), make([]float32, len(vc)/hd)
+			for r := range ks {
+				ks[r] = qQuantizeRow(kc[r*hd:][:hd], k8[r*hd:][:hd])
+				vs[r] = qQuantizeRow(vc[r*hd:][:hd], v8[r*hd:][:hd])
+			}
+			i8 := pagedCache{k8: k8, v8: v8, ks: ks, vs: vs, hd: hd}
+			kw, vw := make([]float32, len(kc)), make([]float32, len(vc))
+			i8.widen(kw, k8, ks, 0)
+			i8.widen(vw, v8, vs, 0)
 			nq := heads * group
 			q := make([]float32, nq*hd)
 			for i := range q {
@@ -65,14 +75,18 @@ func TestAttnDecode(t *testing.T) {
 					}
 					return s
 				}
-				got, got16, want := fresh(), fresh(), fresh()
+				got, got16, want, gotW, got8 := fresh(), fresh(), fresh(), fresh(), fresh()
 				f32, f16 := pagedCache{k: kc, v: vc}, pagedCache{k16: k16, v16: v16}
 				for s0 := 0; s0+nt <= tokens; s0 += nt {
 					off := s0*kvRow + hd
 					next := f16.next(off+nt*kvRow, min(nt, tokens-s0-nt), heads*hd, kvRow, nq)
+					next8 := i8.next(off+nt*kvRow, min(nt, tokens-s0-nt), heads*hd, kvRow, nq)
 					attnDecode(f32, q, off, kvRow, nt, heads, group, hd, got.m, got.l, got.o, &attnNext{})
 					attnDecode(f16, q, off, kvRow, nt, heads, group, hd, got16.m, got16.l, got16.o, &next)
 					attnDecodeGo(f32, q, off, kvRow, nt, heads, group, hd, want.m, want.l, want.o)
+					attnDecode(pagedCache{k: kw, v: vw}, q, off, kvRow, nt, heads, group, hd, gotW.m, gotW.l, gotW.o,
+						&attnNext{})
+					attnDecode(i8, q, off, kvRow, nt, heads, group, hd, got8.m, got8.l, got8.o, &next8)
 				}
 				name := fmt.Sprintf("hd=%d/heads=%d/group=%d/nt=%d", hd, heads, group, nt)
 				for h := range nq {
@@ -88,6 +102,16 @@ func TestAttnDecode(t *testing.T) {
 				for i := range got.o {
 					if math.Float32bits(got16.o[i]) != math.Float32bits(got.o[i]) {
 						t.Fatalf("%s: binary16 cache: o[%d] = %v, want %v (float32 cache)", name, i, got16.o[i], got.o[i])
+					}
+					if math.Float32bits(got8.o[i]) != math.Float32bits(gotW.o[i]) {
+						t.Fatalf("%s: int8 cache: o[%d] = %v, want %v (float32 cache of code·scale)", name, i, got8.o[i],
+							gotW.o[i])
+					}
+				}
+				for h := range nq {
+					if got8.m[h] != gotW.m[h] || got8.l[h] != gotW.l[h] {
+						t.Fatalf("%s: int8 cache: head %d: m, l = %v, %v, want %v, %v", name, h, got8.m[h], got8.l[h],
+							gotW.m[h], gotW.l[h])
 					}
 				}
 			}

@@ -35,6 +35,8 @@ func attnPrefetch([]float32) {}
 
 func attnPrefetchF16([]uint16) {}
 
+func attnPrefetchI8([]int8) {}
+
 // attnDecodeFused is false: without assembly, decode takes the general path.
 func attnDecodeFused(n, hd int) bool { return false }
 

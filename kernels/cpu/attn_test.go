@@ -192,6 +192,25 @@ func (c attnPagedCase) run(t *testing.T, rng *rand.Rand) {
 				rounded[i])
 		}
 	}
+
+	// Int8 caches: bit for bit the float32 path over code·scale.
+	kc8, vc8 := make([]int8, len(kc)), make([]int8, len(vc))
+	ks, vs := make([]float32, len(kc)/hd), make([]float32, len(vc)/hd)
+	QuantizeRowsInt8(len(ks), hd, kc, kc8, ks)
+	QuantizeRowsInt8(len(vs), hd, vc, vc8, vs)
+	for i := range kc {
+		kc[i], vc[i] = float32(kc8[i])*ks[i/hd], float32(vc8[i])*vs[i/hd]
+	}
+	widened, got8 := elemPoisoned(len(q)), elemPoisoned(len(q))
+	PagedAttention(widened, q, kc, vc, qStart, seqLens, tables, maxBlocks, c.blockSize, nHeads, nKV, hd, scale)
+	PagedAttentionInt8(got8, q, kc8, vc8, ks, vs, qStart, seqLens, tables, maxBlocks, c.blockSize, nHeads, nKV, hd,
+		scale)
+	for i := range got8 {
+		if math.Float32bits(got8[i]) != math.Float32bits(widened[i]) {
+			t.Fatalf("%s: int8 cache: out[%d] = %v, want %v (float32 cache of code·scale)", name, i, got8[i],
+				widened[i])
+		}
+	}
 }
 
 func TestPagedAttention(t *testing.T) {
@@ -287,6 +306,61 @@ func TestKVAppendF16(t *testing.T) {
 	}
 }
 
+// TestKVAppendInt8 checks that each KV head's row of a token lands at its slot as QuantizeRowsInt8 quantizes
+// it, codes and scale, within half a step of each value, and that nothing else changes.
+func TestKVAppendInt8(t *testing.T) {
+	rng := rand.New(rand.NewPCG(23, 24))
+	const nKV, hd, nSlots = 3, 17, 40
+	row := nKV * hd
+	slots := []int32{5, -1, 0, 39, 12, -7, 6}
+	k, _ := elemRand(rng, len(slots)*row, 1)
+	v, _ := elemRand(rng, len(slots)*row, 1)
+	clear(k[2*row+hd : 2*row+2*hd]) // a zero row: scale 0, codes 0
+	kc, vc := make([]int8, nSlots*row), make([]int8, nSlots*row)
+	ks, vs := make([]float32, nSlots*nKV), make([]float32, nSlots*nKV)
+	for i := range kc {
+		kc[i], vc[i] = int8(i), int8(-i)
+	}
+	for i := range ks {
+		ks[i], vs[i] = float32(i), float32(-i)
+	}
+	want, wantV, wantS, wantVS := slices.Clone(kc), slices.Clone(vc), slices.Clone(ks), slices.Clone(vs)
+	for t, s := range slots {
+		if s >= 0 {
+			QuantizeRowsInt8(nKV, hd, k[t*row:][:row], want[int(s)*row:][:row], wantS[int(s)*nKV:][:nKV])
+			QuantizeRowsInt8(nKV, hd, v[t*row:][:row], wantV[int(s)*row:][:row], wantVS[int(s)*nKV:][:nKV])
+		}
+	}
+	KVAppendInt8(kc, vc, ks, vs, k, v, slots, nKV, hd)
+	if !slices.Equal(kc, want) || !slices.Equal(vc, wantV) || !slices.Equal(ks, wantS) || !slices.Equal(vs, wantVS) {
+		t.Fatal("KVAppendInt8 did not write exactly the quantized rows and their scales at their slots, and only there")
+	}
+	for tok, s := range slots {
+		for i := 0; s >= 0 && i < row; i++ {
+			j := int(s)*row + i
+			for _, c := range []struct {
+				x    float32
+				code int8
+				s    float32
+			}{{k[tok*row+i], kc[j], ks[j/hd]}, {v[tok*row+i], vc[j], vs[j/hd]}} {
+				if d := math.Abs(float64(c.x - float32(c.code)*c.s)); d > 0.5001*float64(c.s) {
+					t.Fatalf("slot %d value %d: %v stored as %d·%v, off by %v, more than half a step", s, i, c.x, c.code,
+						c.s, d)
+				}
+			}
+		}
+	}
+	if ks[0*nKV+1] != 0 || slices.ContainsFunc(kc[1*hd:2*hd], func(c int8) bool { return c != 0 }) {
+		t.Fatal("a zero row did not get scale 0 and zero codes")
+	}
+	defer func() {
+		if recover() == nil {
+			t.Fatal("KVAppendInt8 with short scales did not panic")
+		}
+	}()
+	KVAppendInt8(kc, vc, ks[1:], vs, k, v, slots, nKV, hd)
+}
+
 func TestAttnBadSizes(t *testing.T) {
 	f32, f64 := make([]float32, 64), make([]float64, 64)
 	one := []int32{0, 1}
@@ -380,39 +454,50 @@ func BenchmarkPagedAttentionDecode(b *testing.B) {
 		}
 		values := sh.seqs * sh.seqLen * nKV * hd
 		tiles := sh.seqs * ((sh.seqLen + 15) / 16) * nKV
-		for _, cache := range []string{"f32", "f16"} {
+		for _, cache := range []string{"f32", "f16", "int8"} {
 			name := fmt.Sprintf("seqs=%d/seqLen=%d/nHeads=%d/nKVHeads=%d/headDim=%d/blockSize=%d/cache=%s/layers=%d",
 				sh.seqs, sh.seqLen, nHeads, nKV, hd, bs, cache, sh.layers)
 			b.Run(name, func(b *testing.B) {
 				kc, vc := make([][]float32, sh.layers), make([][]float32, sh.layers)
 				kc16, vc16 := make([][]uint16, sh.layers), make([][]uint16, sh.layers)
+				kc8, vc8 := make([][]int8, sh.layers), make([][]int8, sh.layers)
+				ks, vs := make([][]float32, sh.layers), make([][]float32, sh.layers)
 				for l := range sh.layers {
 					kc[l], _ = elemRand(rng, sh.seqs*blocksPer*bs*nKV*hd, 1)
 					vc[l], _ = elemRand(rng, sh.seqs*blocksPer*bs*nKV*hd, 1)
-					if cache == "f16" {
+					switch cache {
+					case "f16":
 						kc16[l], vc16[l] = make([]uint16, len(kc[l])), make([]uint16, len(vc[l]))
 						half.F32ToF16Slice(kc16[l], kc[l])
 						half.F32ToF16Slice(vc16[l], vc[l])
 						kc[l], vc[l] = nil, nil
+					case "int8":
+						kc8[l], vc8[l] = make([]int8, len(kc[l])), make([]int8, len(vc[l]))
+						ks[l], vs[l] = make([]float32, len(kc[l])/hd), make([]float32, len(vc[l])/hd)
+						QuantizeRowsInt8(len(ks[l]), hd, kc[l], kc8[l], ks[l])
+						QuantizeRowsInt8(len(vs[l]), hd, vc[l], vc8[l], vs[l])
+						kc[l], vc[l] = nil, nil
 					}
 				}
-				size := 4
-				if cache == "f16" {
-					size = 2
-				}
-				b.SetBytes(int64(2 * size * values))
+				// Bytes a value read: its own, and for int8 a share of its row's scale.
+				size := map[string]float64{"f32": 4, "f16": 2, "int8": 1 + 4/float64(hd)}[cache]
+				b.SetBytes(int64(2 * size * float64(values)))
 				i := 0
 				for b.Loop() {
 					l := i % sh.layers
 					i++
-					if cache == "f16" {
+					switch cache {
+					case "f16":
 						PagedAttentionF16(out, q, kc16[l], vc16[l], qStart, seqLens, tables, blocksPer, bs, nHeads, nKV, hd,
 							0.088)
-						continue
+					case "int8":
+						PagedAttentionInt8(out, q, kc8[l], vc8[l], ks[l], vs[l], qStart, seqLens, tables, blocksPer, bs,
+							nHeads, nKV, hd, 0.088)
+					default:
+						PagedAttention(out, q, kc[l], vc[l], qStart, seqLens, tables, blocksPer, bs, nHeads, nKV, hd, 0.088)
 					}
-					PagedAttention(out, q, kc[l], vc[l], qStart, seqLens, tables, blocksPer, bs, nHeads, nKV, hd, 0.088)
 				}
-				b.ReportMetric(float64(2*size*values)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
+				b.ReportMetric(2*size*float64(values)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
 				b.ReportMetric(b.Elapsed().Seconds()*1e9*float64(min(Threads(), tiles))/float64(b.N*tiles), "ns/tile-head")
 			})
 		}

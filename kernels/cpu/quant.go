@@ -244,16 +244,20 @@ func QuantizeRowsInt8(m, k int, x []float32, q []int8, s []float32) {
 	shape.Len("QuantizeRowsInt8", "s", len(s), m, "m")
 	Parallel(m, qRowGrain(k), func(lo, hi int) {
 		for i := lo; i < hi; i++ {
-			row, qr := x[i*k:(i+1)*k], q[i*k:(i+1)*k]
-			amax := qMaxAbs(row)
-			s[i] = amax / 127
-			if amax == 0 {
-				clear(qr)
-				continue
-			}
-			qRoundRow(row, qr, 127/amax)
+			s[i] = qQuantizeRow(x[i*k:(i+1)*k], q[i*k:(i+1)*k])
 		}
 	})
+}
+
+// qQuantizeRow quantizes row into qr symmetrically (QuantizeRowsInt8's rule for one row) and returns its scale.
+func qQuantizeRow(row []float32, qr []int8) float32 {
+	amax := qMaxAbs(row)
+	if amax == 0 {
+		clear(qr)
+		return 0
+	}
+	qRoundRow(row, qr, 127/amax)
+	return amax / 127
 }
 
 // qGEMVW4 is GEMMW4A16 for one token: y[j] = Σ_p x[p]·(q[j,p] - z[j,g])·s[j,g], g the group of p.

@@ -22,7 +22,7 @@ func (f *modelFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.tokenizer, "tokenizer", "", "llama2.c tokenizer.bin `file` (GGUF files carry their own vocabulary)")
 	fs.StringVar(&f.format, "format", "", "run every decoder layer in `format` (f32, f16, int8, int4, q8_0, q4_0); default: as stored")
 	fs.StringVar(&f.classifier, "classifier-format", "", "store the classifier in `format` (f32, f16, int8, int4, q8_0, q4_0); default: as stored")
-	fs.StringVar(&f.kv, "kv-type", "f32", "KV cache `type`: f32, or f16 (half the bytes, keys and values rounded)")
+	fs.StringVar(&f.kv, "kv-type", "f32", "KV cache `type`: f32, f16 (half the bytes, keys and values rounded) or int8 (a quarter, and a scale a row of each KV head)")
 	fs.IntVar(&f.threads, "threads", 0, "kernel threads (default GOMAXPROCS)")
 }
 
