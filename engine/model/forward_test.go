@@ -321,3 +321,16 @@ func TestMatmulsMatchSeparate(t *testing.T) {
 		}
 	}
 }
+
+// TestParseKVType round-trips every cache type through its name and rejects others with an error naming them all.
+func TestParseKVType(t *testing.T) {
+	for _, kv := range []KVType{KVF32, KVF16, KVInt8} {
+		if got, err := ParseKVType(kv.String()); err != nil || got != kv {
+			t.Errorf("ParseKVType(%q) = %v, %v, want %v", kv.String(), got, err, kv)
+		}
+	}
+	if _, err := ParseKVType("q4"); err == nil || !strings.Contains(err.Error(), `"q4"`) ||
+		!strings.Contains(err.Error(), "f32, f16 or int8") {
+		t.Errorf("ParseKVType(q4): error %v, want one naming it and the types", err)
+	}
+}
