@@ -337,10 +337,11 @@ func PagedAttentionF16(out, q []float32, kCache, vCache []uint16, qStart, seqLen
 		blockSize, nHeads, nKVHeads, headDim, scale)
 }
 
-// PagedAttentionInt8 is PagedAttention over caches of int8 codes and their scales (KVAppendInt8), each value
-// widened to float32 as code·scale (a float32 product) as it is read (by the fused decode kernel itself, a tile
-// at a time into scratch on the other paths): its results are bit for bit PagedAttention's over float32 caches
-// that hold those products, for a quarter of the bytes a value (plus a scale a row of headDim).
+// PagedAttentionInt8 is PagedAttention over caches of int8 codes and their scales (KVAppendInt8), for a quarter
+// of the bytes a value (plus a scale a row of headDim): its results are PagedAttention's over float32 caches that
+// hold code·scale (float32 products), bit for bit where a tile is widened into scratch, within float32 roundings
+// in the fused decode kernel, which widens the codes as it loads them and applies each row's scale to its score
+// and its probability instead of to each value.
 func PagedAttentionInt8(out, q []float32, kCache, vCache []int8, kScales, vScales []float32, qStart, seqLens,
 	blockTables []int32, maxBlocksPerSeq, blockSize, nHeads, nKVHeads, headDim int, scale float32) {
 	shape.PagedAttention("PagedAttentionInt8", len(out), len(q), len(kCache), len(vCache), qStart, seqLens,

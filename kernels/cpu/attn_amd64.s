@@ -167,25 +167,36 @@ full: \
 
 
 // The parts of the fused decode kernels attnDecodeAVX512, attnDecodeF16AVX512 and attnDecodeI8AVX512 (LOAD:
-// the instructions that load 16 keys' or values' elements at mem as float32 into z, int8 codes times the row's
-// scale at smem; ESC: the elements' size in bytes). The int8 kernel keeps the current KV head's key and value
-// scale pointers in its frame at 80(SP) and 88(SP), the scales' stride from token to token at 96(SP), and walks
-// a chunk's scales in R15; its hooks (S_INIT, KS_START, VS_START, S_NEXT, KS_HEAD, VS_HEAD) are empty in the
-// other two. See attnDecodeAVX512.
-#define DEC_LD_F32(mem, z, smem) VMOVUPS mem, z
-#define DEC_LD_F16(mem, z, smem) VCVTPH2PS mem, z
-#define DEC_LD_I8(mem, z, smem) VPMOVSXBD mem, z; VCVTDQ2PS z, z; VMULPS.BCST smem, z, z
+// the instructions that load 16 keys' or values' elements at mem as float32 into z; ESC: the elements' size in
+// bytes). The int8 kernel's hooks (S_INIT, KSCALE, VSCALE, KS_HEAD, VS_HEAD; empty in the other two) scale a
+// head's 16 scores and probabilities by their rows' scales, gathered (Z25: the tokens' offsets in the scale
+// table) from the current KV head's key and value scales, whose pointers it keeps in its frame at 80(SP) and
+// 88(SP). See attnDecodeAVX512.
+#define DEC_LD_F32(mem, z) VMOVUPS mem, z
+#define DEC_LD_F16(mem, z) VCVTPH2PS mem, z
+#define DEC_LD_I8(mem, z) VPMOVSXBD mem, z; VCVTDQ2PS z, z
 #define DEC_NO_HOOK
 #define DEC_I8_INIT \
-	MOVQ ks+96(FP), AX; \
-	MOVQ AX, 80(SP); \
-	MOVQ vs+104(FP), AX; \
-	MOVQ AX, 88(SP); \
-	MOVQ sstride+112(FP), AX; \
-	MOVQ AX, 96(SP)
-#define DEC_I8_KS_START MOVQ 80(SP), R15
-#define DEC_I8_VS_START MOVQ 88(SP), R15
-#define DEC_I8_NEXT ADDQ 96(SP), R15
+	MOVQ         ks+96(FP), AX; \
+	MOVQ         AX, 80(SP); \
+	MOVQ         vs+104(FP), AX; \
+	MOVQ         AX, 88(SP); \
+	MOVQ         sstride+112(FP), AX; \
+	SHRQ         $2, AX; \
+	VPBROADCASTD AX, Z25; \
+	VPMULLD      attnIota<>(SB), Z25, Z25
+#define DEC_I8_GATHER(ptr) \
+	MOVQ       ptr, AX; \
+	KMOVW      K1, K3; \
+	VPXORD     Z28, Z28, Z28; \
+	VGATHERDPS (AX)(Z25*4), K3, Z28
+#define DEC_I8_KSCALE \
+	DEC_I8_GATHER(80(SP)); \
+	VMULPS Z28, Z0, Z0
+#define DEC_I8_VSCALE \
+	DEC_I8_GATHER(88(SP)); \
+	VMULPS  (SP), Z28, Z28; \
+	VMOVUPS Z28, (SP)
 #define DEC_I8_KS_HEAD ADDQ $4, 80(SP)
 #define DEC_I8_VS_HEAD ADDQ $4, 88(SP)
 //
@@ -230,48 +241,47 @@ pdone: \
 	MOVQ R15, 8(AX)
 
 // DEC_KEY multiplies the 16 elements at AX of a key (widened by LOAD) with the query chunk in Z27 into the
-// key's accumulator acc, then leaves the chunk after the tile's last key (CX counts them down) or moves AX (and
-// with S_NEXT the scale at R15) to the next key.
-#define DEC_KEY(LOAD, S_NEXT, acc) \
-	LOAD((AX), Z28, (R15)); \
+// key's accumulator acc, then leaves the chunk after the tile's last key (CX counts them down) or moves AX to
+// the next key.
+#define DEC_KEY(LOAD, acc) \
+	LOAD((AX), Z28); \
 	VFMADD231PS Z28, Z27, acc; \
 	DECQ        CX; \
 	JZ          sexit; \
-	ADDQ        R8, AX; \
-	S_NEXT
+	ADDQ        R8, AX
 
 // DEC_SCORES computes the scores of the head whose query is at DI and keys at SI into Z30: per chunk of 16
 // dims (Z27), each of the nt keys (R9) into its accumulator, then SUM16.
-#define DEC_SCORES(LOAD, ESC, KS_START, S_NEXT) \
+#define DEC_SCORES(LOAD, ESC, KSCALE) \
 	ZERO16; \
 	XORQ BX, BX; \
 schunk: \
 	VMOVUPS (DI)(BX*4), Z27; \
 	LEAQ    (SI)(BX*ESC), AX; \
 	MOVQ    R9, CX; \
-	KS_START; \
-	DEC_KEY(LOAD, S_NEXT, Z0); \
-	DEC_KEY(LOAD, S_NEXT, Z1); \
-	DEC_KEY(LOAD, S_NEXT, Z2); \
-	DEC_KEY(LOAD, S_NEXT, Z3); \
-	DEC_KEY(LOAD, S_NEXT, Z4); \
-	DEC_KEY(LOAD, S_NEXT, Z5); \
-	DEC_KEY(LOAD, S_NEXT, Z6); \
-	DEC_KEY(LOAD, S_NEXT, Z7); \
-	DEC_KEY(LOAD, S_NEXT, Z8); \
-	DEC_KEY(LOAD, S_NEXT, Z9); \
-	DEC_KEY(LOAD, S_NEXT, Z10); \
-	DEC_KEY(LOAD, S_NEXT, Z11); \
-	DEC_KEY(LOAD, S_NEXT, Z12); \
-	DEC_KEY(LOAD, S_NEXT, Z13); \
-	DEC_KEY(LOAD, S_NEXT, Z14); \
-	LOAD((AX), Z28, (R15)); \
+	DEC_KEY(LOAD, Z0); \
+	DEC_KEY(LOAD, Z1); \
+	DEC_KEY(LOAD, Z2); \
+	DEC_KEY(LOAD, Z3); \
+	DEC_KEY(LOAD, Z4); \
+	DEC_KEY(LOAD, Z5); \
+	DEC_KEY(LOAD, Z6); \
+	DEC_KEY(LOAD, Z7); \
+	DEC_KEY(LOAD, Z8); \
+	DEC_KEY(LOAD, Z9); \
+	DEC_KEY(LOAD, Z10); \
+	DEC_KEY(LOAD, Z11); \
+	DEC_KEY(LOAD, Z12); \
+	DEC_KEY(LOAD, Z13); \
+	DEC_KEY(LOAD, Z14); \
+	LOAD((AX), Z28); \
 	VFMADD231PS Z28, Z27, Z15; \
 sexit: \
 	ADDQ $16, BX; \
 	CMPQ BX, R11; \
 	JB   schunk; \
 	SUM16(Z28, Z29); \
+	KSCALE; \
 	VMOVAPS Z0, Z30
 
 // DEC_SOFTMAX is the online-softmax update of head R13/4 for the scores in Z30: the new maximum and sum to m
@@ -307,7 +317,8 @@ sexit: \
 // DEC_VALUES updates the output at R12 of the head whose values are at DX: per chunk of 16 dims, alpha (Z31)
 // times the output, plus the tokens' probabilities (in the frame) times their values, the even tokens in Z0
 // and the odd ones in Z2 (two chains of multiply-adds, for their latency), each in token order, then Z0 + Z2.
-#define DEC_VALUES(LOAD, ESC, VS_START, S_NEXT) \
+#define DEC_VALUES(LOAD, ESC, VSCALE) \
+	VSCALE; \
 	XORQ BX, BX; \
 vchunk: \
 	VMOVUPS (R12)(BX*4), Z0; \
@@ -315,14 +326,11 @@ vchunk: \
 	VPXORD  Z2, Z2, Z2; \
 	LEAQ    (DX)(BX*ESC), AX; \
 	XORQ    CX, CX; \
-	VS_START; \
 	CMPQ    R9, $1; \
 	JE      vlast; \
 vtok: \
-	LOAD((AX), Z1, (R15)); \
-	S_NEXT; \
-	LOAD((AX)(R8*1), Z3, (R15)); \
-	S_NEXT; \
+	LOAD((AX), Z1); \
+	LOAD((AX)(R8*1), Z3); \
 	VFMADD231PS.BCST (SP)(CX*4), Z1, Z0; \
 	VFMADD231PS.BCST 4(SP)(CX*4), Z3, Z2; \
 	LEAQ             (AX)(R8*2), AX; \
@@ -333,7 +341,7 @@ vtok: \
 	CMPQ             CX, R9; \
 	JE               vsum; \
 vlast: \
-	LOAD((AX), Z1, (R15)); \
+	LOAD((AX), Z1); \
 	VFMADD231PS.BCST (SP)(CX*4), Z1, Z0; \
 vsum: \
 	VADDPS  Z2, Z0, Z0; \
@@ -358,7 +366,7 @@ label:
 // softmax's chain of dependent instructions overlaps the independent scores of the next head: DI and SI point at
 // head i's query and keys, DX, R12 and R13 at head i-1's values, output and m, l. The keys and values move on
 // to the next KV head every group query heads (the frame counts them down at 64(SP) for SI, 72(SP) for DX).
-#define DEC_BODY(LOAD, ESC, S_INIT, KS_START, VS_START, S_NEXT, KS_HEAD, VS_HEAD) \
+#define DEC_BODY(LOAD, ESC, S_INIT, KSCALE, VSCALE, KS_HEAD, VS_HEAD) \
 	S_INIT; \
 	EXP_POLY_CONSTS; \
 	VBROADCASTSS attnExp2Lo<>(SB), Z24; \
@@ -390,7 +398,7 @@ round: \
 	JE   values; \
 scores: \
 	DEC_PREFETCH; \
-	DEC_SCORES(LOAD, ESC, KS_START, S_NEXT); \
+	DEC_SCORES(LOAD, ESC, KSCALE); \
 	LEAQ (DI)(R11*4), DI; \
 	DEC_KV(64(SP), SI, ESC, samek, KS_HEAD); \
 	MOVQ heads+40(FP), AX; \
@@ -398,7 +406,7 @@ scores: \
 	CMPQ R10, AX; \
 	JE   next; \
 values: \
-	DEC_VALUES(LOAD, ESC, VS_START, S_NEXT); \
+	DEC_VALUES(LOAD, ESC, VSCALE); \
 	LEAQ (R12)(R11*4), R12; \
 	ADDQ $4, R13; \
 	DEC_KV(72(SP), DX, ESC, next, VS_HEAD); \
@@ -516,6 +524,23 @@ DATA attnLn2<>+0(SB)/4, $0x3f317218
 GLOBL attnLn2<>(SB), RODATA|NOPTR, $4
 DATA attnNegInf<>+0(SB)/4, $0xff800000
 GLOBL attnNegInf<>(SB), RODATA|NOPTR, $4
+DATA attnIota<>+0(SB)/4, $0
+DATA attnIota<>+4(SB)/4, $1
+DATA attnIota<>+8(SB)/4, $2
+DATA attnIota<>+12(SB)/4, $3
+DATA attnIota<>+16(SB)/4, $4
+DATA attnIota<>+20(SB)/4, $5
+DATA attnIota<>+24(SB)/4, $6
+DATA attnIota<>+28(SB)/4, $7
+DATA attnIota<>+32(SB)/4, $8
+DATA attnIota<>+36(SB)/4, $9
+DATA attnIota<>+40(SB)/4, $10
+DATA attnIota<>+44(SB)/4, $11
+DATA attnIota<>+48(SB)/4, $12
+DATA attnIota<>+52(SB)/4, $13
+DATA attnIota<>+56(SB)/4, $14
+DATA attnIota<>+60(SB)/4, $15
+GLOBL attnIota<>(SB), RODATA|NOPTR, $64
 
 // func attnSoftmaxAVX512(s, m, l, alpha *float32, cnt *int32, rows int)
 // Row by row: mask, max, exponentials (of the upper 16 scores only when more than 16 are visible) and their
@@ -1305,19 +1330,20 @@ body:
 // multiply-adds, for their latency). Constants: EXP_POLY_CONSTS (Z17..Z23), Z24, Z26 as
 // ATTN_EXP2 wants, Z16 = -Inf; K1 masks the nt tokens' lanes, K2 all. The frame holds p and the two counters.
 TEXT ·attnDecodeAVX512(SB), NOSPLIT, $80-96
-	DEC_BODY(DEC_LD_F32, 4, DEC_NO_HOOK, DEC_NO_HOOK, DEC_NO_HOOK, DEC_NO_HOOK, DEC_NO_HOOK, DEC_NO_HOOK)
+	DEC_BODY(DEC_LD_F32, 4, DEC_NO_HOOK, DEC_NO_HOOK, DEC_NO_HOOK, DEC_NO_HOOK, DEC_NO_HOOK)
 
 // func attnDecodeF16AVX512(q *float32, k, v *uint16, stride, nt, heads, hd int, m, l, o *float32, pf *attnNext,
 //	group int)
 // attnDecodeAVX512 over binary16 keys and values, widened exactly as they are loaded (KV head g's columns at
 // g·hd·2 bytes): bit for bit its results over float32 copies of the same values.
 TEXT ·attnDecodeF16AVX512(SB), NOSPLIT, $80-96
-	DEC_BODY(DEC_LD_F16, 2, DEC_NO_HOOK, DEC_NO_HOOK, DEC_NO_HOOK, DEC_NO_HOOK, DEC_NO_HOOK, DEC_NO_HOOK)
+	DEC_BODY(DEC_LD_F16, 2, DEC_NO_HOOK, DEC_NO_HOOK, DEC_NO_HOOK, DEC_NO_HOOK, DEC_NO_HOOK)
 
 // func attnDecodeI8AVX512(q *float32, k, v *int8, stride, nt, heads, hd int, m, l, o *float32, pf *attnNext,
 //	group int, ks, vs *float32, sstride int)
-// attnDecodeAVX512 over int8 codes, each widened as loaded to float32 code times its row's scale (the key and
-// value scales of the tile's first token and first KV head at ks and vs, the next token's sstride bytes on, the
-// next KV head's 4): bit for bit its results over float32 copies of those products.
+// attnDecodeAVX512 over int8 codes, widened to float32 as they are loaded, with each row's scale applied to its
+// score and to its probability instead of to each value (the key and value scales of the tile's first token and
+// first KV head at ks and vs, the next token's sstride bytes on, the next KV head's 4): its results are those over
+// float32 copies of code·scale within float32 roundings.
 TEXT ·attnDecodeI8AVX512(SB), NOSPLIT, $104-120
-	DEC_BODY(DEC_LD_I8, 1, DEC_I8_INIT, DEC_I8_KS_START, DEC_I8_VS_START, DEC_I8_NEXT, DEC_I8_KS_HEAD, DEC_I8_VS_HEAD)
+	DEC_BODY(DEC_LD_I8, 1, DEC_I8_INIT, DEC_I8_KSCALE, DEC_I8_VSCALE, DEC_I8_KS_HEAD, DEC_I8_VS_HEAD)
