@@ -460,10 +460,14 @@ func (c pagedCache) tile(i, nt, width, rowStride int, kt, vt []float32) (k, v []
 	return kt, vt, width
 }
 
-// widen sets dst to the int8 codes from offset i of codes times their rows' scales: code·scale in float32.
+// widen sets dst to the int8 codes from offset i (the start of a row) of codes times their rows' scales:
+// code·scale in float32.
 func (c pagedCache) widen(dst []float32, codes []int8, scales []float32, i int) {
-	for d := range dst {
-		dst[d] = float32(codes[i+d]) * scales[(i+d)/c.hd]
+	for r := 0; r < len(dst); r += c.hd {
+		s, out := scales[(i+r)/c.hd], dst[r:min(r+c.hd, len(dst))]
+		for d, q := range codes[i+r:][:len(out)] {
+			out[d] = float32(q) * s
+		}
 	}
 }
 
