@@ -52,7 +52,7 @@ reproduce: build
 	$(MORPHLAB) bench --pkg './kernels/...' --bench '$(REPRO_BENCH)' --count 3 --benchtime $(REPRO_BENCHTIME) \
 		--probe results/probe.json --out results/bench/kernels.txt > results/bench/kernels-table.txt
 	cat results/bench/kernels-table.txt
-	@# With the shared data at hand: stories260K's perplexity in each layer format, and its layer-sensitivity
+	@# With the shared data at hand: stories260K's perplexity in each layer format and KV cache type, and its layer-sensitivity
 	@# profile (the swap order) with the perplexity curves of each order (BENCHMARKS.md, issues 4 and 7).
 	@data=$${MORPHLAB_DATA:-$$(for d in data ../shared/data; do [ -d $$d ] && echo $$d && break; done)}; \
 	if [ ! -f "$$data/models/stories260K.bin" ]; then echo "reproduce: no stories260K in the data directory; model results skipped"; exit 0; fi; \
@@ -61,6 +61,11 @@ reproduce: build
 		echo "== perplexity, layers in $$f"; \
 		$(MORPHLAB) perplexity --model $$data/models/stories260K.bin --tokenizer $$data/models/tok512.bin \
 			--text $$data/eval/tinystories_val.txt --format $$f | tee results/model/perplexity-$$f.txt; \
+	done; \
+	for kv in f16 int8; do \
+		echo "== perplexity, layers in f32, KV cache in $$kv"; \
+		$(MORPHLAB) perplexity --model $$data/models/stories260K.bin --tokenizer $$data/models/tok512.bin \
+			--text $$data/eval/tinystories_val.txt --kv-type $$kv | tee results/model/perplexity-kv-$$kv.txt; \
 	done; \
 	echo "== layer sensitivity, int4 RTN"; \
 	$(MORPHLAB) profile --model $$data/models/stories260K.bin --tokenizer $$data/models/tok512.bin --format int4 \
