@@ -315,12 +315,25 @@ sexit: \
 	VMOVSS        X1, (R15)(R13*1)
 
 // DEC_VALUES updates the output at R12 of the head whose values are at DX: per chunk of 16 dims, alpha (Z31)
-// times the output, plus the tokens' probabilities (in the frame) times their values, the even tokens in Z0
-// and the odd ones in Z2 (two chains of multiply-adds, for their latency), each in token order, then Z0 + Z2.
+// times the output, plus the tokens' probabilities (in the frame) times their values, the even tokens in one
+// sum and the odd ones in another (two chains of multiply-adds, for their latency), each in token order, then
+// their sum. Four chunks at a time (DEC_VQUAD; the rest one at a time), so that a token's probability is loaded
+// once for 64 dims: with it a memory operand of every multiply-add, each vector of values took two loads, and the
+// kernel then had half as many of the cache's lines in flight.
 #define DEC_VALUES(LOAD, ESC, VSCALE) \
 	VSCALE; \
 	XORQ BX, BX; \
+vquad: \
+	MOVQ R11, R14; \
+	SUBQ BX, R14; \
+	CMPQ R14, $64; \
+	JB   vchunk; \
+	DEC_VQUAD(LOAD, ESC); \
+	ADDQ $64, BX; \
+	JMP  vquad; \
 vchunk: \
+	CMPQ    BX, R11; \
+	JAE     vdone; \
 	VMOVUPS (R12)(BX*4), Z0; \
 	VMULPS  Z31, Z0, Z0; \
 	VPXORD  Z2, Z2, Z2; \
@@ -347,8 +360,64 @@ vsum: \
 	VADDPS  Z2, Z0, Z0; \
 	VMOVUPS Z0, (R12)(BX*4); \
 	ADDQ    $16, BX; \
-	CMPQ    BX, R11; \
-	JB      vchunk
+	JMP     vchunk; \
+vdone:
+
+// DEC_VOFF is the byte offset of chunk c of a row of elements ESC bytes wide.
+#define DEC_VOFF(ESC, c) c*16*ESC
+
+// DEC_VTOK adds the token whose probability is in zp and values at off(AX) (chunks 0-3) into a0-a3 (Z10-Z13:
+// scratch).
+#define DEC_VTOK(LOAD, ESC, off, zp, a0, a1, a2, a3) \
+	LOAD(off(AX), Z10); \
+	LOAD(DEC_VOFF(ESC, 1)+off(AX), Z11); \
+	LOAD(DEC_VOFF(ESC, 2)+off(AX), Z12); \
+	LOAD(DEC_VOFF(ESC, 3)+off(AX), Z13); \
+	VFMADD231PS zp, Z10, a0; \
+	VFMADD231PS zp, Z11, a1; \
+	VFMADD231PS zp, Z12, a2; \
+	VFMADD231PS zp, Z13, a3
+
+// DEC_VQUAD is DEC_VALUES's loop for the four chunks from BX: the even tokens into Z0-Z3, the odd ones into
+// Z4-Z7, their probabilities broadcast into Z8 and Z9.
+#define DEC_VQUAD(LOAD, ESC) \
+	VMULPS (R12)(BX*4), Z31, Z0; \
+	VMULPS 64(R12)(BX*4), Z31, Z1; \
+	VMULPS 128(R12)(BX*4), Z31, Z2; \
+	VMULPS 192(R12)(BX*4), Z31, Z3; \
+	VPXORD Z4, Z4, Z4; \
+	VPXORD Z5, Z5, Z5; \
+	VPXORD Z6, Z6, Z6; \
+	VPXORD Z7, Z7, Z7; \
+	LEAQ   (DX)(BX*ESC), AX; \
+	XORQ   CX, CX; \
+	CMPQ   R9, $1; \
+	JE     vqlast; \
+vqtok: \
+	VBROADCASTSS (SP)(CX*4), Z8; \
+	VBROADCASTSS 4(SP)(CX*4), Z9; \
+	DEC_VTOK(LOAD, ESC, 0, Z8, Z0, Z1, Z2, Z3); \
+	ADDQ         R8, AX; \
+	DEC_VTOK(LOAD, ESC, 0, Z9, Z4, Z5, Z6, Z7); \
+	ADDQ         R8, AX; \
+	ADDQ         $2, CX; \
+	LEAQ         1(CX), R14; \
+	CMPQ         R14, R9; \
+	JB           vqtok; \
+	CMPQ         CX, R9; \
+	JE           vqsum; \
+vqlast: \
+	VBROADCASTSS (SP)(CX*4), Z8; \
+	DEC_VTOK(LOAD, ESC, 0, Z8, Z0, Z1, Z2, Z3); \
+vqsum: \
+	VADDPS  Z4, Z0, Z0; \
+	VADDPS  Z5, Z1, Z1; \
+	VADDPS  Z6, Z2, Z2; \
+	VADDPS  Z7, Z3, Z3; \
+	VMOVUPS Z0, (R12)(BX*4); \
+	VMOVUPS Z1, 64(R12)(BX*4); \
+	VMOVUPS Z2, 128(R12)(BX*4); \
+	VMOVUPS Z3, 192(R12)(BX*4)
 
 // DEC_KV counts a query head down at cnt and, after group of them, moves ptr (and with HEAD the scales) to the
 // next KV head's columns and starts the count again; label follows.
