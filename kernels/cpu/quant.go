@@ -194,9 +194,9 @@ func qInt8(m, n, k int, a, w []int8, out *qInt8Out) {
 // qGEMMMinM is the fewest tokens for which qInt8 packs W for the GEMM micro-kernel.
 const qGEMMMinM = 32
 
-// qGEMVInt8 is qInt8 as GEMVs. One token reads W one row after another (qDotI8Rows), the access pattern that
-// streams fastest from memory; more tokens take rows of W four at a time against every token, so that each block
-// serves every token while it is in L1. Rows are split across threads.
+// qGEMVInt8 is qInt8 as GEMVs. One token reads W one row after another (qDotI8Rows), one sequential stream; more
+// tokens take rows of W four at a time against every token, so that each block serves every token while it is in
+// L1. Rows are split across threads.
 func qGEMVInt8(m, n, k int, a, w []int8, out *qInt8Out) {
 	asum, asumBuf := scratchI32(m)
 	defer asumBuf.release()
