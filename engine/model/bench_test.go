@@ -193,33 +193,24 @@ func (d *decodeStep) tokPerSec(b *testing.B, n int) float64 {
 //
 //	go test -run '^$' -bench DecodeScaling -benchtime 30x ./engine/model/
 func BenchmarkDecodeScaling(b *testing.B) {
-	for _, f := range benchFormats {
-		for _, kv := range []KVType{KVF32, KVF16, KVInt8} {
-			b.Run(fmt.Sprintf("shape=stories110M/format=%v/classifier=f32/kv=%v", f, kv), func(b *testing.B) {
-				m := benchModel(b, "stories110M")
-				setFormat(b, m, f)
-				if err := m.SetOutputFormat(quant.F32); err != nil {
-					b.Fatal(err)
-				}
-				one, many := newDecodeStep(b, m, 1, kv), newDecodeStep(b, m, 32, kv)
-				one.run(b)
-				many.run(b)
-				var ratio, rate1, rate32 []float64
-				for i := 0; b.Loop(); i++ {
-					var r1, r32 float64
-					if i%2 == 0 {
-						r1, r32 = one.tokPerSec(b, 4), many.tokPerSec(b, 1)
-					} else {
-						r32, r1 = many.tokPerSec(b, 1), one.tokPerSec(b, 4)
-					}
-					ratio, rate1, rate32 = append(ratio, r32/r1), append(rate1, r1), append(rate32, r32)
-				}
-				b.ReportMetric(median(ratio), "x")
-				b.ReportMetric(median(rate1), "tok/s-batch1")
-				b.ReportMetric(median(rate32), "tok/s-batch32")
-			})
+	runDecodeTargets(b, func(b *testing.B, m *Model, kv KVType) {
+		one, many := newDecodeStep(b, m, 1, kv), newDecodeStep(b, m, 32, kv)
+		one.run(b)
+		many.run(b)
+		var ratio, rate1, rate32 []float64
+		for i := 0; b.Loop(); i++ {
+			var r1, r32 float64
+			if i%2 == 0 {
+				r1, r32 = one.tokPerSec(b, 4), many.tokPerSec(b, 1)
+			} else {
+				r32, r1 = many.tokPerSec(b, 1), one.tokPerSec(b, 4)
+			}
+			ratio, rate1, rate32 = append(ratio, r32/r1), append(rate1, r1), append(rate32, r32)
 		}
-	}
+		b.ReportMetric(median(ratio), "x")
+		b.ReportMetric(median(rate1), "tok/s-batch1")
+		b.ReportMetric(median(rate32), "tok/s-batch32")
+	})
 }
 
 // BenchmarkDecodeBound measures the batch-1 target, tok/s over the memory-bandwidth bound, in rounds of
@@ -230,6 +221,26 @@ func BenchmarkDecodeScaling(b *testing.B) {
 //
 //	go test -run '^$' -bench DecodeBound -benchtime 10x ./engine/model/
 func BenchmarkDecodeBound(b *testing.B) {
+	runDecodeTargets(b, func(b *testing.B, m *Model, kv KVType) {
+		one := newDecodeStep(b, m, 1, kv)
+		one.run(b)
+		bytes := int64(decodeBytes(m))
+		steps := max(1, int(0.1*one.tokPerSec(b, 2)))
+		var bound, rate, bw []float64
+		for b.Loop() {
+			gbps := probe.ReadBandwidth(cpu.Threads(), bytes)
+			r := one.tokPerSec(b, steps)
+			bound, rate, bw = append(bound, 100*r*float64(bytes)/(gbps*1e9)), append(rate, r), append(bw, gbps)
+		}
+		b.ReportMetric(median(bound), "%bound")
+		b.ReportMetric(median(rate), "tok/s")
+		b.ReportMetric(median(bw), "probe-GB/s")
+	})
+}
+
+// runDecodeTargets runs measure as a sub-benchmark for stories110M in every layer format (F32 classifier) over
+// every KV cache type.
+func runDecodeTargets(b *testing.B, measure func(b *testing.B, m *Model, kv KVType)) {
 	for _, f := range benchFormats {
 		for _, kv := range []KVType{KVF32, KVF16, KVInt8} {
 			b.Run(fmt.Sprintf("shape=stories110M/format=%v/classifier=f32/kv=%v", f, kv), func(b *testing.B) {
@@ -238,19 +249,7 @@ func BenchmarkDecodeBound(b *testing.B) {
 				if err := m.SetOutputFormat(quant.F32); err != nil {
 					b.Fatal(err)
 				}
-				one := newDecodeStep(b, m, 1, kv)
-				one.run(b)
-				bytes := int64(decodeBytes(m))
-				steps := max(1, int(0.1*one.tokPerSec(b, 2)))
-				var bound, rate, bw []float64
-				for b.Loop() {
-					gbps := probe.ReadBandwidth(cpu.Threads(), bytes)
-					r := one.tokPerSec(b, steps)
-					bound, rate, bw = append(bound, 100*r*float64(bytes)/(gbps*1e9)), append(rate, r), append(bw, gbps)
-				}
-				b.ReportMetric(median(bound), "%bound")
-				b.ReportMetric(median(rate), "tok/s")
-				b.ReportMetric(median(bw), "probe-GB/s")
+				measure(b, m, kv)
 			})
 		}
 	}

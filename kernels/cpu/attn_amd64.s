@@ -337,22 +337,14 @@ vchunk: \
 	VMOVUPS (R12)(BX*4), Z0; \
 	VMULPS  Z31, Z0, Z0; \
 	VPXORD  Z2, Z2, Z2; \
-	LEAQ    (DX)(BX*ESC), AX; \
-	XORQ    CX, CX; \
-	CMPQ    R9, $1; \
-	JE      vlast; \
+	DEC_VSTART(ESC, vlast); \
 vtok: \
 	LOAD((AX), Z1); \
 	LOAD((AX)(R8*1), Z3); \
 	VFMADD231PS.BCST (SP)(CX*4), Z1, Z0; \
 	VFMADD231PS.BCST 4(SP)(CX*4), Z3, Z2; \
 	LEAQ             (AX)(R8*2), AX; \
-	ADDQ             $2, CX; \
-	LEAQ             1(CX), R14; \
-	CMPQ             R14, R9; \
-	JB               vtok; \
-	CMPQ             CX, R9; \
-	JE               vsum; \
+	DEC_VPAIR(vtok, vsum); \
 vlast: \
 	LOAD((AX), Z1); \
 	VFMADD231PS.BCST (SP)(CX*4), Z1, Z0; \
@@ -362,6 +354,24 @@ vsum: \
 	ADDQ    $16, BX; \
 	JMP     vchunk; \
 vdone:
+
+// DEC_VSTART points AX at the first token's values of the chunk at BX and CX at the token, and goes to last when
+// the tile has one token.
+#define DEC_VSTART(ESC, last) \
+	LEAQ (DX)(BX*ESC), AX; \
+	XORQ CX, CX; \
+	CMPQ R9, $1; \
+	JE   last
+
+// DEC_VPAIR counts a pair of tokens (CX) and goes back to tok while two are left, to sum when none is (with one
+// left it falls through to the tile's last token).
+#define DEC_VPAIR(tok, sum) \
+	ADDQ $2, CX; \
+	LEAQ 1(CX), R14; \
+	CMPQ R14, R9; \
+	JB   tok; \
+	CMPQ CX, R9; \
+	JE   sum
 
 // DEC_VOFF is the byte offset of chunk c of a row of elements ESC bytes wide.
 #define DEC_VOFF(ESC, c) c*16*ESC
@@ -389,10 +399,7 @@ vdone:
 	VPXORD Z5, Z5, Z5; \
 	VPXORD Z6, Z6, Z6; \
 	VPXORD Z7, Z7, Z7; \
-	LEAQ   (DX)(BX*ESC), AX; \
-	XORQ   CX, CX; \
-	CMPQ   R9, $1; \
-	JE     vqlast; \
+	DEC_VSTART(ESC, vqlast); \
 vqtok: \
 	VBROADCASTSS (SP)(CX*4), Z8; \
 	VBROADCASTSS 4(SP)(CX*4), Z9; \
@@ -400,12 +407,7 @@ vqtok: \
 	ADDQ         R8, AX; \
 	DEC_VTOK(LOAD, ESC, 0, Z9, Z4, Z5, Z6, Z7); \
 	ADDQ         R8, AX; \
-	ADDQ         $2, CX; \
-	LEAQ         1(CX), R14; \
-	CMPQ         R14, R9; \
-	JB           vqtok; \
-	CMPQ         CX, R9; \
-	JE           vqsum; \
+	DEC_VPAIR(vqtok, vqsum); \
 vqlast: \
 	VBROADCASTSS (SP)(CX*4), Z8; \
 	DEC_VTOK(LOAD, ESC, 0, Z8, Z0, Z1, Z2, Z3); \
