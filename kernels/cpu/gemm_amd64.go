@@ -45,10 +45,9 @@ func gemmPackB32AVX512(dst, src *float32, ld, rows, kc int)
 // The GEMV kernels set y[j] = Σ_p w[j*k+p]·x[p] for j < rows. AVX-512: any positive rows, every step p < k (its
 // masked loads read nothing past a row), four rows at a time against each load of x (the rest one at a time),
 // one accumulator a row, so that each output is summed in the order every AVX-512 GEMV kernel keeps
-// (gemm_amd64.s). AVX2:
-// rows a positive multiple of 4, p < k&^7 (the caller adds the rest), four rows at a time, two accumulators
-// each, against the same loads of x. The F16 kernels widen the binary16 weights with VCVTPH2PS as they are
-// loaded.
+// (gemm_amd64.s). AVX2: rows a positive multiple of 4, p < k&^7 (the caller adds the rest), four rows at a time,
+// two accumulators each, against the same loads of x. The F16 kernels widen the binary16 weights with VCVTPH2PS
+// as they are loaded.
 //
 //go:noescape
 func gemvAVX512(rows, k int, w, x, y *float32)
