@@ -438,31 +438,36 @@ func (c pagedCache) store(i int, k, v []float32) {
 // tile returns the keys and values of nt tokens from offset i, width values a token, rows stride apart: the
 // caches themselves for float32 values, else the values widened into kt and vt (then stride = width).
 func (c pagedCache) tile(i, nt, width, rowStride int, kt, vt []float32) (k, v []float32, stride int) {
-	if c.k8 != nil {
-		for r := range nt {
-			c.widen(kt[r*width:][:width], c.k8, c.ks, i+r*rowStride)
-			c.widen(vt[r*width:][:width], c.v8, c.vs, i+r*rowStride)
-		}
-		return kt, vt, width
-	}
-	if c.k16 == nil {
+	if c.k != nil {
 		return c.k[i:], c.v[i:], rowStride
 	}
 	if width == rowStride {
-		half.F16ToF32Slice(kt[:nt*width], c.k16[i:][:nt*width])
-		half.F16ToF32Slice(vt[:nt*width], c.v16[i:][:nt*width])
+		c.widen(kt[:nt*width], true, i)
+		c.widen(vt[:nt*width], false, i)
 		return kt, vt, width
 	}
 	for r := range nt {
-		half.F16ToF32Slice(kt[r*width:][:width], c.k16[i+r*rowStride:][:width])
-		half.F16ToF32Slice(vt[r*width:][:width], c.v16[i+r*rowStride:][:width])
+		c.widen(kt[r*width:][:width], true, i+r*rowStride)
+		c.widen(vt[r*width:][:width], false, i+r*rowStride)
 	}
 	return kt, vt, width
 }
 
-// widen sets dst to the int8 codes from offset i (the start of a row) of codes times their rows' scales:
-// code·scale in float32.
-func (c pagedCache) widen(dst []float32, codes []int8, scales []float32, i int) {
+// widen sets dst to the len(dst) keys (or values) from offset i, the start of a row, of a binary16 or int8 cache
+// as float32: binary16 exactly, int8 codes times their rows' scales (a float32 product).
+func (c pagedCache) widen(dst []float32, keys bool, i int) {
+	if c.k16 != nil {
+		src := c.v16
+		if keys {
+			src = c.k16
+		}
+		half.F16ToF32Slice(dst, src[i:][:len(dst)])
+		return
+	}
+	codes, scales := c.v8, c.vs
+	if keys {
+		codes, scales = c.k8, c.ks
+	}
 	for r := 0; r < len(dst); r += c.hd {
 		s, out := scales[(i+r)/c.hd], dst[r:min(r+c.hd, len(dst))]
 		for d, q := range codes[i+r:][:len(out)] {

@@ -376,13 +376,13 @@ vdone:
 // DEC_VOFF is the byte offset of chunk c of a row of elements ESC bytes wide.
 #define DEC_VOFF(ESC, c) c*16*ESC
 
-// DEC_VTOK adds the token whose probability is in zp and values at off(AX) (chunks 0-3) into a0-a3 (Z10-Z13:
+// DEC_VTOK adds the token whose probability is in zp and values at AX (chunks 0-3) into a0-a3 (Z10-Z13:
 // scratch).
-#define DEC_VTOK(LOAD, ESC, off, zp, a0, a1, a2, a3) \
-	LOAD(off(AX), Z10); \
-	LOAD(DEC_VOFF(ESC, 1)+off(AX), Z11); \
-	LOAD(DEC_VOFF(ESC, 2)+off(AX), Z12); \
-	LOAD(DEC_VOFF(ESC, 3)+off(AX), Z13); \
+#define DEC_VTOK(LOAD, ESC, zp, a0, a1, a2, a3) \
+	LOAD((AX), Z10); \
+	LOAD(DEC_VOFF(ESC, 1)(AX), Z11); \
+	LOAD(DEC_VOFF(ESC, 2)(AX), Z12); \
+	LOAD(DEC_VOFF(ESC, 3)(AX), Z13); \
 	VFMADD231PS zp, Z10, a0; \
 	VFMADD231PS zp, Z11, a1; \
 	VFMADD231PS zp, Z12, a2; \
@@ -403,14 +403,14 @@ vdone:
 vqtok: \
 	VBROADCASTSS (SP)(CX*4), Z8; \
 	VBROADCASTSS 4(SP)(CX*4), Z9; \
-	DEC_VTOK(LOAD, ESC, 0, Z8, Z0, Z1, Z2, Z3); \
+	DEC_VTOK(LOAD, ESC, Z8, Z0, Z1, Z2, Z3); \
 	ADDQ         R8, AX; \
-	DEC_VTOK(LOAD, ESC, 0, Z9, Z4, Z5, Z6, Z7); \
+	DEC_VTOK(LOAD, ESC, Z9, Z4, Z5, Z6, Z7); \
 	ADDQ         R8, AX; \
 	DEC_VPAIR(vqtok, vqsum); \
 vqlast: \
 	VBROADCASTSS (SP)(CX*4), Z8; \
-	DEC_VTOK(LOAD, ESC, 0, Z8, Z0, Z1, Z2, Z3); \
+	DEC_VTOK(LOAD, ESC, Z8, Z0, Z1, Z2, Z3); \
 vqsum: \
 	VADDPS  Z4, Z0, Z0; \
 	VADDPS  Z5, Z1, Z1; \

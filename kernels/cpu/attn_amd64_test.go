@@ -60,8 +60,8 @@ func TestAttnDecode(t *testing.T) {
 			}
 			i8 := pagedCache{k8: k8, v8: v8, ks: ks, vs: vs, hd: hd}
 			kw, vw := make([]float32, len(kc)), make([]float32, len(vc))
-			i8.widen(kw, k8, ks, 0)
-			i8.widen(vw, v8, vs, 0)
+			i8.widen(kw, true, 0)
+			i8.widen(vw, false, 0)
 			nq := heads * group
 			q := make([]float32, nq*hd)
 			for i := range q {

@@ -145,17 +145,16 @@ func attnPackKTGo(dst, src []float32, stride, s0, n, hd int) {
 // p_t = 2^(s_t - m'), alpha = 2^(m - m'), l = alpha·l + Σ_t p_t, o = alpha·o + Σ_t p_t·v_t, m = m'.
 func attnDecodeGo(c pagedCache, q []float32, off, kvRow, nt, heads, group, hd int, m, l, o []float32) {
 	k, v := make([]float32, hd), make([]float32, hd)
-	row := func(cache []float32, cache16 []uint16, cache8 []int8, scales []float32, t, g int, dst []float32) []float32 {
+	row := func(keys bool, t, g int, dst []float32) []float32 {
 		i := off + t*kvRow + g*hd
-		switch {
-		case cache8 != nil:
-			c.widen(dst, cache8, scales, i)
-			return dst
-		case cache16 != nil:
-			half.F16ToF32Slice(dst, cache16[i:][:hd])
+		if c.k == nil {
+			c.widen(dst, keys, i)
 			return dst
 		}
-		return cache[i:][:hd]
+		if keys {
+			return c.k[i:][:hd]
+		}
+		return c.v[i:][:hd]
 	}
 	var s, p [attnDecodeCols]float32
 	for h := range heads * group {
@@ -164,7 +163,7 @@ func attnDecodeGo(c pagedCache, q []float32, off, kvRow, nt, heads, group, hd in
 		mx := m[h]
 		for t := range nt {
 			var dot float32
-			for d, x := range row(c.k, c.k16, c.k8, c.ks, t, g, k) {
+			for d, x := range row(true, t, g, k) {
 				dot += qh[d] * x
 			}
 			s[t] = dot
@@ -182,7 +181,7 @@ func attnDecodeGo(c pagedCache, q []float32, off, kvRow, nt, heads, group, hd in
 			oh[d] *= alpha
 		}
 		for t := range nt {
-			for d, x := range row(c.v, c.v16, c.v8, c.vs, t, g, v) {
+			for d, x := range row(false, t, g, v) {
 				oh[d] += p[t] * x
 			}
 		}
