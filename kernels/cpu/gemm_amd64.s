@@ -557,8 +557,9 @@ pack32:
 // half as many of W's lines in flight: a sketch of the f32 loop read 144-438 MB at 70-90% of the probe's rate,
 // four rows at 93-110% (k = 768, 2048 and 4096), and 2 MB (L2) at 40-55% against 76-85%. In place, in-process
 // A/B: f32 GEMV from memory 1.16-1.30x, f16 1.06-1.10x, both 1.6-1.8x from L2; stories110M batch 1 F32 1.11-1.15x,
-// Int4 and Int8 1.08-1.12x (their F32 classifier), F16 1.01-1.02x. The four-row f16 loop prefetches the next four
-// rows as one stream (R15); the one-row f16 loop 4 KiB ahead. Each iteration takes 64 steps.
+// Int4 and Int8 1.08-1.12x (their F32 classifier), F16 1.01-1.02x. The four-row loops prefetch each row 16 KiB
+// ahead into L2 (GQ_PF32, GQ_PF16; the f16 loop also 2 KiB ahead into L1), the one-row f16 loop 4 KiB ahead.
+// Each iteration takes 64 steps.
 
 // GQ_SETUP points R8 at the row after SI's (R8 = the row's bytes) and R14 at the row three on.
 #define GQ_SETUP(shift) \
@@ -582,6 +583,28 @@ pack32:
 	VFMADD231PS off(SI)(R8*2), zx, Z2; \
 	VFMADD231PS off(SI)(R14*1), zx, Z3
 
+// GQ_PF32 prefetches the four rows' lines 16 KiB further into L2, the 16 lines (four a row) that an iteration of
+// GQ_F32 reads. Without it the hardware prefetchers alone fed the loop at 0.83-0.91 of the probe's rate at
+// 142 MB; with it, 1.02-1.10 at distances from 8 to 48 KiB (two in-process runs): the probe's read loop,
+// one stream a thread without software prefetch, is not this machine's ceiling there.
+#define GQ_PF32 \
+	PREFETCHT1 16384(SI); \
+	PREFETCHT1 16448(SI); \
+	PREFETCHT1 16512(SI); \
+	PREFETCHT1 16576(SI); \
+	PREFETCHT1 16384(SI)(R8*1); \
+	PREFETCHT1 16448(SI)(R8*1); \
+	PREFETCHT1 16512(SI)(R8*1); \
+	PREFETCHT1 16576(SI)(R8*1); \
+	PREFETCHT1 16384(SI)(R8*2); \
+	PREFETCHT1 16448(SI)(R8*2); \
+	PREFETCHT1 16512(SI)(R8*2); \
+	PREFETCHT1 16576(SI)(R8*2); \
+	PREFETCHT1 16384(SI)(R14*1); \
+	PREFETCHT1 16448(SI)(R14*1); \
+	PREFETCHT1 16512(SI)(R14*1); \
+	PREFETCHT1 16576(SI)(R14*1)
+
 // GQ_F16 is GQ_F32 for binary16 rows (their 16 values at woff(SI)).
 #define GQ_F16(woff, xoff, zx) \
 	VMOVUPS     xoff(R9), zx; \
@@ -594,19 +617,27 @@ pack32:
 	VCVTPH2PS   woff(SI)(R14*1), Z11; \
 	VFMADD231PS zx, Z11, Z3
 
-// GQ_PF16 prefetches the next four rows' lines into L2 (R15, which runs through them as one stream), eight a
-// call: an iteration consumes eight lines of the current four. Into L2 rather than L1: 0.84-0.88 of the probe's
-// rate against 0.76-0.81 (k = 768), 0.79-0.86 against 0.70-0.90 (k = 2048), three runs of each.
+// GQ_PF16 prefetches the four rows' lines 16 KiB further into L2 and 2 KiB further into L1, the 8 lines (two a
+// row) that an iteration of GQ_F16 reads. In-process at 135 MB, three runs: 0.87-0.96 of the probe's rate against
+// 0.76-0.84 with the earlier prefetch of the next four rows into L2 (one stream), and 0.75-0.87 with the L2
+// prefetch alone (16 or 32 KiB ahead).
 #define GQ_PF16 \
-	PREFETCHT1 (R15); \
-	PREFETCHT1 64(R15); \
-	PREFETCHT1 128(R15); \
-	PREFETCHT1 192(R15); \
-	PREFETCHT1 256(R15); \
-	PREFETCHT1 320(R15); \
-	PREFETCHT1 384(R15); \
-	PREFETCHT1 448(R15); \
-	ADDQ       $512, R15
+	PREFETCHT0 2048(SI); \
+	PREFETCHT0 2112(SI); \
+	PREFETCHT0 2048(SI)(R8*1); \
+	PREFETCHT0 2112(SI)(R8*1); \
+	PREFETCHT0 2048(SI)(R8*2); \
+	PREFETCHT0 2112(SI)(R8*2); \
+	PREFETCHT0 2048(SI)(R14*1); \
+	PREFETCHT0 2112(SI)(R14*1); \
+	PREFETCHT1 16384(SI); \
+	PREFETCHT1 16448(SI); \
+	PREFETCHT1 16384(SI)(R8*1); \
+	PREFETCHT1 16448(SI)(R8*1); \
+	PREFETCHT1 16384(SI)(R8*2); \
+	PREFETCHT1 16448(SI)(R8*2); \
+	PREFETCHT1 16384(SI)(R14*1); \
+	PREFETCHT1 16448(SI)(R14*1)
 
 // GQ_TAIL32 and GQ_TAIL16 add the last k%16 steps (K1; x's in Z4) of the row at addr into acc (zw, yw: scratch).
 #define GQ_TAIL32(addr, zw, acc) \
@@ -640,6 +671,7 @@ quad:
 	JZ    qsteps16
 
 qsteps64:
+	GQ_PF32
 	GQ_F32(0, Z4)
 	GQ_F32(64, Z5)
 	GQ_F32(128, Z6)
@@ -743,7 +775,6 @@ TEXT ·gemvF16AVX512(SB), NOSPLIT, $0-40
 
 quadh:
 	GQ_ZERO
-	LEAQ  (SI)(R8*4), R15
 	MOVQ  R10, CX
 	TESTQ CX, CX
 	JZ    qsteps16h
