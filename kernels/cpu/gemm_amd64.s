@@ -585,8 +585,8 @@ pack32:
 
 // GQ_PF32 prefetches the four rows' lines 16 KiB further into L2, the 16 lines (four a row) that an iteration of
 // GQ_F32 reads. Without it the hardware prefetchers alone fed the loop at 0.83-0.91 of the probe's rate at
-// 142 MB; with it, 1.02-1.10 at distances from 8 to 48 KiB (two in-process runs): the probe's read loop,
-// one stream a thread without software prefetch, is not this machine's ceiling there.
+// 142 MB; with it, 0.99-1.10 at distances from 8 to 48 KiB (two in-process runs). (The probe reads one stream
+// a thread; the same prefetch gives it 0.97-1.05 of its rate.)
 #define GQ_PF32 \
 	PREFETCHT1 16384(SI); \
 	PREFETCHT1 16448(SI); \

@@ -167,7 +167,7 @@ reduce:
 // func qDotI8RowsVNNI(w *int8, k int, a *int8, rows int, acc *int32)
 // acc[r] = Σ_p (w[r*k+p]+128)·a[p] for the rows r < rows of w: qDotI8RowsGo plus 128·Σa (the caller subtracts
 // it). The rows are read one after another, a single sequential stream prefetched 16 KiB ahead into L2 and 2 KiB
-// ahead into L1: from memory (128 MB), 0.85-0.87 of the probe's rate against 0.63-0.67 with the L1 prefetch alone,
+// ahead into L1: from memory (128 MB), 0.85-0.87 of the probe's rate against 0.62-0.67 with the L1 prefetch alone,
 // two in-process runs (16 or 24 KiB, and 2 or 4 KiB, read the same). (An earlier
 // machine served four rows read side by side, qDotI8x4VNNI, at half that rate; on session J's, stories110M's
 // Int8 batch 1 ran the same on either, 0.97-1.08x in three in-process A/B runs, with either prefetch level.)
