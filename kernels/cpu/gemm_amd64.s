@@ -881,9 +881,11 @@ doneh:
 //
 // gemvTokensAVX512 and gemvTokensF16AVX512 are gemvAVX512 and gemvF16AVX512 for up to four tokens at once: each
 // W row is read once (from memory) for all of them, token t summing into Z(t); W's values are in Z16-Z19. With
-// four tokens to feed, the f32 kernel no longer keeps pace with memory unaided as the one-token one does, so both
-// prefetch 4 KiB ahead. Token t's x is at x + t·k floats (DI, R14, R15, AX; tokens past the count repeat token 0
-// and are not stored) and its outputs at y + t·ldy floats.
+// four tokens to feed, the kernels do not keep pace with memory unaided, so both prefetch each row 16 KiB ahead into
+// L2 and 4 KiB ahead into L1. The L2 prefetch, in-process A/B on stories110M (15 rounds): F32 batch 2 1.12x,
+// batch 4 1.10x; F16 1.05x and 1.10x (2 KiB ahead into L1 instead of 4: 0.97-1.00x). Token t's x is at x + t·k
+// floats (DI, R14, R15, AX; tokens past the count repeat token 0 and are not stored) and its outputs at y + t·ldy
+// floats.
 
 // func gemvTokensAVX512(rows, k int, w, x, y *float32, tokens, ldy int)
 TEXT ·gemvTokensAVX512(SB), NOSPLIT, $0-56
@@ -898,6 +900,10 @@ rowt:
 	JZ    steps16t
 
 steps64t:
+	PREFETCHT1 16384(SI)
+	PREFETCHT1 16448(SI)
+	PREFETCHT1 16512(SI)
+	PREFETCHT1 16576(SI)
 	PREFETCHT0 4096(SI)
 	PREFETCHT0 4160(SI)
 	PREFETCHT0 4224(SI)
@@ -956,6 +962,8 @@ rowth:
 	JZ    steps16th
 
 steps64th:
+	PREFETCHT1 16384(SI)
+	PREFETCHT1 16448(SI)
 	PREFETCHT0 4096(SI)
 	PREFETCHT0 4160(SI)
 	VCVTPH2PS  (SI), Z16
