@@ -583,27 +583,17 @@ pack32:
 	VFMADD231PS off(SI)(R8*2), zx, Z2; \
 	VFMADD231PS off(SI)(R14*1), zx, Z3
 
-// GQ_PF32 prefetches the four rows' lines 16 KiB further into L2, the 16 lines (four a row) that an iteration of
-// GQ_F32 reads. Without it the hardware prefetchers alone fed the loop at 0.83-0.91 of the probe's rate at
-// 142 MB; with it, 0.99-1.10 at distances from 8 to 48 KiB (two in-process runs). (The probe reads one stream
-// a thread; the same prefetch gives it 0.97-1.05 of its rate.)
+// GQ_PF32 prefetches a line of each of the four rows 16 KiB further into L2, one of the four lines a row that an
+// iteration of GQ_F32 reads, which streams as well as prefetching all four. Without it the hardware prefetchers alone
+// fed the loop at 0.83-0.94 of the probe's rate at 142 MB; with it 1.04-1.16, and with all 16 lines 0.99-1.17
+// (distances from 8 to 48 KiB read alike), in-process runs. The probe reads one stream a thread; the same prefetch
+// gives it 0.97-1.05 of its rate. With W in cache the prefetches cost load slots: a 512 x 512 GEMV (1 MB) read
+// 127-139 GB/s against 147-152 without them, and 102-105 with all 16 lines.
 #define GQ_PF32 \
 	PREFETCHT1 16384(SI); \
-	PREFETCHT1 16448(SI); \
-	PREFETCHT1 16512(SI); \
-	PREFETCHT1 16576(SI); \
 	PREFETCHT1 16384(SI)(R8*1); \
-	PREFETCHT1 16448(SI)(R8*1); \
-	PREFETCHT1 16512(SI)(R8*1); \
-	PREFETCHT1 16576(SI)(R8*1); \
 	PREFETCHT1 16384(SI)(R8*2); \
-	PREFETCHT1 16448(SI)(R8*2); \
-	PREFETCHT1 16512(SI)(R8*2); \
-	PREFETCHT1 16576(SI)(R8*2); \
-	PREFETCHT1 16384(SI)(R14*1); \
-	PREFETCHT1 16448(SI)(R14*1); \
-	PREFETCHT1 16512(SI)(R14*1); \
-	PREFETCHT1 16576(SI)(R14*1)
+	PREFETCHT1 16384(SI)(R14*1)
 
 // GQ_F16 is GQ_F32 for binary16 rows (their 16 values at woff(SI)).
 #define GQ_F16(woff, xoff, zx) \
@@ -883,9 +873,10 @@ doneh:
 // W row is read once (from memory) for all of them, token t summing into Z(t); W's values are in Z16-Z19. With
 // four tokens to feed, the kernels do not keep pace with memory unaided, so both prefetch each row 16 KiB ahead into
 // L2 and 4 KiB ahead into L1. The L2 prefetch, in-process A/B on stories110M (15 rounds): F32 batch 2 1.12x,
-// batch 4 1.10x; F16 1.05x and 1.10x (2 KiB ahead into L1 instead of 4: 0.97-1.00x). Token t's x is at x + t·k
-// floats (DI, R14, R15, AX; tokens past the count repeat token 0 and are not stored) and its outputs at y + t·ldy
-// floats.
+// batch 4 1.10x; F16 1.05x and 1.10x (2 KiB ahead into L1 instead of 4: 0.97-1.00x). The f32 kernel prefetches
+// one of an iteration's four lines into L2: from memory as fast as all four (0.98-1.03x), in cache 8-12% faster
+// (two to four tokens, 1 and 4 MB of W). Token t's x is at x + t·k floats (DI, R14, R15, AX; tokens past the
+// count repeat token 0 and are not stored) and its outputs at y + t·ldy floats.
 
 // func gemvTokensAVX512(rows, k int, w, x, y *float32, tokens, ldy int)
 TEXT ·gemvTokensAVX512(SB), NOSPLIT, $0-56
@@ -901,9 +892,6 @@ rowt:
 
 steps64t:
 	PREFETCHT1 16384(SI)
-	PREFETCHT1 16448(SI)
-	PREFETCHT1 16512(SI)
-	PREFETCHT1 16576(SI)
 	PREFETCHT0 4096(SI)
 	PREFETCHT0 4160(SI)
 	PREFETCHT0 4224(SI)
