@@ -85,6 +85,9 @@ type linePrefetch struct {
 }
 
 //go:noescape
+func gemvFarAVX512(rows, k int, w, x, y *float32)
+
+//go:noescape
 func gemvF16AVX2(rows, k int, w *uint16, x, y *float32)
 
 // Cache blocking, for Zen 4/5 and recent Intel cores (48 KiB L1D, 1-2 MiB L2 per core). A W panel, gemmKC×32
@@ -119,6 +122,7 @@ var (
 // at a time; tiles32 and tiles16 run up to gemvTileTokens tokens, gemvTileRows rows at a time.
 type gemvArch struct {
 	f32      func(rows, k int, w, x, y *float32)
+	far32    func(rows, k int, w, x, y *float32) // f32 for W over gemvFarBytes (nil: f32)
 	f16      func(rows, k int, w *uint16, x, y *float32)
 	rows     int
 	rest     int
@@ -129,9 +133,9 @@ type gemvArch struct {
 }
 
 var (
-	gemvAVX512Arch = gemvArch{gemvAVX512, gemvF16AVX512, 1, 0, gemvTokensAVX512, gemvTokensF16AVX512,
-		gemvTiles8AVX512, gemvTiles8F16AVX512}
-	gemvAVX2Arch = gemvArch{gemvAVX2, gemvF16AVX2, 4, 7, nil, nil, nil, nil}
+	gemvAVX512Arch = gemvArch{gemvAVX512, gemvFarAVX512, gemvF16AVX512, 1, 0, gemvTokensAVX512,
+		gemvTokensF16AVX512, gemvTiles8AVX512, gemvTiles8F16AVX512}
+	gemvAVX2Arch = gemvArch{gemvAVX2, nil, gemvF16AVX2, 4, 7, nil, nil, nil, nil}
 )
 
 // gemmActive and gemvActive are the kernels GEMM and GEMV use (nil: the pure-Go loops). Tests switch them to
@@ -527,6 +531,11 @@ func gemmMacro(u *gemmArch, bufs *gemmBufs, c []float32, ldc, mc, nc, kc, acc in
 	}
 }
 
+// gemvFarBytes is the size of W over which GEMV prefetches it into L2 ahead of the loads (gemvFarAVX512): W that
+// large streams from memory in a model, and one that fits half a core's L2 is better read without the prefetches'
+// load slots.
+const gemvFarBytes = 1 << 20
+
 func gemv(n, k int, w, x, y []float32) {
 	g := gemvActive
 	if g == nil {
@@ -535,8 +544,12 @@ func gemv(n, k int, w, x, y []float32) {
 	}
 	r, kk := g.rows, k&^g.rest
 	groups := n / r
+	f := g.f32
+	if g.far32 != nil && 4*n*k > gemvFarBytes {
+		f = g.far32
+	}
 	Parallel(groups, gemmMinWork/(r*k)+1, func(lo, hi int) {
-		g.f32(r*(hi-lo), k, &w[r*lo*k], &x[0], &y[r*lo])
+		f(r*(hi-lo), k, &w[r*lo*k], &x[0], &y[r*lo])
 		for j := r * lo; kk < k && j < r*hi; j++ {
 			y[j] += gemmDot(w[j*k+kk:(j+1)*k], x[kk:])
 		}

@@ -558,8 +558,8 @@ pack32:
 // four rows at 93-110% (k = 768, 2048 and 4096), and 2 MB (L2) at 40-55% against 76-85%. In place, in-process
 // A/B: f32 GEMV from memory 1.16-1.30x, f16 1.06-1.10x, both 1.6-1.8x from L2; stories110M batch 1 F32 1.11-1.15x,
 // Int4 and Int8 1.08-1.12x (their F32 classifier), F16 1.01-1.02x. The four-row loops prefetch each row 16 KiB
-// ahead into L2 (GQ_PF32, GQ_PF16; the f16 loop also 2 KiB ahead into L1), the one-row f16 loop 4 KiB ahead.
-// Each iteration takes 64 steps.
+// ahead into L2 (GQ_PF32 in gemvFarAVX512, which GEMV runs for W over gemvFarBytes; GQ_PF16, with 2 KiB
+// ahead into L1), the one-row f16 loop 4 KiB ahead. Each iteration takes 64 steps.
 
 // GQ_SETUP points R8 at the row after SI's (R8 = the row's bytes) and R14 at the row three on.
 #define GQ_SETUP(shift) \
@@ -583,17 +583,30 @@ pack32:
 	VFMADD231PS off(SI)(R8*2), zx, Z2; \
 	VFMADD231PS off(SI)(R14*1), zx, Z3
 
-// GQ_PF32 prefetches a line of each of the four rows 16 KiB further into L2, one of the four lines a row that an
-// iteration of GQ_F32 reads, which streams as well as prefetching all four. Without it the hardware prefetchers alone
-// fed the loop at 0.83-0.94 of the probe's rate at 142 MB; with it 1.04-1.16, and with all 16 lines 0.99-1.17
-// (distances from 8 to 48 KiB read alike), in-process runs. The probe reads one stream a thread; the same prefetch
-// gives it 0.97-1.05 of its rate. With W in cache the prefetches cost load slots: a 512 x 512 GEMV (1 MB) read
-// 127-139 GB/s against 147-152 without them, and 102-105 with all 16 lines.
+// GQ_PF32 prefetches the four rows' lines 16 KiB further into L2, the 16 lines (four a row) that an iteration of
+// GQ_F32 reads; gemvFarAVX512 runs it, for W that streams from memory. Without it the hardware prefetchers alone
+// fed the loop at 0.83-0.94 of the probe's rate at 142 MB; with it 0.99-1.17 (distances from 8 to 48 KiB read
+// alike), in-process runs. The probe reads one stream a thread; the same prefetch gives it 0.97-1.05 of its
+// rate. In the model (stories110M batch 1, in-process, 15 rounds) it was 1.03-1.04x one line a row an iteration,
+// which was no faster than none (0.99-1.02x). With W in cache the prefetches cost load slots: a 512 x 512 GEMV
+// (1 MB) read 102-105 GB/s with them, 147-152 without (gemvAVX512).
 #define GQ_PF32 \
 	PREFETCHT1 16384(SI); \
+	PREFETCHT1 16448(SI); \
+	PREFETCHT1 16512(SI); \
+	PREFETCHT1 16576(SI); \
 	PREFETCHT1 16384(SI)(R8*1); \
+	PREFETCHT1 16448(SI)(R8*1); \
+	PREFETCHT1 16512(SI)(R8*1); \
+	PREFETCHT1 16576(SI)(R8*1); \
 	PREFETCHT1 16384(SI)(R8*2); \
-	PREFETCHT1 16384(SI)(R14*1)
+	PREFETCHT1 16448(SI)(R8*2); \
+	PREFETCHT1 16512(SI)(R8*2); \
+	PREFETCHT1 16576(SI)(R8*2); \
+	PREFETCHT1 16384(SI)(R14*1); \
+	PREFETCHT1 16448(SI)(R14*1); \
+	PREFETCHT1 16512(SI)(R14*1); \
+	PREFETCHT1 16576(SI)(R14*1)
 
 // GQ_F16 is GQ_F32 for binary16 rows (their 16 values at woff(SI)).
 #define GQ_F16(woff, xoff, zx) \
@@ -647,112 +660,111 @@ pack32:
 	GEMVFOLD(Z3, Y3, X3, Y8, X8, 12(DX)); \
 	ADDQ $16, DX
 
+// GQ_NO_PF is GEMV32_BODY's hook without a prefetch.
+#define GQ_NO_PF
+
+// GEMV32_BODY is the f32 GEMV, four rows at a time and then one (PF: the four-row loop's prefetch hook).
+#define GEMV32_BODY(PF) \
+	GEMVSETUP; \
+	GQ_SETUP(2); \
+	CMPQ R11, $4; \
+	JB   row; \
+quad: \
+	GQ_ZERO; \
+	MOVQ  R10, CX; \
+	TESTQ CX, CX; \
+	JZ    qsteps16; \
+qsteps64: \
+	PF; \
+	GQ_F32(0, Z4); \
+	GQ_F32(64, Z5); \
+	GQ_F32(128, Z6); \
+	GQ_F32(192, Z7); \
+	ADDQ $256, SI; \
+	ADDQ $256, R9; \
+	DECQ CX; \
+	JNZ  qsteps64; \
+qsteps16: \
+	MOVQ  R12, CX; \
+	TESTQ CX, CX; \
+	JZ    qtail; \
+qloop16: \
+	GQ_F32(0, Z4); \
+	ADDQ $64, SI; \
+	ADDQ $64, R9; \
+	DECQ CX; \
+	JNZ  qloop16; \
+qtail: \
+	TESTQ     R13, R13; \
+	JZ        qsum; \
+	VMOVUPS.Z (R9), K1, Z4; \
+	GQ_TAIL32((SI), Z8, Z0); \
+	GQ_TAIL32((SI)(R8*1), Z9, Z1); \
+	GQ_TAIL32((SI)(R8*2), Z10, Z2); \
+	GQ_TAIL32((SI)(R14*1), Z11, Z3); \
+	LEAQ      (SI)(R13*4), SI; \
+qsum: \
+	GQ_STORE; \
+	ADDQ R14, SI; \
+	SUBQ $4, R11; \
+	CMPQ R11, $4; \
+	JAE  quad; \
+	TESTQ R11, R11; \
+	JZ   done; \
+row: \
+	VPXORD Z0, Z0, Z0; \
+	MOVQ   DI, R9; \
+	MOVQ   R10, CX; \
+	TESTQ  CX, CX; \
+	JZ     steps16; \
+steps64: \
+	VMOVUPS     (SI), Z4; \
+	VMOVUPS     64(SI), Z5; \
+	VMOVUPS     128(SI), Z6; \
+	VMOVUPS     192(SI), Z7; \
+	VFMADD231PS (R9), Z4, Z0; \
+	VFMADD231PS 64(R9), Z5, Z0; \
+	VFMADD231PS 128(R9), Z6, Z0; \
+	VFMADD231PS 192(R9), Z7, Z0; \
+	ADDQ        $256, SI; \
+	ADDQ        $256, R9; \
+	DECQ        CX; \
+	JNZ         steps64; \
+steps16: \
+	MOVQ  R12, CX; \
+	TESTQ CX, CX; \
+	JZ    tail; \
+loop16: \
+	VMOVUPS     (SI), Z4; \
+	VFMADD231PS (R9), Z4, Z0; \
+	ADDQ        $64, SI; \
+	ADDQ        $64, R9; \
+	DECQ        CX; \
+	JNZ         loop16; \
+tail: \
+	TESTQ       R13, R13; \
+	JZ          sum; \
+	VMOVUPS.Z   (SI), K1, Z4; \
+	VMOVUPS.Z   (R9), K1, Z5; \
+	VFMADD231PS Z5, Z4, Z0; \
+	LEAQ        (SI)(R13*4), SI; \
+sum: \
+	GEMVFOLD(Z0, Y0, X0, Y1, X1, (DX)); \
+	ADDQ $4, DX; \
+	DECQ R11; \
+	JNZ  row; \
+done: \
+	VZEROUPPER; \
+	RET
+
 // func gemvAVX512(rows, k int, w, x, y *float32)
 TEXT ·gemvAVX512(SB), NOSPLIT, $0-40
-	GEMVSETUP
-	GQ_SETUP(2)
-	CMPQ R11, $4
-	JB   row
+	GEMV32_BODY(GQ_NO_PF)
 
-quad:
-	GQ_ZERO
-	MOVQ  R10, CX
-	TESTQ CX, CX
-	JZ    qsteps16
-
-qsteps64:
-	GQ_PF32
-	GQ_F32(0, Z4)
-	GQ_F32(64, Z5)
-	GQ_F32(128, Z6)
-	GQ_F32(192, Z7)
-	ADDQ $256, SI
-	ADDQ $256, R9
-	DECQ CX
-	JNZ  qsteps64
-
-qsteps16:
-	MOVQ  R12, CX
-	TESTQ CX, CX
-	JZ    qtail
-
-qloop16:
-	GQ_F32(0, Z4)
-	ADDQ $64, SI
-	ADDQ $64, R9
-	DECQ CX
-	JNZ  qloop16
-
-qtail:
-	TESTQ     R13, R13
-	JZ        qsum
-	VMOVUPS.Z (R9), K1, Z4
-	GQ_TAIL32((SI), Z8, Z0)
-	GQ_TAIL32((SI)(R8*1), Z9, Z1)
-	GQ_TAIL32((SI)(R8*2), Z10, Z2)
-	GQ_TAIL32((SI)(R14*1), Z11, Z3)
-	LEAQ      (SI)(R13*4), SI
-
-qsum:
-	GQ_STORE
-	ADDQ R14, SI
-	SUBQ $4, R11
-	CMPQ R11, $4
-	JAE  quad
-	TESTQ R11, R11
-	JZ   done
-
-row:
-	VPXORD Z0, Z0, Z0
-	MOVQ   DI, R9
-	MOVQ   R10, CX
-	TESTQ  CX, CX
-	JZ     steps16
-
-steps64:
-	VMOVUPS     (SI), Z4
-	VMOVUPS     64(SI), Z5
-	VMOVUPS     128(SI), Z6
-	VMOVUPS     192(SI), Z7
-	VFMADD231PS (R9), Z4, Z0
-	VFMADD231PS 64(R9), Z5, Z0
-	VFMADD231PS 128(R9), Z6, Z0
-	VFMADD231PS 192(R9), Z7, Z0
-	ADDQ        $256, SI
-	ADDQ        $256, R9
-	DECQ        CX
-	JNZ         steps64
-
-steps16:
-	MOVQ  R12, CX
-	TESTQ CX, CX
-	JZ    tail
-
-loop16:
-	VMOVUPS     (SI), Z4
-	VFMADD231PS (R9), Z4, Z0
-	ADDQ        $64, SI
-	ADDQ        $64, R9
-	DECQ        CX
-	JNZ         loop16
-
-tail:
-	TESTQ       R13, R13
-	JZ          sum
-	VMOVUPS.Z   (SI), K1, Z4
-	VMOVUPS.Z   (R9), K1, Z5
-	VFMADD231PS Z5, Z4, Z0
-	LEAQ        (SI)(R13*4), SI
-
-sum:
-	GEMVFOLD(Z0, Y0, X0, Y1, X1, (DX))
-	ADDQ $4, DX
-	DECQ R11
-	JNZ  row
-
-done:
-	VZEROUPPER
-	RET
+// func gemvFarAVX512(rows, k int, w, x, y *float32)
+// gemvAVX512 for W that streams from memory: GQ_PF32 in the four-row loop.
+TEXT ·gemvFarAVX512(SB), NOSPLIT, $0-40
+	GEMV32_BODY(GQ_PF32)
 
 // func gemvF16AVX512(rows, k int, w *uint16, x, y *float32)
 //

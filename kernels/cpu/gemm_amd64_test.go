@@ -74,7 +74,7 @@ func TestGEMMTokensMatchGEMV(t *testing.T) {
 	}
 	r := rand.New(rand.NewPCG(5, 6))
 	for _, s := range [][3]int{{2, 37, 64}, {3, 17, 300}, {4, 40, 768}, {5, 9, 17}, {8, 33, 1031}, {7, 1, 5}, {37, 21, 200},
-		{64, 70, 64}, {9, 13, 2061}, {33, 8, 2048}} {
+		{64, 70, 64}, {9, 13, 2061}, {33, 8, 2048}, {3, 263, 1031}} { // the last: W over gemvFarBytes (1 MiB)
 		m, n, k := s[0], s[1], s[2]
 		a, w := gemmRandom(r, m*k), gemmRandom(r, n*k)
 		w16 := make([]uint16, n*k)
@@ -94,6 +94,27 @@ func TestGEMMTokensMatchGEMV(t *testing.T) {
 					t.Fatalf("m=%d n=%d k=%d: token %d, C[%d] = %v, %v (f16) with the others, %v, %v alone",
 						m, n, k, i, j, many[i*n+j], many16[i*n+j], one[j], one16[j])
 				}
+			}
+		}
+	}
+}
+
+// TestGEMVFar checks that the GEMV for W that streams from memory (gemvFarAVX512, its prefetches) gives bit for
+// bit gemvAVX512's outputs, over four-row blocks and single rows, whole and partial 64- and 16-step chunks.
+func TestGEMVFar(t *testing.T) {
+	if !hasGEMMAVX512 {
+		t.Skip("no AVX-512")
+	}
+	r := rand.New(rand.NewPCG(9, 10))
+	for _, s := range [][2]int{{1, 16}, {3, 5}, {4, 64}, {7, 100}, {9, 768}, {13, 1031}, {64, 2048}} {
+		n, k := s[0], s[1]
+		w, x := gemmRandom(r, n*k), gemmRandom(r, k)
+		far, near := gemmPoisoned(n), gemmPoisoned(n)
+		gemvFarAVX512(n, k, &w[0], &x[0], &far[0])
+		gemvAVX512(n, k, &w[0], &x[0], &near[0])
+		for j := range n {
+			if math.Float32bits(far[j]) != math.Float32bits(near[j]) {
+				t.Fatalf("n=%d k=%d: y[%d] = %v, want %v", n, k, j, far[j], near[j])
 			}
 		}
 	}
