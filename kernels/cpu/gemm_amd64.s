@@ -583,6 +583,13 @@ pack32:
 	VFMADD231PS off(SI)(R8*2), zx, Z2; \
 	VFMADD231PS off(SI)(R14*1), zx, Z3
 
+// GQ_PF4 prefetches (op: PREFETCHT0 or PREFETCHT1) the line at off of each of the four rows.
+#define GQ_PF4(op, off) \
+	op off(SI); \
+	op off(SI)(R8*1); \
+	op off(SI)(R8*2); \
+	op off(SI)(R14*1)
+
 // GQ_PF32 prefetches the four rows' lines 16 KiB further into L2, the 16 lines (four a row) that an iteration of
 // GQ_F32 reads; gemvFarAVX512 runs it, for W that streams from memory. Without it the hardware prefetchers alone
 // fed the loop at 0.83-0.94 of the probe's rate at 142 MB; with it 0.99-1.17 (distances from 8 to 48 KiB read
@@ -591,22 +598,10 @@ pack32:
 // which was no faster than none (0.99-1.02x). With W in cache the prefetches cost load slots: a 512 x 512 GEMV
 // (1 MB) read 102-105 GB/s with them, 147-152 without (gemvAVX512).
 #define GQ_PF32 \
-	PREFETCHT1 16384(SI); \
-	PREFETCHT1 16448(SI); \
-	PREFETCHT1 16512(SI); \
-	PREFETCHT1 16576(SI); \
-	PREFETCHT1 16384(SI)(R8*1); \
-	PREFETCHT1 16448(SI)(R8*1); \
-	PREFETCHT1 16512(SI)(R8*1); \
-	PREFETCHT1 16576(SI)(R8*1); \
-	PREFETCHT1 16384(SI)(R8*2); \
-	PREFETCHT1 16448(SI)(R8*2); \
-	PREFETCHT1 16512(SI)(R8*2); \
-	PREFETCHT1 16576(SI)(R8*2); \
-	PREFETCHT1 16384(SI)(R14*1); \
-	PREFETCHT1 16448(SI)(R14*1); \
-	PREFETCHT1 16512(SI)(R14*1); \
-	PREFETCHT1 16576(SI)(R14*1)
+	GQ_PF4(PREFETCHT1, 16384); \
+	GQ_PF4(PREFETCHT1, 16448); \
+	GQ_PF4(PREFETCHT1, 16512); \
+	GQ_PF4(PREFETCHT1, 16576)
 
 // GQ_F16 is GQ_F32 for binary16 rows (their 16 values at woff(SI)).
 #define GQ_F16(woff, xoff, zx) \
@@ -625,22 +620,10 @@ pack32:
 // 0.76-0.84 with the earlier prefetch of the next four rows into L2 (one stream), and 0.75-0.87 with the L2
 // prefetch alone (16 or 32 KiB ahead).
 #define GQ_PF16 \
-	PREFETCHT0 2048(SI); \
-	PREFETCHT0 2112(SI); \
-	PREFETCHT0 2048(SI)(R8*1); \
-	PREFETCHT0 2112(SI)(R8*1); \
-	PREFETCHT0 2048(SI)(R8*2); \
-	PREFETCHT0 2112(SI)(R8*2); \
-	PREFETCHT0 2048(SI)(R14*1); \
-	PREFETCHT0 2112(SI)(R14*1); \
-	PREFETCHT1 16384(SI); \
-	PREFETCHT1 16448(SI); \
-	PREFETCHT1 16384(SI)(R8*1); \
-	PREFETCHT1 16448(SI)(R8*1); \
-	PREFETCHT1 16384(SI)(R8*2); \
-	PREFETCHT1 16448(SI)(R8*2); \
-	PREFETCHT1 16384(SI)(R14*1); \
-	PREFETCHT1 16448(SI)(R14*1)
+	GQ_PF4(PREFETCHT0, 2048); \
+	GQ_PF4(PREFETCHT0, 2112); \
+	GQ_PF4(PREFETCHT1, 16384); \
+	GQ_PF4(PREFETCHT1, 16448)
 
 // GQ_TAIL32 and GQ_TAIL16 add the last k%16 steps (K1; x's in Z4) of the row at addr into acc (zw, yw: scratch).
 #define GQ_TAIL32(addr, zw, acc) \
