@@ -38,6 +38,39 @@ func GEMMF16(m, n, k int, a []float32, w []uint16, c []float32) {
 	gemmF16(m, n, k, a, w, c)
 }
 
+// GEMMWeights is one matrix of GEMMs: N rows of weights, float32 (F32) or binary16 (F16); exactly one is set.
+type GEMMWeights struct {
+	N   int
+	F32 []float32
+	F16 []uint16
+}
+
+// GEMMs computes cs[i] = A·Wᵢᵀ for matrices that share A [m, k] (q, k and v; gate and up), each as GEMM (F32)
+// or GEMMF16 (F16) computes it, bit for bit, in one call: where GEMM runs its few-token GEMVs (AVX-512, 2 to 64
+// tokens), the tokens are packed once and the rows of all the matrices are split over the threads together, so
+// the threads meet once instead of once a matrix.
+func GEMMs(m, k int, a []float32, ws []GEMMWeights, cs [][]float32) {
+	shape.Len("GEMMs", "cs", len(cs), len(ws), "len(ws)")
+	for i, w := range ws {
+		shape.GEMM("GEMMs", m, w.N, k, len(a), len(w.F32)+len(w.F16), len(cs[i])) // one of F32, F16 set
+	}
+	if m > 1 && gemms(m, k, a, ws, cs) {
+		return
+	}
+	for i, w := range ws {
+		switch {
+		case w.F32 != nil && m == 1:
+			gemv(w.N, k, w.F32, a, cs[i])
+		case w.F32 != nil:
+			gemm(m, w.N, k, a, w.F32, cs[i])
+		case m == 1:
+			gemvF16(w.N, k, w.F16, a, cs[i])
+		default:
+			gemmF16(m, w.N, k, a, w.F16, cs[i])
+		}
+	}
+}
+
 // gemmMinWork is the fewest multiply-adds worth handing to another thread: below it the hand-off costs more than
 // it saves.
 const gemmMinWork = 1 << 16

@@ -216,11 +216,11 @@ func gemm(m, n, k int, a, w, c []float32) {
 		return
 	}
 	if g := gemvActive; g != nil && g.tokens32 != nil && m <= gemvTokensMaxM {
-		gemvTokens(g, m, n, k, a, c, gemmFewW{f32: w})
+		gemvTokens(g, m, k, a, []GEMMWeights{{N: n, F32: w}}, [][]float32{c})
 		return
 	}
 	if m <= gemmFewMaxM {
-		gemmFew(u, m, n, k, a, c, gemmFewW{f32: w})
+		gemmFew(u, m, n, k, a, c, GEMMWeights{F32: w})
 		return
 	}
 	gemmRun(u, m, n, k, a, c, func(u *gemmArch, dst, _ []float32, j, pc, rows, kc int) {
@@ -235,11 +235,11 @@ func gemmF16(m, n, k int, a []float32, w []uint16, c []float32) {
 		return
 	}
 	if g := gemvActive; g != nil && g.tokens16 != nil && m <= gemvTokensMaxM {
-		gemvTokens(g, m, n, k, a, c, gemmFewW{f16: w})
+		gemvTokens(g, m, k, a, []GEMMWeights{{N: n, F16: w}}, [][]float32{c})
 		return
 	}
 	if m <= gemmFewMaxM {
-		gemmFew(u, m, n, k, a, c, gemmFewW{f16: w})
+		gemmFew(u, m, n, k, a, c, GEMMWeights{F16: w})
 		return
 	}
 	gemmRun(u, m, n, k, a, c, func(u *gemmArch, dst, wide []float32, j, pc, rows, kc int) {
@@ -264,17 +264,35 @@ const gemvTileRows, gemvTileTokens = 3, 8
 // kernels prefetch the next as many: 63, whole tiles.
 const gemvTokensRows = 64 / gemvTileRows * gemvTileRows
 
-// gemvTokens is GEMM for a few tokens as GEMVs, each token's outputs bit for bit those of a one-token GEMV: rows
-// of W split across threads, each block of gemvTokensRows rows run against all the tokens. Up to four tokens,
-// the row-at-a-time kernel streams W from memory. For more, the tile kernels run each block against each group
-// of eight tokens in turn (the block's last rows short of a tile on the row-at-a-time kernel), from cache, and
-// prefetch the next block, spread over this block's steps: W is read from memory once, mostly ahead of its
-// products.
-func gemvTokens(g *gemvArch, m, n, k int, a, c []float32, w gemmFewW) {
+// gemms runs GEMMs as one gemvTokens call where GEMM would run the few-token GEMVs, and reports whether it did.
+func gemms(m, k int, a []float32, ws []GEMMWeights, cs [][]float32) bool {
+	g := gemvActive
+	if gemmActive == nil || g == nil || g.tokens32 == nil || m > gemvTokensMaxM {
+		return false
+	}
+	gemvTokens(g, m, k, a, ws, cs)
+	return true
+}
+
+// gemvTokens is GEMM for a few tokens as GEMVs, each token's outputs bit for bit those of a one-token GEMV, for
+// one or more matrices ws that share the tokens a (matrix i's outputs into cs[i]): the rows of all the matrices
+// split across threads as one range, each thread's rows run in blocks of up to gemvTokensRows rows of one
+// matrix against all the tokens. Up to four tokens, the row-at-a-time kernel streams W from memory. For more,
+// the tile kernels run each block against each group of eight tokens in turn (the block's last rows short of a
+// tile on the row-at-a-time kernel), from cache, and prefetch the next block, spread over this block's steps: W
+// is read from memory once, mostly ahead of its products.
+func gemvTokens(g *gemvArch, m, k int, a []float32, ws []GEMMWeights, cs [][]float32) {
+	rows := 0
+	for _, w := range ws {
+		rows += w.N
+	}
+	grain := gemmMinWork/(m*k) + 1
 	if m <= 4 {
-		Parallel(n, gemmMinWork/(m*k)+1, func(lo, hi int) {
-			for j := lo; j < hi; j += gemvTokensRows {
-				w.gemvRows(g, min(gemvTokensRows, hi-j), k, j, a, c[j:], m, n)
+		Parallel(rows, grain, func(lo, hi int) {
+			for v := lo; v < hi; {
+				i, j, n := gemvBlock(ws, v, hi)
+				ws[i].gemvRows(g, n, k, j, a, cs[i][j:], m, ws[i].N)
+				v += n
 			}
 		})
 		return
@@ -283,27 +301,44 @@ func gemvTokens(g *gemvArch, m, n, k int, a, c []float32, w gemmFewW) {
 	defer xpBuf.release()
 	gemvPanel(xp, m, k, a)
 	stride := gemvPanelLen(gemvTileTokens, k)
-	Parallel(n, gemmMinWork/(m*k)+1, func(lo, hi int) {
+	Parallel(rows, grain, func(lo, hi int) {
 		var pf linePrefetch
-		for j := lo; j < hi; j += gemvTokensRows {
-			rows := min(gemvTokensRows, hi-j)
-			tiled := rows / gemvTileRows * gemvTileRows
-			if next := j + rows; next < hi {
+		i, j, n := gemvBlock(ws, lo, hi)
+		for v := lo + n; n > 0; v += n { // v: the row after this block
+			w, c, ldc := ws[i], cs[i], ws[i].N
+			tiled := n / gemvTileRows * gemvTileRows
+			ni, nj, nn := gemvBlock(ws, v, hi)
+			if nn > 0 {
 				// Spread over this block's steps, so that a few tokens (one group) still fetch it all.
 				steps := (m + gemvTileTokens - 1) / gemvTileTokens * tiled / gemvTileRows * ((k + 15) / 16)
-				pf = w.lines(next, min(gemvTokensRows, hi-next), k, max(1, steps))
+				pf = ws[ni].lines(nj, nn, k, max(1, steps))
 			}
 			for t := 0; t < m; t += gemvTileTokens {
 				tokens := min(gemvTileTokens, m-t)
 				if tiled > 0 {
-					w.gemvTiles(g, tiled, k, j, xp[t/gemvTileTokens*stride:], c[t*n+j:], tokens, n, &pf)
+					w.gemvTiles(g, tiled, k, j, xp[t/gemvTileTokens*stride:], c[t*ldc+j:], tokens, ldc, &pf)
 				}
-				if tiled < rows {
-					w.gemvRows(g, rows-tiled, k, j+tiled, a[t*k:], c[t*n+j+tiled:], tokens, n)
+				if tiled < n {
+					w.gemvRows(g, n-tiled, k, j+tiled, a[t*k:], c[t*ldc+j+tiled:], tokens, ldc)
 				}
 			}
+			i, j, n = ni, nj, nn
 		}
 	})
+}
+
+// gemvBlock returns the block of gemvTokens that starts at row v of the matrices ws taken one after another:
+// matrix i, its rows j..j+n-1, at most gemvTokensRows and none at or past row hi (n = 0 from hi on).
+func gemvBlock(ws []GEMMWeights, v, hi int) (i, j, n int) {
+	if v >= hi {
+		return 0, 0, 0
+	}
+	j = v
+	for j >= ws[i].N {
+		j -= ws[i].N
+		i++
+	}
+	return i, j, min(gemvTokensRows, ws[i].N-j, hi-v)
 }
 
 // gemvPanelLen is the floats of the x panel of m tokens over k steps.
@@ -336,34 +371,34 @@ func gemvPanel(xp []float32, m, k int, a []float32) {
 
 // gemvRows runs the row-at-a-time kernel on rows rows of W from row j against tokens tokens of x (k apart), the
 // outputs ldy apart in y, four tokens a call.
-func (w gemmFewW) gemvRows(g *gemvArch, rows, k, j int, x, y []float32, tokens, ldy int) {
+func (w GEMMWeights) gemvRows(g *gemvArch, rows, k, j int, x, y []float32, tokens, ldy int) {
 	for t := 0; t < tokens; t += 4 {
 		n := min(4, tokens-t)
-		if w.f32 != nil {
-			g.tokens32(rows, k, &w.f32[j*k], &x[t*k], &y[t*ldy], n, ldy)
+		if w.F32 != nil {
+			g.tokens32(rows, k, &w.F32[j*k], &x[t*k], &y[t*ldy], n, ldy)
 		} else {
-			g.tokens16(rows, k, &w.f16[j*k], &x[t*k], &y[t*ldy], n, ldy)
+			g.tokens16(rows, k, &w.F16[j*k], &x[t*k], &y[t*ldy], n, ldy)
 		}
 	}
 }
 
 // gemvTiles runs the tile kernels on rows rows of W (whole tiles) from row j against a group of tokens of the x
 // panel.
-func (w gemmFewW) gemvTiles(g *gemvArch, rows, k, j int, xp, y []float32, tokens, ldy int, pf *linePrefetch) {
-	if w.f32 != nil {
-		g.tiles32(rows/gemvTileRows, k, &w.f32[j*k], &xp[0], &y[0], tokens, ldy, pf)
+func (w GEMMWeights) gemvTiles(g *gemvArch, rows, k, j int, xp, y []float32, tokens, ldy int, pf *linePrefetch) {
+	if w.F32 != nil {
+		g.tiles32(rows/gemvTileRows, k, &w.F32[j*k], &xp[0], &y[0], tokens, ldy, pf)
 	} else {
-		g.tiles16(rows/gemvTileRows, k, &w.f16[j*k], &xp[0], &y[0], tokens, ldy, pf)
+		g.tiles16(rows/gemvTileRows, k, &w.F16[j*k], &xp[0], &y[0], tokens, ldy, pf)
 	}
 }
 
 // lines is the prefetch stream of rows rows of W from row j, spread over steps kernel steps.
-func (w gemmFewW) lines(j, rows, k, steps int) linePrefetch {
+func (w GEMMWeights) lines(j, rows, k, steps int) linePrefetch {
 	var p linePrefetch
-	if w.f32 != nil {
-		p = linePrefetch{uintptr(unsafe.Pointer(&w.f32[j*k])), (rows*k*4 + 63) / 64, 0}
+	if w.F32 != nil {
+		p = linePrefetch{uintptr(unsafe.Pointer(&w.F32[j*k])), (rows*k*4 + 63) / 64, 0}
 	} else {
-		p = linePrefetch{uintptr(unsafe.Pointer(&w.f16[j*k])), (rows*k*2 + 63) / 64, 0}
+		p = linePrefetch{uintptr(unsafe.Pointer(&w.F16[j*k])), (rows*k*2 + 63) / 64, 0}
 	}
 	p.per = max(1, (p.lines+steps-1)/steps)
 	return p
@@ -372,19 +407,13 @@ func (w gemmFewW) lines(j, rows, k, steps int) linePrefetch {
 // gemmFewMaxM is the most tokens for which GEMM runs gemmFew.
 const gemmFewMaxM = 64
 
-// gemmFewW is the W [n, k] of gemmFew: float32 (f32) or binary16 (f16) values.
-type gemmFewW struct {
-	f32 []float32
-	f16 []uint16
-}
-
 // copy writes steps pc..pc+kc-1 of rows j..j+rows-1 of W, as float32, into dst at stride gemmKC.
-func (w gemmFewW) copy(dst []float32, k, j, pc, rows, kc int) {
+func (w GEMMWeights) copy(dst []float32, k, j, pc, rows, kc int) {
 	for r := 0; r < rows; r++ {
-		if w.f16 != nil {
-			half.F16ToF32Slice(dst[r*gemmKC:r*gemmKC+kc], w.f16[(j+r)*k+pc:][:kc])
+		if w.F16 != nil {
+			half.F16ToF32Slice(dst[r*gemmKC:r*gemmKC+kc], w.F16[(j+r)*k+pc:][:kc])
 		} else {
-			copy(dst[r*gemmKC:r*gemmKC+kc], w.f32[(j+r)*k+pc:][:kc])
+			copy(dst[r*gemmKC:r*gemmKC+kc], w.F32[(j+r)*k+pc:][:kc])
 		}
 	}
 }
@@ -396,7 +425,7 @@ func (w gemmFewW) copy(dst []float32, k, j, pc, rows, kc int) {
 // weight, costs as much as the products at this m and would be paid again on every call. Each output is summed
 // in the same order as gemmRun sums it (kc steps in registers, then added to C), so the two give identical
 // results.
-func gemmFew(u *gemmArch, m, n, k int, a, c []float32, w gemmFewW) {
+func gemmFew(u *gemmArch, m, n, k int, a, c []float32, w GEMMWeights) {
 	mr, nr := u.mr, u.nr
 	panels := (m + nr - 1) / nr
 	blocks := (k + gemmKC - 1) / gemmKC
@@ -423,7 +452,7 @@ func gemmFew(u *gemmArch, m, n, k int, a, c []float32, w gemmFewW) {
 		for g := lo; g < hi; g++ {
 			j := g * mr
 			rows := min(mr, n-j)
-			inPlace := w.f16 == nil && rows == mr
+			inPlace := w.F16 == nil && rows == mr
 			for tp := range panels {
 				for pb := range blocks {
 					pc := pb * gemmKC
@@ -437,7 +466,7 @@ func gemmFew(u *gemmArch, m, n, k int, a, c []float32, w gemmFewW) {
 					}
 					wr, lda := &wa[pb*mr*gemmKC], gemmKC
 					if inPlace {
-						wr, lda = &w.f32[j*k+pc], k
+						wr, lda = &w.F32[j*k+pc], k
 					}
 					u.kernel(kc, wr, lda, &at[(pb*panels+tp)*gemmKC*nr], &ct[0], nr, acc)
 				}

@@ -52,7 +52,7 @@ func TestGEMMFewMatchesPacked(t *testing.T) {
 			m, n, k := s[0], s[1], s[2]
 			a, w := gemmRandom(r, m*k), gemmRandom(r, n*k)
 			few, packed := gemmPoisoned(m*n), gemmPoisoned(m*n)
-			gemmFew(arch, m, n, k, a, few, gemmFewW{f32: w})
+			gemmFew(arch, m, n, k, a, few, GEMMWeights{F32: w})
 			gemmRun(arch, m, n, k, a, packed, func(u *gemmArch, dst, _ []float32, j, pc, rows, kc int) {
 				u.packB(dst, w[j*k+pc:], k, rows, kc)
 			})
@@ -74,7 +74,8 @@ func TestGEMMTokensMatchGEMV(t *testing.T) {
 	}
 	r := rand.New(rand.NewPCG(5, 6))
 	for _, s := range [][3]int{{2, 37, 64}, {3, 17, 300}, {4, 40, 768}, {5, 9, 17}, {8, 33, 1031}, {7, 1, 5}, {37, 21, 200},
-		{64, 70, 64}, {9, 13, 2061}, {33, 8, 2048}, {3, 263, 1031}} { // the last: W over gemvFarBytes (1 MiB)
+		{64, 70, 64}, {9, 13, 2061}, {33, 8, 2048}, {3, 263, 1031}, // W over gemvFarBytes (1 MiB)
+		{32, 300, 96}, {9, 200, 40}} { // several blocks of gemvTokensRows a thread
 		m, n, k := s[0], s[1], s[2]
 		a, w := gemmRandom(r, m*k), gemmRandom(r, n*k)
 		w16 := make([]uint16, n*k)
@@ -134,7 +135,7 @@ func BenchmarkGEMMFew(b *testing.B) {
 			r := rand.New(rand.NewPCG(1, 1))
 			a, w, c := gemmRandom(r, m*k), gemmRandom(r, n*k), make([]float32, m*n)
 			for b.Loop() {
-				gemmFew(gemmActive, m, n, k, a, c, gemmFewW{f32: w})
+				gemmFew(gemmActive, m, n, k, a, c, GEMMWeights{F32: w})
 			}
 			b.ReportMetric(2*float64(m)*float64(n)*float64(k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 		})

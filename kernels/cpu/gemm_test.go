@@ -168,6 +168,45 @@ func TestGEMMF16(t *testing.T) {
 	})
 }
 
+// TestGEMMs checks that one call over several matrices, float32 and binary16 mixed, gives bit for bit what a
+// GEMM or GEMMF16 call a matrix gives, on every path and thread count: one token, the row-at-a-time few-token
+// kernels, the tiles (matrices of several blocks, whole and partial tiles, a thread's rows crossing from one
+// matrix into the next) and the packed GEMM above them.
+func TestGEMMs(t *testing.T) {
+	gemmEachPath(t, func(t *testing.T) {
+		r := rand.New(rand.NewPCG(27, 28))
+		ns := []int{200, 64, 7, 1, 131}
+		for _, tc := range []struct{ m, k int }{{1, 40}, {3, 768}, {8, 40}, {33, 100}, {70, 48}} {
+			m, k := tc.m, tc.k
+			a := gemmRandom(r, m*k)
+			ws, cs, want := make([]GEMMWeights, len(ns)), make([][]float32, len(ns)), make([][]float32, len(ns))
+			for i, n := range ns {
+				w := gemmRandom(r, n*k)
+				want[i], cs[i] = gemmPoisoned(m*n), gemmPoisoned(m*n)
+				if i%2 == 0 {
+					ws[i] = GEMMWeights{N: n, F32: w}
+					GEMM(m, n, k, a, w, want[i])
+					continue
+				}
+				wh := make([]uint16, n*k)
+				for j, v := range w {
+					wh[j] = half.F32ToF16(v)
+				}
+				ws[i] = GEMMWeights{N: n, F16: wh}
+				GEMMF16(m, n, k, a, wh, want[i])
+			}
+			GEMMs(m, k, a, ws, cs)
+			for i := range ns {
+				for j := range cs[i] {
+					if math.Float32bits(cs[i][j]) != math.Float32bits(want[i][j]) {
+						t.Fatalf("m=%d k=%d: matrix %d: c[%d] = %v, want %v (a call a matrix)", m, k, i, j, cs[i][j], want[i][j])
+					}
+				}
+			}
+		}
+	})
+}
+
 // TestConformanceGEMM runs the shared suite (kernels/kerneltest) on every implementation.
 func TestConformanceGEMM(t *testing.T) {
 	gemmEachPathThreads(t, []int{2}, func(t *testing.T) { kerneltest.TestGEMM(t, GEMM) })
@@ -208,6 +247,11 @@ func TestGEMMBadSizes(t *testing.T) {
 		{func() { GEMV(3, -1, f, f[:4], f[:3]) }, "kernels: GEMV: k=-1, want > 0"},
 		{func() { GEMV(3, 4, f, f[:4], f[:2]) }, "kernels: GEMV: len(y)=2, want n=3"},
 		{func() { GEMMF16(2, 3, 4, f[:8], h[:10], f[:6]) }, "kernels: GEMMF16: len(w)=10, want n*k=12"},
+		{func() { GEMMs(2, 4, f[:8], []GEMMWeights{{N: 3, F32: f}}, nil) }, "kernels: GEMMs: len(cs)=0, want len(ws)=1"},
+		{func() { GEMMs(2, 4, f[:8], []GEMMWeights{{N: 3}}, [][]float32{f[:6]}) }, "kernels: GEMMs: len(w)=0, want n*k=12"},
+		{func() { GEMMs(2, 4, f[:8], []GEMMWeights{{N: 3, F32: f, F16: h}}, [][]float32{f[:6]}) },
+			"kernels: GEMMs: len(w)=24, want n*k=12"},
+		{func() { GEMMs(2, 4, f[:8], []GEMMWeights{{N: 3, F16: h}}, [][]float32{f[:5]}) }, "kernels: GEMMs: len(c)=5, want m*n=6"},
 	} {
 		func() {
 			defer func() {
