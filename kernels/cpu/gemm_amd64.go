@@ -62,7 +62,9 @@ func gemvAVX2(rows, k int, w, x, y *float32)
 // holding them k floats apart: y[t*ldy+j] = Σ_p w[j*k+p]·x[t*k+p], each bit for bit what the one-token kernel
 // gives. They read one row at a time. gemvTiles8AVX512 and gemvTiles8F16AVX512 read three (groups groups of
 // three rows) against up to eight tokens, for six times the FMAs a load of W, with the tokens' x packed by
-// gemvPanel, and prefetch pf.per lines a step from pf.
+// gemvPanel, and prefetch pf.per lines a step from pf. They run k steps of rows ldw values apart. In mode 1 each
+// group's 24 sums start from those acc holds (1536 bytes a group), and in mode 2 they are left there instead of
+// folded and stored: a long row then runs as calls over chunks of its steps (gemvTileK), whose x stays in L1.
 //
 //go:noescape
 func gemvTokensAVX512(rows, k int, w, x, y *float32, tokens, ldy int)
@@ -71,10 +73,11 @@ func gemvTokensAVX512(rows, k int, w, x, y *float32, tokens, ldy int)
 func gemvTokensF16AVX512(rows, k int, w *uint16, x, y *float32, tokens, ldy int)
 
 //go:noescape
-func gemvTiles8AVX512(groups, k int, w, xp, y *float32, tokens, ldy int, pf *linePrefetch)
+func gemvTiles8AVX512(groups, k, ldw int, w, xp, y *float32, tokens, ldy int, pf *linePrefetch, acc *float32, mode int)
 
 //go:noescape
-func gemvTiles8F16AVX512(groups, k int, w *uint16, xp, y *float32, tokens, ldy int, pf *linePrefetch)
+func gemvTiles8F16AVX512(groups, k, ldw int, w *uint16, xp, y *float32, tokens, ldy int, pf *linePrefetch,
+	acc *float32, mode int)
 
 // linePrefetch is a run of cache lines for a kernel to prefetch: the address of the next, how many are left, and
 // how many a step (at least one) for the GEMV tiles; the W4A8 tile takes one a step.
@@ -128,8 +131,9 @@ type gemvArch struct {
 	rest     int
 	tokens32 func(rows, k int, w, x, y *float32, tokens, ldy int)
 	tokens16 func(rows, k int, w *uint16, x, y *float32, tokens, ldy int)
-	tiles32  func(groups, k int, w, xp, y *float32, tokens, ldy int, pf *linePrefetch)
-	tiles16  func(groups, k int, w *uint16, xp, y *float32, tokens, ldy int, pf *linePrefetch)
+	tiles32  func(groups, k, ldw int, w, xp, y *float32, tokens, ldy int, pf *linePrefetch, acc *float32, mode int)
+	tiles16  func(groups, k, ldw int, w *uint16, xp, y *float32, tokens, ldy int, pf *linePrefetch, acc *float32,
+		mode int)
 }
 
 var (
@@ -260,6 +264,11 @@ const gemvTokensMaxM = 64
 // gemvTileRows and gemvTileTokens are the tile kernels' shape: rows of W by tokens.
 const gemvTileRows, gemvTileTokens = 3, 8
 
+// gemvTileK is the most steps of a tile kernel call: eight tokens' x over them, 32 KiB, stays in L1 with the
+// rows of W. A longer k runs as calls over chunks of it, the sums carried from one to the next in acc (bit for
+// bit a single call).
+const gemvTileK = 1024
+
 // gemvTokensRows is the rows of W that gemvTokens runs against all the tokens before it moves on, while the
 // kernels prefetch the next as many: 63, whole tiles.
 const gemvTokensRows = 64 / gemvTileRows * gemvTileRows
@@ -303,6 +312,12 @@ func gemvTokens(g *gemvArch, m, k int, a []float32, ws []GEMMWeights, cs [][]flo
 	stride := gemvPanelLen(gemvTileTokens, k)
 	Parallel(rows, grain, func(lo, hi int) {
 		var pf linePrefetch
+		var acc []float32
+		if k > gemvTileK {
+			var accBuf scratchHandle[float32]
+			acc, accBuf = scratchF32(gemvTokensRows / gemvTileRows * gemvTileSums)
+			defer accBuf.release()
+		}
 		i, j, n := gemvBlock(ws, lo, hi)
 		for v := lo + n; n > 0; v += n { // v: the row after this block
 			w, c, ldc := ws[i], cs[i], ws[i].N
@@ -316,7 +331,7 @@ func gemvTokens(g *gemvArch, m, k int, a []float32, ws []GEMMWeights, cs [][]flo
 			for t := 0; t < m; t += gemvTileTokens {
 				tokens := min(gemvTileTokens, m-t)
 				if tiled > 0 {
-					w.gemvTiles(g, tiled, k, j, xp[t/gemvTileTokens*stride:], c[t*ldc+j:], tokens, ldc, &pf)
+					w.gemvTiles(g, tiled, k, j, xp[t/gemvTileTokens*stride:], c[t*ldc+j:], tokens, ldc, &pf, acc)
 				}
 				if tiled < n {
 					w.gemvRows(g, n-tiled, k, j+tiled, a[t*k:], c[t*ldc+j+tiled:], tokens, ldc)
@@ -383,14 +398,34 @@ func (w GEMMWeights) gemvRows(g *gemvArch, rows, k, j int, x, y []float32, token
 }
 
 // gemvTiles runs the tile kernels on rows rows of W (whole tiles) from row j against a group of tokens of the x
-// panel.
-func (w GEMMWeights) gemvTiles(g *gemvArch, rows, k, j int, xp, y []float32, tokens, ldy int, pf *linePrefetch) {
-	if w.F32 != nil {
-		g.tiles32(rows/gemvTileRows, k, &w.F32[j*k], &xp[0], &y[0], tokens, ldy, pf)
-	} else {
-		g.tiles16(rows/gemvTileRows, k, &w.F16[j*k], &xp[0], &y[0], tokens, ldy, pf)
+// panel, in calls of up to gemvTileK steps, with acc (gemvTileSums floats a group of rows) holding the sums
+// between them where k is longer.
+func (w GEMMWeights) gemvTiles(g *gemvArch, rows, k, j int, xp, y []float32, tokens, ldy int, pf *linePrefetch,
+	acc []float32) {
+	groups := rows / gemvTileRows
+	var sums *float32
+	if k > gemvTileK {
+		sums = &acc[:groups*gemvTileSums][0]
+	}
+	for pc := 0; pc < k; pc += gemvTileK {
+		kc, mode := min(gemvTileK, k-pc), 0
+		if pc > 0 {
+			mode |= 1
+		}
+		if pc+kc < k {
+			mode |= 2
+		}
+		x := &xp[pc*gemvTileTokens] // 16 steps of the eight tokens after 16 steps of them
+		if w.F32 != nil {
+			g.tiles32(groups, kc, k, &w.F32[j*k+pc], x, &y[0], tokens, ldy, pf, sums, mode)
+		} else {
+			g.tiles16(groups, kc, k, &w.F16[j*k+pc], x, &y[0], tokens, ldy, pf, sums, mode)
+		}
 	}
 }
+
+// gemvTileSums is the floats of a tile kernel's sums for a group of rows: 24 vectors of 16.
+const gemvTileSums = gemvTileRows * gemvTileTokens * 16
 
 // lines is the prefetch stream of rows rows of W from row j, spread over steps kernel steps.
 func (w GEMMWeights) lines(j, rows, k, steps int) linePrefetch {

@@ -103,18 +103,18 @@ gtsetdone:
 	GEMVFOLD(Z3, Y3, X3, Y16, X16, (DX)(CX*1)); \
 label:
 
-// G8_SETUP loads the arguments of the tile kernels: R13 the groups of three rows, BX the bytes of a row of W
-// (k << shift), SI w, R15 the x panel, DX y, R8 ldy·4, CX k&^15 (the steps of the unmasked loop), K1 the mask of
+// G8_SETUP loads the arguments of the tile kernels: R13 the groups of three rows, BX the bytes between rows of W
+// (ldw << shift), SI w, R15 the x panel, DX y, R8 ldy·4, CX k&^15 (the steps of the unmasked loop), K1 the mask of
 // the last k%16 steps, K2 the mask of three lanes, and the prefetch stream: AX the next line, R14 the lines left.
 #define G8_SETUP(shift) \
 	MOVQ  groups+0(FP), R13; \
 	MOVQ  k+8(FP), BX; \
-	MOVQ  w+16(FP), SI; \
-	MOVQ  xp+24(FP), R15; \
-	MOVQ  y+32(FP), DX; \
-	MOVQ  ldy+48(FP), R8; \
+	MOVQ  w+24(FP), SI; \
+	MOVQ  xp+32(FP), R15; \
+	MOVQ  y+40(FP), DX; \
+	MOVQ  ldy+56(FP), R8; \
 	SHLQ  $2, R8; \
-	MOVQ  pf+56(FP), R9; \
+	MOVQ  pf+64(FP), R9; \
 	MOVQ  0(R9), AX; \
 	MOVQ  8(R9), R14; \
 	MOVQ  BX, CX; \
@@ -125,13 +125,14 @@ label:
 	KMOVW R9, K1; \
 	MOVQ  BX, CX; \
 	ANDQ  $-16, CX; \
+	MOVQ  ldw+16(FP), BX; \
 	SHLQ  $shift, BX; \
 	MOVL  $7, R9; \
 	KMOVW R9, K2
 
 // G8_DONE writes the prefetch stream back.
 #define G8_DONE \
-	MOVQ pf+56(FP), R9; \
+	MOVQ pf+64(FP), R9; \
 	MOVQ AX, 0(R9); \
 	MOVQ R14, 8(R9)
 
@@ -155,7 +156,7 @@ label:
 // G8_PREFETCH prefetches the stream's next lines into L2, as many a step as the stream says (R12), while any
 // are left (labels: unique to the use).
 #define G8_PREFETCH(loop, done) \
-	MOVQ       pf+56(FP), R12; \
+	MOVQ       pf+64(FP), R12; \
 	MOVQ       16(R12), R12; \
 loop: \
 	TESTQ      R14, R14; \
@@ -166,6 +167,48 @@ loop: \
 	DECQ       R12; \
 	JNZ        loop; \
 done:
+
+// G8_ACC points R12 at the current group's 24 accumulators in acc (1536 bytes a group, in the order of the
+// calls' groups).
+#define G8_ACC \
+	MOVQ  groups+0(FP), R12; \
+	SUBQ  R13, R12; \
+	IMULQ $1536, R12; \
+	ADDQ  acc+72(FP), R12
+
+// G8_ACC24(op) moves the 24 accumulators to (VMOVUPS Zn, off(R12)) or from (VMOVUPS off(R12), Zn) acc, as op
+// orders its operands.
+#define G8_ACC24(op) \
+	op(0, Z0); op(64, Z1); op(128, Z2); op(192, Z3); op(256, Z4); op(320, Z5); op(384, Z6); op(448, Z7); \
+	op(512, Z8); op(576, Z9); op(640, Z10); op(704, Z11); op(768, Z12); op(832, Z13); op(896, Z14); \
+	op(960, Z15); op(1024, Z16); op(1088, Z17); op(1152, Z18); op(1216, Z19); op(1280, Z20); op(1344, Z21); \
+	op(1408, Z22); op(1472, Z23)
+
+#define G8_LOADACC(off, z) VMOVUPS off(R12), z
+#define G8_SAVEACC(off, z) VMOVUPS z, off(R12)
+
+// G8_BEGIN starts a group: in mode 1 (set in mode) its sums go on from those acc holds, else from zero (label:
+// unique to the use).
+#define G8_BEGIN(label) \
+	MOVQ  mode+80(FP), R12; \
+	TESTQ $1, R12; \
+	JZ    label; \
+	G8_ACC; \
+	G8_ACC24(G8_LOADACC); \
+label:
+
+// G8_END ends a group: in mode 2 its 24 sums are kept in acc for a later call over the next steps, else folded
+// and stored (G8_SUM; labels: unique to the use).
+#define G8_END(kept, fold, stored) \
+	MOVQ  mode+80(FP), R12; \
+	TESTQ $2, R12; \
+	JZ    fold; \
+	G8_ACC; \
+	G8_ACC24(G8_SAVEACC); \
+	JMP   kept; \
+fold: \
+	G8_SUM(stored); \
+kept:
 
 // G8_XT loads one token's 16 steps of x (at off(DI)) into zx and multiplies them with the three rows' weights
 // in Z24-Z26 into the token's sums a0-a2.
@@ -244,7 +287,7 @@ done:
 	VPXORD Z26, Z26, Z26; \
 	G8_HALF(Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7, Z8, Z9, Z10, Z11); \
 	G8_HALF(Z12, Z13, Z14, Z15, Z16, Z17, Z18, Z19, Z20, Z21, Z22, Z23); \
-	MOVQ tokens+40(FP), R12; \
+	MOVQ tokens+48(FP), R12; \
 	MOVQ DX, R10; \
 	G8_PUT(0, Z0, done); \
 	G8_PUT(1, Z0, done); \
@@ -1000,12 +1043,14 @@ sumth:
 // run on W in cache (L2: each block is read again for every group of tokens). A four-row, four-token tile, which loaded four lines of W for 16 FMAs, was bound by W's
 // rate from L2 and ran 10-20% slower at every shape measured.
 
-// func gemvTiles8AVX512(groups, k int, w, xp, y *float32, tokens, ldy int, pf *linePrefetch)
-TEXT ·gemvTiles8AVX512(SB), NOSPLIT, $0-64
+// func gemvTiles8AVX512(groups, k, ldw int, w, xp, y *float32, tokens, ldy int, pf *linePrefetch, acc *float32,
+//	mode int)
+TEXT ·gemvTiles8AVX512(SB), NOSPLIT, $0-88
 	G8_SETUP(2)
 
 group8:
 	G8_ROWS
+	G8_BEGIN(begun8)
 	CMPQ R9, CX
 	JGE  tail8
 
@@ -1028,7 +1073,7 @@ tail8:
 	G8_FMA
 
 sum8:
-	G8_SUM(stored8)
+	G8_END(ended8, fold8, stored8)
 	LEAQ (SI)(BX*2), SI
 	ADDQ BX, SI
 	ADDQ $12, DX
@@ -1038,12 +1083,14 @@ sum8:
 	VZEROUPPER
 	RET
 
-// func gemvTiles8F16AVX512(groups, k int, w *uint16, xp, y *float32, tokens, ldy int, pf *linePrefetch)
-TEXT ·gemvTiles8F16AVX512(SB), NOSPLIT, $0-64
+// func gemvTiles8F16AVX512(groups, k, ldw int, w *uint16, xp, y *float32, tokens, ldy int, pf *linePrefetch,
+//	acc *float32, mode int)
+TEXT ·gemvTiles8F16AVX512(SB), NOSPLIT, $0-88
 	G8_SETUP(1)
 
 group8h:
 	G8_ROWS
+	G8_BEGIN(begun8h)
 	CMPQ R9, CX
 	JGE  tail8h
 
@@ -1069,7 +1116,7 @@ tail8h:
 	G8_FMA
 
 sum8h:
-	G8_SUM(stored8h)
+	G8_END(ended8h, fold8h, stored8h)
 	LEAQ (SI)(BX*2), SI
 	ADDQ BX, SI
 	ADDQ $12, DX
