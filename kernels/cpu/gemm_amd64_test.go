@@ -76,7 +76,7 @@ func TestGEMMTokensMatchGEMV(t *testing.T) {
 	for _, s := range [][3]int{{2, 37, 64}, {3, 17, 300}, {4, 40, 768}, {5, 9, 17}, {8, 33, 1031}, {7, 1, 5}, {37, 21, 200},
 		{64, 70, 64}, {9, 13, 2061}, {33, 8, 2048}, {3, 263, 1031}, // W over gemvFarBytes (1 MiB)
 		{32, 300, 96}, {9, 200, 40}, // several blocks of gemvTokensRows a thread
-		{16, 70, 3100}} { // three calls of the tile kernels a row, over gemvTileK steps each but the last
+		{16, 70, 2061}, {16, 70, 3100}} { // calls of the tile kernels over gemvTileK steps, inner and outer order
 		m, n, k := s[0], s[1], s[2]
 		a, w := gemmRandom(r, m*k), gemmRandom(r, n*k)
 		w16 := make([]uint16, n*k)
