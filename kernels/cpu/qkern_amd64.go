@@ -79,6 +79,11 @@ func qDotW4A8Rows64VNNI(w *uint8, k int, xr *int8, xs *int32, s *float32, z *uin
 //go:noescape
 func qMaxAbsAVX512(x *float32, n int) float32
 
+// qU8ToF32AVX512 writes dst[i] = float32(src[i]) for i < n.
+//
+//go:noescape
+func qU8ToF32AVX512(dst *float32, src *uint8, n int)
+
 //go:noescape
 func qRoundInt8AVX512(x *float32, q *int8, n int, inv float32)
 
@@ -663,9 +668,7 @@ func qW4A8Tile(m, k, group int, qa []int8, sa []float32, mats []W4A8Weights, cs 
 			w, c, n := mats[i], cs[i], mats[i].N
 			rows := min(rowsT, n-j0)
 			qW4UnpackAVX512(&cb[0], &w.Packed[j0*k/2], rows*k) // the tile's rows are consecutive, in W and in cb
-			for i, v := range w.Zeros[j0*gpr : (j0+rows)*gpr] {
-				zf[i] = float32(v)
-			}
+			qU8ToF32AVX512(&zf[0], &w.Zeros[j0*gpr : (j0+rows)*gpr][0], rows*gpr)
 			scale := w.Scales[j0*gpr:]
 			if rows < rowsT {
 				clear(zf[rows*gpr:])

@@ -1724,3 +1724,37 @@ w8tstep:
 	W4T_STORE
 	VZEROUPPER
 	RET
+
+// func qU8ToF32AVX512(dst *float32, src *uint8, n int)
+// dst[i] = float32(src[i]) for i < n, sixteen at a time, the last n%16 through masks.
+TEXT ·qU8ToF32AVX512(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+
+u8loop:
+	CMPQ      CX, $16
+	JLT       u8tail
+	VPMOVZXBD (SI), Z0
+	VCVTDQ2PS Z0, Z0
+	VMOVUPS   Z0, (DI)
+	ADDQ      $16, SI
+	ADDQ      $64, DI
+	SUBQ      $16, CX
+	JMP       u8loop
+
+u8tail:
+	TESTQ      CX, CX
+	JZ         u8done
+	MOVL       $1, AX
+	SHLL       CX, AX
+	DECL       AX
+	KMOVW      AX, K1
+	VMOVDQU8.Z (SI), K1, X0
+	VPMOVZXBD  X0, Z0
+	VCVTDQ2PS  Z0, Z0
+	VMOVUPS    Z0, K1, (DI)
+
+u8done:
+	VZEROUPPER
+	RET

@@ -253,3 +253,30 @@ func BenchmarkW8A8Few(b *testing.B) {
 		}
 	}
 }
+
+// TestQU8ToF32 checks the zero points' widening for the W4A8 tile at every count up to 40 (whole vectors and
+// masked tails), over all byte values, and that it writes nothing past n.
+func TestQU8ToF32(t *testing.T) {
+	if !qAVX512 {
+		t.Skip("no AVX-512")
+	}
+	src := make([]uint8, 256)
+	for i := range src {
+		src[i] = uint8(255 - i)
+	}
+	for n := 1; n <= 40; n++ {
+		for off := 0; off+n <= len(src); off += 37 {
+			dst := make([]float32, n+1)
+			dst[n] = -1
+			qU8ToF32AVX512(&dst[0], &src[off], n)
+			for i := range n {
+				if dst[i] != float32(src[off+i]) {
+					t.Fatalf("n=%d off=%d: dst[%d] = %v, want %d", n, off, i, dst[i], src[off+i])
+				}
+			}
+			if dst[n] != -1 {
+				t.Fatalf("n=%d off=%d: wrote dst[n] = %v", n, off, dst[n])
+			}
+		}
+	}
+}
