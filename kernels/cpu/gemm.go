@@ -58,15 +58,10 @@ func GEMMs(m, k int, a []float32, ws []GEMMWeights, cs [][]float32) {
 		return
 	}
 	for i, w := range ws {
-		switch {
-		case w.F32 != nil && m == 1:
-			gemv(w.N, k, w.F32, a, cs[i])
-		case w.F32 != nil:
-			gemm(m, w.N, k, a, w.F32, cs[i])
-		case m == 1:
-			gemvF16(w.N, k, w.F16, a, cs[i])
-		default:
-			gemmF16(m, w.N, k, a, w.F16, cs[i])
+		if w.F32 != nil {
+			GEMM(m, w.N, k, a, w.F32, cs[i])
+		} else {
+			GEMMF16(m, w.N, k, a, w.F16, cs[i])
 		}
 	}
 }

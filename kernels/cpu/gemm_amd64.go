@@ -312,7 +312,7 @@ func gemvTokens(g *gemvArch, m, k int, a []float32, ws []GEMMWeights, cs [][]flo
 	stride := gemvPanelLen(gemvTileTokens, k)
 	// A long k runs in chunks of gemvTileK steps. Past two chunks they go outermost, each chunk of the block run
 	// against every group of tokens before the next: m = 32, in-process, +7% at k = 3072, +2-24% at 4096 and
-	// +22-34% at 11008, while at 2048 the two orders are level.
+	// +22-34% at 11008, while at 2048 the two orders are level (a throwaway A/B, BENCHMARKS.md session L).
 	outer := k > 2*gemvTileK
 	Parallel(rows, grain, func(lo, hi int) {
 		var pf linePrefetch

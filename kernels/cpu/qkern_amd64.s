@@ -1,6 +1,7 @@
 //go:build !noasm
 
 #include "textflag.h"
+#include "elem_exp_amd64.h"
 #include "prefetch_amd64.h"
 #include "zero_amd64.h"
 
@@ -1746,10 +1747,7 @@ u8loop:
 u8tail:
 	TESTQ      CX, CX
 	JZ         u8done
-	MOVL       $1, AX
-	SHLL       CX, AX
-	DECL       AX
-	KMOVW      AX, K1
+	TAILMASK
 	VMOVDQU8.Z (SI), K1, X0
 	VPMOVZXBD  X0, Z0
 	VCVTDQ2PS  Z0, Z0
