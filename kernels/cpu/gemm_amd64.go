@@ -285,11 +285,12 @@ func gemms(m, k int, a []float32, ws []GEMMWeights, cs [][]float32) bool {
 
 // gemvTokens is GEMM for a few tokens as GEMVs, each token's outputs bit for bit those of a one-token GEMV, for
 // one or more matrices ws that share the tokens a (matrix i's outputs into cs[i]): the rows of all the matrices
-// split across threads as one range, each thread's rows run in blocks of up to gemvTokensRows rows of one
-// matrix against all the tokens. Up to four tokens, the row-at-a-time kernel streams W from memory. For more,
-// the tile kernels run each block against each group of eight tokens in turn (the block's last rows short of a
-// tile on the row-at-a-time kernel), from cache, and prefetch the next block, spread over this block's steps: W
-// is read from memory once, mostly ahead of its products.
+// split across threads as one range. Up to four tokens, each thread's rows run in blocks of up to
+// gemvTokensRows rows of one matrix, the row-at-a-time kernel streaming W from memory. For more, the blocks
+// (gemvTokensRows rows of one matrix) are ParallelWork's items, and the tile kernels run each against each group
+// of eight tokens in turn (the block's last rows short of a tile on the row-at-a-time kernel), from cache, and
+// prefetch the next block of the thread's run, spread over this block's steps: W is read from memory once,
+// mostly ahead of its products.
 func gemvTokens(g *gemvArch, m, k int, a []float32, ws []GEMMWeights, cs [][]float32) {
 	rows := 0
 	for _, w := range ws {
@@ -314,7 +315,8 @@ func gemvTokens(g *gemvArch, m, k int, a []float32, ws []GEMMWeights, cs [][]flo
 	// against every group of tokens before the next: m = 32, in-process, +7% at k = 3072, +2-24% at 4096 and
 	// +22-34% at 11008, while at 2048 the two orders are level (a throwaway A/B, BENCHMARKS.md session L).
 	outer := k > 2*gemvTileK
-	Parallel(rows, grain, func(lo, hi int) {
+	blocks := newTileList(ws, func(w GEMMWeights) int { return w.N }, gemvTokensRows)
+	ParallelWork(blocks.total(), (grain+gemvTokensRows-1)/gemvTokensRows, func(work *Work) {
 		var pf linePrefetch
 		var acc []float32 // the sums between chunks: a group of tokens' (inner), or all the groups' (outer)
 		const accGroup = gemvTokensRows / gemvTileRows * gemvTileSums
@@ -327,15 +329,17 @@ func gemvTokens(g *gemvArch, m, k int, a []float32, ws []GEMMWeights, cs [][]flo
 			acc, accBuf = scratchF32(size)
 			defer accBuf.release()
 		}
-		i, j, n := gemvBlock(ws, lo, hi)
-		for v := lo + n; n > 0; v += n { // v: the row after this block
+		for b, _, ok := work.Next(1); ok; b, _, ok = work.Next(1) {
+			i, j := blocks.at(b)
 			w, c, ldc := ws[i], cs[i], ws[i].N
+			n := min(gemvTokensRows, ldc-j)
 			tiled := n / gemvTileRows * gemvTileRows
-			ni, nj, nn := gemvBlock(ws, v, hi)
-			if nn > 0 {
+			pf = linePrefetch{}
+			if nb, ok := work.Peek(); ok {
+				ni, nj := blocks.at(nb)
 				// Spread over this block's steps, so that a few tokens (one group) still fetch it all.
 				steps := (m + gemvTileTokens - 1) / gemvTileTokens * tiled / gemvTileRows * ((k + 15) / 16)
-				pf = ws[ni].lines(nj, nn, k, max(1, steps))
+				pf = ws[ni].lines(nj, min(gemvTokensRows, ws[ni].N-nj), k, max(1, steps))
 			}
 			tile := func(t, pc int, acc []float32) {
 				w.gemvTiles(g, tiled, k, pc, j, xp[t/gemvTileTokens*stride:], c[t*ldc+j:], min(gemvTileTokens, m-t),
@@ -354,7 +358,6 @@ func gemvTokens(g *gemvArch, m, k int, a []float32, ws []GEMMWeights, cs [][]flo
 			for t := 0; t < m && tiled < n; t += gemvTileTokens {
 				w.gemvRows(g, n-tiled, k, j+tiled, a[t*k:], c[t*ldc+j+tiled:], min(gemvTileTokens, m-t), ldc)
 			}
-			i, j, n = ni, nj, nn
 		}
 	})
 }
@@ -371,6 +374,33 @@ func gemvBlock(ws []GEMMWeights, v, hi int) (i, j, n int) {
 		i++
 	}
 	return i, j, min(gemvTokensRows, ws[i].N-j, hi-v)
+}
+
+// tileList is the tiles of rows rows (a matrix's last may have fewer) of several matrices taken one after another,
+// for ParallelWork to hand out: matrix i's are [first[i], first[i+1]).
+type tileList struct {
+	rows  int
+	first []int
+}
+
+// newTileList lists the tiles of rows rows of mats, whose rows n gives.
+func newTileList[W any](mats []W, n func(W) int, rows int) tileList {
+	first := make([]int, 1, len(mats)+1)
+	for _, w := range mats {
+		first = append(first, first[len(first)-1]+(n(w)+rows-1)/rows)
+	}
+	return tileList{rows, first}
+}
+
+func (l tileList) total() int { return l.first[len(l.first)-1] }
+
+// at returns the matrix and the first row of tile b.
+func (l tileList) at(b int) (int, int) {
+	i := 0
+	for b >= l.first[i+1] {
+		i++
+	}
+	return i, (b - l.first[i]) * l.rows
 }
 
 // gemvPanelLen is the floats of the x panel of m tokens over k steps.

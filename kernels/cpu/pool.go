@@ -143,3 +143,99 @@ func Parallel(n, grain int, fn func(lo, hi int)) {
 	j.run()
 	j.wait()
 }
+
+// Work is one part of a ParallelWork call: the items its fn claims, a run at a time. A part starts as a range
+// of [0, n) and hands its items out in ascending order; once its range is used up it takes over the upper half
+// of what is left of the part with the most left, and goes on from there.
+type Work struct {
+	parts []workPart
+	me    int
+}
+
+// workPart is a part's range still to claim, next<<32 | end, alone on its cache line: the owner advances next,
+// a part taking over lowers end.
+type workPart struct {
+	span atomic.Uint64
+	_    [56]byte
+}
+
+func workSpan(next, end int) uint64 { return uint64(next)<<32 | uint64(end) }
+
+func (p *workPart) load() (s uint64, next, end int) {
+	s = p.span.Load()
+	return s, int(s >> 32), int(uint32(s))
+}
+
+// Next claims the next run of at most most items, [lo, hi), and reports false when none is left in any part.
+func (w *Work) Next(most int) (lo, hi int, ok bool) {
+	p := &w.parts[w.me]
+	for {
+		s, next, end := p.load()
+		if next < end {
+			hi := min(next+max(most, 1), end)
+			if p.span.CompareAndSwap(s, workSpan(hi, end)) {
+				return next, hi, true
+			}
+			continue
+		}
+		if !w.takeOver() {
+			return 0, 0, false
+		}
+	}
+}
+
+// Peek returns the item Next would hand out first, if this part has one left; another part may take it over
+// first, so it suits prefetching only.
+func (w *Work) Peek() (int, bool) {
+	_, next, end := w.parts[w.me].load()
+	return next, next < end
+}
+
+// takeOver moves the upper half (rounded up) of the largest range left to this part, whose own is used up, and
+// reports false when every range is used up. Only the owner of an empty range sets it, so the store needs no
+// compare: no other part takes over from a range with nothing left.
+func (w *Work) takeOver() bool {
+	for {
+		v, most := -1, 0
+		var vs uint64
+		for i := range w.parts {
+			if s, next, end := w.parts[i].load(); end-next > most {
+				v, most, vs = i, end-next, s
+			}
+		}
+		if v < 0 {
+			return false
+		}
+		next, end := int(vs>>32), int(uint32(vs))
+		mid := end - (most+1)/2
+		if w.parts[v].span.CompareAndSwap(vs, workSpan(next, mid)) {
+			w.parts[w.me].span.Store(workSpan(mid, end))
+			return true
+		}
+	}
+}
+
+// ParallelWork runs fn for each of up to Threads() parts of the items [0, n), each at least grain items (one part
+// when n < 2*grain), across the pool's threads as Parallel does, and returns when all have returned. Each part
+// starts as an equal contiguous range, claimed in ascending order, so that a kernel can prefetch the next item
+// while it runs one (Work.Peek); a part that runs out takes over half of the largest range left, so the threads
+// finish together even when one runs slower, at the cost of one item that was not prefetched. On this kind of
+// shared VM the two halves of a static split took 10-20% apart within a batched-decode call.
+func ParallelWork(n, grain int, fn func(w *Work)) {
+	if n <= 0 {
+		return
+	}
+	if n >= 1<<32 {
+		panic("cpu: ParallelWork of 2^32 items or more")
+	}
+	parts := max(1, min(Threads(), n/max(grain, 1)))
+	ps := make([]workPart, parts)
+	for i := range ps {
+		ps[i].span.Store(workSpan(i*n/parts, (i+1)*n/parts))
+	}
+	Parallel(parts, 1, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			fn(&Work{ps, i})
+		}
+	})
+}

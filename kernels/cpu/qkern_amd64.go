@@ -314,7 +314,7 @@ func qTileW8A8s(m, k int, qa []int8, sa []float32, ws []W8A8Weights, cs [][]floa
 // the tokens: the W4A8 tile's shape, six rows of W (read in place) against panels of qW4TileTokens tokens,
 // twelve VPDPBUSD a step for eight loads, every lane a token that exists when the panel is full
 // (qKernelI8F32VNNI's 48 columns left a third idle at 32 tokens), and the results stored by the kernel in C's
-// layout. The tokens are packed once, and the tiles of all the matrices split over the threads together. The
+// layout. The tokens are packed once, and the tiles of all the matrices are ParallelWork's items (qTileRuns). The
 // sums and their scaling are the packed path's, so C is bit for bit the same.
 func qW8A8Tile(m, k int, a []int8, sa []float32, mats []W8A8Weights, cs [][]float32) {
 	const rowsT, tokT = qW4TileRows, qW4TileTokens
@@ -326,8 +326,8 @@ func qW8A8Tile(m, k int, a []int8, sa []float32, mats []W8A8Weights, cs [][]floa
 	for p := range panels {
 		qPackPanel(tok[p*kq*tokT*4:], qBytes(a[p*tokT*k:]), min(tokT, m-p*tokT), k, tokT)
 	}
-	tiles := qTiles(mats, func(w W8A8Weights) int { return w.N })
-	Parallel(tiles.total(), qRowGrain(rowsT*k), func(lo, hi int) {
+	tiles := newTileList(mats, func(w W8A8Weights) int { return w.N }, rowsT)
+	ParallelWork(tiles.total(), qRowGrain(rowsT*k), func(work *Work) {
 		var bias [rowsT]int32
 		var sw [rowsT]float32
 		var pf prefetchStream
@@ -335,7 +335,7 @@ func qW8A8Tile(m, k int, a []int8, sa []float32, mats []W8A8Weights, cs [][]floa
 		defer partBuf.release()
 		pad, padBuf := scratchI8(rowsT * k)
 		defer padBuf.release()
-		for b := lo; b < hi; b++ {
+		qTileRuns(work, func(b, next int) {
 			i, j0 := tiles.at(b)
 			w, c, n := mats[i].Q, cs[i], mats[i].N
 			rows := min(rowsT, n-j0)
@@ -346,10 +346,11 @@ func qW8A8Tile(m, k int, a []int8, sa []float32, mats []W8A8Weights, cs [][]floa
 					bias[r], sw[r] = 128*qSumI8VNNI(&wt[r*k], k), mats[i].Scales[j0+r]
 				}
 			}
-			if b+1 < hi {
-				ni, next := tiles.at(b + 1)
+			pf = prefetchStream{}
+			if next >= 0 {
+				ni, nj := tiles.at(next)
 				nw := mats[ni]
-				pf = prefetchRows(uintptr(unsafe.Pointer(&nw.Q[next*k])), k, min(rowsT, nw.N-next), k)
+				pf = prefetchRows(uintptr(unsafe.Pointer(&nw.Q[nj*k])), k, min(rowsT, nw.N-nj), k)
 			}
 			for p := range panels {
 				t0 := p * tokT
@@ -364,7 +365,7 @@ func qW8A8Tile(m, k int, a []int8, sa []float32, mats []W8A8Weights, cs [][]floa
 					copy(c[(t0+t)*n+j0:][:rows], part[t*rowsT:])
 				}
 			}
-		}
+		})
 	})
 }
 
@@ -378,28 +379,25 @@ func qTileRows(w []int8, j0, rows, want, k int, pad []int8) []int8 {
 	return pad
 }
 
-// qTileList is the tiles of qW4TileRows rows of several matrices, one after another: matrix i's are
-// [first[i], first[i+1]).
-type qTileList struct{ first []int }
+// qTileRun is the most tiles a part of a tile kernel's ParallelWork claims at once.
+const qTileRun = 4
 
-// qTiles lists the tiles of mats, whose rows n gives.
-func qTiles[W any](mats []W, n func(W) int) qTileList {
-	first := make([]int, 1, len(mats)+1)
-	for _, w := range mats {
-		first = append(first, first[len(first)-1]+(n(w)+qW4TileRows-1)/qW4TileRows)
+// qTileRuns calls do for each tile that work hands out, in order, with the tile to prefetch while it runs (next <
+// 0: none): the next of its run, or the first that work would hand out next.
+func qTileRuns(work *Work, do func(b, next int)) {
+	for lo, hi, ok := work.Next(qTileRun); ok; lo, hi, ok = work.Next(qTileRun) {
+		for b := lo; b < hi; b++ {
+			next := b + 1
+			if next == hi {
+				if nb, ok := work.Peek(); ok {
+					next = nb
+				} else {
+					next = -1
+				}
+			}
+			do(b, next)
+		}
 	}
-	return qTileList{first}
-}
-
-func (l qTileList) total() int { return l.first[len(l.first)-1] }
-
-// at returns the matrix and the first row of tile b.
-func (l qTileList) at(b int) (int, int) {
-	i := 0
-	for b >= l.first[i+1] {
-		i++
-	}
-	return i, (b - l.first[i]) * qW4TileRows
 }
 
 // qPackPanel packs rows (at most nr, which is 16, 32 or 48) rows of W, or tokens, k bytes each, into a panel of
@@ -632,10 +630,11 @@ func qW4A8(m, n, k, group int, qa []int8, sa []float32, w []uint8, s []float32, 
 }
 
 // qW4A8Tile is qW4A8 for qW4TileMinM tokens or more, groups of a multiple of 64 and VNNI: a GEMM rather than
-// a GEMV a token. Each thread unpacks qW4TileRows rows of W at a time into bytes q (qW4UnpackAVX512), which the
-// tile kernel broadcasts against panels of qW4TileTokens tokens packed once a call, with each group's sum of
-// the tokens' values: each code is unpacked once a call instead of once a token, and a step does twelve
-// VPDPBUSD against eight loads; the zero point comes off at each group's end, as z·Σ a. Every group's sum is
+// a GEMV a token. The tiles of all the matrices are ParallelWork's items (qTileRuns); a thread unpacks a tile's
+// qW4TileRows rows of W into bytes q (qW4UnpackAVX512), which the tile kernel broadcasts against panels of
+// qW4TileTokens tokens packed once a call, with each group's sum of the tokens' values: each code is unpacked
+// once a call instead of once a token, and a step does twelve VPDPBUSD against eight loads; the zero point comes
+// off at each group's end, as z·Σ a. Every group's sum is
 // exact; the float32 sums of the group terms differ in their order from the one-token kernel's, so a token's
 // outputs here may differ from its outputs alone by a rounding, and do not depend on which other tokens share
 // the call.
@@ -651,8 +650,8 @@ func qW4A8Tile(m, k, group int, qa []int8, sa []float32, mats []W4A8Weights, cs 
 	for p := range panels {
 		qPackRun(tok[p*kq*tokT*4:], qBytes(qa[p*tokT*k:]), min(tokT, m-p*tokT), k, tokT, 0, tsum[p*gpr*tokT:], group)
 	}
-	tiles := qTiles(mats, func(w W4A8Weights) int { return w.N })
-	Parallel(tiles.total(), qRowGrain(rowsT*k), func(lo, hi int) {
+	tiles := newTileList(mats, func(w W4A8Weights) int { return w.N }, rowsT)
+	ParallelWork(tiles.total(), qRowGrain(rowsT*k), func(work *Work) {
 		codes, codesBuf := scratchI8(rowsT * k)
 		defer codesBuf.release()
 		cb := qBytes(codes)
@@ -663,7 +662,7 @@ func qW4A8Tile(m, k, group int, qa []int8, sa []float32, mats []W4A8Weights, cs 
 		out, part, zf := buf[:tokT*rowsT], buf[tokT*rowsT:][:rowsT*gpr], buf[tokT*rowsT+rowsT*gpr:]
 		var pf linePrefetch
 		var ahead [2]linePrefetch
-		for b := lo; b < hi; b++ {
+		qTileRuns(work, func(b, next int) {
 			i, j0 := tiles.at(b)
 			w, c, n := mats[i], cs[i], mats[i].N
 			rows := min(rowsT, n-j0)
@@ -675,13 +674,14 @@ func qW4A8Tile(m, k, group int, qa []int8, sa []float32, mats []W4A8Weights, cs 
 				clear(part[copy(part, scale[:rows*gpr]):])
 				scale = part
 			}
-			if b+1 < hi {
-				ni, next := tiles.at(b + 1)
+			pf, ahead = linePrefetch{}, [2]linePrefetch{}
+			if next >= 0 {
+				ni, nj := tiles.at(next)
 				nw := mats[ni]
-				nr := min(rowsT, nw.N-next)
-				pf = lineRange(unsafe.Pointer(&nw.Packed[next*k/2]), nr*k/2)
-				ahead = [2]linePrefetch{lineRange(unsafe.Pointer(&nw.Scales[next*gpr]), 4*nr*gpr),
-					lineRange(unsafe.Pointer(&nw.Zeros[next*gpr]), nr*gpr)}
+				nr := min(rowsT, nw.N-nj)
+				pf = lineRange(unsafe.Pointer(&nw.Packed[nj*k/2]), nr*k/2)
+				ahead = [2]linePrefetch{lineRange(unsafe.Pointer(&nw.Scales[nj*gpr]), 4*nr*gpr),
+					lineRange(unsafe.Pointer(&nw.Zeros[nj*gpr]), nr*gpr)}
 			}
 			for p := range panels {
 				if p == 1 {
@@ -702,7 +702,7 @@ func qW4A8Tile(m, k, group int, qa []int8, sa []float32, mats []W4A8Weights, cs 
 					copy(c[(t0+t)*n+j0:][:rows], out[t*rowsT:])
 				}
 			}
-		}
+		})
 	})
 }
 
