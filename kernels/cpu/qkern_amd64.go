@@ -39,6 +39,9 @@ func qPackW(dst, src *byte, idx *int32, mask uint64, kq, nr int, flip uint32, su
 func qW4UnpackAVX512(dst, w *uint8, n int)
 
 //go:noescape
+func qDeinterleaveAVX512(dst, src *int8, n int)
+
+//go:noescape
 func qW4A8TileVNNI(codes *uint8, k int, tok *int8, groups, steps int, zf, scale *float32, gs int, sa *float32,
 	mask uint64, c *float32, ldc int, pf *linePrefetch, tsum *float32, next *[2]linePrefetch)
 
@@ -379,6 +382,15 @@ func qTileRows(w []int8, j0, rows, want, k int, pad []int8) []int8 {
 	return pad
 }
 
+// qDeinterleave writes a's values in even places, then those in odd places, to r (as qDeinterleaveAVX512 does
+// for each 128): the order qDotW4A8RowsVNNI and its twins read a chunk of a token in.
+func qDeinterleave(r, a []int8) {
+	half := len(a) / 2
+	for t := range half {
+		r[t], r[half+t] = a[2*t], a[2*t+1]
+	}
+}
+
 // qTileRun is the most tiles a part of a tile kernel's ParallelWork claims at once.
 const qTileRun = 4
 
@@ -560,8 +572,9 @@ func qGEMMW8(m, n, k int, a []float32, w []int8, sw, c []float32) {
 // qW4A8 is GEMMW4A8. With VNNI, qW4TileMinM tokens or more and groups of a multiple of 64 run the tile kernel
 // (qW4A8Tile). Fewer tokens, with groups of a multiple of 128 (or 64, or 32), run one token at a time: each token
 // is rearranged for qDotW4A8RowsVNNI (or its 256- or 128-bit twin; with chunks of 128 codes, qDotW4A8Rows4VNNI
-// runs four rows at a time and the row kernel the rest) and its group sums taken once, and blocks of
-// qW4A8Rows rows of W serve every token while they are in L2, so a token's outputs do not depend on the others.
+// runs four rows at a time and the row kernel the rest, and qDeinterleaveAVX512 rearranges all the tokens at once)
+// and its group sums taken once, and blocks of qW4A8Rows rows of W serve every token while they are in L2, so a
+// token's outputs do not depend on the others.
 // Other groups run the pure-Go loop.
 // qTileW4A8s runs GEMMW4A8s as one qW4A8Tile call where qW4A8 would run the tile, and reports whether it did.
 func qTileW4A8s(m, k, group int, qa []int8, sa []float32, ws []W4A8Weights, cs [][]float32) bool {
@@ -589,18 +602,18 @@ func qW4A8(m, n, k, group int, qa []int8, sa []float32, w []uint8, s []float32, 
 		qW4A8Tile(m, k, group, qa, sa, []W4A8Weights{{n, w, s, z}}, [][]float32{c})
 		return
 	}
-	half := chunk / 2
 	gpr := k / group
 	xr, xrBuf := scratchI8(m * k)
 	defer xrBuf.release()
 	xs, xsBuf := scratchI32(m * gpr)
 	defer xsBuf.release()
+	if chunk == 128 {
+		qDeinterleaveAVX512(&xr[0], &qa[0], m*k)
+	}
 	for i := 0; i < m; i++ {
 		a, r := qa[i*k:(i+1)*k], xr[i*k:(i+1)*k]
-		for c := 0; c < k; c += chunk {
-			for t := 0; t < half; t++ {
-				r[c+t], r[c+half+t] = a[c+2*t], a[c+2*t+1]
-			}
+		for c := 0; c < k && chunk != 128; c += chunk {
+			qDeinterleave(r[c:c+chunk], a[c:c+chunk])
 		}
 		for g := 0; g < gpr; g++ {
 			xs[i*gpr+g] = qSumI8(a[g*group : (g+1)*group])

@@ -1443,6 +1443,35 @@ unpackchunk:
 	VZEROUPPER
 	RET
 
+// func qDeinterleaveAVX512(dst, src *int8, n int)
+// Writes n bytes of src (a multiple of 128) to dst with each 128 reordered as qDotW4A8RowsVNNI reads a token: the
+// 64 bytes in even places, then the 64 in odd places (VPMOVWB keeps a word's low byte).
+TEXT ·qDeinterleaveAVX512(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	SHRQ $7, CX
+
+deinterleave:
+	VMOVDQU64 (SI), Z0
+	VMOVDQU64 64(SI), Z1
+	VPSRLW    $8, Z0, Z2
+	VPSRLW    $8, Z1, Z3
+	VPMOVWB   Z0, Y0
+	VPMOVWB   Z1, Y1
+	VPMOVWB   Z2, Y2
+	VPMOVWB   Z3, Y3
+	VMOVDQU   Y0, (DI)
+	VMOVDQU   Y1, 32(DI)
+	VMOVDQU   Y2, 64(DI)
+	VMOVDQU   Y3, 96(DI)
+	ADDQ      $128, SI
+	ADDQ      $128, DI
+	DECQ      CX
+	JNZ       deinterleave
+	VZEROUPPER
+	RET
+
 // W4T_ROWS points at the six rows of W of a tile kernel, k (R8) bytes apart from SI: rows 0-4 as SI + {0, 1, 2,
 // 3, 4}·R8 (R9 = 3·R8), row 5 at R10.
 #define W4T_ROWS \

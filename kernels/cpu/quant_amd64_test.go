@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -278,5 +279,36 @@ func TestQU8ToF32(t *testing.T) {
 				t.Fatalf("n=%d off=%d: wrote dst[n] = %v", n, off, dst[n])
 			}
 		}
+	}
+}
+
+func TestQDeinterleave(t *testing.T) {
+	if !qVNNI {
+		t.Skip("no AVX-512 BW")
+	}
+	r := rand.New(rand.NewPCG(3, 3))
+	for _, n := range []int{128, 256, 3 * 768} {
+		src := make([]int8, n)
+		for i := range src {
+			src[i] = int8(r.IntN(256) - 128)
+		}
+		got, want := make([]int8, n+1), make([]int8, n)
+		got[n] = 99
+		qDeinterleaveAVX512(&got[0], &src[0], n)
+		for c := 0; c < n; c += 128 {
+			qDeinterleave(want[c:c+128], src[c:c+128])
+		}
+		if !slices.Equal(got[:n], want) {
+			t.Fatalf("n=%d: qDeinterleaveAVX512 differs from qDeinterleave", n)
+		}
+		if got[n] != 99 {
+			t.Fatalf("n=%d: wrote past n", n)
+		}
+	}
+	// The Go reference itself: evens, then odds.
+	a, r2 := []int8{0, 1, 2, 3, 4, 5}, make([]int8, 6)
+	qDeinterleave(r2, a)
+	if !slices.Equal(r2, []int8{0, 2, 4, 1, 3, 5}) {
+		t.Fatalf("qDeinterleave(0..5) = %v, want [0 2 4 1 3 5]", r2)
 	}
 }
