@@ -220,7 +220,8 @@ func (w *Work) takeOver() bool {
 // starts as an equal contiguous range, claimed in ascending order, so that a kernel can prefetch the next item
 // while it runs one (Work.Peek); a part that runs out takes over half of the largest range left, so the threads
 // finish together even when one runs slower, at the cost of one item that was not prefetched. On this kind of
-// shared VM the two halves of a static split took 10-20% apart within a batched-decode call.
+// shared VM the two halves of a static split took 10-20% apart within a batched-decode call (BENCHMARKS.md,
+// session M).
 func ParallelWork(n, grain int, fn func(w *Work)) {
 	if n <= 0 {
 		return
@@ -229,13 +230,28 @@ func ParallelWork(n, grain int, fn func(w *Work)) {
 		panic("cpu: ParallelWork of 2^32 items or more")
 	}
 	parts := max(1, min(Threads(), n/max(grain, 1)))
-	ps := make([]workPart, parts)
+	set := workSets.get()
+	defer workSets.put(set)
+	if len(set.parts) < parts {
+		set.parts, set.works = make([]workPart, parts), make([]Work, parts)
+	}
+	ps, ws := set.parts[:parts], set.works[:parts]
 	for i := range ps {
 		ps[i].span.Store(workSpan(i*n/parts, (i+1)*n/parts))
+		ws[i] = Work{ps, i}
 	}
 	Parallel(parts, 1, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
-			fn(&Work{ps, i})
+			fn(&ws[i])
 		}
 	})
 }
+
+// workSet is a ParallelWork call's parts and their Work values, kept on a free list between calls (a decode step
+// makes dozens of calls, and each allocation lands on fresh pages until the heap's first collection).
+type workSet struct {
+	parts []workPart
+	works []Work
+}
+
+var workSets freeList[workSet]
