@@ -607,14 +607,16 @@ func qW4A8(m, n, k, group int, qa []int8, sa []float32, w []uint8, s []float32, 
 	defer xrBuf.release()
 	xs, xsBuf := scratchI32(m * gpr)
 	defer xsBuf.release()
+	// k is a multiple of chunk, so the tokens' chunks follow one another.
 	if chunk == 128 {
 		qDeinterleaveAVX512(&xr[0], &qa[0], m*k)
+	} else {
+		for c := 0; c < m*k; c += chunk {
+			qDeinterleave(xr[c:c+chunk], qa[c:c+chunk])
+		}
 	}
 	for i := 0; i < m; i++ {
-		a, r := qa[i*k:(i+1)*k], xr[i*k:(i+1)*k]
-		for c := 0; c < k && chunk != 128; c += chunk {
-			qDeinterleave(r[c:c+chunk], a[c:c+chunk])
-		}
+		a := qa[i*k : (i+1)*k]
 		for g := 0; g < gpr; g++ {
 			xs[i*gpr+g] = qSumI8(a[g*group : (g+1)*group])
 		}
@@ -647,10 +649,9 @@ func qW4A8(m, n, k, group int, qa []int8, sa []float32, w []uint8, s []float32, 
 // qW4TileRows rows of W into bytes q (qW4UnpackAVX512), which the tile kernel broadcasts against panels of
 // qW4TileTokens tokens packed once a call, with each group's sum of the tokens' values: each code is unpacked
 // once a call instead of once a token, and a step does twelve VPDPBUSD against eight loads; the zero point comes
-// off at each group's end, as z·Σ a. Every group's sum is
-// exact; the float32 sums of the group terms differ in their order from the one-token kernel's, so a token's
-// outputs here may differ from its outputs alone by a rounding, and do not depend on which other tokens share
-// the call.
+// off at each group's end, as z·Σ a. Every group's sum is exact; the float32 sums of the group terms differ in
+// their order from the one-token kernel's, so a token's outputs here may differ from its outputs alone by a
+// rounding, and do not depend on which other tokens share the call.
 func qW4A8Tile(m, k, group int, qa []int8, sa []float32, mats []W4A8Weights, cs [][]float32) {
 	const rowsT, tokT = qW4TileRows, qW4TileTokens
 	gpr, kq := k/group, k/4
