@@ -292,17 +292,13 @@ func gemms(m, k int, a []float32, ws []GEMMWeights, cs [][]float32) bool {
 // prefetch the next block of the thread's run, spread over this block's steps: W is read from memory once,
 // mostly ahead of its products.
 func gemvTokens(g *gemvArch, m, k int, a []float32, ws []GEMMWeights, cs [][]float32) {
-	rows := 0
-	for _, w := range ws {
-		rows += w.N
-	}
-	grain := gemmMinWork/(m*k) + 1
+	blocks := newTileList(ws, func(w GEMMWeights) int { return w.N }, gemvTokensRows)
+	grain := (gemmMinWork/(m*k) + gemvTokensRows) / gemvTokensRows // blocks
 	if m <= 4 {
-		Parallel(rows, grain, func(lo, hi int) {
-			for v := lo; v < hi; {
-				i, j, n := gemvBlock(ws, v, hi)
+		Parallel(blocks.total(), grain, func(lo, hi int) {
+			for b := lo; b < hi; b++ {
+				i, j, n := blocks.at(b)
 				ws[i].gemvRows(g, n, k, j, a, cs[i][j:], m, ws[i].N)
-				v += n
 			}
 		})
 		return
@@ -315,8 +311,7 @@ func gemvTokens(g *gemvArch, m, k int, a []float32, ws []GEMMWeights, cs [][]flo
 	// against every group of tokens before the next: m = 32, in-process, +7% at k = 3072, +2-24% at 4096 and
 	// +22-34% at 11008, while at 2048 the two orders are level (a throwaway A/B, BENCHMARKS.md session L).
 	outer := k > 2*gemvTileK
-	blocks := newTileList(ws, func(w GEMMWeights) int { return w.N }, gemvTokensRows)
-	ParallelWork(blocks.total(), (grain+gemvTokensRows-1)/gemvTokensRows, func(work *Work) {
+	ParallelWork(blocks.total(), grain, func(work *Work) {
 		var pf linePrefetch
 		var acc []float32 // the sums between chunks: a group of tokens' (inner), or all the groups' (outer)
 		const accGroup = gemvTokensRows / gemvTileRows * gemvTileSums
@@ -330,16 +325,15 @@ func gemvTokens(g *gemvArch, m, k int, a []float32, ws []GEMMWeights, cs [][]flo
 			defer accBuf.release()
 		}
 		for b, _, ok := work.Next(1); ok; b, _, ok = work.Next(1) {
-			i, j := blocks.at(b)
+			i, j, n := blocks.at(b)
 			w, c, ldc := ws[i], cs[i], ws[i].N
-			n := min(gemvTokensRows, ldc-j)
 			tiled := n / gemvTileRows * gemvTileRows
 			pf = linePrefetch{}
 			if nb, ok := work.Peek(); ok {
-				ni, nj := blocks.at(nb)
+				ni, nj, nn := blocks.at(nb)
 				// Spread over this block's steps, so that a few tokens (one group) still fetch it all.
 				steps := (m + gemvTileTokens - 1) / gemvTileTokens * tiled / gemvTileRows * ((k + 15) / 16)
-				pf = ws[ni].lines(nj, min(gemvTokensRows, ws[ni].N-nj), k, max(1, steps))
+				pf = ws[ni].lines(nj, nn, k, max(1, steps))
 			}
 			tile := func(t, pc int, acc []float32) {
 				w.gemvTiles(g, tiled, k, pc, j, xp[t/gemvTileTokens*stride:], c[t*ldc+j:], min(gemvTileTokens, m-t),
@@ -362,45 +356,32 @@ func gemvTokens(g *gemvArch, m, k int, a []float32, ws []GEMMWeights, cs [][]flo
 	})
 }
 
-// gemvBlock returns the block of gemvTokens that starts at row v of the matrices ws taken one after another:
-// matrix i, its rows j..j+n-1, at most gemvTokensRows and none at or past row hi (n = 0 from hi on).
-func gemvBlock(ws []GEMMWeights, v, hi int) (i, j, n int) {
-	if v >= hi {
-		return 0, 0, 0
-	}
-	j = v
-	for j >= ws[i].N {
-		j -= ws[i].N
-		i++
-	}
-	return i, j, min(gemvTokensRows, ws[i].N-j, hi-v)
-}
-
 // tileList is the tiles of rows rows (a matrix's last may have fewer) of several matrices taken one after another,
-// for ParallelWork to hand out: matrix i's are [first[i], first[i+1]).
+// for ParallelWork or Parallel to hand out: matrix i's are [first[i], first[i+1]), of its n[i] rows.
 type tileList struct {
-	rows  int
-	first []int
+	rows     int
+	first, n []int
 }
 
 // newTileList lists the tiles of rows rows of mats, whose rows n gives.
 func newTileList[W any](mats []W, n func(W) int, rows int) tileList {
-	first := make([]int, 1, len(mats)+1)
+	l := tileList{rows, make([]int, 1, len(mats)+1), make([]int, 0, len(mats))}
 	for _, w := range mats {
-		first = append(first, first[len(first)-1]+(n(w)+rows-1)/rows)
+		l.first = append(l.first, l.first[len(l.first)-1]+(n(w)+rows-1)/rows)
+		l.n = append(l.n, n(w))
 	}
-	return tileList{rows, first}
+	return l
 }
 
 func (l tileList) total() int { return l.first[len(l.first)-1] }
 
-// at returns the matrix and the first row of tile b.
-func (l tileList) at(b int) (int, int) {
-	i := 0
+// at returns the matrix, the first row and the rows of tile b.
+func (l tileList) at(b int) (i, j, rows int) {
 	for b >= l.first[i+1] {
 		i++
 	}
-	return i, (b - l.first[i]) * l.rows
+	j = (b - l.first[i]) * l.rows
+	return i, j, min(l.rows, l.n[i]-j)
 }
 
 // gemvPanelLen is the floats of the x panel of m tokens over k steps.

@@ -339,9 +339,8 @@ func qW8A8Tile(m, k int, a []int8, sa []float32, mats []W8A8Weights, cs [][]floa
 		pad, padBuf := scratchI8(rowsT * k)
 		defer padBuf.release()
 		qTileRuns(work, func(b, next int) {
-			i, j0 := tiles.at(b)
+			i, j0, rows := tiles.at(b)
 			w, c, n := mats[i].Q, cs[i], mats[i].N
-			rows := min(rowsT, n-j0)
 			wt := qTileRows(w, j0, rows, rowsT, k, pad)
 			for r := range rowsT {
 				bias[r], sw[r] = 0, 0
@@ -351,9 +350,8 @@ func qW8A8Tile(m, k int, a []int8, sa []float32, mats []W8A8Weights, cs [][]floa
 			}
 			pf = prefetchStream{}
 			if next >= 0 {
-				ni, nj := tiles.at(next)
-				nw := mats[ni]
-				pf = prefetchRows(uintptr(unsafe.Pointer(&nw.Q[nj*k])), k, min(rowsT, nw.N-nj), k)
+				ni, nj, nr := tiles.at(next)
+				pf = prefetchRows(uintptr(unsafe.Pointer(&mats[ni].Q[nj*k])), k, nr, k)
 			}
 			for p := range panels {
 				t0 := p * tokT
@@ -677,9 +675,8 @@ func qW4A8Tile(m, k, group int, qa []int8, sa []float32, mats []W4A8Weights, cs 
 		var pf linePrefetch
 		var ahead [2]linePrefetch
 		qTileRuns(work, func(b, next int) {
-			i, j0 := tiles.at(b)
+			i, j0, rows := tiles.at(b)
 			w, c, n := mats[i], cs[i], mats[i].N
-			rows := min(rowsT, n-j0)
 			qW4UnpackAVX512(&cb[0], &w.Packed[j0*k/2], rows*k) // the tile's rows are consecutive, in W and in cb
 			qU8ToF32AVX512(&zf[0], &w.Zeros[j0*gpr : (j0+rows)*gpr][0], rows*gpr)
 			scale := w.Scales[j0*gpr:]
@@ -690,9 +687,8 @@ func qW4A8Tile(m, k, group int, qa []int8, sa []float32, mats []W4A8Weights, cs 
 			}
 			pf, ahead = linePrefetch{}, [2]linePrefetch{}
 			if next >= 0 {
-				ni, nj := tiles.at(next)
+				ni, nj, nr := tiles.at(next)
 				nw := mats[ni]
-				nr := min(rowsT, nw.N-nj)
 				pf = lineRange(unsafe.Pointer(&nw.Packed[nj*k/2]), nr*k/2)
 				ahead = [2]linePrefetch{lineRange(unsafe.Pointer(&nw.Scales[nj*gpr]), 4*nr*gpr),
 					lineRange(unsafe.Pointer(&nw.Zeros[nj*gpr]), nr*gpr)}
