@@ -27,7 +27,7 @@ func buildCBaseline(tb testing.TB) string {
 	out, err := exec.Command(cc, "-Ofast", "-march=native", "-fopenmp", "-o", bin, "testdata/cbaseline/run.c",
 		"-lm").CombinedOutput()
 	if err != nil {
-		tb.Skipf("cc cannot build the C baseline with OpenMP: %v\n%s", err, out)
+		tb.Skipf("%s cannot build the C baseline with OpenMP: %v\n%s", cc, err, out)
 	}
 	return bin
 }
@@ -118,12 +118,12 @@ func BenchmarkCBaseline(b *testing.B) {
 	dir := b.TempDir()
 	m := benchModel(b, "stories110M")
 	ck := Synthesize(m.Config, 1) // benchModel's weights
-	files := map[int]string{0: writeLlama2cFile(b, dir, ck, 0, 0), 2: writeLlama2cFile(b, dir, ck, 2, 64)}
+	v0, v2 := writeLlama2cFile(b, dir, ck, 0, 0), writeLlama2cFile(b, dir, ck, 2, 64)
 	for _, tc := range []struct {
-		version int
+		c, file string
 		f, cf   quant.Format
-	}{{0, quant.F32, quant.F32}, {2, quant.Int8, quant.F32}, {2, quant.Int8, quant.Int8}} {
-		b.Run(fmt.Sprintf("c=v%d/format=%v/classifier=%v", tc.version, tc.f, tc.cf), func(b *testing.B) {
+	}{{"v0", v0, quant.F32, quant.F32}, {"v2", v2, quant.Int8, quant.F32}, {"v2", v2, quant.Int8, quant.Int8}} {
+		b.Run(fmt.Sprintf("c=%s/format=%v/classifier=%v", tc.c, tc.f, tc.cf), func(b *testing.B) {
 			setFormat(b, m, tc.f)
 			if err := m.SetOutputFormat(tc.cf); err != nil {
 				b.Fatal(err)
@@ -136,9 +136,9 @@ func BenchmarkCBaseline(b *testing.B) {
 			for i := 0; b.Loop(); i++ {
 				var c, e float64
 				if i%2 == 0 {
-					c, e = runCBaseline(b, bin, files[tc.version], steps), one.steadyRate(b, boundWarm, time.Second)
+					c, e = runCBaseline(b, bin, tc.file, steps), one.steadyRate(b, boundWarm, time.Second)
 				} else {
-					e, c = one.steadyRate(b, boundWarm, time.Second), runCBaseline(b, bin, files[tc.version], steps)
+					e, c = one.steadyRate(b, boundWarm, time.Second), runCBaseline(b, bin, tc.file, steps)
 				}
 				ratio, rateC, rateEngine = append(ratio, e/c), append(rateC, c), append(rateEngine, e)
 			}
