@@ -240,3 +240,21 @@ func (e *CPU) Step(b *Batch) (Result, error) {
 	}
 	return Result{Next: next, Duration: time.Since(start), Formats: formats}, nil
 }
+
+// Geometry reports the executor's block size and tokens per step and the model's context and vocabulary.
+func (e *CPU) Geometry() Geometry {
+	c := e.m.Config
+	return Geometry{BlockSize: e.opt.BlockSize, MaxTokens: e.opt.MaxTokens, Context: c.SeqLen, Vocab: c.VocabSize, Layers: c.NLayers}
+}
+
+// LayerBytes reports each layer's bytes in each prepared variant.
+func (e *CPU) LayerBytes() []LayerBytes {
+	out := make([]LayerBytes, len(e.m.Layers))
+	for l, layer := range e.m.Layers {
+		out[l] = LayerBytes{}
+		for f, v := range layer.Variants {
+			out[l][f] = int64(v.Bytes())
+		}
+	}
+	return out
+}

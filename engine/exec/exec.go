@@ -47,12 +47,44 @@ type Result struct {
 	Duration time.Duration
 	// Formats are the layers' precisions the step ran with (pending swaps are applied before a step).
 	Formats []quant.Format
+	// Swapped lists the layers whose asked-for precision took effect at this step.
+	Swapped []int
+	// SwapTime is the transfer time of the swaps that took effect at this step; a blocking swap's is also part
+	// of Duration.
+	SwapTime time.Duration
+}
+
+// Geometry is what an executor fixes about the steps it runs. The engine takes it from the executor instead of
+// repeating it in its own options.
+type Geometry struct {
+	BlockSize int // KV block size in tokens
+	MaxTokens int // the most tokens one step feeds (the workspace holds that many)
+	Context   int // the model's context length: the most positions a sequence may reach
+	Vocab     int // vocabulary size
+	Layers    int // decoder layers
+}
+
+// LayerBytes is one decoder layer's weight bytes in each format prepared for it, so that what a swap frees is
+// known without trying it.
+type LayerBytes map[quant.Format]int64
+
+// SwapCost is what moving a layer's variant onto the device costs: its bytes over the host link. With HostLink 0
+// a swap takes effect at the next step boundary and costs no time. Otherwise an overlapped swap (the default)
+// takes effect at the first step boundary after its transfer has finished, the steps in between running the old
+// precision; a blocking swap takes effect at the next boundary and adds its transfer time to that step.
+type SwapCost struct {
+	HostLink float64 // bytes per second; 0: swaps are free
+	Blocking bool
 }
 
 // Executor runs iterations on one device.
 type Executor interface {
 	// Step runs one batch.
 	Step(b *Batch) (Result, error)
+	// Geometry reports the block size, tokens per step, context and vocabulary the executor was built with.
+	Geometry() Geometry
+	// LayerBytes reports, for each decoder layer, its bytes in each prepared format.
+	LayerBytes() []LayerBytes
 	// SetLayerPrecision asks for layer to run in format f from the next step on; the variant must have been
 	// prepared. It returns at once; the swap happens at the next step boundary. It fails when the variant is
 	// missing or when the memory budget could not hold the layer in f (detach KV first).
