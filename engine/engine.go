@@ -199,6 +199,7 @@ type StepInfo struct {
 	OldestWait    time.Duration // queueing delay of the oldest waiting request
 	WaitingTokens int           // tokens the waiting requests need prefilled
 	WaitingBlocks int           // KV blocks the waiting requests need to be admitted
+	HeadBlocks    int           // KV blocks the request at the head of the queue needs to be admitted
 	Free          int           // KV blocks that can be handed out
 	Used          int           // KV blocks held by requests
 	Total         int           // KV blocks attached

@@ -10,7 +10,6 @@ import (
 	"github.com/morphlab/morphlab/engine/exec"
 	"github.com/morphlab/morphlab/engine/model"
 	"github.com/morphlab/morphlab/engine/model/modeltest"
-	"github.com/morphlab/morphlab/engine/sample"
 	"github.com/morphlab/morphlab/quant"
 )
 
@@ -230,34 +229,15 @@ func TestPrecisionSwitchMidDecode(t *testing.T) {
 		if len(r.Output) != reqs[i].MaxTokens {
 			t.Errorf("request %d: %d tokens, want %d", i, len(r.Output), reqs[i].MaxTokens)
 		}
-		seq, err := model.NewSequence(m, m.Config.SeqLen)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ref := slices.Clone(reqs[i].Prompt)
+		var ref []modeltest.RefStep
 		for _, st := range steps {
 			for _, w := range st.Work {
-				if w.Req != r.ID {
-					continue
-				}
-				for l, f := range st.Formats {
-					if err := m.SetPrecision(l, f); err != nil {
-						t.Fatal(err)
-					}
-				}
-				if w.Start < seq.Len() {
-					seq.Reset() // a preemption: recompute from the start
-				}
-				logits, err := seq.Feed(ref[w.Start:w.Start+w.Tokens], false)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if w.Sample {
-					ref = append(ref, int32(sample.Argmax(logits)))
+				if w.Req == r.ID {
+					ref = append(ref, modeltest.RefStep{Formats: st.Formats, Start: w.Start, Tokens: w.Tokens, Sample: w.Sample})
 				}
 			}
 		}
-		if want := ref[len(reqs[i].Prompt):]; !slices.Equal(r.Output, want) {
+		if want := modeltest.Reference(t, m, reqs[i].Prompt, ref); !slices.Equal(r.Output, want) {
 			t.Errorf("request %d:\ngot  %v\nwant %v (reference with the same precision schedule)", i, r.Output, want)
 		}
 	}

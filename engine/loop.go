@@ -171,6 +171,7 @@ func (e *Engine) info(info StepInfo) StepInfo {
 	queue := e.sched.Queue()
 	if len(queue) > 0 {
 		info.OldestWait = info.Time - queue[0].Arrival
+		info.HeadBlocks = e.kv.BlocksFor(queue[0].Len())
 	}
 	for _, s := range queue {
 		info.WaitingTokens += s.Len() - s.Computed
