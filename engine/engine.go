@@ -205,6 +205,7 @@ type StepInfo struct {
 	Total         int           // KV blocks attached
 	Regions       []kv.Region
 	// This step.
+	Arrived       int // requests taken into the queue
 	Preempted     int
 	PrefillTokens int
 	DecodeTokens  int
@@ -248,8 +249,10 @@ type Engine struct {
 	kv    *kv.Manager
 	sched sched.Scheduler
 	cap   int // the pool's capacity when the waiting queue was last checked against it
-	// endedNow collects the requests that end during an iteration, for its StepInfo.
+	// endedNow collects the requests that end during an iteration, for its StepInfo; arrived counts the requests
+	// it takes in.
 	endedNow []Ended
+	arrived  int
 
 	mu       sync.Mutex // guards the fields below
 	iter     int        // iterations run

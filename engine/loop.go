@@ -27,7 +27,7 @@ func (e *Engine) Step() (bool, error) {
 		e.reqs[q.seq.ID] = q
 	}
 	e.mu.Unlock()
-	e.endedNow = nil
+	e.endedNow, e.arrived = nil, 0
 	clock := e.opt.Clock
 	for _, f := range cmds {
 		f()
@@ -135,6 +135,7 @@ func (e *Engine) admit(q *request) {
 		return
 	}
 	e.sched.Add(q.seq)
+	e.arrived++
 	e.event(q, Event{Kind: Queued, Req: q.seq.ID, Time: q.timeline.Arrival, Iter: e.iter})
 }
 
@@ -180,6 +181,7 @@ func (e *Engine) info(info StepInfo) StepInfo {
 	info.Free, info.Used, info.Total = e.kv.FreeBlocks(), e.kv.UsedBlocks(), e.kv.TotalBlocks()
 	info.Regions = e.kv.Regions()
 	info.Ended = e.endedNow
+	info.Arrived = e.arrived
 	return info
 }
 

@@ -24,6 +24,7 @@ type Controller struct {
 	pressure  int           // consecutive iterations under pressure
 	calm      int           // consecutive iterations in which a restore could go ahead
 	calmSince time.Duration // when they began
+	pred      *Predictor    // morph:predictive's forecast
 	last      Signals
 }
 
@@ -46,6 +47,9 @@ func (c *Controller) Bind(e *engine.Engine) {
 	p := c.Spec.Params
 	limit := int(math.Round(p.Cap * float64(len(c.base))))
 	c.act = NewActuator(e, c.order, c.base, p.Tiers, limit)
+	if c.Spec.Mode == "predictive" {
+		c.pred = NewPredictor(p)
+	}
 }
 
 // Actuator is the controller's actuator (nil unless the policy morphs).
@@ -71,11 +75,16 @@ func (c *Controller) OnStep(info engine.StepInfo) {
 		return
 	}
 	c.act.Advance(info)
+	if c.pred != nil {
+		c.pred.Observe(info)
+		c.decidePredictive(s)
+		return
+	}
 	c.decide(s)
 }
 
-// decide is the morph policy: swap after Persistence iterations of pressure, restore after RestorePersistence calm
-// ones (the package doc has the rules and the modes' numbers).
+// decide is the reactive morph modes' rule: swap after Persistence iterations of pressure, restore after
+// RestorePersistence calm ones that also last RestoreHold (the package doc has the rules and the modes' numbers).
 func (c *Controller) decide(s Signals) {
 	p := c.Spec.Params
 	var why []string
@@ -91,6 +100,20 @@ func (c *Controller) decide(s Signals) {
 	if s.Preempted > 0 {
 		why = append(why, fmt.Sprintf("%d preempted", s.Preempted))
 	}
+	top := c.act.TopBlocks()
+	calm := s.Waiting == 0 && c.act.Actions() > 0 && float64(s.Free-top) >= p.RestoreMargin*float64(s.Total-top)
+	c.step(s, why, calm, func() int {
+		if per := c.act.BlocksPerLayer(); per > 0 {
+			return int(math.Ceil(float64(s.WaitingBlocks-s.Free) / per))
+		}
+		return 1
+	})
+}
+
+// step counts pressure (why is not empty) and calm iterations and, with no action in flight, swaps the number of
+// layers size asks for (within 1 and LayersPerAction) or restores the last action.
+func (c *Controller) step(s Signals, why []string, calm bool, size func() int) {
+	p := c.Spec.Params
 	if len(why) > 0 {
 		c.pressure++
 		c.calm = 0
@@ -99,8 +122,7 @@ func (c *Controller) decide(s Signals) {
 		}
 	} else {
 		c.pressure = 0
-		top := c.act.TopBlocks()
-		if s.Waiting == 0 && c.act.Actions() > 0 && float64(s.Free-top) >= p.RestoreMargin*float64(s.Total-top) {
+		if calm {
 			if c.calm == 0 {
 				c.calmSince = s.Time
 			}
@@ -114,11 +136,7 @@ func (c *Controller) decide(s Signals) {
 	}
 	switch {
 	case c.pressure >= p.Persistence && c.act.CanSwap():
-		n := 1
-		if per := c.act.BlocksPerLayer(); per > 0 {
-			n = int(math.Ceil(float64(s.WaitingBlocks-s.Free) / per))
-		}
-		n = min(max(n, 1), p.LayersPerAction)
+		n := min(max(size(), 1), p.LayersPerAction)
 		c.act.Swap(n, fmt.Sprintf("%s (policy %s, %d iterations)", strings.Join(why, "; "), c.Spec, c.pressure))
 		c.pressure = 0
 	case c.calm >= p.RestorePersistence && s.Time-c.calmSince >= p.RestoreHold:

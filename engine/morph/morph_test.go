@@ -426,3 +426,56 @@ func checkPreserved(t *testing.T, m *model.Model, tier string, maxTokens int) {
 	}
 	t.Logf("%d swap actions; %d of %d requests changed precision mid-request", c.Swaps(), len(mixed), len(res))
 }
+
+// TestPredictorForecast: Holt's smoothing holds a steady rate and carries a rising one ahead by its trend.
+func TestPredictorForecast(t *testing.T) {
+	p := Modes["predictive"]
+	f := NewPredictor(p)
+	for i := range 30 {
+		f.Observe(engine.StepInfo{Time: time.Duration(i) * time.Second, Arrived: 10})
+	}
+	if r := f.Rate(); r < 9.9 || r > 10.1 {
+		t.Errorf("steady 10 req/s forecast as %.3f", r)
+	}
+	g := NewPredictor(p)
+	for i := range 30 {
+		g.Observe(engine.StepInfo{Time: time.Duration(i) * time.Second, Arrived: i})
+	}
+	// After 29 full bins the rate is 28 req/s and rising by 1 a second: 5 s ahead, about 33.
+	if r := g.Rate(); r < 32 || r > 34 {
+		t.Errorf("a ramp of 1 req/s per second forecast 5 s ahead as %.2f, want about 33", r)
+	}
+}
+
+// TestPredictiveSwapsAhead: on a ramp of load, morph:predictive swaps before morph:default does and has no more
+// TTFT-SLO violations.
+func TestPredictiveSwapsAhead(t *testing.T) {
+	rng := rand.New(rand.NewPCG(8, 8))
+	var reqs []engine.TimedRequest
+	for at := time.Duration(0); at < 30*time.Second; {
+		rate := 2 + 38*at.Seconds()/30 // 2 to 40 req/s
+		at += time.Duration(rng.ExpFloat64() / rate * float64(time.Second))
+		reqs = append(reqs, engine.TimedRequest{Arrival: at, Request: engine.Request{Prompt: prompt(rng, 250, 1000), MaxTokens: 60}})
+	}
+	base := slices.Repeat([]quant.Format{quant.F16}, 8)
+	first := func(policy string) (time.Duration, int) {
+		res, _, e := run(t, newMemExec(8, 100, 0), policy, reqs, base, nil)
+		at := time.Duration(-1)
+		for _, ev := range e.Log() {
+			if ev.Kind == engine.Decision && strings.HasPrefix(ev.Detail, "swap") {
+				at = ev.Time
+				break
+			}
+		}
+		return at, violations(res, time.Second)
+	}
+	dAt, dViol := first("morph:default")
+	pAt, pViol := first("morph:predictive")
+	t.Logf("first swap: default at %v (%d violations), predictive at %v (%d violations)", dAt, dViol, pAt, pViol)
+	if pAt < 0 || dAt < 0 || pAt >= dAt {
+		t.Errorf("predictive swapped first at %v, default at %v: want predictive earlier", pAt, dAt)
+	}
+	if pViol > dViol {
+		t.Errorf("predictive %d violations, default %d", pViol, dViol)
+	}
+}

@@ -16,6 +16,7 @@
 //	morph:MODE[:k=v...]    MorphServe: swap under pressure, restore when it subsides; MODE is accuracy, default or
 //	                       performance, and k=v overrides a mode's parameter (names as in Params' json tags),
 //	                       e.g. morph:default:persistence=1 or morph:default:tiers=int8,int4
+//	morph:predictive[:k=v] beyond the paper: swap ahead of a forecast rise in KV demand (see Predictor)
 //
 // # The modes
 //
@@ -69,12 +70,19 @@ type Params struct {
 	RestoreHold        time.Duration  `json:"restore_hold"`        // how long the calm must also have lasted
 	Window             int            `json:"window"`              // iterations the monitor averages KV usage over
 	Tiers              []quant.Format `json:"tiers"`               // formats a layer goes through, from full precision on
+	// The predictive mode's forecast (see Predictor).
+	Horizon time.Duration `json:"horizon"` // how far ahead the demand is forecast
+	Bin     time.Duration `json:"bin"`     // arrivals are counted in bins this long
+	Alpha   float64       `json:"alpha"`   // Holt's smoothing of the arrival rate's level
+	Beta    float64       `json:"beta"`    // and of its trend
 }
 
 // Modes are the morph modes' parameters.
 var Modes = map[string]Params{
-	"accuracy":    {Usage: 0.95, Delay: 500 * time.Millisecond, Persistence: 8, LayersPerAction: 2, Cap: 0.5, RestorePersistence: 4, RestoreMargin: 0.3, RestoreHold: 2 * time.Second, Window: 8, Tiers: []quant.Format{quant.Int4}},
-	"default":     {Usage: 0.85, Delay: 100 * time.Millisecond, Persistence: 4, LayersPerAction: 4, Cap: 1, RestorePersistence: 8, RestoreMargin: 0.3, RestoreHold: 5 * time.Second, Window: 8, Tiers: []quant.Format{quant.Int4}},
+	"accuracy": {Usage: 0.95, Delay: 500 * time.Millisecond, Persistence: 8, LayersPerAction: 2, Cap: 0.5, RestorePersistence: 4, RestoreMargin: 0.3, RestoreHold: 2 * time.Second, Window: 8, Tiers: []quant.Format{quant.Int4}},
+	"default":  {Usage: 0.85, Delay: 100 * time.Millisecond, Persistence: 4, LayersPerAction: 4, Cap: 1, RestorePersistence: 8, RestoreMargin: 0.3, RestoreHold: 5 * time.Second, Window: 8, Tiers: []quant.Format{quant.Int4}},
+	"predictive": {Usage: 0.85, Delay: 100 * time.Millisecond, Persistence: 2, LayersPerAction: 8, Cap: 1, RestorePersistence: 8, RestoreMargin: 0.3, RestoreHold: 5 * time.Second, Window: 8, Tiers: []quant.Format{quant.Int4},
+		Horizon: 5 * time.Second, Bin: time.Second, Alpha: 0.5, Beta: 0.3},
 	"performance": {Usage: 0.75, Delay: 50 * time.Millisecond, Persistence: 2, LayersPerAction: 8, Cap: 1, RestorePersistence: 16, RestoreMargin: 0.3, RestoreHold: 10 * time.Second, Window: 8, Tiers: []quant.Format{quant.Int4}},
 }
 
@@ -132,7 +140,7 @@ func Parse(name string) (Spec, error) {
 		}
 		p, ok := Modes[parts[1]]
 		if !ok {
-			return bad("mode %q, want accuracy, default or performance", parts[1])
+			return bad("mode %q, want accuracy, default, performance or predictive", parts[1])
 		}
 		s.Mode = parts[1]
 		for _, kv := range parts[2:] {
@@ -185,6 +193,16 @@ func (p *Params) set(kv string) error {
 		p.Delay, err = time.ParseDuration(v)
 	case "restore_hold":
 		p.RestoreHold, err = time.ParseDuration(v)
+	case "horizon":
+		p.Horizon, err = time.ParseDuration(v)
+	case "bin":
+		if p.Bin, err = time.ParseDuration(v); err == nil && p.Bin <= 0 {
+			err = fmt.Errorf("want > 0")
+		}
+	case "alpha":
+		num(&p.Alpha, 0, 1)
+	case "beta":
+		num(&p.Beta, 0, 1)
 	case "persistence":
 		count(&p.Persistence)
 	case "layers_per_action":
@@ -229,8 +247,17 @@ func (p Params) MarshalJSON() ([]byte, error) {
 		plain
 		Delay       string   `json:"delay"`
 		RestoreHold string   `json:"restore_hold"`
+		Horizon     string   `json:"horizon,omitempty"`
+		Bin         string   `json:"bin,omitempty"`
 		Tiers       []string `json:"tiers"`
-	}{plain(p), p.Delay.String(), p.RestoreHold.String(), tiers})
+	}{plain(p), p.Delay.String(), p.RestoreHold.String(), durationOrEmpty(p.Horizon), durationOrEmpty(p.Bin), tiers})
+}
+
+func durationOrEmpty(d time.Duration) string {
+	if d == 0 {
+		return ""
+	}
+	return d.String()
 }
 
 // Formats returns the formats each of layers layers starts in under the policy, given the swap order and the
