@@ -157,7 +157,7 @@ func knownTrace() *Trace {
 	return t
 }
 
-var knownFigures = figures{100, 50, math.Round(100 / 49.5 * 100) / 100, 50, 100, 51, 101, 99, 198}
+var knownFigures = figures{100, 50, math.Round(100/49.5*100) / 100, 50, 100, 51, 101, 99, 198}
 
 // TestGeneratedFileFigures writes the known trace in every format Load reads (BurstGPT by hand, with a failed
 // row), loads each file and checks the figures and the requests.

@@ -364,6 +364,9 @@ func (p *parser) timestamp(field string, b []byte) (int64, error) {
 	if !(ok1 && ok2 && ok3 && ok4 && ok5 && ok6) {
 		return 0, bad("not a number")
 	}
+	if y < 1900 || y > 2200 {
+		return 0, bad("year outside 1900-2200")
+	}
 	if mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || s > 59 {
 		return 0, bad("field out of range")
 	}
