@@ -194,7 +194,7 @@ func (p *parser) row() (bool, error) {
 		line = line[i+1:]
 	}
 	if len(p.fields) != len(p.header) {
-		return false, p.errorf("", "%d fields, want %d as in the header (%s)", len(p.fields), len(p.header), strings.Join(p.header, ","))
+		return false, p.errorf("", "%d fields, want %d as in the header %s", len(p.fields), len(p.header), clipQuote([]byte(strings.Join(p.header, ","))))
 	}
 	return true, nil
 }

@@ -141,16 +141,27 @@ func weight(w []float64, i int) float64 {
 // first arrival (a partial last bin is left out, since its count would read as a lull). It is 0 with fewer than
 // two whole bins.
 func dispersion(arr []float64, width float64) float64 {
-	n := int(math.Floor((arr[len(arr)-1] - arr[0]) / width))
+	n := math.Floor((arr[len(arr)-1] - arr[0]) / width)
 	if n < 2 {
 		return 0
 	}
-	counts := make([]float64, n)
+	// Only the bins that hold arrivals add to the sum of squares, so a long, sparse trace costs no memory for
+	// its empty bins.
+	var total, squares, run float64
+	bin := -1.0
 	for _, a := range arr {
-		if b := int((a - arr[0]) / width); b < n {
-			counts[b]++
+		b := math.Floor((a - arr[0]) / width)
+		if b >= n {
+			break
 		}
+		if b != bin {
+			squares += run * run
+			bin, run = b, 0
+		}
+		run++
+		total++
 	}
-	mean, variance := stat.PopMeanVariance(counts, nil)
-	return variance / mean
+	squares += run * run
+	mean := total / n
+	return (squares/n - mean*mean) / mean
 }
