@@ -3,6 +3,7 @@ package trace
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -236,9 +237,9 @@ func parseTokens(b []byte) (int, string) {
 	if digits {
 		return n, ""
 	}
-	f, err := strconv.ParseFloat(string(b), 64)
+	f, err := parseDecimal(b)
 	switch {
-	case err != nil || math.IsNaN(f) || math.IsInf(f, 0):
+	case err != nil:
 		return 0, fmt.Sprintf("bad number %s, want a whole token count", clipQuote(b))
 	case f < 0:
 		return 0, fmt.Sprintf("negative length %s", clipQuote(b))
@@ -252,9 +253,27 @@ func parseTokens(b []byte) (int, string) {
 
 // number parses b, the value of field, as a finite number.
 func (p *parser) number(field string, b []byte) (float64, error) {
-	f, err := strconv.ParseFloat(string(bytes.TrimSpace(b)), 64)
-	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+	f, err := parseDecimal(bytes.TrimSpace(b))
+	if err != nil {
 		return 0, p.errorf(field, "bad number %s, want a finite number", clipQuote(b))
+	}
+	return f, nil
+}
+
+var errNotDecimal = errors.New("not a finite decimal number")
+
+// parseDecimal parses a finite number written in decimal, with an optional sign, fraction and exponent
+// ("4.314579", "-1e3"). strconv.ParseFloat alone would also take "inf", "nan", hex floats and underscores,
+// none of which a trace means.
+func parseDecimal(b []byte) (float64, error) {
+	for _, c := range b {
+		if (c < '0' || c > '9') && c != '.' && c != 'e' && c != 'E' && c != '+' && c != '-' {
+			return 0, errNotDecimal
+		}
+	}
+	f, err := strconv.ParseFloat(string(b), 64)
+	if err != nil || math.IsInf(f, 0) {
+		return 0, errNotDecimal
 	}
 	return f, nil
 }

@@ -31,6 +31,8 @@ func TestParseErrors(t *testing.T) {
 		{"bad number", vidurHead + "0.0,374,44\n4.3x,396,109\n", "", `t.csv:3: arrived_at: bad number "4.3x", want a finite number`},
 		{"fraction", vidurHead + "0.0,374.5,44\n", "", `t.csv:2: num_prefill_tokens: "374.5" is not a whole token count`},
 		{"huge", vidurHead + "0.0,99999999999,44\n", "", `t.csv:2: num_prefill_tokens: "99999999999" tokens is out of range (at most 1073741824)`},
+		{"hex time", vidurHead + "0x1p3,1,1\n", "", `t.csv:2: arrived_at: bad number "0x1p3", want a finite number`},
+		{"nan length", vidurHead + "0,NaN,1\n", "", `t.csv:2: num_prefill_tokens: bad number "NaN", want a whole token count`},
 		{"infinite time", vidurHead + "inf,1,1\n", "", `t.csv:2: arrived_at: bad number "inf", want a finite number`},
 		{"backwards", vidurHead + "0.0,374,44\n4.5,396,109\n4.25,1,1\n", "",
 			"t.csv:4: arrived_at: time goes backwards: 0.25 s before line 3's time (set SortArrivals or --sort to sort the records)"},
@@ -149,5 +151,18 @@ func TestBurstGPT(t *testing.T) {
 	}
 	if len(kept.Requests) != 3 || kept.Failed != 1 || kept.Requests[1].OutputTokens != 0 {
 		t.Errorf("KeepFailed: failed %d, requests %+v", kept.Failed, kept.Requests)
+	}
+}
+
+func TestParseTokens(t *testing.T) {
+	for in, want := range map[string]int{"374": 374, "374.0": 374, "1e2": 100, "0": 0, "1073741824": maxTokens} {
+		if n, msg := parseTokens([]byte(in)); n != want || msg != "" {
+			t.Errorf("parseTokens(%q) = %d, %q; want %d", in, n, msg, want)
+		}
+	}
+	for _, in := range []string{"", "-1", "1.5", "0x10", "1_000", "1073741825", "1e10", " 5", "Inf"} {
+		if n, msg := parseTokens([]byte(in)); msg == "" {
+			t.Errorf("parseTokens(%q) = %d, accepted", in, n)
+		}
 	}
 }
