@@ -34,7 +34,7 @@
 // Out-of-order timestamps are an error by default, naming the first record whose time is earlier than the
 // record before it: a trace that is not in order is more often a corrupt or wrongly joined file than a
 // deliberate one, and replaying it in file order would silently change its rate. With LoadOptions.SortArrivals
-// (--sort) the records are sorted stably by time instead (equal times keep their file order), the number of
+// (--sort-arrivals) the records are sorted stably by time instead (equal times keep their file order), the number of
 // such records is kept in Trace.Reordered, and "sorted=N" is recorded in Transforms. Equal timestamps (Mooncake
 // has many) are in order.
 //

@@ -16,10 +16,11 @@ import (
 //	--window, --busiest (with --busiest-by), --thin, --time-scale, --length-scale, --clip/--max-prompt/--max-output
 //
 // so a snippet is picked on the trace's own clock and then stretched: "--busiest 72s --time-scale 4.75" replays
-// the busiest 72 s of the trace over 342 s.
+// the busiest 72 s of the trace over 342 s. The loading flags are --trace-format and --sort-arrivals, so that
+// they do not clash with a command's own --format (a layer format, for instance).
 type Flags struct {
-	Format      string  // --format: force a format instead of detecting it
-	Sort        bool    // --sort: sort out-of-order records instead of failing
+	Format      string  // --trace-format: force a format instead of detecting it
+	Sort        bool    // --sort-arrivals: sort out-of-order records instead of failing
 	KeepFailed  bool    // --keep-failed: keep BurstGPT's failed requests
 	Window      string  // --window OFFSET+DURATION
 	Busiest     float64 // --busiest DURATION, seconds; 0 for none
@@ -35,8 +36,8 @@ type Flags struct {
 
 // Register adds the flags to fs.
 func (f *Flags) Register(fs *flag.FlagSet) {
-	fs.StringVar(&f.Format, "format", "", "read the trace as `format` (azure, mooncake, vidur, lengths, burstgpt) instead of detecting it")
-	fs.BoolVar(&f.Sort, "sort", false, "sort records whose timestamps go backwards instead of failing on them")
+	fs.StringVar(&f.Format, "trace-format", "", "read the trace as `format` (azure, mooncake, vidur, lengths, burstgpt) instead of detecting it")
+	fs.BoolVar(&f.Sort, "sort-arrivals", false, "sort records whose timestamps go backwards instead of failing on them")
 	fs.BoolVar(&f.KeepFailed, "keep-failed", false, "keep BurstGPT's failed requests (0 response tokens) instead of skipping them")
 	fs.StringVar(&f.Window, "window", "", "keep the requests in `OFFSET+DURATION` (e.g. 10s+72s; plain numbers are seconds)")
 	fs.Var((*secondsFlag)(&f.Busiest), "busiest", "keep the busiest window of `DURATION` (e.g. 72s), by --busiest-by")

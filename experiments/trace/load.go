@@ -288,7 +288,7 @@ func (p *parser) arrange(t *Trace, reqs []Request, field string) error {
 		}
 		if !p.opt.SortArrivals {
 			return &ParseError{File: p.file, Line: reqs[i].Line, Field: field, Msg: fmt.Sprintf(
-				"time goes backwards: %.7g s before line %d's time (set SortArrivals or --sort to sort the records)",
+				"time goes backwards: %.7g s before line %d's time (set SortArrivals or --sort-arrivals to sort the records)",
 				reqs[i-1].Arrival-reqs[i].Arrival, reqs[i-1].Line)}
 		}
 		t.Reordered++

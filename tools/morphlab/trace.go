@@ -25,7 +25,7 @@ func init() {
 const traceHelp = `
 Trace reads, summarizes, converts, generates and plots request traces (package experiments/trace). Formats read:
 Azure LLM inference 2023 CSV, Mooncake JSON lines, Vidur CSV, length-only tables and BurstGPT CSV, told from the
-header or the first line (--format overrides). Every subcommand takes the transform flags, applied in this order
+header or the first line (--trace-format overrides). Every subcommand takes the transform flags, applied in this order
 whatever their order on the command line: --window, --busiest/--busiest-by, --thin, --time-scale, --length-scale,
 --clip/--max-prompt/--max-output. The paper's "arrival rate downscaled 4.75x" is --time-scale 4.75 (inter-arrival
 times stretched 4.75x).

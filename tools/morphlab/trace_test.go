@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"flag"
 	"image/png"
 	"os"
 	"path/filepath"
@@ -179,5 +180,21 @@ func TestTraceErrors(t *testing.T) {
 	code, stdout, _ := runCLI("trace", "gen", "-h")
 	if code != 0 || !strings.HasPrefix(stdout, "usage: morphlab trace gen ") || !strings.Contains(stdout, "-time-scale FACTOR") {
 		t.Errorf("trace gen -h: exit %d, %q", code, stdout)
+	}
+}
+
+// TestTraceFlagsBesideModelFlags: the commands that replay a trace on a model (run, simulate) register both sets
+// of flags on one flag set, so their names must not clash (the flag package panics on a redefinition).
+func TestTraceFlagsBesideModelFlags(t *testing.T) {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	var mf modelFlags
+	mf.register(fs)
+	var tf trace.Flags
+	tf.Register(fs)
+	if err := fs.Parse([]string{"--format", "int4", "--trace-format", "azure", "--busiest", "72s"}); err != nil {
+		t.Fatal(err)
+	}
+	if mf.format != "int4" || tf.Format != "azure" || tf.Busiest != 72 {
+		t.Errorf("model format %q, trace format %q, busiest %g", mf.format, tf.Format, tf.Busiest)
 	}
 }
