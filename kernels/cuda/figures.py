@@ -110,7 +110,8 @@ def markdown(f):
                      f"| {fmt(g['cublas_tflops'], '.2f')} |")
     lines += ["", "| format | m | TFLOP/s | speed-up over f16 |", "|---|---|---|---|"]
     for q in f["quant"]:
-        lines.append(f"| {q['format']} | {q['m']} | {fmt(q['tflops'], '.2f')} | {fmt(q['speedup_vs_f16'], '.2f')}x |")
+        x = q["speedup_vs_f16"]
+        lines.append(f"| {q['format']} | {q['m']} | {fmt(q['tflops'], '.2f')} | {'n/a' if x is None else f'{x:.2f}x'} |")
     lines += ["", "| flash prefill | tokens | hd | TFLOP/s | share of bf16 matmul |", "|---|---|---|---|---|"]
     for p in f["flash_prefill"]:
         lines.append(f"| {p['dtype']} | {p['nq']} | {p['hd']} | {fmt(p['tflops'])} | {fmt(p['share_of_bf16_peak'], '.1%')} |")
