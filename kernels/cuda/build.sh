@@ -12,7 +12,8 @@
 #                    machine without Go: cuda.test (go test -tags cuda -c, PTX embedded), BUILD-INFO,
 #                    SOURCES.sha256 (to detect a stale bundle), cuda-symbols.txt (the driver functions it imports)
 #                    and, when this machine has one, compute-sanitizer with its libraries in sanitizer/.
-#   build.sh dryrun  run-device.sh --dry-run against the bundle: everything up to the first device call.
+#   build.sh dryrun  run-device.sh --dry-run against the bundle (rebuilt first when missing or stale):
+#                    everything up to the first device call.
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -82,7 +83,10 @@ bundle)
 	bundle "${2:-$root/build/device}"
 	;;
 dryrun)
-	[ -x "$root/build/device/cuda.test" ] || bundle "$root/build/device"
+	if [ ! -x "$root/build/device/cuda.test" ] ||
+		! (cd "$root" && sha256sum --quiet -c build/device/SOURCES.sha256 >/dev/null 2>&1); then
+		bundle "$root/build/device"
+	fi
 	tmp=$(mktemp -d)
 	trap 'rm -rf "$tmp"' EXIT
 	"$here/run-device.sh" --dry-run "$tmp/out"
