@@ -12,15 +12,15 @@
 //
 // Tensor-core kernels (gemm_*): mma.sync on sm_80+, a 128x128 block tile, 8 warps of 64x32, k-tiles of 64 bytes
 // (32 16-bit or 64 8-bit elements) double-buffered in shared memory (cp.async for A and for 16-bit or int8 W;
-// quantized W is fetched to registers one tile ahead, dequantized to f16 and stored to shared memory while the
-// tile before it computes, so dequantization never touches global memory). Launch: grid (ceil(n/128),
+// quantized W is fetched to registers one tile ahead, dequantized to the activations' type and stored to shared
+// memory while the tile before it computes, so dequantization never touches global memory). Launch: grid (ceil(n/128),
 // ceil(m/128), splits), 256 threads. Rows of A and W must start 16-byte aligned: k % 8 == 0 (f16, bf16),
 // k % 16 == 0 (w8a8, w8a16), k % 16 == 0 and group % 16 == 0 (w4a16); other shapes use the dot kernels.
 //
 // Split-K: with grid.z = splits > 1, block z takes the k-tiles [z·ksplit, (z+1)·ksplit) and writes its partial
 // product to c + z·m·n (a workspace of splits·m·n values), and splitk_reduce_* sums the splits into the result.
 // Decode-sized batches (m <= 128 rows, one row of block tiles) give n/128 blocks, 32 for n = 4096, a quarter of
-// an H100's SMs; splitting k fills the machine. The epilogues are linear (scales), so each split applies its own.
+// an H100's or H200's 132 SMs; splitting k fills the machine (plan.go picks the split). The epilogues are linear (scales), so each split applies its own.
 //
 // Dot kernels (dot_*): each warp computes one output column j for DOT_TM consecutive tokens, so W is read once
 // per DOT_TM tokens; lanes stride over k. The _vec variants load 16 bytes of W a lane a step and need
