@@ -1,8 +1,12 @@
 package cuda
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -466,4 +470,74 @@ func to64(x []float32) []float64 {
 		y[i] = float64(v)
 	}
 	return y
+}
+
+// TestKernelNames checks the kernel names the launchers use against the entry points of the embedded PTX: every
+// name a plan can produce exists in both architectures' PTX (a misspelt name would fail only on a GPU), and every
+// entry point is launched by some plan or by the row, attention and reduction launchers of ops.go (whose names
+// are the op and the dtype), so no kernel goes untested.
+func TestKernelNames(t *testing.T) {
+	entries := map[string]map[string]bool{}
+	re := regexp.MustCompile(`\.entry ([A-Za-z0-9_]+)\(`)
+	for _, arch := range []string{"sm_80", "sm_90"} {
+		entries[arch] = map[string]bool{}
+		files, err := filepath.Glob("ptx/*." + arch + ".ptx")
+		if err != nil || len(files) != 3 {
+			t.Fatalf("ptx/*.%s.ptx: %v %v", arch, files, err)
+		}
+		for _, f := range files {
+			src, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range re.FindAllStringSubmatch(string(src), -1) {
+				entries[arch][m[1]] = true
+			}
+		}
+	}
+	launched := map[string]bool{"splitk_reduce_f32": true, "splitk_reduce_s32": true}
+	dtypes := []DType{F32, F16, BF16}
+	for _, dt := range dtypes {
+		for _, op := range []string{"rmsnorm", "add_rmsnorm", "rope", "swiglu", "softmax", "kv_append",
+			"paged_attention", "attn_merge"} {
+			launched[op+"_"+dt.String()] = true
+		}
+		for _, hd := range []int{64, 128} {
+			if FlashPrefillOK(dt, hd) {
+				launched[fmt.Sprintf("flash_prefill_%v_hd%d", dt, hd)] = true
+			}
+		}
+	}
+	const al = 0x1000
+	add := func(p kernelPlan, err error) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		launched[p.name] = true
+	}
+	for _, m := range []int{1, 16} {
+		for _, k := range []int{17, 40, 48, 64} {
+			for _, dt := range dtypes {
+				add(planGEMM(dt, m, 64, k, h200SMs, al, al, al))
+				for _, group := range []int{16, 32} {
+					add(planW4A16(dt, m, 64, k, group, h200SMs, al, al, al, al))
+				}
+				add(planW8A16(dt, m, 64, k, h200SMs, al, al, al, al))
+			}
+			add(planInt8("w8a8", m, 64, k, h200SMs, al, al, al))
+			add(planInt8("s8s32", m, 64, k, h200SMs, al, al, al))
+		}
+	}
+	for arch, names := range entries {
+		for name := range launched {
+			if !names[name] {
+				t.Errorf("launchers use %s, which ptx/*.%s.ptx does not define", name, arch)
+			}
+		}
+		for name := range names {
+			if !launched[name] {
+				t.Errorf("ptx/*.%s.ptx defines %s, which no launcher uses", arch, name)
+			}
+		}
+	}
 }
