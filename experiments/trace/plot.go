@@ -5,6 +5,7 @@ import (
 	"io"
 	"math"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -68,7 +69,7 @@ func Plot(w io.Writer, t *Trace, format string) error {
 // PlotFormat returns the image format a file name asks for by its extension.
 func PlotFormat(path string) (string, error) {
 	ext := strings.TrimPrefix(strings.ToLower(filepath.Ext(path)), ".")
-	if ext != "png" && ext != "svg" {
+	if !slices.Contains(PlotFormats, ext) {
 		return "", fmt.Errorf("%s: want a .png or .svg file", path)
 	}
 	return ext, nil
