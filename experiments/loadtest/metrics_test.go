@@ -68,7 +68,7 @@ func TestComputeGolden(t *testing.T) {
 		{"total token throughput", m.TotalTokenThroughput, 6.8},
 		// Good: the first (TTFT 100 <= 250, TPOT 20 <= 25); not the second (TPOT 30) nor the third (TTFT 300).
 		{"goodput", m.RequestGoodput, 0.1},
-		{"asked rate", m.AskedRate, 1},        // 4 gaps over 4 s of arrivals
+		{"asked rate", m.AskedRate, 1},           // 4 gaps over 4 s of arrivals
 		{"arrival rate", m.ArrivalRate, 4 / 4.4}, // 4 gaps over 4.4 s of sending
 	} {
 		if !near(c.got, c.want) {
