@@ -48,7 +48,9 @@ type KneeTarget struct {
 	Limit  time.Duration `json:"limit_ns"`
 }
 
-func (k KneeTarget) String() string { return "P95 " + strings.ToUpper(k.Metric) + " <= " + k.Limit.String() }
+func (k KneeTarget) String() string {
+	return "P95 " + strings.ToUpper(k.Metric) + " <= " + k.Limit.String()
+}
 
 // ParseKneeTarget parses "metric=limit", such as "e2el=2s" or "ttft=500ms"; a limit without a unit is in
 // milliseconds, as vLLM's --goodput takes them.
