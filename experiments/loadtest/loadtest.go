@@ -166,6 +166,12 @@ func Run(ctx context.Context, cfg Config, reqs []Request) (*Result, error) {
 		endpoint = base + "/v1/chat/completions"
 	}
 
+	bodies := make([][]byte, len(reqs))
+	for i, r := range reqs {
+		if bodies[i], err = requestBody(cfg, r); err != nil {
+			return nil, fmt.Errorf("request %d: %v", i, err)
+		}
+	}
 	res := &Result{Requests: reqs, Outcomes: make([]Outcome, len(reqs))}
 	for i := range res.Outcomes {
 		res.Outcomes[i] = Outcome{Status: Failed, Error: "not sent before the run ended", Sent: -1}
@@ -190,15 +196,11 @@ dispatch:
 				break dispatch
 			}
 		}
-		body, err := requestBody(cfg, r)
-		if err != nil {
-			return nil, fmt.Errorf("request %d: %v", i, err)
-		}
 		wg.Go(func() {
 			if slots != nil {
 				defer func() { <-slots }()
 			}
-			res.Outcomes[i] = send(ctx, client, endpoint, body, r, start, timeout)
+			res.Outcomes[i] = send(ctx, client, endpoint, bodies[i], r, start, timeout)
 		})
 	}
 	wg.Wait()

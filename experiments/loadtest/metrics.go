@@ -39,6 +39,8 @@ type Metrics struct {
 	Completed int `json:"completed"`
 	Rejected  int `json:"rejected"` // 429s
 	Failed    int `json:"failed"`   // other statuses, connection errors, broken streams, timeouts
+	// FirstError is the error of the first request (in arrival order) that was rejected or failed.
+	FirstError string `json:"first_error,omitempty"`
 
 	DurationS float64 `json:"duration_s"` // from the start to the end of the last response
 	// AskedRate is the schedule's arrival rate, (n-1) over the span from the first arrival to the last;
@@ -67,6 +69,9 @@ func Compute(res *Result, slo SLO) Metrics {
 	var ttfts, tpots, itls, e2els []float64
 	good := 0
 	for _, o := range res.Outcomes {
+		if o.Status != Completed && m.FirstError == "" {
+			m.FirstError = o.Error
+		}
 		switch o.Status {
 		case Rejected:
 			m.Rejected++

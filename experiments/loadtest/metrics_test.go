@@ -32,8 +32,8 @@ func recorded() *Result {
 			{Status: Completed, Sent: 0, TTFT: 100 * msec, ITL: durs(20, 30, 10), Latency: 160 * msec, OutputTokens: 4, PromptTokens: 10},
 			{Status: Completed, Sent: 1100 * msec, TTFT: 200 * msec, ITL: durs(60), Latency: 260 * msec, OutputTokens: 3, PromptTokens: 20},
 			{Status: Completed, Sent: 2200 * msec, TTFT: 300 * msec, Latency: 300 * msec, OutputTokens: 1, PromptTokens: 30},
-			{Status: Rejected, Sent: 3300 * msec, HTTPStatus: 429},
-			{Status: Failed, Sent: 4400 * msec, HTTPStatus: 500},
+			{Status: Rejected, Sent: 3300 * msec, HTTPStatus: 429, Error: "HTTP 429: full"},
+			{Status: Failed, Sent: 4400 * msec, HTTPStatus: 500, Error: "HTTP 500: broken"},
 		},
 	}
 }
@@ -53,6 +53,9 @@ func TestComputeGolden(t *testing.T) {
 	m := Compute(recorded(), SLO{TTFT: 250 * msec, TPOT: 25 * msec})
 	if m.Requests != 5 || m.Completed != 3 || m.Rejected != 1 || m.Failed != 1 {
 		t.Errorf("counts %d/%d/%d/%d, want 5 requests, 3 completed, 1 rejected, 1 failed", m.Requests, m.Completed, m.Rejected, m.Failed)
+	}
+	if m.FirstError != "HTTP 429: full" {
+		t.Errorf("first error %q, want the 429's", m.FirstError)
 	}
 	// Tokens over completed requests: input 10+20+30, output 4+3+1; per second of the 10 s duration.
 	if m.TotalInputTokens != 60 || m.TotalOutputTokens != 8 {
