@@ -72,13 +72,40 @@ func SyntheticPrompts(n, tokens, vocab int, seed uint64) ([]openai.Prompt, error
 	rng := rand.New(rand.NewPCG(seed, 0x70726f6d))
 	ps := make([]openai.Prompt, n)
 	for i := range ps {
-		ids := make([]int, tokens)
-		for j := range ids {
-			ids[j] = 3 + rng.IntN(vocab-3)
-		}
-		ps[i] = openai.Prompt{Tokens: ids}
+		ps[i] = openai.Prompt{Tokens: randomTokens(rng, tokens, vocab)}
 	}
 	return ps, nil
+}
+
+// randomTokens returns n token ids drawn uniformly from [3, vocab).
+func randomTokens(rng *rand.Rand, n, vocab int) []int {
+	ids := make([]int, n)
+	for j := range ids {
+		ids[j] = 3 + rng.IntN(vocab-3)
+	}
+	return ids
+}
+
+// LengthWorkload returns requests at the given arrivals whose prompts are random token ids of the given lengths
+// (drawn from [3, vocab) with a seed) and whose max tokens are the given output lengths: what a trace of request
+// lengths (Azure, Mooncake) replays as. The three slices have one entry per request.
+func LengthWorkload(arrivals []time.Duration, promptTokens, outputTokens []int, vocab int, seed uint64) ([]Request, error) {
+	if len(promptTokens) != len(arrivals) || len(outputTokens) != len(arrivals) {
+		return nil, fmt.Errorf("%d arrivals, %d prompt lengths and %d output lengths, want one of each per request", len(arrivals), len(promptTokens), len(outputTokens))
+	}
+	if vocab < 4 {
+		return nil, fmt.Errorf("vocabulary of %d, want at least 4 (ids 0-2 are special)", vocab)
+	}
+	rng := rand.New(rand.NewPCG(seed, 0x70726f6d))
+	reqs := make([]Request, len(arrivals))
+	for i, at := range arrivals {
+		if promptTokens[i] < 1 || outputTokens[i] < 1 {
+			return nil, fmt.Errorf("request %d: %d prompt and %d output tokens, want at least 1 of each", i, promptTokens[i], outputTokens[i])
+		}
+		ids := randomTokens(rng, promptTokens[i], vocab)
+		reqs[i] = Request{Arrival: at, Prompt: openai.Prompt{Tokens: ids}, PromptTokens: len(ids), MaxTokens: outputTokens[i]}
+	}
+	return reqs, nil
 }
 
 // LoadPrompts reads text prompts from a file: JSON Lines with the prompt in turns[0] (MT-Bench and Vicuna bench

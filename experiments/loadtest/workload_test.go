@@ -69,6 +69,24 @@ func TestWorkload(t *testing.T) {
 	}
 }
 
+func TestLengthWorkload(t *testing.T) {
+	at := []time.Duration{0, 1500 * time.Millisecond}
+	reqs, err := LengthWorkload(at, []int{3, 5}, []int{7, 1}, 100, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range reqs {
+		if r.Arrival != at[i] || len(r.Prompt.Tokens) != []int{3, 5}[i] || r.PromptTokens != len(r.Prompt.Tokens) || r.MaxTokens != []int{7, 1}[i] {
+			t.Errorf("request %d: %+v", i, r)
+		}
+	}
+	for _, bad := range []struct{ p, o []int }{{[]int{1}, []int{1, 1}}, {[]int{0, 1}, []int{1, 1}}, {[]int{1, 1}, []int{1, 0}}} {
+		if _, err := LengthWorkload(at, bad.p, bad.o, 100, 2); err == nil {
+			t.Errorf("LengthWorkload(%v, %v) gave no error", bad.p, bad.o)
+		}
+	}
+}
+
 func TestSyntheticPrompts(t *testing.T) {
 	ps, err := SyntheticPrompts(3, 50, 10, 1)
 	if err != nil {
@@ -130,6 +148,35 @@ func TestLoadPrompts(t *testing.T) {
 			t.Errorf("%s: %q, %v; want %q", c.name, got, err, c.want)
 		}
 	}
+}
+
+// FuzzLoadPrompts checks that any file either loads as non-empty prompts or gives an error naming the file.
+func FuzzLoadPrompts(f *testing.F) {
+	f.Add([]byte(`{"question_id": 81, "category": "writing", "turns": ["Compose a post.", "Rewrite it."]}` + "\n"))
+	f.Add([]byte("What is quantum field theory?\nWhy?\n"))
+	f.Add([]byte(`{"turns": []}`))
+	f.Add([]byte("{\n"))
+	path := filepath.Join(f.TempDir(), "p.jsonl")
+	f.Fuzz(func(t *testing.T, body []byte) {
+		if err := os.WriteFile(path, body, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		ps, err := LoadPrompts(path)
+		if err != nil {
+			if !strings.Contains(err.Error(), path) {
+				t.Fatalf("error %q does not name the file", err)
+			}
+			return
+		}
+		if len(ps) == 0 {
+			t.Fatalf("no prompts and no error")
+		}
+		for i, p := range ps {
+			if strings.TrimSpace(p.Text) == "" {
+				t.Fatalf("prompt %d is empty", i)
+			}
+		}
+	})
 }
 
 // The shared prompt files load: MT-Bench's 80 questions, Vicuna's 80, and llama.cpp's one-per-line questions.
