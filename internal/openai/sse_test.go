@@ -225,3 +225,35 @@ func FuzzWriteRead(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkStream measures what reading a stream costs a client per chunk (vLLM-shaped completion chunks), the
+// load tester's own share of each measured inter-token gap.
+func BenchmarkStream(b *testing.B) {
+	const chunks = 1000
+	var buf bytes.Buffer
+	for i := range chunks {
+		_ = WriteEvent(&buf, Completion{ID: "cmpl-5f0c9a1e6b3a4c0d8e2f", Object: "text_completion", Created: 1718000000,
+			Model: "meta-llama/Llama-2-7b-hf", Choices: []CompletionChoice{{Text: " tok" + string(rune('a'+i%26))}}})
+	}
+	_ = WriteEvent(&buf, Completion{Object: "text_completion", Choices: []CompletionChoice{}, Usage: &Usage{1, chunks, chunks + 1}})
+	_ = WriteDone(&buf)
+	body := buf.Bytes()
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		s := NewStream(bytes.NewReader(body))
+		n := 0
+		for {
+			if _, err := s.Next(); err != nil {
+				if err != io.EOF {
+					b.Fatal(err)
+				}
+				break
+			}
+			n++
+		}
+		if n != chunks+1 {
+			b.Fatalf("%d chunks, want %d", n, chunks+1)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/(chunks+1), "ns/chunk")
+}
