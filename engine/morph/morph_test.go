@@ -2,8 +2,10 @@ package morph
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -477,5 +479,19 @@ func TestPredictiveSwapsAhead(t *testing.T) {
 	}
 	if pViol > dViol {
 		t.Errorf("predictive %d violations, default %d", pViol, dViol)
+	}
+}
+
+// TestParamsJSON: every mode's parameters survive a JSON round trip.
+func TestParamsJSON(t *testing.T) {
+	for name, p := range Modes {
+		b, err := json.Marshal(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back Params
+		if err := json.Unmarshal(b, &back); err != nil || !reflect.DeepEqual(back, p) {
+			t.Errorf("%s: %s reads back as %+v (%v)", name, b, back, err)
+		}
 	}
 }

@@ -287,3 +287,42 @@ func (s Spec) Needs() []quant.Format {
 	}
 	return nil
 }
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (p *Params) UnmarshalJSON(b []byte) error {
+	type plain Params
+	var v struct {
+		plain
+		Delay       string   `json:"delay"`
+		RestoreHold string   `json:"restore_hold"`
+		Horizon     string   `json:"horizon"`
+		Bin         string   `json:"bin"`
+		Tiers       []string `json:"tiers"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*p = Params(v.plain)
+	for _, d := range []struct {
+		s   string
+		dst *time.Duration
+	}{{v.Delay, &p.Delay}, {v.RestoreHold, &p.RestoreHold}, {v.Horizon, &p.Horizon}, {v.Bin, &p.Bin}} {
+		if d.s == "" {
+			continue
+		}
+		x, err := time.ParseDuration(d.s)
+		if err != nil {
+			return fmt.Errorf("morph params: %v", err)
+		}
+		*d.dst = x
+	}
+	p.Tiers = nil
+	for _, t := range v.Tiers {
+		f, err := quant.ParseFormat(t)
+		if err != nil {
+			return fmt.Errorf("morph params: %v", err)
+		}
+		p.Tiers = append(p.Tiers, f)
+	}
+	return nil
+}
