@@ -104,7 +104,7 @@ func runProfile(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	stop, err := prof.start()
+	stop, err := prof.start(e.stderr)
 	if err != nil {
 		return err
 	}
@@ -211,7 +211,7 @@ func prepare(m *model.Model, f quant.Format, method string, calib [][]int32, gro
 // profileTables prints the layer scores, then perplexity (and KL) by order and number of quantized layers, with
 // the random orders' mean as one row.
 func profileTables(w io.Writer, p *sensitivity.Profile) error {
-	t := newTable(w, "layer", "LTS", "LRS", "MDS", "LIS", "rank")
+	var rows [][]string
 	for _, s := range p.Layers {
 		rank := 0
 		for i, l := range p.Order {
@@ -219,10 +219,10 @@ func profileTables(w io.Writer, p *sensitivity.Profile) error {
 				rank = i + 1
 			}
 		}
-		t.row(fmt.Sprint(s.Layer), fmt.Sprintf("%.6f", s.LTS), fmt.Sprintf("%.6f", s.LRS), fmt.Sprintf("%.6f", s.MDS),
-			fmt.Sprintf("%.6f", s.LIS), fmt.Sprint(rank))
+		rows = append(rows, []string{fmt.Sprint(s.Layer), fmt.Sprintf("%.6f", s.LTS), fmt.Sprintf("%.6f", s.LRS),
+			fmt.Sprintf("%.6f", s.MDS), fmt.Sprintf("%.6f", s.LIS), fmt.Sprint(rank)})
 	}
-	if err := t.flush(); err != nil {
+	if err := writeTable(w, []string{"layer", "LTS", "LRS", "MDS", "LIS", "rank"}, rows); err != nil {
 		return err
 	}
 	if p.Baseline == nil {
@@ -233,14 +233,14 @@ func profileTables(w io.Writer, p *sensitivity.Profile) error {
 	for _, pt := range p.Orders[0].Curve {
 		ks = append(ks, fmt.Sprintf("k=%d", pt.K))
 	}
-	t = newTable(w, ks...)
+	rows = nil
 	var random []sensitivity.OrderEval
 	for _, o := range p.Orders {
 		if o.Seed != nil {
 			random = append(random, o)
 			continue
 		}
-		t.row(curveRow(o.Name+" "+fmt.Sprint(o.Order), o.Curve)...)
+		rows = append(rows, curveRow(o.Name+" "+fmt.Sprint(o.Order), o.Curve))
 	}
 	if len(random) > 0 {
 		mean := make([]eval.Point, len(random[0].Curve))
@@ -250,17 +250,17 @@ func profileTables(w io.Writer, p *sensitivity.Profile) error {
 				mean[i].KL += pt.KL / float64(len(random))
 			}
 		}
-		t.row(curveRow(fmt.Sprintf("random (mean of %d)", len(random)), mean)...)
+		rows = append(rows, curveRow(fmt.Sprintf("random (mean of %d)", len(random)), mean))
 	}
-	if err := t.flush(); err != nil {
+	if err := writeTable(w, ks, rows); err != nil {
 		return err
 	}
 	fmt.Fprintf(w, "\nnear-additivity along the LIS order: PPL increase of each layer alone vs added\n")
-	t = newTable(w, "layer", "alone", "added")
+	rows = nil
 	for _, a := range p.Additivity {
-		t.row(fmt.Sprint(a.Layer), fmt.Sprintf("%+.4f", a.Alone), fmt.Sprintf("%+.4f", a.Added))
+		rows = append(rows, []string{fmt.Sprint(a.Layer), fmt.Sprintf("%+.4f", a.Alone), fmt.Sprintf("%+.4f", a.Added)})
 	}
-	return t.flush()
+	return writeTable(w, []string{"layer", "alone", "added"}, rows)
 }
 
 func curveRow(name string, pts []eval.Point) []string {
