@@ -21,7 +21,7 @@ REPRO_BENCHTIME ?= 500ms
 
 FUZZTIME ?= 20s
 
-.PHONY: build test fmt-check bench reproduce fuzz clean
+.PHONY: build test fmt-check bench reproduce fuzz clean data
 
 build:
 	$(GO) build ./...
@@ -72,6 +72,11 @@ reproduce: build
 		--method rtn --calib $$data/eval/tinystories_val.txt --calib-paragraphs 200 --calib-tokens 1000000 \
 		--eval $$data/eval/tinystories_val.txt --eval-paragraphs 500 --orders lis,front,back,random --seeds 3 \
 		--all-ks --out results/model/profile-int4-rtn.json | tee results/model/profile-int4-rtn.txt
+
+# data downloads the public data files into ./data (about 14 MB: models, tokenizers, traces, GPU profiles, eval
+# texts), each checked against its pinned sha256; run it again to resume. `morphlab data list` shows the manifest.
+data:
+	$(GO) run ./tools/morphlab data fetch --dir data
 
 # fuzz runs every fuzz target (go test -list '^Fuzz') for FUZZTIME each.
 fuzz:

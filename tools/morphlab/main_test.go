@@ -155,7 +155,7 @@ func TestProgress(t *testing.T) {
 
 // TestCommandsRegistered: every subcommand this build implements is in the table that help and dispatch read.
 func TestCommandsRegistered(t *testing.T) {
-	want := []string{"bench", "generate", "perplexity", "probe", "profile", "quantize", "synth"}
+	want := []string{"bench", "data", "generate", "perplexity", "probe", "profile", "quantize", "synth"}
 	got := names()
 	for _, w := range want {
 		if !slices.Contains(got, w) {
