@@ -133,3 +133,31 @@ func TestBenchRun(t *testing.T) {
 		}
 	}
 }
+
+// FuzzBenchTables: any input summarizes and prints without a panic, and every summary has a run for each metric.
+func FuzzBenchTables(f *testing.F) {
+	sample, err := os.ReadFile("testdata/bench-sample.txt")
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(string(sample))
+	f.Add("BenchmarkX-2 10 5 ns/op\nBenchmarkX-2 10 -5 ns/op 0 B/s\n")
+	f.Add("pkg: p\nBenchmarkY/a=1/b-8 1 NaN ns/op\nBenchmarkY/a=1/b-8 1 +Inf ns/op\n")
+	f.Fuzz(func(t *testing.T, in string) {
+		sums, _, err := summarizeBench(strings.NewReader(in), "fuzz", 0.95)
+		if err != nil {
+			return
+		}
+		for _, s := range sums {
+			for _, m := range s.Metrics {
+				if m.N < 1 || m.N > s.Runs {
+					t.Fatalf("%s %s: %d values over %d runs", s.Name, m.Unit, m.N, s.Runs)
+				}
+			}
+		}
+		var b strings.Builder
+		if err := printBenchTables(&b, sums); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

@@ -93,7 +93,10 @@ func summarizeBench(r io.Reader, fileName string, confidence float64) ([]benchSu
 				values[k] = map[string][]float64{}
 			}
 			runs[k]++
-			for _, v := range rec.Values {
+			for i, v := range rec.Values {
+				if slices.ContainsFunc(rec.Values[:i], func(w benchfmt.Value) bool { return w.Unit == v.Unit }) {
+					continue // a unit twice on one line: the first counts, as Result.Value reads it
+				}
 				if !slices.Contains(units[k], v.Unit) {
 					units[k] = append(units[k], v.Unit)
 				}

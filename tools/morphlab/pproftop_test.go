@@ -75,3 +75,30 @@ func TestPprofTopFlag(t *testing.T) {
 		t.Errorf("probe --pprof-top without --cpuprofile: exit %d, stderr %q", code, stderr)
 	}
 }
+
+// FuzzCPUTop: any input is a profile or an error, never a panic; a profile's flat times add up to its total.
+func FuzzCPUTop(f *testing.F) {
+	var buf bytes.Buffer
+	p := &profile.Profile{SampleType: []*profile.ValueType{{Type: "cpu", Unit: "nanoseconds"}},
+		Function: []*profile.Function{{ID: 1, Name: "f"}}}
+	p.Location = []*profile.Location{{ID: 1, Line: []profile.Line{{Function: p.Function[0]}}}}
+	p.Sample = []*profile.Sample{{Location: p.Location, Value: []int64{7}}}
+	if err := p.Write(&buf); err != nil {
+		f.Fatal(err)
+	}
+	f.Add(buf.Bytes())
+	f.Add([]byte("not a profile"))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		top, total, err := cpuTop(bytes.NewReader(in))
+		if err != nil {
+			return
+		}
+		var flat time.Duration
+		for _, ft := range top {
+			flat += ft.Flat
+		}
+		if flat != total {
+			t.Fatalf("flat times add to %v, total %v", flat, total)
+		}
+	})
+}
