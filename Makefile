@@ -55,8 +55,9 @@ reproduce: build
 	cat results/bench/kernels-table.txt
 	@# With the data at hand (make data): stories260K's perplexity in each layer format and KV cache type, and its
 	@# layer-sensitivity profile (the swap order) with the perplexity curves of each order, drawn in a plot.
-	@data=$${MORPHLAB_DATA:-$$(for d in data ../shared/data; do [ -d $$d ] && echo $$d && break; done)}; \
-	if [ ! -f "$$data/models/stories260K.bin" ]; then echo "reproduce: no stories260K in the data directory (make data fetches it); model results skipped"; exit 0; fi; \
+	@data=$${MORPHLAB_DATA:-$$(for d in data ../shared/data; do [ -f $$d/models/stories260K.bin ] && [ -f $$d/eval/tinystories_val.txt ] && echo $$d && break; done)}; \
+	if [ ! -f "$$data/models/stories260K.bin" ] || [ ! -f "$$data/eval/tinystories_val.txt" ]; then \
+		echo "reproduce: no data directory with models/stories260K.bin and eval/tinystories_val.txt; model results skipped"; exit 0; fi; \
 	set -e; mkdir -p results/model; \
 	for f in f32 f16 int8 int4; do \
 		echo "== perplexity, layers in $$f"; \

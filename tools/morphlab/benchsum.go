@@ -333,6 +333,7 @@ func plotBench(file string, sums []benchSummary, unit string) error {
 	p.Title.Text = "median and 95% interval"
 	p.X.Label.Text = scale.Prefix + unit // "m" and "sec/op": msec/op
 	p.X.Min = 0
+	p.X.Max = slices.Max(bars.hi) * 1.05 // room for the longest whisker's cap
 	chart, err := plotter.NewBarChart(plotter.Values(bars.medians), vg.Points(12))
 	if err != nil {
 		return fmt.Errorf("--plot: %w", err)

@@ -312,6 +312,11 @@ func plotCurves(file string, p *sensitivity.Profile) error {
 	pl.Y.Label.Text = "perplexity"
 	pl.Legend.Top = true
 	pl.Legend.Left = true
+	ticks := []plot.Tick{{Value: 0, Label: "0"}}
+	for _, pt := range p.Orders[0].Curve {
+		ticks = append(ticks, plot.Tick{Value: float64(pt.K), Label: fmt.Sprint(pt.K)})
+	}
+	pl.X.Tick.Marker = plot.ConstantTicks(ticks)
 	var lines []any
 	for _, c := range curves(p) {
 		xys := plotter.XYs{{X: 0, Y: p.Baseline.PPL}}
