@@ -2,7 +2,6 @@ package model
 
 import (
 	"fmt"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -10,6 +9,7 @@ import (
 	"github.com/morphlab/morphlab/kernels/cpu"
 	"github.com/morphlab/morphlab/kernels/probe"
 	"github.com/morphlab/morphlab/quant"
+	"golang.org/x/perf/benchmath"
 )
 
 // Decode and prefill benchmarks on a synthetic model of a named shape, in each layer format:
@@ -271,14 +271,10 @@ func runDecodeTargets(b *testing.B, measure func(b *testing.B, m *Model, kv KVTy
 	}
 }
 
-// median returns the median of xs (the mean of the middle two for an even count); xs is sorted in place.
+// median returns the median of xs as benchstat takes it (golang.org/x/perf/benchmath: the mean of the middle two
+// for an even count); xs is sorted in place.
 func median(xs []float64) float64 {
-	slices.Sort(xs)
-	n := len(xs)
-	if n%2 == 1 {
-		return xs[n/2]
-	}
-	return (xs[n/2-1] + xs[n/2]) / 2
+	return benchmath.AssumeNothing.Summary(benchmath.NewSample(xs, &benchmath.DefaultThresholds), 0.95).Center
 }
 
 // BenchmarkPrefill feeds a 512-token prompt to a fresh sequence and reports GFLOP/s over the matrix products

@@ -97,8 +97,7 @@ func createFile(path string) (*os.File, error) {
 // call set as work advances and clear before other output and at the end. A nil bar is off.
 type progress struct {
 	bar   *progressbar.ProgressBar
-	bytes bool
-	total int
+	total int // the bar's current end, -1 for none
 }
 
 // newProgress returns a bar labelled label that counts steps on w, drawn only when w is a terminal.
@@ -134,7 +133,7 @@ func drawProgress(w io.Writer, label string, bytes bool) *progress {
 	} else {
 		opts = append(opts, progressbar.OptionShowCount())
 	}
-	return &progress{bar: progressbar.NewOptions(-1, opts...), bytes: bytes, total: -1}
+	return &progress{bar: progressbar.NewOptions(-1, opts...), total: -1}
 }
 
 // set moves the bar to done of total; a total of 0 or less shows a count without an end.
