@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -23,6 +24,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // File is one data file: where it goes, where it comes from, and what it must be.
@@ -50,9 +52,19 @@ func (f File) Source(base string) string {
 // Options configure Fetch.
 type Options struct {
 	BaseURL  string       // a mirror to fetch every file from (see File.Source); empty: each file's URL
-	Client   *http.Client // nil: http.DefaultClient
+	Client   *http.Client // nil: DefaultClient
 	Progress func(f File, done, total int64)
 }
+
+// DefaultClient is http.DefaultClient's transport with bounded waits for a connection and for the response
+// headers, so that a network that drops packets fails in seconds; a body may take as long as it needs.
+var DefaultClient = func() *http.Client {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.DialContext = (&net.Dialer{Timeout: 15 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	t.TLSHandshakeTimeout = 15 * time.Second
+	t.ResponseHeaderTimeout = 30 * time.Second
+	return &http.Client{Transport: t}
+}()
 
 // Status says what Fetch did with a file.
 type Status string
@@ -80,12 +92,12 @@ type unreachableError struct {
 func (e *unreachableError) Error() string { return "cannot reach " + e.host + ": " + e.err.Error() }
 func (e *unreachableError) Unwrap() error { return e.err }
 
-// Fetch brings every file into dir, one after another, and returns a result for each. The error, nil when every
-// file is in place, is one line: the hosts it could not reach, or the number of files that failed and the first
-// reason.
+// Fetch brings every file into dir, one after another, and returns a result for each. Once a host cannot be
+// reached, the rest of its files are not tried. The error, nil when every file is in place, is one line: the
+// hosts it could not reach, or the number of files that failed and the first reason.
 func Fetch(ctx context.Context, dir string, files []File, opt Options) ([]Result, error) {
 	if opt.Client == nil {
-		opt.Client = http.DefaultClient
+		opt.Client = DefaultClient
 	}
 	var (
 		results     []Result
@@ -94,7 +106,7 @@ func Fetch(ctx context.Context, dir string, files []File, opt Options) ([]Result
 		failed      int
 	)
 	for _, f := range files {
-		st, err := fetchOne(ctx, dir, f, opt)
+		st, err := fetchOne(ctx, dir, f, opt, unreachable)
 		if err != nil {
 			failed++
 			st = Failed
@@ -115,6 +127,9 @@ func Fetch(ctx context.Context, dir string, files []File, opt Options) ([]Result
 	switch {
 	case ctx.Err() != nil:
 		return results, fmt.Errorf("interrupted (%v); run again to resume", ctx.Err())
+	case len(unreachable) > 0 && firstErr != nil:
+		return results, fmt.Errorf("could not reach %s: %d of %d files not in place; first other failure: %v",
+			strings.Join(unreachable, ", "), failed, len(files), firstErr)
 	case len(unreachable) > 0:
 		return results, fmt.Errorf("could not reach %s: %d of %d files not in place (no network?)",
 			strings.Join(unreachable, ", "), failed, len(files))
@@ -124,8 +139,8 @@ func Fetch(ctx context.Context, dir string, files []File, opt Options) ([]Result
 	return results, nil
 }
 
-// fetchOne brings f into dir.
-func fetchOne(ctx context.Context, dir string, f File, opt Options) (Status, error) {
+// fetchOne brings f into dir; it does not try a host in unreachable.
+func fetchOne(ctx context.Context, dir string, f File, opt Options, unreachable []string) (Status, error) {
 	dest := filepath.Join(dir, filepath.FromSlash(f.Path))
 	if _, err := os.Stat(dest); err == nil {
 		if err := verify(dest, f); err != nil {
@@ -138,6 +153,9 @@ func fetchOne(ctx context.Context, dir string, f File, opt Options) (Status, err
 	}
 	part := dest + ".part"
 	src := f.Source(opt.BaseURL)
+	if h := host(src); slices.Contains(unreachable, h) {
+		return Failed, fmt.Errorf("%s: %w", f.Path, &unreachableError{host: h, err: errors.New("not tried again")})
+	}
 	resumed, err := download(ctx, opt, f, src, part)
 	if err != nil {
 		return Failed, fmt.Errorf("%s: %w", f.Path, err)
@@ -191,11 +209,7 @@ func download(ctx context.Context, opt Options, f File, src, part string) (resum
 		if ctx.Err() != nil {
 			return false, ctx.Err()
 		}
-		host := src
-		if u, perr := url.Parse(src); perr == nil {
-			host = u.Host
-		}
-		return false, &unreachableError{host: host, err: errors.Unwrap(err)}
+		return false, &unreachableError{host: host(src), err: errors.Unwrap(err)}
 	}
 	defer resp.Body.Close()
 	flags := os.O_WRONLY | os.O_CREATE
@@ -238,6 +252,14 @@ func download(ctx context.Context, opt Options, f File, src, part string) (resum
 		return false, fmt.Errorf("GET %s: interrupted after %d bytes (%v); run again to resume", src, w.done, err)
 	}
 	return resumed, nil
+}
+
+// host returns the host of a URL, or the URL when it does not parse.
+func host(rawURL string) string {
+	if u, err := url.Parse(rawURL); err == nil && u.Host != "" {
+		return u.Host
+	}
+	return rawURL
 }
 
 // progressWriter counts the bytes written through it and reports them.

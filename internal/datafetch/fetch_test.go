@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -278,5 +279,42 @@ func TestManifest(t *testing.T) {
 		if err := verify(p, f); err != nil {
 			t.Errorf("%s: %v", p, err)
 		}
+	}
+}
+
+// failingTransport fails every request as a network without a route does, and counts them.
+type failingTransport struct{ requests int }
+
+func (f *failingTransport) RoundTrip(*http.Request) (*http.Response, error) {
+	f.requests++
+	return nil, errors.New("dial tcp: connect: network is unreachable")
+}
+
+// TestFetchSkipsUnreachableHost: after the first failure to connect, the other files of that host are not tried,
+// and a file already in place is still verified.
+func TestFetchSkipsUnreachableHost(t *testing.T) {
+	data := randomBytes(7, 100)
+	dir := t.TempDir()
+	here := pinned("m/here.bin", data)
+	if err := os.MkdirAll(filepath.Join(dir, "m"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "m/here.bin"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	files := []File{pinned("m/a.bin", data), here, pinned("m/b.bin", data), pinned("m/c.bin", data)}
+	for i := range files {
+		files[i].URL = "https://example.org/" + files[i].Path
+	}
+	tr := &failingTransport{}
+	res, err := Fetch(context.Background(), dir, files, Options{Client: &http.Client{Transport: tr}})
+	if err == nil || err.Error() != "could not reach example.org: 3 of 4 files not in place (no network?)" {
+		t.Errorf("error %v", err)
+	}
+	if tr.requests != 1 {
+		t.Errorf("%d requests, want 1 (the host's other files not tried)", tr.requests)
+	}
+	if res[1].Status != Present || res[2].Status != Failed || !strings.Contains(res[2].Err.Error(), "m/b.bin: cannot reach example.org: not tried again") {
+		t.Errorf("results %+v", res)
 	}
 }
