@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"math"
 	"os"
 	"os/exec"
@@ -114,6 +115,14 @@ func TestBenchRun(t *testing.T) {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("bench table has no %q:\n%s", want, stdout)
 		}
+	}
+
+	code, stdout, stderr = runCLI("bench", "--pkg", "./testdata/benchpkg", "--count", "1", "--benchtime", "10x", "--out", out, "--json")
+	var js []benchSummary
+	if err := json.Unmarshal([]byte(stdout), &js); code != 0 || err != nil || len(js) != 2 || js[0].Name != "Sum/n=64" ||
+		len(js[0].Metrics) != 3 || js[0].Metrics[0].Unit != "sec/op" || js[0].Metrics[0].Lo != nil || js[0].Metrics[2].Unit != "elems" ||
+		js[0].Metrics[2].Median != 64 {
+		t.Errorf("bench --json: exit %d (%v), stderr %q:\n%s", code, err, stderr, stdout)
 	}
 
 	code, _, stderr = runCLI("bench", "--pkg", "./testdata/benchpkg", "--bench", "NoSuch", "--count", "1", "--out", out)
