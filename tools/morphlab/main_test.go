@@ -177,4 +177,11 @@ func TestWriteTable(t *testing.T) {
 	if b.String() != want {
 		t.Errorf("table:\n%s\nwant:\n%s", b.String(), want)
 	}
+	var c strings.Builder
+	tb := newTable(&c, "name", "value")
+	tb.row("GEMM", "1.5 ± 3%")
+	tb.row("x")
+	if err := tb.flush(); err != nil || c.String() != want {
+		t.Errorf("newTable, row, flush: %v\n%s\nwant the same table", err, c.String())
+	}
 }

@@ -56,6 +56,29 @@ func writeTable(w io.Writer, header []string, rows [][]string) error {
 	return t.Render()
 }
 
+// table collects a table's rows one at a time for writeTable, for commands that build rows in a loop:
+// t := newTable(w, "a", "b"); t.row("1", "2"); err := t.flush().
+type table struct {
+	w      io.Writer
+	header []string
+	rows   [][]string
+}
+
+// newTable starts a table on w with the given header.
+func newTable(w io.Writer, header ...string) *table {
+	return &table{w: w, header: header}
+}
+
+// row adds a row of cells.
+func (t *table) row(cells ...string) {
+	t.rows = append(t.rows, cells)
+}
+
+// flush prints the table with writeTable.
+func (t *table) flush() error {
+	return writeTable(t.w, t.header, t.rows)
+}
+
 // formatValue formats a measurement with about four significant digits and no exponent for large values:
 // 12345678, 1234, 123.4, 12.35, 1.235, 0.1235.
 func formatValue(v float64) string {
