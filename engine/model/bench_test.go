@@ -193,10 +193,9 @@ func (d *decodeStep) steadyRate(b *testing.B, warm, span time.Duration) float64 
 
 // The target benchmarks time each batch size in its steady state, as a server runs it: step after step of the
 // same batch. Whatever ran just before leaves the host's L3 holding its own data, and the steps win it back only
-// over several passes over their weights: on stories110M with Int4 layers a batch-1 step right after the probe's
-// reading takes about 15% longer than one in a run of batch-1 steps, and a batch-1 step after a batch-32 step up
-// to 18% longer. Hence the untimed steps before the timed ones; their lengths cover a few hundred steps of
-// stories110M.
+// over several passes over their weights: a batch-1 step right after the probe's reading, or right after a
+// batch-32 step, takes longer than one in a run of batch-1 steps. Hence the untimed steps before the timed ones;
+// their lengths cover a few hundred steps of stories110M.
 const (
 	boundWarm   = 400 * time.Millisecond // steps after each probe reading, untimed
 	scalingWarm = 200 * time.Millisecond // steps of each batch size before its timed ones, untimed
