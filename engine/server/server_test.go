@@ -90,20 +90,28 @@ func newTestServer(t testing.TB, edit func(*testExec, *Config)) *testServer {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ts := start(t, s)
+	ts.x, ts.vocab, ts.m = x, vocab, m
+	t.Cleanup(func() { // before start's cleanup stops the server
+		if x.gate != nil {
+			close(x.gate)
+			x.gate = nil
+		}
+	})
+	return ts
+}
+
+// start serves s on a loopback port until the test ends.
+func start(t testing.TB, s *Server) *testServer {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	ts := &testServer{Server: s, url: "http://" + ln.Addr().String(), x: x, vocab: vocab, m: m, stop: stop, served: make(chan error, 1)}
+	ts := &testServer{Server: s, url: "http://" + ln.Addr().String(), stop: stop, served: make(chan error, 1)}
 	go func() { ts.served <- s.Serve(ctx, ln) }()
-	t.Cleanup(func() {
-		if x.gate != nil {
-			close(x.gate)
-			x.gate = nil
-		}
-		ts.close(t)
-	})
+	t.Cleanup(func() { ts.close(t) })
 	return ts
 }
 
