@@ -26,11 +26,19 @@ import (
 
 const testModel = "stories260K-synth"
 
-// testExec wraps the CPU executor: each step sleeps for delay, and waits for gate when gate is set.
+// testExec wraps the CPU executor: each step sleeps for delay, and waits for gate when gate is set, until
+// release.
 type testExec struct {
 	exec.Executor
 	delay time.Duration
 	gate  chan struct{}
+	once  sync.Once
+}
+
+func (x *testExec) release() {
+	if x.gate != nil {
+		x.once.Do(func() { close(x.gate) })
+	}
 }
 
 func (x *testExec) Step(b *exec.Batch) (exec.Result, error) {
@@ -92,12 +100,7 @@ func newTestServer(t testing.TB, edit func(*testExec, *Config)) *testServer {
 	}
 	ts := start(t, s)
 	ts.x, ts.vocab, ts.m = x, vocab, m
-	t.Cleanup(func() { // before start's cleanup stops the server
-		if x.gate != nil {
-			close(x.gate)
-			x.gate = nil
-		}
-	})
+	t.Cleanup(x.release) // before start's cleanup stops the server
 	return ts
 }
 
@@ -779,8 +782,7 @@ func TestQueueFull(t *testing.T) {
 	if err := json.Unmarshal(b, &e); code != 429 || err != nil || hdr.Get("Retry-After") != "1" || e.Error.Type != "rate_limit_error" {
 		t.Errorf("third request: %d, Retry-After %q, %s; want 429, 1 and a rate_limit_error", code, hdr.Get("Retry-After"), b)
 	}
-	close(ts.x.gate)
-	ts.x.gate = nil
+	ts.x.release()
 	wg.Wait()
 	if codes[0] != 200 || codes[1] != 200 {
 		t.Errorf("the admitted requests: %v, want 200 200", codes)
@@ -799,35 +801,44 @@ func waitFor(t testing.TB, cond func() bool) {
 	}
 }
 
-// TestDisconnectFreesKV: a client that goes away mid-stream cancels its request; the KV usage metric, above 0
-// while it streamed, returns to 0, and the request counts as aborted.
+// TestDisconnectFreesKV: a client that goes away mid-request cancels it, whether it streams (the server notices
+// on its next write, or from the connection) or waits for one JSON answer (only the connection tells): the KV
+// usage metric, above 0 while it ran, returns to 0 long before the request could have finished, and the request
+// counts as aborted.
 func TestDisconnectFreesKV(t *testing.T) {
-	ts := newTestServer(t, func(x *testExec, _ *Config) { x.delay = 2 * time.Millisecond })
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	body := fmt.Sprintf(`{"model": %q, "prompt": "Once upon a time", "max_tokens": 400, "stream": true}`, testModel)
-	req, _ := http.NewRequestWithContext(ctx, "POST", ts.url+"/v1/completions", strings.NewReader(body))
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := bufio.NewReader(resp.Body)
-	for range 10 { // a few chunks
-		if _, err := r.ReadString('\n'); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if u := value(t, scrape(t, ts.url), "morphlab:kv_cache_usage_perc"); u <= 0 {
-		t.Fatalf("kv_cache_usage_perc %g while a request streams, want > 0", u)
-	}
-	cancel()
-	resp.Body.Close()
-	waitFor(t, func() bool {
-		f := scrape(t, ts.url)
-		return value(t, f, "morphlab:kv_cache_usage_perc") == 0 && value(t, f, "morphlab:request_success_total", "finished_reason", "abort") == 1
-	})
-	if n := ts.Engine().Pending(); n != 0 {
-		t.Errorf("%d requests pending after the disconnect, want 0", n)
+	for _, stream := range []bool{true, false} {
+		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
+			ts := newTestServer(t, func(x *testExec, _ *Config) { x.delay = 5 * time.Millisecond })
+			if out := greedy(t, ts.m, ts.vocab, testPrompt, 400); len(out) < 400 {
+				t.Fatalf("the synthetic model's greedy output ends after %d tokens, want one that runs to 400", len(out))
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			body := fmt.Sprintf(`{"model": %q, "prompt": %s, "max_tokens": 400, "temperature": 0, "stream": %v}`, testModel, tokenJSON(testPrompt), stream)
+			req, _ := http.NewRequestWithContext(ctx, "POST", ts.url+"/v1/completions", strings.NewReader(body))
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				if resp, err := http.DefaultClient.Do(req); err == nil {
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+			}()
+			start := time.Now()
+			waitFor(t, func() bool { return value(t, scrape(t, ts.url), "morphlab:kv_cache_usage_perc") > 0 })
+			cancel()
+			<-done
+			waitFor(t, func() bool {
+				f := scrape(t, ts.url)
+				return value(t, f, "morphlab:kv_cache_usage_perc") == 0 && value(t, f, "morphlab:request_success_total", "finished_reason", "abort") == 1
+			})
+			if d := time.Since(start); d > 1500*time.Millisecond { // 400 steps of at least 5 ms each: 2 s to run to its end
+				t.Errorf("the KV was freed %v after the request started, want well before it could have finished", d)
+			}
+			if n := ts.Engine().Pending(); n != 0 {
+				t.Errorf("%d requests pending after the disconnect, want 0", n)
+			}
+		})
 	}
 }
 
@@ -840,10 +851,13 @@ func TestShutdown(t *testing.T) {
 		grace    time.Duration
 		tokens   int
 		complete bool
-	}{{"finishes", 5 * time.Second, 40, true}, {"deadline", 100 * time.Millisecond, 500, false}} {
+	}{{"finishes", 5 * time.Second, 40, true}, {"deadline", 100 * time.Millisecond, 480, false}} {
 		t.Run(c.name, func(t *testing.T) {
 			ts := newTestServer(t, func(x *testExec, cfg *Config) { x.delay = 2 * time.Millisecond; cfg.Grace = c.grace })
-			body := fmt.Sprintf(`{"model": %q, "prompt": [1], "max_tokens": %d, "stream": true}`, testModel, c.tokens)
+			if out := greedy(t, ts.m, ts.vocab, testPrompt, c.tokens); len(out) < c.tokens {
+				t.Fatalf("the synthetic model's greedy output ends after %d tokens, want one that runs to %d", len(out), c.tokens)
+			}
+			body := fmt.Sprintf(`{"model": %q, "prompt": %s, "max_tokens": %d, "temperature": 0, "stream": true}`, testModel, tokenJSON(testPrompt), c.tokens)
 			resp, err := http.Post(ts.url+"/v1/completions", "application/json", strings.NewReader(body))
 			if err != nil {
 				t.Fatal(err)
