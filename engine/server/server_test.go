@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -33,6 +34,7 @@ type testExec struct {
 	delay time.Duration
 	gate  chan struct{}
 	once  sync.Once
+	fail  atomic.Bool // steps fail from when it is set
 }
 
 func (x *testExec) release() {
@@ -46,6 +48,9 @@ func (x *testExec) Step(b *exec.Batch) (exec.Result, error) {
 		<-x.gate
 	}
 	time.Sleep(x.delay)
+	if x.fail.Load() {
+		return exec.Result{}, errors.New("device lost")
+	}
 	return x.Executor.Step(b)
 }
 
