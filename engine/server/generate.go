@@ -75,7 +75,7 @@ func (s *Server) generate(ctx context.Context, j *job, out output) {
 	case res.Finish == engine.FinishRejected:
 		e := s.unavailable()
 		if e == nil {
-			e = badRequest("max_tokens", "%v", res.Err)
+			e = badRequest(j.MaxName, "%v", res.Err) // the pool can never hold the prompt and max_tokens
 		}
 		out.fail(e, started)
 	default:

@@ -18,9 +18,10 @@ type apiRequest struct {
 	Chat         bool
 	Model        string
 	PromptText   string  // completions: a text prompt; chat: the rendered messages
-	PromptTokens []int32 // completions: a prompt of token ids (PromptIsTokens)
+	PromptTokens []int32 // completions: a prompt of token ids (IsTokens)
 	IsTokens     bool
-	MaxTokens    int // 0: not given (the context left)
+	MaxTokens    int    // 0: not given (the context left)
+	MaxName      string // the field that gave MaxTokens: max_tokens, or max_completion_tokens in a chat
 	Temperature  float64
 	TopP         float64
 	TopK         int
@@ -103,7 +104,7 @@ func parseRequest(body []byte, chat bool) (*apiRequest, *apiError) {
 			return nil, badRequest(k, "parameter %q is not supported except as %s", k, strings.Join(ok, " or "))
 		}
 	}
-	r := &apiRequest{Chat: chat, Temperature: 1, TopP: 1}
+	r := &apiRequest{Chat: chat, Temperature: 1, TopP: 1, MaxName: "max_tokens"}
 	if err := field(obj, "model", &r.Model); err != nil {
 		return nil, err
 	}
@@ -119,17 +120,16 @@ func parseRequest(body []byte, chat bool) (*apiRequest, *apiError) {
 	} else if err := parsePrompt(obj["prompt"], r); err != nil {
 		return nil, err
 	}
-	maxName := "max_tokens"
 	if chat && !isNull(obj["max_completion_tokens"]) {
-		maxName = "max_completion_tokens"
+		r.MaxName = "max_completion_tokens"
 	}
 	var maxTokens *int64
-	if err := field(obj, maxName, &maxTokens); err != nil {
+	if err := field(obj, r.MaxName, &maxTokens); err != nil {
 		return nil, err
 	}
 	if maxTokens != nil {
 		if *maxTokens <= 0 || *maxTokens > math.MaxInt32 {
-			return nil, badRequest(maxName, "%s=%d, want at least 1", maxName, *maxTokens)
+			return nil, badRequest(r.MaxName, "%s=%d, want at least 1", r.MaxName, *maxTokens)
 		}
 		r.MaxTokens = int(*maxTokens)
 	}

@@ -29,7 +29,7 @@
 // of the text). A stop string that is exactly one token's text is also handed to the engine as a stop token, so
 // the request ends in the step that produced it; every stop string is also looked for in the decoded text,
 // where it may span tokens or sit inside one, and the request is then cancelled in the engine. Usage counts the
-// prompt's tokens and every token generated, the stop token included.
+// prompt's tokens and the tokens generated up to the one that ended the request, a stop token included.
 //
 // # Errors
 //
@@ -348,19 +348,12 @@ func (s *Server) prepare(r *apiRequest) (*job, *apiError) {
 		return nil, badRequest(promptField, "%s has %d tokens, the model's context is %d tokens (a prompt may have at most %d, leaving one for the output)",
 			promptField, len(prompt), ctx, ctx-1)
 	}
-	maxName := "max_tokens"
-	if r.Chat {
-		maxName = "max_completion_tokens"
-	}
 	maxTokens := r.MaxTokens
 	if maxTokens == 0 {
 		maxTokens = ctx - len(prompt)
 	} else if len(prompt)+maxTokens > ctx {
-		if !r.Chat {
-			maxName = "max_tokens"
-		}
-		return nil, badRequest("max_tokens", "%s=%d with a prompt of %d tokens exceeds the model's context of %d tokens (at most %d)",
-			maxName, maxTokens, len(prompt), ctx, ctx-len(prompt))
+		return nil, badRequest(r.MaxName, "%s=%d with a prompt of %d tokens exceeds the model's context of %d tokens (at most %d)",
+			r.MaxName, maxTokens, len(prompt), ctx, ctx-len(prompt))
 	}
 	stops := append([]int32(nil), s.ends...)
 	for _, str := range r.Stop {

@@ -93,9 +93,17 @@ func runServe(e *env, args []string) error {
 		*name, ln.Addr(), *policy, mem.Blocks, *blockSize, formatBytes(mem.Budget), formatBytes(mem.Weights))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	announced := make(chan struct{})
+	go func() {
+		<-ctx.Done()
+		stop() // a second signal ends the process at once
+		fmt.Fprintf(e.stderr, "stopping: finishing running requests (at most %v; a second signal exits now)\n", *grace)
+		close(announced)
+	}()
 	if err := srv.Serve(ctx, ln); err != nil {
 		return err
 	}
+	<-announced // Serve returns nil only once ctx has ended
 	fmt.Fprintf(e.stderr, "stopped\n")
 	return nil
 }

@@ -71,8 +71,8 @@ func TestServeSIGTERM(t *testing.T) {
 	go func() { done <- cmd.Wait() }()
 	select {
 	case err := <-done:
-		if err != nil || string(tail) != "stopped\n" {
-			t.Errorf("serve after SIGTERM: %v, stderr %q; want exit 0 and \"stopped\"", err, tail)
+		if want := "stopping: finishing running requests (at most 20s; a second signal exits now)\nstopped\n"; err != nil || string(tail) != want {
+			t.Errorf("serve after SIGTERM: %v, stderr %q; want exit 0 and %q", err, tail, want)
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("serve did not exit 30 s after SIGTERM")
