@@ -13,6 +13,7 @@ import (
 
 	"github.com/morphlab/morphlab/engine"
 	"github.com/morphlab/morphlab/engine/exec"
+	"github.com/morphlab/morphlab/engine/morph"
 	"github.com/morphlab/morphlab/engine/server"
 )
 
@@ -44,8 +45,14 @@ func runServe(e *env, args []string) error {
 	maxQueue := fs.Int("max-queue", 0, "requests waiting for their first batch at most; more get 429 (0: no bound)")
 	addr := fs.String("addr", "127.0.0.1:8000", "listen `address`")
 	grace := fs.Duration("grace", 30*time.Second, "on SIGINT/SIGTERM, how long running requests may take to finish")
+	morphPolicy := fs.String("policy", "fp16", "morphing `policy`: fp16, static:int8|int4, selective:N[:int8|int4], morph:MODE[:k=v...] (as morphlab run)")
+	profile := fs.String("profile", "", "layer swap order from a 'morphlab profile' `file`")
 	if err := e.parse(fs, args); err != nil {
 		return err
+	}
+	spec, err := morph.Parse(*morphPolicy)
+	if err != nil {
+		return usagef("--policy: %v", err)
 	}
 	switch {
 	case *policy != "continuous" && *policy != "dynamic" && *policy != "static":
@@ -68,9 +75,22 @@ func runServe(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	order, base, err := servingSetup(m, spec, *profile)
+	if err != nil {
+		return err
+	}
 	if budget == 0 {
 		blocks := 32 * ((m.Config.SeqLen + *blockSize - 1) / *blockSize)
-		budget = int64(m.WeightBytes()) + exec.WorkspaceBytes(m.Config, *stepTokens) + int64(blocks*m.SequenceKV.BytesPerBlock(m.Config, *blockSize))
+		budget = budgetFor(m, base, m.SequenceKV, *blockSize, *stepTokens, blocks)
+	}
+	controller := morph.NewController(spec, order, base)
+	bound := false
+	onStep := func(e *engine.Engine, info engine.StepInfo) {
+		if !bound {
+			controller.Bind(e)
+			bound = true
+		}
+		controller.OnStep(info)
 	}
 	x, err := exec.NewCPU(m, exec.CPUOptions{Budget: budget, BlockSize: *blockSize, MaxTokens: *stepTokens, KVType: m.SequenceKV})
 	if err != nil {
@@ -79,7 +99,7 @@ func runServe(e *env, args []string) error {
 	if *name == "" {
 		*name = strings.TrimSuffix(filepath.Base(mf.path), filepath.Ext(mf.path))
 	}
-	srv, err := server.New(server.Config{Model: *name, Vocab: vocab, Executor: x, MaxQueue: *maxQueue, Grace: *grace,
+	srv, err := server.New(server.Config{Model: *name, Vocab: vocab, Executor: x, MaxQueue: *maxQueue, Grace: *grace, OnStep: onStep,
 		Engine: engine.Options{Policy: *policy, MaxSeqs: *maxSeqs, BatchSize: min(*batch, *stepTokens), MaxDelay: *maxDelay}})
 	if err != nil {
 		return err
@@ -89,8 +109,8 @@ func runServe(e *env, args []string) error {
 		return err
 	}
 	mem := x.Memory()
-	fmt.Fprintf(e.stderr, "serving %s on http://%s: %s batching, %d KV blocks of %d tokens, budget %s (weights %s)\n",
-		*name, ln.Addr(), *policy, mem.Blocks, *blockSize, formatBytes(mem.Budget), formatBytes(mem.Weights))
+	fmt.Fprintf(e.stderr, "serving %s on http://%s: %s batching, policy %s, %d KV blocks of %d tokens, budget %s (weights %s)\n",
+		*name, ln.Addr(), *policy, spec, mem.Blocks, *blockSize, formatBytes(mem.Budget), formatBytes(mem.Weights))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	announced := make(chan struct{})

@@ -45,7 +45,7 @@ func TestServeSIGTERM(t *testing.T) {
 	if err != nil {
 		t.Fatalf("serve's first line: %q, %v", first, err)
 	}
-	addr := regexp.MustCompile(`^serving m on (http://127\.0\.0\.1:\d+): continuous batching, \d+ KV blocks of 16 tokens`).FindStringSubmatch(first)
+	addr := regexp.MustCompile(`^serving m on (http://127\.0\.0\.1:\d+): continuous batching, policy fp16, \d+ KV blocks of 16 tokens`).FindStringSubmatch(first)
 	if addr == nil {
 		t.Fatalf("serve's first line %q, want the model, the address and the pool", first)
 	}
