@@ -2,6 +2,7 @@ package exec
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -174,31 +175,34 @@ func (e *CPU) DetachKV(blocks int) error {
 	return nil
 }
 
-// applyPending makes the swaps asked for active and returns the formats the step runs with and the attached
-// block count.
-func (e *CPU) applyPending() ([]quant.Format, int) {
+// applyPending makes the swaps asked for active and returns the formats the step runs with, the layers swapped
+// (in order) and the attached block count.
+func (e *CPU) applyPending() ([]quant.Format, []int, int) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	var swapped []int
 	for l, f := range e.pending {
 		if err := e.m.SetPrecision(l, f); err != nil {
 			panic(err) // SetLayerPrecision checked the variant exists
 		}
 		e.formats[l] = f
+		swapped = append(swapped, l)
 	}
+	slices.Sort(swapped)
 	clear(e.pending)
-	return append([]quant.Format(nil), e.formats...), e.blocks
+	return append([]quant.Format(nil), e.formats...), swapped, e.blocks
 }
 
 // Step applies pending swaps, then runs the batch through the model and picks each asked-for next token.
 func (e *CPU) Step(b *Batch) (Result, error) {
 	start := time.Now()
-	formats, blocks := e.applyPending()
+	formats, swapped, blocks := e.applyPending()
 	n := len(b.Seqs)
 	if n == 0 {
-		return Result{Formats: formats}, fmt.Errorf("exec: empty batch")
+		return Result{Formats: formats, Swapped: swapped}, fmt.Errorf("exec: empty batch")
 	}
 	if t := b.Tokens(); t > e.opt.MaxTokens {
-		return Result{Formats: formats}, fmt.Errorf("exec: batch of %d tokens, the workspace holds %d", t, e.opt.MaxTokens)
+		return Result{Formats: formats, Swapped: swapped}, fmt.Errorf("exec: batch of %d tokens, the workspace holds %d", t, e.opt.MaxTokens)
 	}
 	mb := 0
 	for _, s := range b.Seqs {
@@ -212,7 +216,7 @@ func (e *CPU) Step(b *Batch) (Result, error) {
 		fb.SeqLens[i] = int32(s.SeqLen)
 		for _, id := range s.Table {
 			if id < 0 || int(id) >= blocks {
-				return Result{Formats: formats}, fmt.Errorf("exec: sequence %d uses block %d, %d attached", i, id, blocks)
+				return Result{Formats: formats, Swapped: swapped}, fmt.Errorf("exec: sequence %d uses block %d, %d attached", i, id, blocks)
 			}
 		}
 		copy(e.tables[i*mb:], s.Table)
@@ -224,7 +228,7 @@ func (e *CPU) Step(b *Batch) (Result, error) {
 	}
 	logits := e.logits[:n*voc]
 	if err := e.m.Forward(&fb, e.cache, &e.ws, logits, nil); err != nil {
-		return Result{Formats: formats}, err
+		return Result{Formats: formats, Swapped: swapped}, err
 	}
 	next := make([]int32, n)
 	for i, s := range b.Seqs {
@@ -238,7 +242,7 @@ func (e *CPU) Step(b *Batch) (Result, error) {
 			next[i] = int32(sample.Argmax(row))
 		}
 	}
-	return Result{Next: next, Duration: time.Since(start), Formats: formats}, nil
+	return Result{Next: next, Duration: time.Since(start), Formats: formats, Swapped: swapped}, nil
 }
 
 // Geometry reports the executor's block size and tokens per step and the model's context and vocabulary.
