@@ -313,4 +313,3 @@ func BenchmarkSimStep(b *testing.B) {
 		})
 	}
 }
-
