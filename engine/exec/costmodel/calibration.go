@@ -6,7 +6,6 @@ import (
 	"math"
 	"os"
 	"slices"
-	"sort"
 	"time"
 
 	"gonum.org/v1/gonum/mat"
@@ -20,12 +19,13 @@ const CalibrationVersion = 1
 
 // Calibration is a step-time model of one model shape on one CPU, fitted to the CPU executor's measured steps:
 //
-//	t = Overhead + Σ_f layers_f·(Layer_f + LayerToken_f·tokens) + layers·(PrefillKey·prefill keys + DecodeKey·decode keys) + Sampled·sampled
+//	t = Σ_f layers_f·(Layer_f + LayerToken_f·tokens) + layers·(PrefillKey·prefill keys + DecodeKey·decode keys) + Sampled·sampled
 //
 // where layers_f counts the decoder layers in format f: a layer reads its weights once a step (Layer_f) and
 // multiplies every token by them (LayerToken_f); attention costs each attended key (prompt chunks and decode
 // differ: one is a tiled matrix product, the other a stream over the cache); the classifier costs each sampled
-// row. Overhead is identified only when the measured steps mix formats (otherwise it is part of Layer_f).
+// row. A step's fixed overhead has no term of its own: the layers always add up to the model's, so it cannot be
+// told from the per-layer costs and is spread over them.
 type Calibration struct {
 	Version int          `json:"version"`
 	Machine string       `json:"machine"` // the CPU's model name, as probe reports it
@@ -34,7 +34,6 @@ type Calibration struct {
 	KV      string       `json:"kv"`
 	Threads int          `json:"threads"`
 
-	Overhead   float64       `json:"overhead_s"`
 	Formats    []FormatTerms `json:"formats"`
 	PrefillKey float64       `json:"prefill_key_s"`
 	DecodeKey  float64       `json:"decode_key_s"`
@@ -71,7 +70,7 @@ func (c *Calibration) terms(f quant.Format) (FormatTerms, bool) {
 
 // seconds is the predicted time of a step in seconds.
 func (c *Calibration) seconds(w Work, layers []LayerFormat, nLayers int) float64 {
-	t := c.Overhead + c.Sampled*float64(w.Sampled) +
+	t := c.Sampled*float64(w.Sampled) +
 		float64(nLayers)*(c.PrefillKey*float64(w.PrefillKeys)+c.DecodeKey*float64(w.DecodeKeys))
 	for _, lf := range layers {
 		ft, _ := c.terms(lf.Format)
@@ -102,26 +101,16 @@ func (c *Calibration) Check(cfg model.Config, formats []quant.Format) error {
 // by 1/time, so that short decode steps count as much as long prompt chunks). nLayers is the model's layer count.
 func FitCalibration(samples []Sample, nLayers int) (*Calibration, error) {
 	var formats []quant.Format
-	mixed := false
 	for _, s := range samples {
-		n := 0
 		for _, lf := range s.Layers {
-			if lf.Layers > 0 {
-				n++
-				if !slices.Contains(formats, lf.Format) {
-					formats = append(formats, lf.Format)
-				}
+			if lf.Layers > 0 && !slices.Contains(formats, lf.Format) {
+				formats = append(formats, lf.Format)
 			}
 		}
-		mixed = mixed || n > 1
 	}
-	sort.Slice(formats, func(i, j int) bool { return formats[i] < formats[j] })
-	// Columns: [overhead if mixed], per format (layer, layer·token), prefill key, decode key, sampled.
-	off := 0
-	if mixed {
-		off = 1
-	}
-	cols := off + 2*len(formats) + 3
+	slices.Sort(formats)
+	// Columns: per format (layer, layer·token), prefill key, decode key, sampled.
+	cols := 2*len(formats) + 3
 	if len(samples) < cols {
 		return nil, fmt.Errorf("costmodel: %d measured steps for %d terms, want at least as many", len(samples), cols)
 	}
@@ -133,15 +122,12 @@ func FitCalibration(samples []Sample, nLayers int) (*Calibration, error) {
 		}
 		wt := 1 / s.Seconds
 		row := make([]float64, cols)
-		if mixed {
-			row[0] = 1
-		}
 		for _, lf := range s.Layers {
-			j := off + 2*slices.Index(formats, lf.Format)
+			j := 2 * slices.Index(formats, lf.Format)
 			row[j] += float64(lf.Layers)
 			row[j+1] += float64(lf.Layers) * float64(s.Work.Tokens)
 		}
-		k := off + 2*len(formats)
+		k := 2 * len(formats)
 		row[k] = float64(nLayers) * float64(s.Work.PrefillKeys)
 		row[k+1] = float64(nLayers) * float64(s.Work.DecodeKeys)
 		row[k+2] = float64(s.Work.Sampled)
@@ -155,13 +141,10 @@ func FitCalibration(samples []Sample, nLayers int) (*Calibration, error) {
 		return nil, fmt.Errorf("costmodel: calibration fit: %v (the grid must vary tokens, keys and sampled rows)", err)
 	}
 	c := &Calibration{Version: CalibrationVersion, Steps: len(samples)}
-	if mixed {
-		c.Overhead = x.AtVec(0)
-	}
 	for i, f := range formats {
-		c.Formats = append(c.Formats, FormatTerms{Format: f.String(), Layer: x.AtVec(off + 2*i), LayerToken: x.AtVec(off + 2*i + 1)})
+		c.Formats = append(c.Formats, FormatTerms{Format: f.String(), Layer: x.AtVec(2 * i), LayerToken: x.AtVec(2*i + 1)})
 	}
-	k := off + 2*len(formats)
+	k := 2 * len(formats)
 	c.PrefillKey, c.DecodeKey, c.Sampled = x.AtVec(k), x.AtVec(k+1), x.AtVec(k+2)
 	errs := make([]float64, len(samples))
 	for i, s := range samples {
