@@ -252,4 +252,3 @@ func layerFormats(fs []quant.Format) []costmodel.LayerFormat {
 	}
 	return out
 }
-
