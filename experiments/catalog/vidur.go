@@ -55,10 +55,10 @@ func ReadVidur(r io.Reader, name string) ([]VidurRow, error) {
 		if errors.Is(err, io.EOF) {
 			break
 		}
-		line, _ := cr.FieldPos(0)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %v", name, err)
 		}
+		line, _ := cr.FieldPos(0)
 		integer := func(field string) (int, error) {
 			v, err := strconv.Atoi(strings.TrimSpace(rec[col[field]]))
 			if err != nil || v <= 0 {
