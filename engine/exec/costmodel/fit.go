@@ -130,15 +130,18 @@ var Start = Roofline{
 
 // Fit fits each class's roofline to the measurements of its operators, minimizing the sum of squared log
 // errors (so that a 1-token and a 4096-token time weigh alike), each octave of token counts weighing alike,
-// with Nelder–Mead; a class without measurements
-// keeps Start. What each class fits:
-//   - linear: compute and memory efficiencies and the floor;
-//   - add and embedding: the memory efficiency and the floor (an add's one FLOP an element never binds, and
-//     the embedding counts none): an add is the purest stream of activations there is;
-//   - norm, rope, act: the compute efficiency and the floor, their memory efficiency being the add's. On one
-//     device a compute and a memory term that both grow with the tokens cannot be told apart; tying the stream's
-//     efficiency to the add's, measured where nothing else binds, leaves the rest of the time to arithmetic,
-//     which is what differs between devices with different vector rates.
+// with Nelder–Mead; a class without measurements keeps Start. What each class fits:
+//   - linear: compute and memory efficiencies as functions of the token count, and the floor;
+//   - add and embedding: a constant memory efficiency and the floor (an add's one FLOP an element never binds,
+//     and the embedding counts none): an add is the purest stream of activations there is;
+//   - norm, rope, act: a constant compute efficiency and the floor, their memory efficiency being the add's. On
+//     one device a compute and a memory term that both grow with the tokens cannot be told apart; tying the
+//     stream's efficiency to the add's, measured where nothing else binds, leaves the rest of the time to
+//     arithmetic, which is what differs between devices with different vector rates.
+//
+// Elementwise efficiencies are constants because their small batches are launch-bound: the floor, the same on
+// an A40 as on an A100 in Vidur's profiles, explains them, where a token-dependent efficiency would scale them
+// with the device's ceilings.
 //
 // The result depends only on the measurements.
 func Fit(ms []Measurement) (Params, error) {
@@ -166,10 +169,10 @@ func Fit(ms []Measurement) (Params, error) {
 		case ClassLinear:
 			err = fitRoofline(cls, r, &r.Compute, &r.Memory, &r.Floor)
 		case ClassAdd, ClassEmbedding:
-			err = fitRoofline(cls, r, &r.Memory, &r.Floor)
+			err = fitRoofline(cls, r, constant{&r.Memory}, &r.Floor)
 		default:
 			r.Memory = p.Add.Memory
-			err = fitRoofline(cls, r, &r.Compute, &r.Floor)
+			err = fitRoofline(cls, r, constant{&r.Compute}, &r.Floor)
 		}
 		if err != nil {
 			return Params{}, fmt.Errorf("costmodel: fit %v: %v", c, err)
@@ -178,25 +181,32 @@ func Fit(ms []Measurement) (Params, error) {
 	return p, nil
 }
 
-// fitRoofline fits the free parameters of r (pointers into its fields: *Efficiency or the *float64 floor) to
-// pts, its other fields held at their values.
+// constant marks an efficiency fitted as a constant (Half 0: Max at every token count).
+type constant struct{ e *Efficiency }
+
+// fitRoofline fits the free parameters of r (pointers into its fields: *Efficiency for a token-dependent
+// efficiency, constant for a constant one, *float64 for the floor) to pts, its other fields held at their values.
 func fitRoofline(pts []point, r *Roofline, free ...any) error {
+	// need is the efficiency at which e's term alone explains the slowest point: a fit starts there, because a
+	// term that never binds leaves the objective flat in its parameters and the simplex stuck.
+	need := func(e *Efficiency) float64 {
+		n := 0.0
+		for _, pt := range pts {
+			if e == &r.Compute {
+				n = max(n, pt.flops/(pt.peak*pt.seconds))
+			} else {
+				n = max(n, pt.bytes/(pt.bw*pt.seconds))
+			}
+		}
+		return min(max(n, 1e-6), 0.99)
+	}
 	var x0 []float64
 	for _, f := range free {
 		switch v := f.(type) {
 		case *Efficiency:
-			// Start where this term alone explains the slowest point's efficiency: a term that never binds
-			// leaves the objective flat in its parameters and the simplex stuck.
-			need := 0.0
-			for _, pt := range pts {
-				if v == &r.Compute {
-					need = max(need, pt.flops/(pt.peak*pt.seconds))
-				} else {
-					need = max(need, pt.bytes/(pt.bw*pt.seconds))
-				}
-			}
-			start := Efficiency{Max: min(max(need, 1e-6), 0.99), Half: 64, Shape: 1}
-			x0 = append(x0, encodeEff(start)...)
+			x0 = append(x0, encodeEff(Efficiency{Max: need(v), Half: 64, Shape: 1})...)
+		case constant:
+			x0 = append(x0, logit(need(v.e)))
 		case *float64:
 			x0 = append(x0, math.Log(*v))
 		}
@@ -208,6 +218,9 @@ func fitRoofline(pts []point, r *Roofline, free ...any) error {
 			case *Efficiency:
 				*v = decodeEff(x[i : i+3])
 				i += 3
+			case constant:
+				*v.e = Efficiency{Max: logistic(x[i])}
+				i++
 			case *float64:
 				*v = math.Exp(x[i])
 				i++
