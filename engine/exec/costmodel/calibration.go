@@ -39,9 +39,12 @@ type Calibration struct {
 	DecodeKey  float64       `json:"decode_key_s"`
 	Sampled    float64       `json:"sampled_s"`
 
-	// Steps is how many measured steps the fit used, MAPE its median absolute percentage error on them.
-	Steps int     `json:"steps"`
-	MAPE  float64 `json:"mape_percent"`
+	// Steps is how many measured steps the fit used, MAPE its median absolute percentage error on them;
+	// HeldOutSteps and HeldOutMAPE the same over steps timed alike but left out of the fit.
+	Steps        int     `json:"steps"`
+	MAPE         float64 `json:"mape_percent"`
+	HeldOutSteps int     `json:"held_out_steps"`
+	HeldOutMAPE  float64 `json:"held_out_mape_percent"`
 }
 
 // FormatTerms are the per-layer terms of one weight format.
