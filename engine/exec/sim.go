@@ -43,8 +43,8 @@ const (
 )
 
 // Sim is an executor without weights: it keeps the CPU executor's memory accounting (weights by each layer's
-// format, attached KV blocks, the workspace of the largest step) and checks every batch as the CPU executor
-// does, but a step's duration comes from the cost model and its tokens are drawn deterministically: a hash of
+// format, attached KV blocks, the workspace of the largest step as WorkspaceBytes counts it, in float32
+// activations) and checks every batch as the CPU executor does (and that each table covers its positions), but a step's duration comes from the cost model and its tokens are drawn deterministically: a hash of
 // the seed, the position sampled and the token fed last, so that a sequence recomputed after preemption draws
 // the same tokens again, and identical runs are identical.
 //
@@ -100,6 +100,11 @@ func NewSim(opt SimOptions) (*Sim, error) {
 			return nil, fmt.Errorf("exec: sim: %v", err)
 		}
 		e.layerBytes[f] = costmodel.LayerBytes(cfg, f)
+	}
+	if c := opt.Cost.Calibration; c != nil {
+		if err := c.Check(cfg, opt.Formats); err != nil {
+			return nil, fmt.Errorf("exec: sim: %v", err)
+		}
 	}
 	e.formats = slices.Repeat([]quant.Format{opt.Formats[0]}, cfg.NLayers)
 	e.recount()

@@ -73,6 +73,7 @@ func ModelByName(name string) (Model, error) {
 const (
 	tera = 1e12
 	giga = 1e9
+	mib  = 1 << 20
 	// Host links as a layer swap sees them: pinned host-to-device copies reach about 26 GB/s over PCIe Gen4 x16
 	// (32 GB/s raw a direction) and about 55 GB/s over Gen5 x16 (64 GB/s raw).
 	pcieGen4 = 26 * giga
@@ -80,30 +81,33 @@ const (
 )
 
 // Hardware are the catalog's devices, dense (no structured sparsity) peaks. GPUs compute in FP16 activations.
+// A GPU's memory is what nvidia-smi reports as its total (the datasheet's GB less what ECC and the firmware
+// keep): 23,034 MiB on an L4, 46,068 on an A40, 81,920 on an A100 80GB, 81,559 on an H100 SXM, 143,771 on an
+// H200.
 var Hardware = []costmodel.Hardware{
 	// NVIDIA L4 datasheet: FP16 tensor 121 TFLOPS and INT8 242.5 TOPS dense (242 and 485 with sparsity), FP32
 	// 30.3 TFLOPS, 24 GB GDDR6 at 300 GB/s, PCIe Gen4 x16. FP16 without tensor cores runs at the FP32 rate on
 	// Ada (Ada whitepaper, appendix table).
 	{Name: "l4", F16FLOPS: 121 * tera, Int8OPS: 242.5 * tera, F32FLOPS: 30.3 * tera, VectorFLOPS: 30.3 * tera, Bandwidth: 300 * giga,
-		Memory: 24e9, HostLink: pcieGen4, ActBytes: 2},
+		Memory: 23034 * mib, HostLink: pcieGen4, ActBytes: 2},
 	// NVIDIA A40 datasheet: FP16 tensor 149.7 TFLOPS (FP32 accumulate) and INT8 299.3 TOPS dense, FP32 37.4
 	// TFLOPS, 48 GB GDDR6 at 696 GB/s, PCIe Gen4 x16. FP16 without tensor cores runs at the FP32 rate on GA102
 	// (Ampere GA102 whitepaper, table 9).
 	{Name: "a40", F16FLOPS: 149.7 * tera, Int8OPS: 299.3 * tera, F32FLOPS: 37.4 * tera, VectorFLOPS: 37.4 * tera, Bandwidth: 696 * giga,
-		Memory: 48e9, HostLink: pcieGen4, ActBytes: 2},
+		Memory: 46068 * mib, HostLink: pcieGen4, ActBytes: 2},
 	// NVIDIA A100 datasheet (80 GB SXM): FP16 tensor 312 TFLOPS, INT8 624 TOPS dense, FP32 19.5 TFLOPS, 80 GB
 	// HBM2e at 2,039 GB/s, PCIe Gen4 x16 to the host. FP16 without tensor cores: 78 TFLOPS (A100 whitepaper,
 	// table 1).
 	{Name: "a100", F16FLOPS: 312 * tera, Int8OPS: 624 * tera, F32FLOPS: 19.5 * tera, VectorFLOPS: 78 * tera, Bandwidth: 2039 * giga,
-		Memory: 80e9, HostLink: pcieGen4, ActBytes: 2},
+		Memory: 81920 * mib, HostLink: pcieGen4, ActBytes: 2},
 	// NVIDIA H100 datasheet (SXM): FP16 tensor 989.4 TFLOPS, INT8 1,979 TOPS dense (half the with-sparsity
 	// figures), FP32 67 TFLOPS, 80 GB HBM3 at 3.35 TB/s, PCIe Gen5 x16 to the host. FP16 without tensor cores:
 	// 133.8 TFLOPS (H100 whitepaper, table 3).
 	{Name: "h100", F16FLOPS: 989.4 * tera, Int8OPS: 1979 * tera, F32FLOPS: 67 * tera, VectorFLOPS: 133.8 * tera, Bandwidth: 3350 * giga,
-		Memory: 80e9, HostLink: pcieGen5, ActBytes: 2},
+		Memory: 81559 * mib, HostLink: pcieGen5, ActBytes: 2},
 	// NVIDIA H200 datasheet (SXM): the H100's compute, 141 GB HBM3e at 4.8 TB/s, PCIe Gen5 x16.
 	{Name: "h200", F16FLOPS: 989.4 * tera, Int8OPS: 1979 * tera, F32FLOPS: 67 * tera, VectorFLOPS: 133.8 * tera, Bandwidth: 4800 * giga,
-		Memory: 141e9, HostLink: pcieGen5, ActBytes: 2},
+		Memory: 143771 * mib, HostLink: pcieGen5, ActBytes: 2},
 	// This machine, from `morphlab probe` (kernels/probe, 2 threads, 2026-12-01): "Intel(R) Xeon(R) Processor"
 	// under KVM, 2 logical CPUs with AVX-512 VNNI; f32 FMA peak 460 GFLOP/s, int8 dot peak 1,850 GOP/s, read
 	// bandwidth 33.5 GB/s at a 256 MiB working set (DRAM), 23 GiB of memory (free -g). The CPU executor widens

@@ -308,7 +308,7 @@ type Model struct {
 	// Calibration, when set, replaces the roofline for StepTime (the CPU).
 	Calibration *Calibration
 
-	layerCache map[quant.Format][]float64 // layer time without attention by token count, NaN where not yet known
+	cache map[memoKey][]float64 // times by token count, NaN where not yet known
 }
 
 // New returns a cost model of cfg on hw with efficiencies p, a cache of kv elements and the embedding and
@@ -321,7 +321,7 @@ func New(cfg model.Config, hw Hardware, p Params, kv model.KVType, outer quant.F
 		return nil, fmt.Errorf("costmodel: hardware %q: FP16 peak %g, INT8 peak %g, FP32 peak %g, vector rate %g, bandwidth %g, activation bytes %d; want all > 0",
 			hw.Name, hw.F16FLOPS, hw.Int8OPS, hw.F32FLOPS, hw.VectorFLOPS, hw.Bandwidth, hw.ActBytes)
 	}
-	return &Model{Config: cfg, Hardware: hw, Params: p, KV: kv, Outer: outer, layerCache: map[quant.Format][]float64{}}, nil
+	return &Model{Config: cfg, Hardware: hw, Params: p, KV: kv, Outer: outer, cache: map[memoKey][]float64{}}, nil
 }
 
 // kvRowBytes is the bytes one token's keys and values take in one layer.
@@ -414,9 +414,21 @@ func (m *Model) OuterOpTimes(w Work) []OpTime {
 	return out
 }
 
-// layerTime is one layer's time without attention at n tokens in f, cached.
-func (m *Model) layerTime(n int, f quant.Format) float64 {
-	cache := m.layerCache[f]
+// What the memo caches by token count.
+const (
+	memoLayer   = iota // one layer without attention, in a format
+	memoOuter          // the embedding and the final norm
+	memoSampled        // the classifier, by sampled rows
+)
+
+type memoKey struct {
+	kind int
+	f    quant.Format
+}
+
+// memo returns the cached time of k at n tokens (or rows), computing it the first time.
+func (m *Model) memo(k memoKey, n int) float64 {
+	cache := m.cache[k]
 	if n < len(cache) && !math.IsNaN(cache[n]) {
 		return cache[n]
 	}
@@ -427,11 +439,20 @@ func (m *Model) layerTime(n int, f quant.Format) float64 {
 		}
 		copy(grown, cache)
 		cache = grown
-		m.layerCache[f] = cache
+		m.cache[k] = cache
 	}
 	t := 0.0
-	for _, op := range m.LayerOpTimes(n, f) {
-		t += op.Seconds * float64(op.Count)
+	switch k.kind {
+	case memoLayer:
+		for _, op := range m.LayerOpTimes(n, k.f) {
+			t += op.Seconds * float64(op.Count)
+		}
+	case memoOuter:
+		for _, op := range m.OuterOpTimes(Work{Tokens: n}) {
+			t += op.Seconds
+		}
+	case memoSampled:
+		t = m.linear(OpClassifier, m.Config.VocabSize, m.Config.Dim, n, m.Outer).Seconds
 	}
 	cache[n] = t
 	return t
@@ -446,16 +467,16 @@ func (m *Model) StepTime(w Work, layers []LayerFormat) time.Duration {
 	if m.Calibration != nil {
 		return m.Calibration.StepTime(w, layers, m.Config.NLayers)
 	}
-	t := m.Params.Iteration
+	t := m.Params.Iteration + m.memo(memoKey{kind: memoOuter}, w.Tokens)
+	if w.Sampled > 0 {
+		t += m.memo(memoKey{kind: memoSampled}, w.Sampled)
+	}
 	total := 0
 	for _, lf := range layers {
-		t += float64(lf.Layers) * m.layerTime(w.Tokens, lf.Format)
+		t += float64(lf.Layers) * m.memo(memoKey{memoLayer, lf.Format}, w.Tokens)
 		total += lf.Layers
 	}
 	pre, dec := m.AttentionTimes(w)
 	t += float64(total) * (pre.Seconds + dec.Seconds)
-	for _, op := range m.OuterOpTimes(w) {
-		t += op.Seconds
-	}
 	return time.Duration(t * 1e9)
 }
