@@ -44,9 +44,10 @@ const (
 
 // Sim is an executor without weights: it keeps the CPU executor's memory accounting (weights by each layer's
 // format, attached KV blocks, the workspace of the largest step as WorkspaceBytes counts it, in float32
-// activations) and checks every batch as the CPU executor does (and that each table covers its positions), but a step's duration comes from the cost model and its tokens are drawn deterministically: a hash of
-// the seed, the position sampled and the token fed last, so that a sequence recomputed after preemption draws
-// the same tokens again, and identical runs are identical.
+// activations) and checks every batch as the CPU executor does (and that each table covers its positions), but
+// a step's duration comes from the cost model and its tokens are drawn deterministically: a hash of the seed,
+// the position sampled and the token fed last (a SeqWork's Sampler is not used), so that a sequence recomputed
+// after preemption draws the same tokens again, and identical runs are identical.
 //
 // Swaps are transfers over the host link (SwapCost): each moves the layer's new variant (prebuilt in host
 // memory) onto the device, one after another in the order asked. Asking a layer for the format it runs in

@@ -9,9 +9,10 @@
 // ceiling (tiles left idle, launch latency), large ones approach Max. The floor is the operator's shortest time
 // (a kernel launch and its tail). Projections compute at the peak of their weights' dtype (tensor cores on a
 // GPU); elementwise operators (norms, RoPE, the activation, residual adds) at the vector rate, counting a few
-// FLOPs an element, and stream their activations. Efficiencies are per operator class (Params) and are fitted,
-// not guessed: Fit finds them from measured operator times (Vidur's A100 profiles, see experiments/catalog), and
-// the held-out checks there use them unchanged with other models and GPUs, whose only inputs are their datasheet
+// FLOPs an element, and stream their activations; their efficiencies are constants, their small batches being
+// launch-bound (the floor). Efficiencies are per operator class (Params) and are fitted, not guessed: Fit finds
+// them from measured operator times (Vidur's A100 profile of Llama-2-7B, see experiments/catalog), and the
+// held-out checks there use them unchanged with other models and GPUs, whose only inputs are their datasheet
 // peaks.
 //
 // The operators of one decoder layer are those Vidur profiles, under its names (input_layernorm, attn_pre_proj,
