@@ -313,3 +313,45 @@ func BenchmarkSimStep(b *testing.B) {
 		})
 	}
 }
+
+// TestSimSwapClock: with the engine's clock, an overlapped transfer also progresses while no step runs.
+func TestSimSwapClock(t *testing.T) {
+	clock := &VirtualClock{}
+	s := newSim(t, SimOptions{Swap: SwapCost{HostLink: 26e9}, Clock: clock})
+	if err := s.SetLayerPrecision(0, quant.Int4); err != nil {
+		t.Fatal(err)
+	}
+	b := decodeBatch(2, 32)
+	if res, _ := s.Step(b); len(res.Swapped) != 0 {
+		t.Fatalf("swapped %v before its transfer's time", res.Swapped)
+	}
+	clock.Advance(time.Second) // idle: the transfer finishes meanwhile
+	if res, _ := s.Step(b); !slices.Equal(res.Swapped, []int{0}) {
+		t.Fatalf("swapped %v after the clock passed the transfer, want [0]", res.Swapped)
+	}
+}
+
+// TestSimCalibrated: with a calibration the step lasts what the calibration predicts, and a calibration that
+// does not cover a prepared format is refused.
+func TestSimCalibrated(t *testing.T) {
+	cost := testCost(t, "stories260K", model.KVF32)
+	cost.Calibration = &costmodel.Calibration{Config: cost.Config, Formats: []costmodel.FormatTerms{{Format: "f32", Layer: 1e-3, LayerToken: 1e-5}, {Format: "int8", Layer: 5e-4, LayerToken: 5e-6}},
+		DecodeKey: 1e-7, Sampled: 2e-4}
+	opt := SimOptions{Cost: cost, Formats: []quant.Format{quant.F32, quant.Int8}, Outer: quant.F32, Budget: 4 << 20, BlockSize: 16, MaxTokens: 64}
+	s, err := NewSim(opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Step(decodeBatch(2, 30))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := time.Duration((5*(1e-3+2*1e-5) + 5*1e-7*60 + 2*2e-4) * 1e9)
+	if d := res.Duration - want; d < -time.Microsecond || d > time.Microsecond {
+		t.Fatalf("duration %v, want the calibration's %v", res.Duration, want)
+	}
+	opt.Formats = append(opt.Formats, quant.Int4)
+	if _, err := NewSim(opt); err == nil {
+		t.Error("a calibration without int4 terms was accepted for int4 layers")
+	}
+}
