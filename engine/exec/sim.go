@@ -23,11 +23,9 @@ type SimOptions struct {
 	BlockSize int
 	MaxTokens int
 	Blocks    int
-	// Swap is what a layer swap's transfer costs; its zero value makes swaps free.
+	// Swap is what a layer swap's transfer costs; its zero value makes swaps free. Transfers are timed on the
+	// engine's clock (Batch.Now), as the CPU executor times them.
 	Swap SwapCost
-	// Clock times swap transfers when set (the engine's clock, so that a transfer also progresses while the
-	// engine is idle); otherwise the executor's own time, the sum of the steps it ran.
-	Clock Clock
 	// Seed chooses the tokens drawn.
 	Seed uint64
 	// StopRate is the probability that a sampled token is the stop token (id 2, </s> in Llama vocabularies);
@@ -50,8 +48,10 @@ const (
 // after preemption draws the same tokens again, and identical runs are identical.
 //
 // Swaps are transfers over the host link (SwapCost): each moves the layer's new variant (prebuilt in host
-// memory) onto the device, one after another in the order asked. Asking a layer for the format it runs in
-// cancels a swap still pending for it; the link time already booked stays booked.
+// memory) onto the device. Overlapped transfers go one after another in the order asked, each starting no
+// earlier than the end of the last step; a blocking one adds its transfer to the step that applies it. Asking
+// a layer for the format it runs in cancels a swap still pending for it (the link time already booked stays
+// booked).
 type Sim struct {
 	opt        SimOptions
 	cfg        model.Config
@@ -63,13 +63,13 @@ type Sim struct {
 	pending map[int]simSwap
 	blocks  int
 
-	now      time.Duration // own time: the sum of the steps' durations
+	lastEnd  time.Duration // when the last step ended, on the engine's clock
 	linkFree time.Duration // when the host link is next free
 }
 
 type simSwap struct {
 	format   quant.Format
-	ready    time.Duration // when its transfer has finished
+	ready    time.Duration // overlapped: when its transfer has finished, the boundary from which it may apply
 	transfer time.Duration
 }
 
@@ -141,13 +141,6 @@ func countFormat(fs []quant.Format, f quant.Format) int {
 	return n
 }
 
-func (e *Sim) time() time.Duration {
-	if e.opt.Clock != nil {
-		return e.opt.Clock.Now()
-	}
-	return e.now
-}
-
 func (e *Sim) weights(format func(l int) quant.Format) int64 {
 	n := e.outer
 	for l := range e.cfg.NLayers {
@@ -198,13 +191,15 @@ func (e *Sim) SetLayerPrecision(layer int, f quant.Format) error {
 		return fmt.Errorf("exec: layer %d in %v needs %d bytes more than the budget has free; detach KV first",
 			layer, f, mem.PendingWeights-(mem.Budget-mem.KV-mem.Workspace))
 	}
-	var transfer time.Duration
-	if e.opt.Swap.HostLink > 0 {
-		transfer = time.Duration(float64(e.layerBytes[f]) / e.opt.Swap.HostLink * 1e9)
+	sw := simSwap{format: f}
+	if bw := e.opt.Swap.HostLink; bw > 0 {
+		sw.transfer = time.Duration(float64(e.layerBytes[f]) / bw * float64(time.Second))
+		if !e.opt.Swap.Blocking {
+			e.linkFree = max(e.linkFree, e.lastEnd) + sw.transfer
+			sw.ready = e.linkFree
+		}
 	}
-	start := max(e.time(), e.linkFree)
-	e.linkFree = start + transfer
-	e.pending[layer] = simSwap{format: f, ready: e.linkFree, transfer: transfer}
+	e.pending[layer] = sw
 	return nil
 }
 
@@ -227,16 +222,15 @@ func (e *Sim) DetachKV(blocks int) error {
 	return nil
 }
 
-// applySwaps makes the swaps whose transfers are done (all of them when swaps block or are free) active, and
-// returns the layers swapped, their transfer time and the part of it that blocks this step.
-func (e *Sim) applySwaps() (swapped []int, transfer, blocking time.Duration) {
+// applySwaps makes the swaps due at a step starting at now active (all of them when swaps block or are free),
+// and returns the layers swapped, their transfer time and the part of it that blocks this step.
+func (e *Sim) applySwaps(now time.Duration) (swapped []int, transfer, blocking time.Duration) {
 	if len(e.pending) == 0 {
 		return nil, 0, 0
 	}
-	now := e.time()
 	for l, s := range e.pending {
-		if e.opt.Swap.HostLink > 0 && !e.opt.Swap.Blocking && s.ready > now {
-			continue
+		if s.ready > now {
+			continue // an overlapped transfer still in flight
 		}
 		swapped = append(swapped, l)
 	}
@@ -262,8 +256,9 @@ func (e *Sim) applySwaps() (swapped []int, transfer, blocking time.Duration) {
 // Step applies the swaps that are due, checks the batch, and returns the cost model's duration and a drawn
 // token for each sequence that asked for one.
 func (e *Sim) Step(b *Batch) (Result, error) {
-	swapped, transfer, blocking := e.applySwaps()
+	swapped, transfer, blocking := e.applySwaps(b.Now)
 	res := Result{Formats: e.formats, Swapped: swapped, SwapTime: transfer}
+	defer func() { e.lastEnd = b.Now + res.Duration }()
 	n := len(b.Seqs)
 	if n == 0 {
 		return res, fmt.Errorf("exec: empty batch")
@@ -300,7 +295,6 @@ func (e *Sim) Step(b *Batch) (Result, error) {
 	}
 	res.Next = next
 	res.Duration = e.opt.Cost.StepTime(w, e.counts) + blocking
-	e.now += res.Duration
 	return res, nil
 }
 

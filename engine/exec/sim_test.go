@@ -136,21 +136,26 @@ func TestSimDuration(t *testing.T) {
 }
 
 // TestSimSwapTransfer: an overlapped swap takes effect at the first step boundary after its transfer over the
-// host link, transfers queue on the link, and a blocking swap adds its transfer to the next step.
+// host link, transfers queue on the link behind the last step, idle time counts, and a blocking swap adds its
+// transfer to the next step.
 func TestSimSwapTransfer(t *testing.T) {
 	const link = 26e9
 	s := newSim(t, SimOptions{Swap: SwapCost{HostLink: link}})
 	transfer := time.Duration(float64(s.LayerBytes()[0][quant.Int4]) / link * 1e9)
-	if err := s.SetLayerPrecision(0, quant.Int4); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.SetLayerPrecision(1, quant.Int4); err != nil {
-		t.Fatal(err)
-	}
 	b := decodeBatch(4, 64)
-	var elapsed time.Duration
-	var got []time.Duration // executor time at which each layer's swap took effect
+	first, err := s.Step(b) // the link starts when this step ends
+	if err != nil {
+		t.Fatal(err)
+	}
+	for l := range 2 {
+		if err := s.SetLayerPrecision(l, quant.Int4); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now := first.Duration
+	var got []time.Duration // when each layer's swap took effect
 	for len(got) < 2 {
+		b.Now = now
 		res, err := s.Step(b)
 		if err != nil {
 			t.Fatal(err)
@@ -159,25 +164,36 @@ func TestSimSwapTransfer(t *testing.T) {
 			if res.Formats[l] != quant.Int4 {
 				t.Fatalf("layer %d swapped but runs %v", l, res.Formats[l])
 			}
-			got = append(got, elapsed)
+			got = append(got, now)
 		}
 		if len(res.Swapped) > 0 && res.SwapTime != time.Duration(len(res.Swapped))*transfer {
 			t.Fatalf("swap time %v for %v, want %v each", res.SwapTime, res.Swapped, transfer)
 		}
-		if len(res.Swapped) == 0 && (res.Formats[0] != quant.F16 && len(got) == 0) {
+		if len(got) == 0 && res.Formats[0] != quant.F16 {
 			t.Fatalf("layer 0 runs %v before its transfer is done", res.Formats[0])
 		}
-		elapsed += res.Duration
-		if elapsed > time.Second {
+		now += res.Duration
+		if now > time.Second {
 			t.Fatal("swaps never took effect")
 		}
 	}
-	step, _ := s.Step(b)
-	if got[0] < transfer || got[0] > transfer+step.Duration || got[1] < 2*transfer || got[1] > 2*transfer+step.Duration {
-		t.Fatalf("swaps took effect at %v, want the first boundary after %v and %v", got, transfer, 2*transfer)
+	start := first.Duration
+	if got[0] < start+transfer || got[0] > start+transfer+first.Duration || got[1] < start+2*transfer || got[1] > start+2*transfer+first.Duration {
+		t.Fatalf("swaps took effect at %v, want the first boundaries after %v and %v", got, start+transfer, start+2*transfer)
+	}
+
+	// Idle time counts: a step long after the ask finds the transfer done.
+	idle := newSim(t, SimOptions{Swap: SwapCost{HostLink: link}})
+	if err := idle.SetLayerPrecision(7, quant.Int8); err != nil {
+		t.Fatal(err)
+	}
+	b.Now = time.Second
+	if res, _ := idle.Step(b); !slices.Equal(res.Swapped, []int{7}) {
+		t.Fatalf("after a second idle: swapped %v, want [7]", res.Swapped)
 	}
 
 	bl := newSim(t, SimOptions{Swap: SwapCost{HostLink: link, Blocking: true}})
+	b.Now = 0
 	base, _ := bl.Step(b)
 	if err := bl.SetLayerPrecision(3, quant.Int8); err != nil {
 		t.Fatal(err)
@@ -311,23 +327,6 @@ func BenchmarkSimStep(b *testing.B) {
 			}
 			b.ReportMetric(simulated.Seconds()/float64(b.N)*1e3, "sim-ms/step")
 		})
-	}
-}
-
-// TestSimSwapClock: with the engine's clock, an overlapped transfer also progresses while no step runs.
-func TestSimSwapClock(t *testing.T) {
-	clock := &VirtualClock{}
-	s := newSim(t, SimOptions{Swap: SwapCost{HostLink: 26e9}, Clock: clock})
-	if err := s.SetLayerPrecision(0, quant.Int4); err != nil {
-		t.Fatal(err)
-	}
-	b := decodeBatch(2, 32)
-	if res, _ := s.Step(b); len(res.Swapped) != 0 {
-		t.Fatalf("swapped %v before its transfer's time", res.Swapped)
-	}
-	clock.Advance(time.Second) // idle: the transfer finishes meanwhile
-	if res, _ := s.Step(b); !slices.Equal(res.Swapped, []int{0}) {
-		t.Fatalf("swapped %v after the clock passed the transfer, want [0]", res.Swapped)
 	}
 }
 

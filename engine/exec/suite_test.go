@@ -33,7 +33,7 @@ func suiteModel(t *testing.T) *model.Model {
 
 func TestCPUSuite(t *testing.T) {
 	exectest.Run(t, func(t *testing.T, o exectest.Options) exec.Executor {
-		e, err := exec.NewCPU(suiteModel(t), exec.CPUOptions{Budget: o.Budget, BlockSize: o.BlockSize, MaxTokens: o.MaxTokens, Blocks: o.Blocks})
+		e, err := exec.NewCPU(suiteModel(t), exec.CPUOptions{Budget: o.Budget, BlockSize: o.BlockSize, MaxTokens: o.MaxTokens, Blocks: o.Blocks, Swap: o.Swap})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -62,7 +62,7 @@ func simCost(t testing.TB) *costmodel.Model {
 func TestSimSuite(t *testing.T) {
 	exectest.Run(t, func(t *testing.T, o exectest.Options) exec.Executor {
 		e, err := exec.NewSim(exec.SimOptions{Cost: simCost(t), Formats: []quant.Format{quant.F32, quant.Int8, quant.Int4},
-			Outer: quant.F32, Budget: o.Budget, BlockSize: o.BlockSize, MaxTokens: o.MaxTokens, Blocks: o.Blocks})
+			Outer: quant.F32, Budget: o.Budget, BlockSize: o.BlockSize, MaxTokens: o.MaxTokens, Blocks: o.Blocks, Swap: o.Swap})
 		if err != nil {
 			t.Fatal(err)
 		}

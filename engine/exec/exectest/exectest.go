@@ -1,12 +1,13 @@
 // Package exectest is the behaviour suite every executor passes: step results, memory accounting, swap and
-// attach/detach semantics and errors, as engine/exec's Executor documents them. An executor package calls Run
-// with a Factory; a new executor is correct when the suite passes. Swap transfer times (SwapCost) are the
-// executor's own business and are tested beside it; the suite runs with swaps free.
+// attach/detach semantics (free, overlapped and blocking swaps, as SwapCost documents them) and errors, as
+// engine/exec's Executor documents them. An executor package calls Run with a Factory; a new executor is
+// correct when the suite passes.
 package exectest
 
 import (
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/morphlab/morphlab/engine/exec"
 	"github.com/morphlab/morphlab/quant"
@@ -18,11 +19,12 @@ type Options struct {
 	BlockSize int
 	MaxTokens int
 	Blocks    int // attached at the start; 0: every block the budget holds
+	Swap      exec.SwapCost
 }
 
 // Factory makes an executor over a model (of at most a few MiB) of at least 4 decoder layers and a vocabulary of at least 259 tokens,
-// every layer starting in F32 with Int8 and Int4 variants prepared (and no other), with swaps free. It returns
-// nil after t.Fatal-ing when it cannot.
+// every layer starting in F32 with Int8 and Int4 variants prepared (and no other). It returns nil after
+// t.Fatal-ing when it cannot.
 type Factory func(t *testing.T, o Options) exec.Executor
 
 // Run runs the suite against the executors f makes.
@@ -33,6 +35,7 @@ func Run(t *testing.T, f Factory) {
 	t.Run("MemoryAccounting", func(t *testing.T) { testMemoryAccounting(t, f) })
 	t.Run("Swap", func(t *testing.T) { testSwap(t, f) })
 	t.Run("AttachDetach", func(t *testing.T) { testAttachDetach(t, f) })
+	t.Run("SwapCost", func(t *testing.T) { testSwapCost(t, f) })
 }
 
 const (
@@ -47,10 +50,15 @@ const (
 // (a fraction counting as bytes), learning the sizes from a first executor with a large budget.
 func fit(t *testing.T, f Factory, headroom float64) exec.Executor {
 	t.Helper()
+	return fitSwap(t, f, headroom, exec.SwapCost{})
+}
+
+func fitSwap(t *testing.T, f Factory, headroom float64, swap exec.SwapCost) exec.Executor {
+	t.Helper()
 	probe := f(t, Options{Budget: probeBudget, BlockSize: blockSize, MaxTokens: maxTokens, Blocks: 1})
 	mem := probe.Memory()
 	budget := mem.Weights + mem.Workspace + int64(headroom*float64(mem.BlockBytes))
-	return f(t, Options{Budget: budget, BlockSize: blockSize, MaxTokens: maxTokens})
+	return f(t, Options{Budget: budget, BlockSize: blockSize, MaxTokens: maxTokens, Swap: swap})
 }
 
 func testGeometry(t *testing.T, f Factory) {
@@ -89,8 +97,8 @@ func testStep(t *testing.T, f Factory) {
 	if len(res.Next) != 2 || res.Next[0] < 0 || res.Next[0] >= vocab || res.Next[1] != -1 {
 		t.Fatalf("next = %v, want [token in [0, %d), -1]", res.Next, vocab)
 	}
-	if res.Duration <= 0 || len(res.Swapped) != 0 || res.SwapTime != 0 {
-		t.Fatalf("result %+v: want a positive duration and no swaps", res)
+	if res.Duration <= 0 || len(res.Swapped) != 0 || res.SwapTime < 0 || res.SwapTime > res.Duration {
+		t.Fatalf("result %+v: want a positive duration, no swaps and a swap time within the step", res)
 	}
 	if len(res.Formats) != len(e.LayerBytes()) || slices.ContainsFunc(res.Formats, func(f quant.Format) bool { return f != quant.F32 }) {
 		t.Fatalf("formats %v, want f32 for each of %d layers", res.Formats, len(e.LayerBytes()))
@@ -263,5 +271,51 @@ func testAttachDetach(t *testing.T, f Factory) {
 	}
 	if _, err := e.Step(&exec.Batch{Seqs: []exec.SeqWork{{Tokens: []int32{1, 2, 3, 4, 5}, SeqLen: 5, Table: []int32{0, 7}, Sample: true}}}); err != nil {
 		t.Errorf("a step on a block attached again: %v", err)
+	}
+}
+
+// testSwapCost: an overlapped swap takes effect at the first step starting (Batch.Now) once its transfer, its
+// bytes over the host link, is done, transfers going one after another; a blocking swap takes effect at the next
+// step and lasts into it.
+func testSwapCost(t *testing.T, f Factory) {
+	lb := fit(t, f, 16).LayerBytes()
+	// A link that moves layer 0's int4 variant in exactly one second.
+	e := fitSwap(t, f, 16, exec.SwapCost{HostLink: float64(lb[0][quant.Int4])})
+	for _, l := range []int{0, 1} {
+		if err := e.SetLayerPrecision(l, quant.Int4); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const second = 1_000_000_000
+	for _, c := range []struct {
+		now     int64
+		swapped []int
+	}{{0, nil}, {second - 1, nil}, {second, []int{0}}, {2*second - 1, nil}, {2 * second, []int{1}}, {3 * second, nil}} {
+		b := twoSeqs()
+		b.Now = time.Duration(c.now)
+		res, err := e.Step(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := time.Duration(len(c.swapped)) * time.Second
+		if !slices.Equal(res.Swapped, c.swapped) || res.SwapTime != want {
+			t.Fatalf("step at %v: swapped %v in %v, want %v in %v", b.Now, res.Swapped, res.SwapTime, c.swapped, want)
+		}
+		if c.now >= second && res.Formats[0] != quant.Int4 || c.now < second && res.Formats[0] != quant.F32 {
+			t.Fatalf("step at %v runs layer 0 in %v", b.Now, res.Formats[0])
+		}
+	}
+
+	const transfer = 20 * time.Millisecond
+	bl := fitSwap(t, f, 16, exec.SwapCost{HostLink: float64(lb[2][quant.Int8]) / transfer.Seconds(), Blocking: true})
+	if err := bl.SetLayerPrecision(2, quant.Int8); err != nil {
+		t.Fatal(err)
+	}
+	res, err := bl.Step(twoSeqs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(res.Swapped, []int{2}) || res.SwapTime != transfer || res.Duration < transfer || res.Formats[2] != quant.Int8 {
+		t.Fatalf("blocking swap: swapped %v in %v, step %v; want [2] in %v within the step", res.Swapped, res.SwapTime, res.Duration, transfer)
 	}
 }

@@ -1,0 +1,162 @@
+package loadtest
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/olekukonko/tablewriter"
+	"github.com/olekukonko/tablewriter/renderer"
+	"github.com/olekukonko/tablewriter/tw"
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+)
+
+// Tables are Markdown (they paste into reports as they are); latencies are in milliseconds.
+
+func newTable(w io.Writer, header ...any) *tablewriter.Table {
+	t := tablewriter.NewTable(w,
+		tablewriter.WithRenderer(renderer.NewMarkdown()),
+		tablewriter.WithHeaderAutoFormat(tw.Off),
+		tablewriter.WithRowAlignment(tw.AlignRight),
+		tablewriter.WithHeaderAlignment(tw.AlignRight))
+	t.Header(header...)
+	return t
+}
+
+// num formats a figure with about four significant digits and no exponent: 12345, 1234, 123.4, 12.35, 1.235,
+// 0.1235.
+func num(v float64) string {
+	switch a := math.Abs(v); {
+	case a >= 1000 || v == 0:
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	case a >= 100:
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	case a >= 10:
+		return strconv.FormatFloat(v, 'f', 2, 64)
+	case a >= 1:
+		return strconv.FormatFloat(v, 'f', 3, 64)
+	default:
+		return strconv.FormatFloat(v, 'g', 4, 64)
+	}
+}
+
+// WriteMetrics writes a run's metrics as two tables: counts and throughputs, then the latencies.
+func WriteMetrics(w io.Writer, m Metrics) error {
+	t := newTable(w, "metric", "value")
+	rows := [][]string{
+		{"requests", strconv.Itoa(m.Requests)},
+		{"completed", strconv.Itoa(m.Completed)},
+		{"rejected (429)", strconv.Itoa(m.Rejected)},
+		{"failed", strconv.Itoa(m.Failed)},
+		{"duration (s)", num(m.DurationS)},
+		{"asked arrival rate (req/s)", num(m.AskedRate)},
+		{"achieved arrival rate (req/s)", num(m.ArrivalRate)},
+		{"total input tokens", strconv.Itoa(m.TotalInputTokens)},
+		{"total output tokens", strconv.Itoa(m.TotalOutputTokens)},
+		{"request throughput (req/s)", num(m.RequestThroughput)},
+	}
+	if !m.SLO.IsZero() {
+		rows = append(rows, []string{"request goodput (req/s)", num(m.RequestGoodput)})
+	}
+	rows = append(rows,
+		[]string{"output token throughput (tok/s)", num(m.OutputThroughput)},
+		[]string{"total token throughput (tok/s)", num(m.TotalTokenThroughput)})
+	if err := t.Bulk(rows); err != nil {
+		return err
+	}
+	if err := t.Render(); err != nil {
+		return err
+	}
+	if _, err := fmt.Fprintln(w); err != nil {
+		return err
+	}
+	t = newTable(w, "latency (ms)", "n", "mean", "std", "median", "P90", "P95", "P99")
+	for _, l := range []struct {
+		name string
+		s    Summary
+	}{{"TTFT", m.TTFT}, {"TPOT", m.TPOT}, {"ITL", m.ITL}, {"E2EL", m.E2EL}} {
+		s := l.s
+		if err := t.Append(l.name, strconv.Itoa(s.N), num(s.Mean), num(s.Std), num(s.Median), num(s.P90), num(s.P95), num(s.P99)); err != nil {
+			return err
+		}
+	}
+	return t.Render()
+}
+
+// WriteSweep writes one row per rate of a sweep, marking the knee (knee is nil when there is none).
+func WriteSweep(w io.Writer, points []Point, knee *Point) error {
+	t := newTable(w, "rate", "arrival req/s", "req/s", "out tok/s", "TTFT P50", "TTFT P95", "E2EL P50", "E2EL P95", "done", "429", "failed", "knee")
+	for _, p := range points {
+		m := p.Metrics
+		mark := ""
+		if knee != nil && p.Rate == knee.Rate {
+			mark = "*"
+		}
+		if err := t.Append(num(p.Rate), num(m.ArrivalRate), num(m.RequestThroughput), num(m.OutputThroughput),
+			num(m.TTFT.Median), num(m.TTFT.P95), num(m.E2EL.Median), num(m.E2EL.P95),
+			strconv.Itoa(m.Completed), strconv.Itoa(m.Rejected), strconv.Itoa(m.Failed), mark); err != nil {
+			return err
+		}
+	}
+	return t.Render()
+}
+
+// WriteCapacity writes a capacity plan.
+func WriteCapacity(w io.Writer, c Capacity) error {
+	t := newTable(w, "capacity", "value")
+	if err := t.Bulk([][]string{
+		{"target (req/s)", num(c.TargetRPS)},
+		{"one instance at the knee (req/s)", num(c.KneeRPS)},
+		{"instances", strconv.Itoa(c.Instances)},
+		{"cost per instance-hour", num(c.CostPerInstance)},
+		{"cost per hour", num(c.CostPerHour)},
+		{"cost per million output tokens", num(c.CostPerMillionOutputTokens)},
+	}); err != nil {
+		return err
+	}
+	return t.Render()
+}
+
+// PlotCurve draws the Latency-RPS curve of a sweep: P50 and P95 of TTFT and E2EL (ms) against the request
+// throughput achieved, and writes it to base.png and base.svg.
+func PlotCurve(points []Point, title, base string) error {
+	if len(points) == 0 {
+		return fmt.Errorf("no points to plot")
+	}
+	p := plot.New()
+	p.Title.Text = title
+	p.X.Label.Text = "achieved throughput (req/s)"
+	p.Y.Label.Text = "latency (ms)"
+	p.Legend.Top = true
+	p.Legend.Left = true
+	series := func(f func(Metrics) float64) plotter.XYs {
+		xys := make(plotter.XYs, len(points))
+		for i, pt := range points {
+			xys[i].X, xys[i].Y = pt.Metrics.RequestThroughput, f(pt.Metrics)
+		}
+		return xys
+	}
+	if err := plotutil.AddLinePoints(p,
+		"TTFT P50", series(func(m Metrics) float64 { return m.TTFT.Median }),
+		"TTFT P95", series(func(m Metrics) float64 { return m.TTFT.P95 }),
+		"E2EL P50", series(func(m Metrics) float64 { return m.E2EL.Median }),
+		"E2EL P95", series(func(m Metrics) float64 { return m.E2EL.P95 }),
+	); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(base), 0o755); err != nil {
+		return err
+	}
+	for _, ext := range []string{".png", ".svg"} {
+		if err := p.Save(16*vg.Centimeter, 10*vg.Centimeter, base+ext); err != nil {
+			return fmt.Errorf("plot %s%s: %v", base, ext, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,97 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/morphlab/morphlab/internal/openai/openaitest"
+)
+
+func TestLoadtestRun(t *testing.T) {
+	s := openaitest.NewServer(openaitest.Options{Model: "m", TTFT: 30 * time.Millisecond, TokenDelay: 5 * time.Millisecond})
+	defer s.Close()
+	code, stdout, stderr := runCLI("loadtest", "--url", s.URL, "--model", "m", "--rate", "20", "--duration", "500ms",
+		"--prompt-tokens", "16", "--output-tokens", "8", "--slo", "ttft=1s")
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+	for _, want := range []string{"|                        requests |     10 |", "|                       completed |     10 |", "|         TTFT | 10 |"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, stdout)
+		}
+	}
+	if !strings.Contains(stderr, "rate 20: 10 requests, 10 completed, 0 rejected, 0 failed") {
+		t.Errorf("stderr %q", stderr)
+	}
+	if s.Requests() != 10 {
+		t.Errorf("server saw %d requests, want 10", s.Requests())
+	}
+}
+
+func TestLoadtestSweepJSON(t *testing.T) {
+	s := openaitest.NewServer(openaitest.Options{Model: "m", TTFT: 20 * time.Millisecond, TokenDelay: 2 * time.Millisecond})
+	defer s.Close()
+	prompts := filepath.Join(t.TempDir(), "p.txt")
+	if err := os.WriteFile(prompts, []byte("one two\nthree\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	plot := filepath.Join(t.TempDir(), "curve")
+	code, stdout, stderr := runCLI("loadtest", "--url", s.URL, "--model", "m", "--sweep", "10,20", "--duration", "400ms",
+		"--prompts", prompts, "--chat", "--output-tokens", "4", "--knee", "e2el=5s", "--target-rps", "25",
+		"--cost-per-hour", "3", "--plot", plot, "--json")
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+	var r loadtestReport
+	if err := json.Unmarshal([]byte(stdout), &r); err != nil {
+		t.Fatalf("stdout is not the JSON report: %v\n%s", err, stdout)
+	}
+	if len(r.Runs) != 2 || r.Runs[0].Metrics.Requests != 4 || r.Runs[1].Metrics.Requests != 8 || r.Runs[1].Metrics.Completed != 8 {
+		t.Fatalf("runs %+v", r.Runs)
+	}
+	if r.Knee == nil || r.Knee.Rate != 20 || r.Capacity == nil {
+		t.Fatalf("knee %+v capacity %+v, want the 20 req/s run and a plan", r.Knee, r.Capacity)
+	}
+	c := r.Capacity
+	if want := int(25/r.Knee.Metrics.RequestThroughput) + 1; c.Instances != want || c.CostPerHour != 3*float64(want) {
+		t.Errorf("capacity %+v, want %d instances", c, want)
+	}
+	for _, f := range r.Plots {
+		if st, err := os.Stat(f); err != nil || st.Size() == 0 {
+			t.Errorf("plot %s: %v", f, err)
+		}
+	}
+}
+
+func TestLoadtestErrors(t *testing.T) {
+	base := []string{"loadtest", "--url", "http://127.0.0.1:1", "--model", "m", "--duration", "1s"}
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"loadtest", "--model", "m", "--rate", "1", "--duration", "1s"}, 2, "--url and --model are required"},
+		{base, 2, "give one of --rate R and --sweep"},
+		{append(base, "--rate", "1", "--sweep", "1,2"), 2, "give one of --rate R and --sweep"},
+		{append(base, "--sweep", "1,x"), 2, `--sweep="1,x": "x" is not a rate above 0`},
+		{append(base, "--rate", "-1"), 2, "--rate=-1"},
+		{append(base, "--rate", "1", "--burstiness", "0"), 2, "--burstiness=0"},
+		{append(base, "--rate", "1", "--slo", "ttft=soon"), 2, "--slo: "},
+		{append(base, "--rate", "1", "--knee", "p50=1s"), 2, "--knee: "},
+		{append(base, "--rate", "1", "--target-rps", "5"), 2, "need --knee"},
+		{append(base, "--rate", "1", "--chat"), 2, "--chat needs --prompts"},
+		{append(base, "--rate", "1", "--prompts", "/nonexistent/p.txt"), 1, "/nonexistent/p.txt"},
+		{[]string{"loadtest", "--url", "http://127.0.0.1:1/v1", "--model", "m", "--duration", "1s", "--rate", "1"}, 1, "want a server root"},
+		// Nothing listens on port 1: every request fails and the command says so.
+		{append(base, "--rate", "2", "--timeout", "2s"), 1, "rate 2: no request completed (the first: "},
+	} {
+		code, _, stderr := runCLI(c.args...)
+		if code != c.code || !strings.HasPrefix(stderr, "morphlab loadtest: ") && !strings.Contains(stderr, "\nmorphlab loadtest: ") || !strings.Contains(stderr, c.want) {
+			t.Errorf("%s: exit %d, stderr %q; want %d and %q", strings.Join(c.args[1:], " "), code, stderr, c.code, c.want)
+		}
+	}
+}
