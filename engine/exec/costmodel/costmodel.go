@@ -5,12 +5,12 @@
 //
 //	max(F / (peak of its dtype × compute efficiency(n)), B / (memory bandwidth × memory efficiency(n)), floor)
 //
-// where an efficiency is Max·(n/Half)^Shape / (1 + (n/Half)^Shape): small batches reach a small fraction of a
-// ceiling (tiles left idle, launch latency), large ones approach Max. The floor is the operator's shortest time
-// (a kernel launch and its tail). Projections compute at the peak of their weights' dtype (tensor cores on a
-// GPU); elementwise operators (norms, RoPE, the activation, residual adds) at the vector rate, counting a few
-// FLOPs an element, and stream their activations; their efficiencies are constants, their small batches being
-// launch-bound (the floor). Efficiencies are per operator class (Params) and are fitted, not guessed: Fit finds
+// where an efficiency is Max·(n/Half)^Shape / (1 + (n/Half)^Shape), or Max where Half is 0, and the floor is
+// the operator's shortest time (a kernel launch and its tail). Projections compute at the peak of their weights'
+// dtype (tensor cores on a GPU) with an efficiency that grows with the tokens (a small batch leaves tiles
+// idle) and stream their weights at a constant one; elementwise operators (norms, RoPE, the activation, residual
+// adds) compute at the vector rate, counting a few FLOPs an element, and stream their activations, both at
+// constant efficiencies, their small batches being launch-bound (the floor). Efficiencies are per operator class (Params) and are fitted, not guessed: Fit finds
 // them from measured operator times (Vidur's A100 profile of Llama-2-7B, see experiments/catalog), and the
 // held-out checks there use them unchanged with other models and GPUs, whose only inputs are their datasheet
 // peaks.

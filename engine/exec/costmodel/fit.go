@@ -131,7 +131,8 @@ var Start = Roofline{
 // Fit fits each class's roofline to the measurements of its operators, minimizing the sum of squared log
 // errors (so that a 1-token and a 4096-token time weigh alike), each octave of token counts weighing alike,
 // with Nelder–Mead; a class without measurements keeps Start. What each class fits:
-//   - linear: compute and memory efficiencies as functions of the token count, and the floor;
+//   - linear: a compute efficiency that grows with the token count (small batches leave tiles idle), a
+//     constant memory efficiency (a projection streams its weights alike at any batch size) and the floor;
 //   - add and embedding: a constant memory efficiency and the floor (an add's one FLOP an element never binds,
 //     and the embedding counts none): an add is the purest stream of activations there is;
 //   - norm, rope, act: a constant compute efficiency and the floor, their memory efficiency being the add's. On
@@ -154,6 +155,7 @@ func Fit(ms []Measurement) (Params, error) {
 		*p.Roofline(c) = Start
 	}
 	p.Add.Compute = Efficiency{Max: 1}
+	p.Embedding.Compute = Efficiency{} // a gather counts no FLOPs
 	for _, c := range []Class{ClassLinear, ClassAdd, ClassEmbedding, ClassNorm, ClassRoPE, ClassAct} {
 		var cls []point
 		for _, pt := range pts {
@@ -167,7 +169,7 @@ func Fit(ms []Measurement) (Params, error) {
 		r := p.Roofline(c)
 		switch c {
 		case ClassLinear:
-			err = fitRoofline(cls, r, &r.Compute, &r.Memory, &r.Floor)
+			err = fitRoofline(cls, r, &r.Compute, constant{&r.Memory}, &r.Floor)
 		case ClassAdd, ClassEmbedding:
 			err = fitRoofline(cls, r, constant{&r.Memory}, &r.Floor)
 		default:
