@@ -3,6 +3,7 @@ package costmodel
 import (
 	"math"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -123,10 +124,10 @@ func TestOpTimes(t *testing.T) {
 func TestFitRecovers(t *testing.T) {
 	cfg := llama7b(t)
 	truth := Params{
-		Linear: Roofline{Compute: Efficiency{Max: 0.72, Half: 90, Shape: 1.1}, Memory: Efficiency{Max: 0.75}, Floor: 5e-6},
-		Add:    Roofline{Compute: Efficiency{Max: 1}, Memory: Efficiency{Max: 0.9}, Floor: 2e-6},
+		Linear: Roofline{Compute: Efficiency{Max: 0.6, Half: 150, Shape: 1}, Memory: Efficiency{Max: 0.5}, Floor: 8e-6},
+		Add:    Roofline{Compute: Efficiency{Max: 1}, Memory: Efficiency{Max: 0.4}, Floor: 3e-6},
 	}
-	truth.Norm = Roofline{Compute: Efficiency{Max: 0.01}, Memory: truth.Add.Memory, Floor: 4e-6}
+	truth.Norm = Roofline{Compute: Efficiency{Max: 0.02}, Memory: truth.Add.Memory, Floor: 6e-6}
 	var ms []Measurement
 	for _, op := range []string{OpPreProj, OpUpProj, OpDownProj, OpAdd, OpInputNorm} {
 		for n := 1; n <= 4096; n *= 2 {
@@ -145,8 +146,8 @@ func TestFitRecovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, _ := Predict(p, ms)
-	if e := Median(APE(got, ms)); e > 1 {
-		t.Errorf("refit's median error %.2f%% on its own data, want < 1%%", e)
+	if e := slices.Max(APE(got, ms)); e > 1 {
+		t.Errorf("refit's largest error %.2f%% on its own data, want < 1%%", e)
 	}
 	ms[0].Seconds = 0
 	if _, err := Fit(ms); err == nil {
