@@ -232,15 +232,17 @@ func runCalibrate(e *env, args []string) error {
 	}
 	fmt.Fprintf(e.stdout, "%s on %s (%d threads, %s KV): median error %.1f%% over the %d steps fitted, %.1f%% over %d held out\n\n",
 		name, c.Machine, c.Threads, c.KV, c.MAPE, c.Steps, c.HeldOutMAPE, c.HeldOutSteps)
-	t := newTable(e.stdout, "term", "µs")
+	rows := [][]string{}
 	for _, ft := range c.Formats {
-		t.row(ft.Format+" a layer", formatValue(ft.Layer*1e6))
-		t.row(ft.Format+" a layer-token", formatValue(ft.LayerToken*1e6))
+		rows = append(rows, []string{ft.Format + " a layer", formatValue(ft.Layer * 1e6)}, []string{ft.Format + " a layer-token", formatValue(ft.LayerToken * 1e6)})
 	}
-	t.row("a prompt key a layer", formatValue(c.PrefillKey*1e6))
-	t.row("a decode key a layer", formatValue(c.DecodeKey*1e6))
-	t.row("a sampled row", formatValue(c.Sampled*1e6))
-	return t.flush()
+	rows = append(rows, []string{"a prompt key a layer", formatValue(c.PrefillKey * 1e6)},
+		[]string{"a decode key a layer", formatValue(c.DecodeKey * 1e6)}, []string{"a sampled row", formatValue(c.Sampled * 1e6)})
+	t := markdownTable(e.stdout, "term", "µs")
+	if err := t.Bulk(rows); err != nil {
+		return err
+	}
+	return t.Render()
 }
 
 // calibrationModel synthesizes a named shape (seed 1) or loads a checkpoint.

@@ -2,6 +2,11 @@ package main
 
 import (
 	"fmt"
+	"io"
+
+	"github.com/olekukonko/tablewriter"
+	"github.com/olekukonko/tablewriter/renderer"
+	"github.com/olekukonko/tablewriter/tw"
 
 	"github.com/morphlab/morphlab/engine/exec/costmodel"
 	"github.com/morphlab/morphlab/engine/model"
@@ -14,7 +19,7 @@ func init() {
 }
 
 const costModelHelp = `
-Costmodel prints the simulator's cost model for one model (--model, from the catalog) on one device (--gpu):
+Costmodel prints (as a Markdown table, or JSON with --json) the simulator's cost model for one model (--model, from the catalog) on one device (--gpu):
 each operator's predicted time, FLOPs and bytes at --tokens tokens, with the decoder layers' weights in
 --format, under Vidur's operator names (emb, input_layernorm, attn_pre_proj, attn_rope, attn_post_proj,
 post_attention_layernorm, mlp_up_proj, mlp_act, mlp_down_proj, add), so that a prediction can be held against a
@@ -102,15 +107,17 @@ func runCostModel(e *env, args []string) error {
 		return writeJSON(e.stdout, out)
 	}
 	fmt.Fprintf(e.stdout, "%s on %s, %s layers, %s KV, %d tokens, context %d\n\n", m.Name, hw.Name, f, kv, *tokens, ctx)
-	t := newTable(e.stdout, "op", "ms", "GFLOP", "MB", "per step")
+	t := markdownTable(e.stdout, "op", "ms", "GFLOP", "MB", "per step")
 	for _, op := range ops {
 		per := fmt.Sprintf("%d", op.Count)
 		if layerOp(op.Op) {
 			per = fmt.Sprintf("%d × %d layers", op.Count, m.Config.NLayers)
 		}
-		t.row(op.Op, formatValue(op.Seconds*1e3), formatValue(op.FLOPs/1e9), formatValue(op.Bytes/1e6), per)
+		if err := t.Append([]string{op.Op, formatValue(op.Seconds * 1e3), formatValue(op.FLOPs / 1e9), formatValue(op.Bytes / 1e6), per}); err != nil {
+			return err
+		}
 	}
-	if err := t.flush(); err != nil {
+	if err := t.Render(); err != nil {
 		return err
 	}
 	fmt.Fprintf(e.stdout, "\nstep: prompt chunk %s ms, decode batch %s ms\n", formatValue(out.PrefillStepSeconds*1e3), formatValue(out.DecodeStepSeconds*1e3))
@@ -120,4 +127,12 @@ func runCostModel(e *env, args []string) error {
 // layerOp reports whether op runs in every decoder layer.
 func layerOp(op string) bool {
 	return op != costmodel.OpEmbedding && op != costmodel.OpFinalNorm && op != costmodel.OpClassifier
+}
+
+// markdownTable is a tablewriter Markdown table with the given header, as 'morphlab trace stats' prints them.
+func markdownTable(w io.Writer, header ...string) *tablewriter.Table {
+	t := tablewriter.NewTable(w, tablewriter.WithRenderer(renderer.NewMarkdown()), tablewriter.WithHeaderAutoFormat(tw.Off),
+		tablewriter.WithRowAutoWrap(tw.WrapNone), tablewriter.WithHeaderAutoWrap(tw.WrapNone))
+	t.Header(header)
+	return t
 }
