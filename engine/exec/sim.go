@@ -14,8 +14,12 @@ import (
 type SimOptions struct {
 	// Cost gives each step's duration; its Config is the model simulated and its KV the cache's element type.
 	Cost *costmodel.Model
-	// Formats are the weight formats prepared for every decoder layer; layers start in the first.
+	// Formats are the weight formats prepared for every decoder layer; layers start in the first unless Start
+	// says otherwise.
 	Formats []quant.Format
+	// Start, when set, is each layer's format at the start (each one of Formats): a policy that quantizes layers
+	// from the start (static, selective) loads them so.
+	Start []quant.Format
 	// Outer is the embedding's and classifier's format (F32 or F16; F32 with tied embeddings shares the table).
 	Outer quant.Format
 	// Budget, BlockSize, MaxTokens and Blocks are as in CPUOptions.
@@ -108,6 +112,17 @@ func NewSim(opt SimOptions) (*Sim, error) {
 		}
 	}
 	e.formats = slices.Repeat([]quant.Format{opt.Formats[0]}, cfg.NLayers)
+	if opt.Start != nil {
+		if len(opt.Start) != cfg.NLayers {
+			return nil, fmt.Errorf("exec: sim: %d starting formats for %d layers", len(opt.Start), cfg.NLayers)
+		}
+		for l, f := range opt.Start {
+			if _, ok := e.layerBytes[f]; !ok {
+				return nil, fmt.Errorf("exec: sim: layer %d starts in %v, which is not prepared (%v)", l, f, opt.Formats)
+			}
+		}
+		e.formats = slices.Clone(opt.Start)
+	}
 	e.recount()
 	mem := e.Memory()
 	if opt.Blocks == 0 {
