@@ -92,8 +92,9 @@ type Result struct {
 	Duration time.Duration
 }
 
-// checkURL checks that u is an http(s) server root and returns it without a trailing slash.
-func checkURL(u string) (string, error) {
+// CheckURL checks that u is an http(s) server root, such as http://127.0.0.1:8000, and returns it without a
+// trailing slash.
+func CheckURL(u string) (string, error) {
 	p, err := url.Parse(u)
 	if err != nil {
 		return "", fmt.Errorf("url %q: %v", u, err)
@@ -123,7 +124,7 @@ func newClient(conns int) *http.Client {
 // for a bad config or request list; what happens to requests is in their outcomes. Cancelling ctx ends the run
 // early, with the unfinished requests failed.
 func Run(ctx context.Context, cfg Config, reqs []Request) (*Result, error) {
-	base, err := checkURL(cfg.URL)
+	base, err := CheckURL(cfg.URL)
 	if err != nil {
 		return nil, err
 	}

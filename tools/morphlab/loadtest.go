@@ -68,6 +68,9 @@ func runLoadtest(e *env, args []string) error {
 	if *url == "" || *modelName == "" {
 		return usagef("--url and --model are required")
 	}
+	if _, err := loadtest.CheckURL(*url); err != nil {
+		return usageError{"--" + err.Error()}
+	}
 	rates, err := parseRates(*rate, *sweep)
 	if err != nil {
 		return err

@@ -19,9 +19,10 @@ func TestLoadtestRun(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d, stderr %q", code, stderr)
 	}
-	for _, want := range []string{"|                        requests |     10 |", "|                       completed |     10 |", "|         TTFT | 10 |"} {
-		if !strings.Contains(stdout, want) {
-			t.Errorf("stdout lacks %q:\n%s", want, stdout)
+	rows := tableRows(stdout)
+	for _, want := range [][2]string{{"requests", "10"}, {"completed", "10"}, {"failed", "0"}, {"TTFT", "10"}, {"TPOT", "10"}} {
+		if got := rows[want[0]]; len(got) == 0 || got[0] != want[1] {
+			t.Errorf("row %s: %q, want %s first:\n%s", want[0], got, want[1], stdout)
 		}
 	}
 	if !strings.Contains(stderr, "rate 20: 10 requests, 10 completed, 0 rejected, 0 failed") {
@@ -85,7 +86,7 @@ func TestLoadtestErrors(t *testing.T) {
 		{append(base, "--rate", "1", "--target-rps", "5"), 2, "need --knee"},
 		{append(base, "--rate", "1", "--chat"), 2, "--chat needs --prompts"},
 		{append(base, "--rate", "1", "--prompts", "/nonexistent/p.txt"), 1, "/nonexistent/p.txt"},
-		{[]string{"loadtest", "--url", "http://127.0.0.1:1/v1", "--model", "m", "--duration", "1s", "--rate", "1"}, 1, "want a server root"},
+		{[]string{"loadtest", "--url", "http://127.0.0.1:1/v1", "--model", "m", "--duration", "1s", "--rate", "1"}, 2, `--url "http://127.0.0.1:1/v1": want a server root`},
 		// Nothing listens on port 1: every request fails and the command says so.
 		{append(base, "--rate", "2", "--timeout", "2s"), 1, "rate 2: no request completed (the first: "},
 	} {
@@ -94,4 +95,20 @@ func TestLoadtestErrors(t *testing.T) {
 			t.Errorf("%s: exit %d, stderr %q; want %d and %q", strings.Join(c.args[1:], " "), code, stderr, c.code, c.want)
 		}
 	}
+}
+
+// tableRows returns the cells of each row of the Markdown tables in s, by the row's first cell.
+func tableRows(s string) map[string][]string {
+	rows := map[string][]string{}
+	for line := range strings.SplitSeq(s, "\n") {
+		if !strings.HasPrefix(line, "|") {
+			continue
+		}
+		var cells []string
+		for c := range strings.SplitSeq(strings.Trim(line, "|"), "|") {
+			cells = append(cells, strings.TrimSpace(c))
+		}
+		rows[cells[0]] = cells[1:]
+	}
+	return rows
 }
