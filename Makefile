@@ -87,11 +87,19 @@ clean:
 
 # CUDA kernels (kernels/cuda): `make ptx` regenerates the committed PTX (sm_80, sm_90); `make cuda-check`, run by
 # `make test`, installs Debian's CUDA toolkit when nvcc is missing, compiles every .cu for sm_80 and sm_90 with
-# warnings, spills and local memory as errors, fails on stale PTX, and vets and builds the cuda-tagged Go code
-# against the toolkit's stub libcuda. No GPU needed; kernels/cuda/run-device.sh is the GPU run.
-.PHONY: ptx cuda-check
+# warnings, spills and local memory as errors, fails on stale PTX, vets and builds the cuda-tagged Go code
+# against the toolkit's stub libcuda, builds the device bundle and dry-runs kernels/cuda/run-device.sh with it
+# (up to the first device call). No GPU needed. `make device-bundle` builds build/device/ alone: carry it to a
+# GPU machine and run kernels/cuda/run-device.sh there (no Go needed); `make device-dryrun` is the dry run alone.
+.PHONY: ptx cuda-check device-bundle device-dryrun
 ptx:
 	kernels/cuda/build.sh ptx
 
 cuda-check:
 	kernels/cuda/build.sh check
+
+device-bundle:
+	kernels/cuda/build.sh bundle
+
+device-dryrun:
+	kernels/cuda/build.sh dryrun

@@ -28,6 +28,8 @@ type SeqWork struct {
 // Batch is the work of one iteration.
 type Batch struct {
 	Seqs []SeqWork
+	// Now is the engine's clock when the step starts; an executor times overlapped swap transfers against it.
+	Now time.Duration
 }
 
 // Tokens is the number of tokens the batch feeds.

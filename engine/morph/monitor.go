@@ -1,0 +1,101 @@
+package morph
+
+import (
+	"slices"
+	"time"
+
+	"gonum.org/v1/gonum/stat"
+
+	"github.com/morphlab/morphlab/engine"
+)
+
+// Signals are what the Serving Monitor reports after an iteration: the engine's queue and pool, KV usage averaged
+// over the last Window iterations, and TTFT, TPOT and throughput over the requests that ended in the last Span.
+type Signals struct {
+	Iter          int
+	Idle          bool
+	Time          time.Duration
+	Waiting       int
+	Running       int
+	OldestWait    time.Duration
+	WaitingBlocks int
+	HeadBlocks    int
+	Free          int
+	Used          int
+	Total         int
+	Usage         float64 // Used / Total at this iteration
+	MeanUsage     float64 // over the window
+	Preempted     int     // at this iteration
+	Quantized     int     // layers not in their stored precision
+	TTFT50        time.Duration
+	TTFT95        time.Duration
+	TPOT50        time.Duration
+	TPOT95        time.Duration
+	Throughput    float64 // output tokens per second over the span
+}
+
+// Monitor windows the engine's StepInfo into Signals.
+type Monitor struct {
+	Window int           // iterations KV usage is averaged over
+	Span   time.Duration // how far back ended requests count
+
+	usage []float64
+	ended []engine.Ended
+	ttft  []float64
+	tpot  []float64
+}
+
+// NewMonitor returns a monitor averaging over window iterations and span of time.
+func NewMonitor(window int, span time.Duration) *Monitor {
+	return &Monitor{Window: max(1, window), Span: span}
+}
+
+// Observe takes one StepInfo (and the quantized layer count it ran with) and returns the signals.
+func (m *Monitor) Observe(info engine.StepInfo, quantized int) Signals {
+	s := Signals{Iter: info.Iter, Idle: info.Idle, Time: info.Time, Waiting: info.Waiting, Running: info.Running,
+		OldestWait: info.OldestWait, WaitingBlocks: info.WaitingBlocks, HeadBlocks: info.HeadBlocks, Free: info.Free,
+		Used: info.Used, Total: info.Total, Preempted: info.Preempted, Quantized: quantized}
+	if info.Total > 0 {
+		s.Usage = float64(info.Used) / float64(info.Total)
+	}
+	m.usage = append(m.usage, s.Usage)
+	if len(m.usage) > m.Window {
+		m.usage = m.usage[len(m.usage)-m.Window:]
+	}
+	s.MeanUsage = stat.Mean(m.usage, nil)
+	for _, r := range info.Ended {
+		if r.Finish == engine.FinishStop || r.Finish == engine.FinishLength {
+			m.ended = append(m.ended, r)
+		}
+	}
+	keep := 0
+	for keep < len(m.ended) && info.Time-(m.ended[keep].Arrival+m.ended[keep].E2E) > m.Span {
+		keep++
+	}
+	m.ended = m.ended[keep:]
+	if len(m.ended) > 0 {
+		m.ttft, m.tpot = m.ttft[:0], m.tpot[:0]
+		tokens := 0
+		for _, r := range m.ended {
+			m.ttft = append(m.ttft, r.TTFT.Seconds())
+			if r.Output > 1 {
+				m.tpot = append(m.tpot, r.TPOT.Seconds())
+			}
+			tokens += r.Output
+		}
+		s.TTFT50, s.TTFT95 = quantiles(m.ttft)
+		s.TPOT50, s.TPOT95 = quantiles(m.tpot)
+		s.Throughput = float64(tokens) / m.Span.Seconds()
+	}
+	return s
+}
+
+// quantiles returns the median and 95th percentile of x (seconds), which it sorts.
+func quantiles(x []float64) (p50, p95 time.Duration) {
+	if len(x) == 0 {
+		return 0, 0
+	}
+	slices.Sort(x)
+	sec := func(v float64) time.Duration { return time.Duration(v * float64(time.Second)) }
+	return sec(stat.Quantile(0.5, stat.Empirical, x, nil)), sec(stat.Quantile(0.95, stat.Empirical, x, nil))
+}
