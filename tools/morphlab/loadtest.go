@@ -3,14 +3,17 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"math"
 	"os"
 	"os/signal"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/morphlab/morphlab/experiments/loadtest"
+	"github.com/morphlab/morphlab/experiments/trace"
 	"github.com/morphlab/morphlab/internal/openai"
 )
 
@@ -30,6 +33,10 @@ and a warning printed when it is more than 5% off the asked rate. Prompts come f
 turns[0], prompt or text, or one per line), else are --prompt-tokens random token ids below --vocab. Each request
 asks for --output-tokens tokens at temperature 0.
 
+--trace replays a trace instead (any format experiments/trace reads, transformed by --window, --busiest,
+--time-scale, ... as in 'morphlab run'): each request at its own arrival, asking for its own output tokens, with
+random token ids of its prompt length (or the --prompts texts in turn).
+
 --sweep runs each rate in turn and draws the Latency-RPS curve (P50 and P95 of TTFT and E2EL against the
 request throughput achieved) to --plot.png and --plot.svg. The knee is the rate with the highest throughput
 whose P95 of the --knee latency is within its limit and whose requests all completed. --target-rps with
@@ -40,7 +47,7 @@ only to --url: no redirects are followed and no proxy is used. Ctrl-C ends the r
 as failed.`
 
 func runLoadtest(e *env, args []string) error {
-	fs := e.flags("--url URL --model NAME (--rate R | --sweep R1,R2,...) --duration D [flags]", loadtestHelp)
+	fs := e.flags("--url URL --model NAME (--trace F | --rate R --duration D | --sweep R1,R2,... --duration D) [flags]", loadtestHelp)
 	url := fs.String("url", "", "server `root`, such as http://127.0.0.1:8000")
 	modelName := fs.String("model", "", "model `name` sent with every request")
 	chat := fs.Bool("chat", false, "use /v1/chat/completions, the prompt as one user message")
@@ -48,7 +55,10 @@ func runLoadtest(e *env, args []string) error {
 	sweep := fs.String("sweep", "", "comma-separated arrival `rates` to run one after another")
 	burstiness := fs.Float64("burstiness", 1, "gamma shape of the gaps: 1 is Poisson, below 1 burstier")
 	duration := fs.Duration("duration", 0, "span of each run's arrivals (`duration`); requests = round(rate x duration)")
-	seed := fs.Uint64("seed", 0, "random `seed` of arrivals and synthetic prompts")
+	tracePath := fs.String("trace", "", "replay the arrivals and lengths of a trace `file` (any format experiments/trace reads)")
+	var tf trace.Flags
+	tf.Register(fs) // also --seed, the seed of arrivals and synthetic prompts as well
+	seed := &tf.Seed
 	promptsFile := fs.String("prompts", "", "prompts `file` (JSONL turns[0]/prompt/text, or one per line); default synthetic")
 	promptTokens := fs.Int("prompt-tokens", 128, "synthetic prompt length in `tokens`")
 	vocab := fs.Int("vocab", 256, "synthetic token ids are below `N` (at most the model's vocabulary)")
@@ -71,15 +81,31 @@ func runLoadtest(e *env, args []string) error {
 	if _, err := loadtest.CheckURL(*url); err != nil {
 		return usageError{"--" + err.Error()}
 	}
-	rates, err := parseRates(*rate, *sweep)
-	if err != nil {
-		return err
-	}
-	if *duration <= 0 {
-		return usagef("--duration=%v, want a span of arrivals above 0 such as 60s", *duration)
-	}
-	if !(*burstiness > 0) || math.IsInf(*burstiness, 0) {
-		return usagef("--burstiness=%v, want a number above 0 (1 is Poisson)", *burstiness)
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var rates []float64
+	if *tracePath != "" {
+		for _, name := range []string{"rate", "sweep", "duration", "burstiness", "prompt-tokens", "output-tokens"} {
+			if set[name] {
+				return usagef("--%s does not apply to --trace, whose requests have their own arrivals and lengths", name)
+			}
+		}
+	} else {
+		for _, name := range traceOnlyFlags {
+			if set[name] {
+				return usagef("--%s needs --trace", name)
+			}
+		}
+		var err error
+		if rates, err = parseRates(*rate, *sweep); err != nil {
+			return err
+		}
+		if *duration <= 0 {
+			return usagef("--duration=%v, want a span of arrivals above 0 such as 60s", *duration)
+		}
+		if !(*burstiness > 0) || math.IsInf(*burstiness, 0) {
+			return usagef("--burstiness=%v, want a number above 0 (1 is Poisson)", *burstiness)
+		}
 	}
 	if *outputTokens < 1 {
 		return usagef("--output-tokens=%d, want at least 1", *outputTokens)
@@ -90,7 +116,10 @@ func runLoadtest(e *env, args []string) error {
 	if *timeout <= 0 {
 		return usagef("--timeout=%v, want more than 0", *timeout)
 	}
-	var slo loadtest.SLO
+	var (
+		slo loadtest.SLO
+		err error
+	)
 	if *sloFlag != "" {
 		if slo, err = loadtest.ParseSLO(*sloFlag); err != nil {
 			return usageError{"--slo: " + err.Error()}
@@ -115,21 +144,37 @@ func runLoadtest(e *env, args []string) error {
 		if prompts, err = loadtest.LoadPrompts(*promptsFile); err != nil {
 			return err
 		}
-	} else {
-		if *chat {
-			return usagef("--chat needs --prompts: synthetic prompts are token ids, which chat messages cannot carry")
-		}
-		if prompts, err = loadtest.SyntheticPrompts(64, *promptTokens, *vocab, *seed); err != nil {
-			return usageError{err.Error()}
-		}
+	} else if *chat {
+		return usagef("--chat needs --prompts: synthetic prompts are token ids, which chat messages cannot carry")
 	}
-	workload := func(r float64) ([]loadtest.Request, error) {
-		n := max(1, int(math.Round(r*duration.Seconds())))
-		at, err := loadtest.Arrivals(r, *burstiness, n, *seed)
+	var workload func(r float64) ([]loadtest.Request, error)
+	if *tracePath != "" {
+		t, err := tf.Load(*tracePath)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		return loadtest.Workload(at, prompts, *outputTokens), nil
+		reqs, err := loadtest.FromTrace(t, prompts, *vocab, *seed)
+		if err != nil {
+			return err
+		}
+		workload = func(float64) ([]loadtest.Request, error) { return reqs, nil }
+		rates = []float64{traceRate(t)}
+		*duration = time.Duration(t.Duration() * float64(time.Second))
+		fmt.Fprintf(e.stderr, "loadtest: %s, model %s, replaying %s\n", *url, *modelName, t)
+	} else {
+		if prompts == nil {
+			if prompts, err = loadtest.SyntheticPrompts(64, *promptTokens, *vocab, *seed); err != nil {
+				return usageError{err.Error()}
+			}
+		}
+		workload = func(r float64) ([]loadtest.Request, error) {
+			n := max(1, int(math.Round(r*duration.Seconds())))
+			at, err := loadtest.Arrivals(r, *burstiness, n, *seed)
+			if err != nil {
+				return nil, err
+			}
+			return loadtest.Workload(at, prompts, *outputTokens), nil
+		}
 	}
 	cfg := loadtest.Config{URL: *url, Model: *modelName, Chat: *chat, MaxConcurrency: *maxConc, Timeout: *timeout}
 
@@ -141,7 +186,9 @@ func runLoadtest(e *env, args []string) error {
 		}
 	}
 	report := loadtestReport{URL: *url, Model: *modelName, Burstiness: *burstiness, DurationS: duration.Seconds(), Seed: *seed, KneeTarget: knee}
-	fmt.Fprintf(e.stderr, "loadtest: %s, model %s, %d rate(s) for %v each\n", *url, *modelName, len(rates), *duration)
+	if *tracePath == "" {
+		fmt.Fprintf(e.stderr, "loadtest: %s, model %s, %d rate(s) for %v each\n", *url, *modelName, len(rates), *duration)
+	}
 	points, err := loadtest.Sweep(ctx, cfg, rates, workload, slo, func(p loadtest.Point) {
 		m := p.Metrics
 		fmt.Fprintf(e.stderr, "rate %v: %d requests, %d completed, %d rejected, %d failed, %.3g req/s\n",
@@ -212,6 +259,20 @@ type loadtestReport struct {
 	Capacity   *loadtest.Capacity   `json:"capacity,omitempty"`
 	Plots      []string             `json:"plots,omitempty"`
 	Warnings   []string             `json:"warnings,omitempty"`
+}
+
+// traceOnlyFlags are trace.Flags' flags other than --seed: they choose how a trace is read and transformed.
+var traceOnlyFlags = []string{"trace-format", "sort-arrivals", "keep-failed", "window", "busiest", "busiest-by", "thin",
+	"time-scale", "length-scale", "clip", "max-prompt", "max-output"}
+
+// traceRate is a trace's mean arrival rate, (n-1) requests over the span of its arrivals (0 when it cannot be
+// told), as loadtest measures the asked rate.
+func traceRate(t *trace.Trace) float64 {
+	n := len(t.Requests)
+	if n < 2 || t.Duration() <= 0 {
+		return 0
+	}
+	return float64(n-1) / t.Duration()
 }
 
 // parseRates returns the rates of --rate or --sweep, exactly one of which must be given.

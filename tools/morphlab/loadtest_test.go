@@ -68,6 +68,33 @@ func TestLoadtestSweepJSON(t *testing.T) {
 	}
 }
 
+// TestLoadtestTrace replays a Vidur-format trace, stretched 2x by --time-scale: each request at its own time with
+// its own lengths.
+func TestLoadtestTrace(t *testing.T) {
+	s := openaitest.NewServer(openaitest.Options{Model: "m"})
+	defer s.Close()
+	tr := filepath.Join(t.TempDir(), "t.csv")
+	if err := os.WriteFile(tr, []byte("arrived_at,num_prefill_tokens,num_decode_tokens\n0,5,3\n0.1,2,7\n0.2,9,1\n0.25,4,2\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := runCLI("loadtest", "--url", s.URL, "--model", "m", "--trace", tr, "--time-scale", "2", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+	var r loadtestReport
+	if err := json.Unmarshal([]byte(stdout), &r); err != nil {
+		t.Fatal(err)
+	}
+	m := r.Runs[0].Metrics
+	// 3 gaps over 0.5 s once stretched; 20 prompt and 13 output tokens in all (the fake counts token ids).
+	if m.Requests != 4 || m.Completed != 4 || m.TotalInputTokens != 20 || m.TotalOutputTokens != 13 || m.AskedRate != 6 || r.Runs[0].Rate != 6 {
+		t.Errorf("metrics %+v", m)
+	}
+	if r.DurationS != 0.5 || !strings.Contains(stderr, "time-scale") {
+		t.Errorf("duration %v, stderr %q", r.DurationS, stderr)
+	}
+}
+
 func TestLoadtestErrors(t *testing.T) {
 	base := []string{"loadtest", "--url", "http://127.0.0.1:1", "--model", "m", "--duration", "1s"}
 	for _, c := range []struct {
@@ -85,6 +112,9 @@ func TestLoadtestErrors(t *testing.T) {
 		{append(base, "--rate", "1", "--knee", "p50=1s"), 2, "--knee: "},
 		{append(base, "--rate", "1", "--target-rps", "5"), 2, "need --knee"},
 		{append(base, "--rate", "1", "--chat"), 2, "--chat needs --prompts"},
+		{append(base, "--trace", "t.csv"), 2, "--duration does not apply to --trace"},
+		{append(base, "--rate", "1", "--window", "0+1"), 2, "--window needs --trace"},
+		{[]string{"loadtest", "--url", "http://127.0.0.1:1", "--model", "m", "--trace", "/nonexistent/t.csv"}, 1, "/nonexistent/t.csv"},
 		{append(base, "--rate", "1", "--prompts", "/nonexistent/p.txt"), 1, "/nonexistent/p.txt"},
 		{[]string{"loadtest", "--url", "http://127.0.0.1:1/v1", "--model", "m", "--duration", "1s", "--rate", "1"}, 2, `--url "http://127.0.0.1:1/v1": want a server root`},
 		// Nothing listens on port 1: every request fails and the command says so.
