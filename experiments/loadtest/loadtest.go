@@ -3,8 +3,8 @@
 // have finished), every response is streamed, and the metrics follow vLLM's definitions.
 //
 // A run takes a list of Requests, each with its arrival time, prompt and maximum output tokens. Arrivals
-// draws them as vLLM does (gaps from a gamma distribution: Poisson at burstiness 1, burstier below 1); a trace's
-// own arrivals plug in the same way. Run sends each request at its time to POST /v1/completions (or
+// draws them as vLLM does (gaps from a gamma distribution: Poisson at burstiness 1, burstier below 1) and
+// Workload gives them prompts; FromTrace replays a trace's own arrivals and lengths instead. Run sends each request at its time to POST /v1/completions (or
 // /v1/chat/completions) with stream: true and stream_options.include_usage, and records per request when it was
 // sent, the time to its first chunk with a choice (TTFT), the gaps between later such chunks (ITL), the time
 // to the last one (E2EL), and its output tokens (the server's usage when given, else the chunks counted).
