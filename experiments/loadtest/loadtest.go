@@ -111,6 +111,7 @@ func newClient(conns int) *http.Client {
 	return &http.Client{
 		Transport: &http.Transport{
 			Proxy:               nil,
+			DisableCompression:  true, // a compressed stream would arrive in bursts and blur the timings
 			DialContext:         (&net.Dialer{Timeout: 10 * time.Second}).DialContext,
 			MaxIdleConns:        conns,
 			MaxIdleConnsPerHost: conns,

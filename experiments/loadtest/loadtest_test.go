@@ -194,3 +194,32 @@ func TestRunErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestRequestShape checks what the client sends: the body vLLM's benchmark sends (greedy, streamed, usage asked
+// for) to the endpoint, uncompressed.
+func TestRequestShape(t *testing.T) {
+	type seen struct{ path, body, encoding, accept string }
+	got := make(chan seen, 2)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got <- seen{r.URL.Path, string(b), r.Header.Get("Accept-Encoding"), r.Header.Get("Accept")}
+		_ = openai.WriteDone(w)
+	}))
+	defer srv.Close()
+	reqs := []Request{{Prompt: openai.Prompt{Tokens: []int{7, 8}}, MaxTokens: 3}}
+	if _, err := Run(context.Background(), Config{URL: srv.URL, Model: "m"}, reqs); err != nil {
+		t.Fatal(err)
+	}
+	reqs[0].Prompt = openai.Prompt{Text: "hi"}
+	if _, err := Run(context.Background(), Config{URL: srv.URL, Model: "m", Chat: true}, reqs); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []seen{
+		{"/v1/completions", `{"model":"m","prompt":[7,8],"max_tokens":3,"temperature":0,"stream":true,"stream_options":{"include_usage":true}}`, "", "text/event-stream"},
+		{"/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":3,"temperature":0,"stream":true,"stream_options":{"include_usage":true}}`, "", "text/event-stream"},
+	} {
+		if s := <-got; s != want {
+			t.Errorf("request %+v\nwant %+v", s, want)
+		}
+	}
+}
