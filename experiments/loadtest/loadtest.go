@@ -56,6 +56,9 @@ type Config struct {
 	MaxConcurrency int           // requests in flight at most; 0 for no limit. A request waits for a slot before it is sent
 	Timeout        time.Duration // per request, and the drain after the last arrival; 0 means DefaultTimeout
 	Client         *http.Client  // nil for one that follows no redirects and uses no proxy
+	// Progress, when set, is called after each request ends with the count ended so far and the total, one call
+	// at a time (for a progress bar).
+	Progress func(done, total int)
 }
 
 // DefaultTimeout is the per-request limit when Config.Timeout is 0.
@@ -185,7 +188,19 @@ func Run(ctx context.Context, cfg Config, reqs []Request) (*Result, error) {
 	if cfg.MaxConcurrency > 0 {
 		slots = make(chan struct{}, cfg.MaxConcurrency)
 	}
-	var wg sync.WaitGroup
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		nDone  int
+		report = func() {
+			if cfg.Progress != nil {
+				mu.Lock()
+				nDone++
+				cfg.Progress(nDone, len(reqs))
+				mu.Unlock()
+			}
+		}
+	)
 dispatch:
 	for i, r := range reqs {
 		if !sleepUntil(ctx, start.Add(r.Arrival)) {
@@ -203,6 +218,7 @@ dispatch:
 				defer func() { <-slots }()
 			}
 			res.Outcomes[i] = send(ctx, client, endpoint, bodies[i], r, start, timeout)
+			report()
 		})
 	}
 	wg.Wait()

@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -56,7 +57,9 @@ func TestOutcomes(t *testing.T) {
 	s := openaitest.NewServer(openaitest.Options{Model: "m", Fault: func(n int) openaitest.Fault { return faults[n] }})
 	defer s.Close()
 	// One request at a time, so that the server's n-th request is the n-th here.
-	res, err := Run(context.Background(), Config{URL: s.URL + "/", Model: "m", MaxConcurrency: 1}, textRequests(5, 0, 6))
+	var progress []int
+	cfg := Config{URL: s.URL + "/", Model: "m", MaxConcurrency: 1, Progress: func(done, total int) { progress = append(progress, done, total) }}
+	res, err := Run(context.Background(), cfg, textRequests(5, 0, 6))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,6 +79,9 @@ func TestOutcomes(t *testing.T) {
 		if o.Status != w.status || o.HTTPStatus != w.http || !strings.Contains(o.Error, w.err) || (w.err == "" && o.Error != "") {
 			t.Errorf("request %d (%v): %s %d %q, want %s %d %q", i, faults[i], o.Status, o.HTTPStatus, o.Error, w.status, w.http, w.err)
 		}
+	}
+	if want := []int{1, 5, 2, 5, 3, 5, 4, 5, 5, 5}; !slices.Equal(progress, want) {
+		t.Errorf("progress calls %v, want %v", progress, want)
 	}
 	if res.Outcomes[1].RetryAfter != "1" {
 		t.Errorf("429's Retry-After %q, want 1", res.Outcomes[1].RetryAfter)

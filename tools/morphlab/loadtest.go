@@ -176,7 +176,9 @@ func runLoadtest(e *env, args []string) error {
 			return loadtest.Workload(at, prompts, *outputTokens), nil
 		}
 	}
-	cfg := loadtest.Config{URL: *url, Model: *modelName, Chat: *chat, MaxConcurrency: *maxConc, Timeout: *timeout}
+	bar := newProgress(e.stderr, "loadtest: requests")
+	defer bar.clear()
+	cfg := loadtest.Config{URL: *url, Model: *modelName, Chat: *chat, MaxConcurrency: *maxConc, Timeout: *timeout, Progress: bar.set}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
@@ -190,6 +192,7 @@ func runLoadtest(e *env, args []string) error {
 		fmt.Fprintf(e.stderr, "loadtest: %s, model %s, %d rate(s) for %v each\n", *url, *modelName, len(rates), *duration)
 	}
 	points, err := loadtest.Sweep(ctx, cfg, rates, workload, slo, func(p loadtest.Point) {
+		bar.clear()
 		m := p.Metrics
 		fmt.Fprintf(e.stderr, "rate %v: %d requests, %d completed, %d rejected, %d failed, %.3g req/s\n",
 			p.Rate, m.Requests, m.Completed, m.Rejected, m.Failed, m.RequestThroughput)
