@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"github.com/olekukonko/tablewriter"
 	"github.com/olekukonko/tablewriter/renderer"
@@ -107,6 +108,33 @@ func WriteSweep(w io.Writer, points []Point, knee *Point) error {
 	return t.Render()
 }
 
+// WriteCompare writes each curve's knee under target: its rate, achieved throughput, P95 of the target's latency,
+// and the throughput as a multiple of the first curve's knee.
+func WriteCompare(w io.Writer, curves []Curve, target KneeTarget) error {
+	t := newTable(w, "curve", "rates", "knee rate", "knee req/s", "P95 "+strings.ToUpper(target.Metric)+" (ms)", "x "+curves[0].Label)
+	first := 0.0
+	if k, ok := Knee(curves[0].Points, target); ok {
+		first = k.Metrics.RequestThroughput
+	}
+	for _, c := range curves {
+		k, ok := Knee(c.Points, target)
+		if !ok {
+			if err := t.Append(c.Label, strconv.Itoa(len(c.Points)), "none", "", "", ""); err != nil {
+				return err
+			}
+			continue
+		}
+		ratio := ""
+		if first > 0 {
+			ratio = num(k.Metrics.RequestThroughput / first)
+		}
+		if err := t.Append(c.Label, strconv.Itoa(len(c.Points)), num(k.Rate), num(k.Metrics.RequestThroughput), num(target.P95(k.Metrics)), ratio); err != nil {
+			return err
+		}
+	}
+	return t.Render()
+}
+
 // WriteCapacity writes a capacity plan.
 func WriteCapacity(w io.Writer, c Capacity) error {
 	t := newTable(w, "capacity", "value")
@@ -129,27 +157,67 @@ func PlotCurve(points []Point, title, base string) error {
 	if len(points) == 0 {
 		return fmt.Errorf("no points to plot")
 	}
+	p := newPlot(title)
+	if err := plotutil.AddLinePoints(p,
+		"TTFT P50", series(points, func(m Metrics) float64 { return m.TTFT.Median }),
+		"TTFT P95", series(points, func(m Metrics) float64 { return m.TTFT.P95 }),
+		"E2EL P50", series(points, func(m Metrics) float64 { return m.E2EL.Median }),
+		"E2EL P95", series(points, func(m Metrics) float64 { return m.E2EL.P95 }),
+	); err != nil {
+		return err
+	}
+	return savePlot(p, base)
+}
+
+// Curve is one labelled sweep of a comparison, such as one scheduler's.
+type Curve struct {
+	Label  string
+	Points []Point
+}
+
+// PlotCompare draws several sweeps on one Latency-RPS plot, P95 TTFT and P95 E2EL (ms) of each against its
+// achieved request throughput, and writes it to base.png and base.svg.
+func PlotCompare(curves []Curve, title, base string) error {
+	if len(curves) == 0 {
+		return fmt.Errorf("no curves to plot")
+	}
+	p := newPlot(title)
+	var lines []any
+	for _, c := range curves {
+		if len(c.Points) == 0 {
+			return fmt.Errorf("curve %s has no points", c.Label)
+		}
+		lines = append(lines,
+			c.Label+" TTFT P95", series(c.Points, func(m Metrics) float64 { return m.TTFT.P95 }),
+			c.Label+" E2EL P95", series(c.Points, func(m Metrics) float64 { return m.E2EL.P95 }))
+	}
+	if err := plotutil.AddLinePoints(p, lines...); err != nil {
+		return err
+	}
+	return savePlot(p, base)
+}
+
+func newPlot(title string) *plot.Plot {
 	p := plot.New()
 	p.Title.Text = title
 	p.X.Label.Text = "achieved throughput (req/s)"
 	p.Y.Label.Text = "latency (ms)"
 	p.Legend.Top = true
 	p.Legend.Left = true
-	series := func(f func(Metrics) float64) plotter.XYs {
-		xys := make(plotter.XYs, len(points))
-		for i, pt := range points {
-			xys[i].X, xys[i].Y = pt.Metrics.RequestThroughput, f(pt.Metrics)
-		}
-		return xys
+	return p
+}
+
+// series is one latency of each point against the point's request throughput.
+func series(points []Point, f func(Metrics) float64) plotter.XYs {
+	xys := make(plotter.XYs, len(points))
+	for i, pt := range points {
+		xys[i].X, xys[i].Y = pt.Metrics.RequestThroughput, f(pt.Metrics)
 	}
-	if err := plotutil.AddLinePoints(p,
-		"TTFT P50", series(func(m Metrics) float64 { return m.TTFT.Median }),
-		"TTFT P95", series(func(m Metrics) float64 { return m.TTFT.P95 }),
-		"E2EL P50", series(func(m Metrics) float64 { return m.E2EL.Median }),
-		"E2EL P95", series(func(m Metrics) float64 { return m.E2EL.P95 }),
-	); err != nil {
-		return err
-	}
+	return xys
+}
+
+// savePlot writes p to base.png and base.svg, making base's directory.
+func savePlot(p *plot.Plot, base string) error {
 	if err := os.MkdirAll(filepath.Dir(base), 0o755); err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -42,12 +43,16 @@ request throughput achieved) to --plot.png and --plot.svg. The knee is the rate 
 whose P95 of the --knee latency is within its limit and whose requests all completed. --target-rps with
 --cost-per-hour turns the knee into instances (rounded up) and cost per hour and per million output tokens.
 
+--compare reads the --json reports of several sweeps (LABEL=FILE,..., one per scheduler, say), draws their P95
+TTFT and E2EL curves on one plot and tabulates each one's knee and its ratio to the first one's.
+
 A 429 counts as rejected and is not retried (the load is open-loop); its Retry-After is not honoured. Requests go
 only to --url: no redirects are followed and no proxy is used. Ctrl-C ends the run; what had not finished counts
 as failed.`
 
 func runLoadtest(e *env, args []string) error {
-	fs := e.flags("--url URL --model NAME (--trace F | --rate R --duration D | --sweep R1,R2,... --duration D) [flags]", loadtestHelp)
+	fs := e.flags("--url URL --model NAME (--trace F | --rate R --duration D | --sweep R1,R2,... --duration D) [flags]\n"+
+		"       morphlab loadtest --compare LABEL=FILE,... --knee METRIC=LIMIT [--plot BASE] [--json]", loadtestHelp)
 	url := fs.String("url", "", "server `root`, such as http://127.0.0.1:8000")
 	modelName := fs.String("model", "", "model `name` sent with every request")
 	chat := fs.Bool("chat", false, "use /v1/chat/completions, the prompt as one user message")
@@ -71,8 +76,19 @@ func runLoadtest(e *env, args []string) error {
 	costPerHour := fs.Float64("cost-per-hour", 0, "hourly `cost` of one instance")
 	plotBase := fs.String("plot", "results/loadtest/latency-rps", "with --sweep, write the curve to `base`.png and base.svg")
 	asJSON := fs.Bool("json", false, "print JSON instead of tables")
+	compare := fs.String("compare", "", "instead of a run, compare saved --json reports: `LABEL=FILE,...` (needs --knee)")
 	if err := e.parse(fs, args); err != nil {
 		return err
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if *compare != "" {
+		for name := range set {
+			if name != "compare" && name != "knee" && name != "plot" && name != "json" {
+				return usagef("--%s does not apply to --compare, which takes only --knee, --plot and --json", name)
+			}
+		}
+		return runCompare(e, *compare, *kneeFlag, *plotBase, *asJSON)
 	}
 
 	if *url == "" || *modelName == "" {
@@ -81,8 +97,6 @@ func runLoadtest(e *env, args []string) error {
 	if _, err := loadtest.CheckURL(*url); err != nil {
 		return usageError{"--" + err.Error()}
 	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	var rates []float64
 	if *tracePath != "" {
 		for _, name := range []string{"rate", "sweep", "duration", "burstiness", "prompt-tokens", "output-tokens"} {
@@ -262,6 +276,67 @@ type loadtestReport struct {
 	Capacity   *loadtest.Capacity   `json:"capacity,omitempty"`
 	Plots      []string             `json:"plots,omitempty"`
 	Warnings   []string             `json:"warnings,omitempty"`
+}
+
+// compareReport is loadtest --compare's JSON output.
+type compareReport struct {
+	KneeTarget loadtest.KneeTarget `json:"knee_target"`
+	Curves     []compareCurve      `json:"curves"`
+	Plots      []string            `json:"plots"`
+}
+
+type compareCurve struct {
+	Label string          `json:"label"`
+	File  string          `json:"file"`
+	Knee  *loadtest.Point `json:"knee"` // null when no rate meets the target
+}
+
+// runCompare reads the --json reports of several sweeps (one per label, such as one per scheduler), draws
+// their curves on one plot and tabulates their knees.
+func runCompare(e *env, spec, kneeFlag, plotBase string, asJSON bool) error {
+	if kneeFlag == "" {
+		return usagef("--compare needs --knee")
+	}
+	target, err := loadtest.ParseKneeTarget(kneeFlag)
+	if err != nil {
+		return usageError{"--knee: " + err.Error()}
+	}
+	var (
+		curves []loadtest.Curve
+		out    = compareReport{KneeTarget: target}
+	)
+	for part := range strings.SplitSeq(spec, ",") {
+		label, file, ok := strings.Cut(part, "=")
+		if !ok || label == "" || file == "" {
+			return usagef("--compare=%q: want LABEL=FILE,... such as static=static.json,continuous=cont.json", spec)
+		}
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return err
+		}
+		var r loadtestReport
+		if err := json.Unmarshal(b, &r); err != nil {
+			return fmt.Errorf("%s: not a 'morphlab loadtest --json' report: %v", file, err)
+		}
+		if len(r.Runs) == 0 {
+			return fmt.Errorf("%s: the report has no runs", file)
+		}
+		curves = append(curves, loadtest.Curve{Label: label, Points: r.Runs})
+		c := compareCurve{Label: label, File: file}
+		if k, ok := loadtest.Knee(r.Runs, target); ok {
+			c.Knee = &k
+		}
+		out.Curves = append(out.Curves, c)
+	}
+	if err := loadtest.PlotCompare(curves, "Latency-RPS", plotBase); err != nil {
+		return err
+	}
+	out.Plots = []string{plotBase + ".png", plotBase + ".svg"}
+	fmt.Fprintf(e.stderr, "curves in %s.png and %s.svg\n", plotBase, plotBase)
+	if asJSON {
+		return writeJSON(e.stdout, out)
+	}
+	return loadtest.WriteCompare(e.stdout, curves, target)
 }
 
 // traceOnlyFlags are trace.Flags' flags other than --seed: they choose how a trace is read and transformed.

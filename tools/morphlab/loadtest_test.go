@@ -95,6 +95,47 @@ func TestLoadtestTrace(t *testing.T) {
 	}
 }
 
+// TestLoadtestCompare sweeps two servers, one twice as slow a token, saves both reports and compares them.
+func TestLoadtestCompare(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct {
+		name  string
+		delay time.Duration
+	}{{"fast", 2 * time.Millisecond}, {"slow", 20 * time.Millisecond}} {
+		s := openaitest.NewServer(openaitest.Options{Model: "m", TokenDelay: c.delay})
+		code, stdout, stderr := runCLI("loadtest", "--url", s.URL, "--model", "m", "--sweep", "20,40", "--duration", "300ms",
+			"--output-tokens", "6", "--plot", filepath.Join(dir, c.name), "--json")
+		s.Close()
+		if code != 0 {
+			t.Fatalf("%s: exit %d, stderr %q", c.name, code, stderr)
+		}
+		if err := os.WriteFile(filepath.Join(dir, c.name+".json"), []byte(stdout), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	plot := filepath.Join(dir, "both")
+	// Fast: 5 tokens 2 ms apart, E2EL about 10 ms; slow: about 100 ms. Only the fast one meets P95 E2EL <= 50ms.
+	args := []string{"loadtest", "--compare", "fast=" + filepath.Join(dir, "fast.json") + ",slow=" + filepath.Join(dir, "slow.json"),
+		"--knee", "e2el=50ms", "--plot", plot}
+	code, stdout, stderr := runCLI(args...)
+	if code != 0 {
+		t.Fatalf("compare: exit %d, stderr %q", code, stderr)
+	}
+	rows := tableRows(stdout)
+	if f, s := rows["fast"], rows["slow"]; len(f) != 5 || f[0] != "2" || f[1] != "40.00" || f[4] != "1.000" || len(s) != 5 || s[1] != "none" {
+		t.Errorf("compare table:\n%s", stdout)
+	}
+	svg, err := os.ReadFile(plot + ".svg")
+	if err != nil || !strings.Contains(string(svg), "slow E2EL P95") {
+		t.Errorf("compare plot: %v", err)
+	}
+	code, stdout, _ = runCLI(append(args, "--json")...)
+	var r compareReport
+	if err := json.Unmarshal([]byte(stdout), &r); err != nil || code != 0 || len(r.Curves) != 2 || r.Curves[0].Knee == nil || r.Curves[1].Knee != nil {
+		t.Errorf("compare JSON: exit %d, %v, %+v", code, err, r)
+	}
+}
+
 func TestLoadtestErrors(t *testing.T) {
 	base := []string{"loadtest", "--url", "http://127.0.0.1:1", "--model", "m", "--duration", "1s"}
 	for _, c := range []struct {
@@ -112,6 +153,10 @@ func TestLoadtestErrors(t *testing.T) {
 		{append(base, "--rate", "1", "--knee", "p50=1s"), 2, "--knee: "},
 		{append(base, "--rate", "1", "--target-rps", "5"), 2, "need --knee"},
 		{append(base, "--rate", "1", "--chat"), 2, "--chat needs --prompts"},
+		{[]string{"loadtest", "--compare", "a=x.json"}, 2, "--compare needs --knee"},
+		{[]string{"loadtest", "--compare", "a=x.json", "--knee", "e2el=1s", "--rate", "1"}, 2, "--rate does not apply to --compare"},
+		{[]string{"loadtest", "--compare", "x.json", "--knee", "e2el=1s"}, 2, "want LABEL=FILE"},
+		{[]string{"loadtest", "--compare", "a=/nonexistent/x.json", "--knee", "e2el=1s"}, 1, "/nonexistent/x.json"},
 		{append(base, "--trace", "t.csv"), 2, "--duration does not apply to --trace"},
 		{append(base, "--rate", "1", "--window", "0+1"), 2, "--window needs --trace"},
 		{[]string{"loadtest", "--url", "http://127.0.0.1:1", "--model", "m", "--trace", "/nonexistent/t.csv"}, 1, "/nonexistent/t.csv"},
