@@ -74,16 +74,20 @@ func runLoadtest(e *env, args []string) error {
 	kneeFlag := fs.String("knee", "", "knee `target`: the P95 of ttft, tpot, itl or e2el within a limit, such as e2el=2s")
 	targetRPS := fs.Float64("target-rps", 0, "plan capacity for this `rate` (needs --knee and --cost-per-hour)")
 	costPerHour := fs.Float64("cost-per-hour", 0, "hourly `cost` of one instance")
-	plotBase := fs.String("plot", "results/loadtest/latency-rps", "with --sweep, write the curve to `base`.png and base.svg")
+	plotBase := fs.String("plot", "results/loadtest/latency-rps", "with --sweep or --compare, write the curves to `base`.png and base.svg")
 	asJSON := fs.Bool("json", false, "print JSON instead of tables")
 	compare := fs.String("compare", "", "instead of a run, compare saved --json reports: `LABEL=FILE,...` (needs --knee)")
 	if err := e.parse(fs, args); err != nil {
 		return err
 	}
+	var given []string // in lexical order
+	fs.Visit(func(f *flag.Flag) { given = append(given, f.Name) })
 	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	for _, name := range given {
+		set[name] = true
+	}
 	if *compare != "" {
-		for name := range set {
+		for _, name := range given {
 			if name != "compare" && name != "knee" && name != "plot" && name != "json" {
 				return usagef("--%s does not apply to --compare, which takes only --knee, --plot and --json", name)
 			}
