@@ -15,13 +15,14 @@ BENCH_PKGS ?= ./kernels/...
 BENCH ?= .
 BENCH_COUNT ?= 6
 
-# `make reproduce`: a curated subset of the kernel benchmarks, three runs each, a few minutes in all.
+# `make reproduce`: a curated subset of the kernel benchmarks, six runs each (the fewest that give the median a
+# 95% confidence interval), a few minutes in all.
 REPRO_BENCH ?= GEMV|GEMMf32|RMSNorm|Softmax|SwiGLU|CausalAttention|PagedAttention
-REPRO_BENCHTIME ?= 500ms
+REPRO_BENCHTIME ?= 250ms
 
 FUZZTIME ?= 20s
 
-.PHONY: build test fmt-check bench reproduce fuzz clean
+.PHONY: build test fmt-check bench reproduce fuzz clean data
 
 build:
 	$(GO) build ./...
@@ -43,19 +44,20 @@ fmt-check:
 bench:
 	$(GO) run ./tools/morphlab bench --pkg '$(BENCH_PKGS)' --bench '$(BENCH)' --count $(BENCH_COUNT)
 
-# reproduce measures the machine, then the kernel benchmarks against it, then (with the shared data) the model's
+# reproduce measures the machine, then the kernel benchmarks against it, then (with the data: make data) the model's
 # quality results; everything lands under results/.
 reproduce: build
 	mkdir -p results/bench
 	$(MORPHLAB) probe --out results/probe.json > results/probe.txt
 	cat results/probe.txt
-	$(MORPHLAB) bench --pkg './kernels/...' --bench '$(REPRO_BENCH)' --count 3 --benchtime $(REPRO_BENCHTIME) \
+	$(MORPHLAB) bench --pkg './kernels/...' --bench '$(REPRO_BENCH)' --count 6 --benchtime $(REPRO_BENCHTIME) \
 		--probe results/probe.json --out results/bench/kernels.txt > results/bench/kernels-table.txt
 	cat results/bench/kernels-table.txt
-	@# With the shared data at hand: stories260K's perplexity in each layer format and KV cache type, and its layer-sensitivity
-	@# profile (the swap order) with the perplexity curves of each order (BENCHMARKS.md, issues 4 and 7).
-	@data=$${MORPHLAB_DATA:-$$(for d in data ../shared/data; do [ -d $$d ] && echo $$d && break; done)}; \
-	if [ ! -f "$$data/models/stories260K.bin" ]; then echo "reproduce: no stories260K in the data directory; model results skipped"; exit 0; fi; \
+	@# With the data at hand (make data): stories260K's perplexity in each layer format and KV cache type, and its
+	@# layer-sensitivity profile (the swap order) with the perplexity curves of each order, drawn in a plot.
+	@data=$${MORPHLAB_DATA:-$$(for d in data ../shared/data; do [ -f $$d/models/stories260K.bin ] && [ -f $$d/eval/tinystories_val.txt ] && echo $$d && break; done)}; \
+	if [ ! -f "$$data/models/stories260K.bin" ] || [ ! -f "$$data/eval/tinystories_val.txt" ]; then \
+		echo "reproduce: no data directory with models/stories260K.bin and eval/tinystories_val.txt; model results skipped"; exit 0; fi; \
 	set -e; mkdir -p results/model; \
 	for f in f32 f16 int8 int4; do \
 		echo "== perplexity, layers in $$f"; \
@@ -71,7 +73,13 @@ reproduce: build
 	$(MORPHLAB) profile --model $$data/models/stories260K.bin --tokenizer $$data/models/tok512.bin --format int4 \
 		--method rtn --calib $$data/eval/tinystories_val.txt --calib-paragraphs 200 --calib-tokens 1000000 \
 		--eval $$data/eval/tinystories_val.txt --eval-paragraphs 500 --orders lis,front,back,random --seeds 3 \
-		--all-ks --out results/model/profile-int4-rtn.json | tee results/model/profile-int4-rtn.txt
+		--all-ks --out results/model/profile-int4-rtn.json --plot results/model/profile-int4-rtn.png \
+		| tee results/model/profile-int4-rtn.txt
+
+# data downloads the public data files into ./data (about 14 MB: models, tokenizers, traces, GPU profiles, eval
+# texts), each checked against its pinned sha256; run it again to resume. `morphlab data list` shows the manifest.
+data:
+	$(GO) run ./tools/morphlab data fetch --dir data
 
 # fuzz runs every fuzz target (go test -list '^Fuzz') for FUZZTIME each.
 fuzz:

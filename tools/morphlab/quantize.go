@@ -79,9 +79,8 @@ func runQuantize(e *env, args []string) error {
 		return writeJSON(e.stdout, map[string]any{"model": *in, "out": *out, "format": *format, "layers": n,
 			"bytes": size, "seconds": sec})
 	}
-	t := newTable(e.stdout, "model", "out", "format", "layers", "size", "seconds")
-	t.row(*in, *out, *format, fmt.Sprintf("%d of %d", n, ck.Config.NLayers), formatValue(float64(size)/(1<<20))+" MiB", formatValue(sec))
-	return t.flush()
+	return writeTable(e.stdout, []string{"model", "out", "format", "layers", "size", "seconds"}, [][]string{
+		{*in, *out, *format, fmt.Sprintf("%d of %d", n, ck.Config.NLayers), formatValue(float64(size)/(1<<20)) + " MiB", formatValue(sec)}})
 }
 
 // parseLayers reads a comma-separated list of layer indices; "" means all (nil). Ranges are checked against the
