@@ -340,7 +340,7 @@ func runCompare(e *env, spec, kneeFlag, plotBase string, asJSON bool) error {
 	if asJSON {
 		return writeJSON(e.stdout, out)
 	}
-	return loadtest.WriteCompare(e.stdout, curves, target)
+	return printTables(e, loadtest.CompareTable(curves, target))
 }
 
 // traceOnlyFlags are trace.Flags' flags other than --seed: they choose how a trace is read and transformed.
@@ -380,11 +380,11 @@ func parseRates(rate float64, sweep string) ([]float64, error) {
 }
 
 func printLoadtest(e *env, r loadtestReport, sweep bool) error {
+	tables := []loadtest.Table{loadtest.SweepTable(r.Runs, r.Knee)}
 	if !sweep {
-		if err := loadtest.WriteMetrics(e.stdout, r.Runs[0].Metrics); err != nil {
-			return err
-		}
-	} else if err := loadtest.WriteSweep(e.stdout, r.Runs, r.Knee); err != nil {
+		tables = loadtest.MetricsTables(r.Runs[0].Metrics)
+	}
+	if err := printTables(e, tables...); err != nil {
 		return err
 	}
 	if r.KneeTarget != nil {
@@ -398,7 +398,20 @@ func printLoadtest(e *env, r loadtestReport, sweep bool) error {
 	}
 	if r.Capacity != nil {
 		fmt.Fprintln(e.stdout)
-		return loadtest.WriteCapacity(e.stdout, *r.Capacity)
+		return printTables(e, loadtest.CapacityTable(*r.Capacity))
+	}
+	return nil
+}
+
+// printTables prints tables with writeTable, a blank line between them.
+func printTables(e *env, tables ...loadtest.Table) error {
+	for i, t := range tables {
+		if i > 0 {
+			fmt.Fprintln(e.stdout)
+		}
+		if err := writeTable(e.stdout, t.Header, t.Rows); err != nil {
+			return err
+		}
 	}
 	return nil
 }
