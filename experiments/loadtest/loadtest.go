@@ -3,8 +3,8 @@
 // have finished), every response is streamed, and the metrics follow vLLM's definitions.
 //
 // A run takes a list of Requests, each with its arrival time, prompt and maximum output tokens. Arrivals
-// draws them as vLLM does (gaps from a gamma distribution: Poisson at burstiness 1, burstier below 1); a trace's
-// own arrivals plug in the same way. Run sends each request at its time to POST /v1/completions (or
+// draws them as vLLM does (gaps from a gamma distribution: Poisson at burstiness 1, burstier below 1) and
+// Workload gives them prompts; FromTrace replays a trace's own arrivals and lengths instead. Run sends each request at its time to POST /v1/completions (or
 // /v1/chat/completions) with stream: true and stream_options.include_usage, and records per request when it was
 // sent, the time to its first chunk with a choice (TTFT), the gaps between later such chunks (ITL), the time
 // to the last one (E2EL), and its output tokens (the server's usage when given, else the chunks counted).
@@ -56,6 +56,9 @@ type Config struct {
 	MaxConcurrency int           // requests in flight at most; 0 for no limit. A request waits for a slot before it is sent
 	Timeout        time.Duration // per request, and the drain after the last arrival; 0 means DefaultTimeout
 	Client         *http.Client  // nil for one that follows no redirects and uses no proxy
+	// Progress, when set, is called after each request ends with the count ended so far and the total, one call
+	// at a time (for a progress bar).
+	Progress func(done, total int)
 }
 
 // DefaultTimeout is the per-request limit when Config.Timeout is 0.
@@ -92,8 +95,9 @@ type Result struct {
 	Duration time.Duration
 }
 
-// checkURL checks that u is an http(s) server root and returns it without a trailing slash.
-func checkURL(u string) (string, error) {
+// CheckURL checks that u is an http(s) server root, such as http://127.0.0.1:8000, and returns it without a
+// trailing slash.
+func CheckURL(u string) (string, error) {
 	p, err := url.Parse(u)
 	if err != nil {
 		return "", fmt.Errorf("url %q: %v", u, err)
@@ -110,6 +114,7 @@ func newClient(conns int) *http.Client {
 	return &http.Client{
 		Transport: &http.Transport{
 			Proxy:               nil,
+			DisableCompression:  true, // a compressed stream would arrive in bursts and blur the timings
 			DialContext:         (&net.Dialer{Timeout: 10 * time.Second}).DialContext,
 			MaxIdleConns:        conns,
 			MaxIdleConnsPerHost: conns,
@@ -123,7 +128,7 @@ func newClient(conns int) *http.Client {
 // for a bad config or request list; what happens to requests is in their outcomes. Cancelling ctx ends the run
 // early, with the unfinished requests failed.
 func Run(ctx context.Context, cfg Config, reqs []Request) (*Result, error) {
-	base, err := checkURL(cfg.URL)
+	base, err := CheckURL(cfg.URL)
 	if err != nil {
 		return nil, err
 	}
@@ -183,7 +188,19 @@ func Run(ctx context.Context, cfg Config, reqs []Request) (*Result, error) {
 	if cfg.MaxConcurrency > 0 {
 		slots = make(chan struct{}, cfg.MaxConcurrency)
 	}
-	var wg sync.WaitGroup
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		nDone  int
+		report = func() {
+			if cfg.Progress != nil {
+				mu.Lock()
+				nDone++
+				cfg.Progress(nDone, len(reqs))
+				mu.Unlock()
+			}
+		}
+	)
 dispatch:
 	for i, r := range reqs {
 		if !sleepUntil(ctx, start.Add(r.Arrival)) {
@@ -201,6 +218,7 @@ dispatch:
 				defer func() { <-slots }()
 			}
 			res.Outcomes[i] = send(ctx, client, endpoint, bodies[i], r, start, timeout)
+			report()
 		})
 	}
 	wg.Wait()

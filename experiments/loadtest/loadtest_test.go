@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -56,7 +57,9 @@ func TestOutcomes(t *testing.T) {
 	s := openaitest.NewServer(openaitest.Options{Model: "m", Fault: func(n int) openaitest.Fault { return faults[n] }})
 	defer s.Close()
 	// One request at a time, so that the server's n-th request is the n-th here.
-	res, err := Run(context.Background(), Config{URL: s.URL + "/", Model: "m", MaxConcurrency: 1}, textRequests(5, 0, 6))
+	var progress []int
+	cfg := Config{URL: s.URL + "/", Model: "m", MaxConcurrency: 1, Progress: func(done, total int) { progress = append(progress, done, total) }}
+	res, err := Run(context.Background(), cfg, textRequests(5, 0, 6))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,6 +79,9 @@ func TestOutcomes(t *testing.T) {
 		if o.Status != w.status || o.HTTPStatus != w.http || !strings.Contains(o.Error, w.err) || (w.err == "" && o.Error != "") {
 			t.Errorf("request %d (%v): %s %d %q, want %s %d %q", i, faults[i], o.Status, o.HTTPStatus, o.Error, w.status, w.http, w.err)
 		}
+	}
+	if want := []int{1, 5, 2, 5, 3, 5, 4, 5, 5, 5}; !slices.Equal(progress, want) {
+		t.Errorf("progress calls %v, want %v", progress, want)
 	}
 	if res.Outcomes[1].RetryAfter != "1" {
 		t.Errorf("429's Retry-After %q, want 1", res.Outcomes[1].RetryAfter)
@@ -191,6 +197,35 @@ func TestRunErrors(t *testing.T) {
 	} {
 		if _, err := Run(context.Background(), c.cfg, c.reqs); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: err %v, want %q", c.cfg, err, c.want)
+		}
+	}
+}
+
+// TestRequestShape checks what the client sends: the body vLLM's benchmark sends (greedy, streamed, usage asked
+// for) to the endpoint, uncompressed.
+func TestRequestShape(t *testing.T) {
+	type seen struct{ path, body, encoding, accept string }
+	got := make(chan seen, 2)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got <- seen{r.URL.Path, string(b), r.Header.Get("Accept-Encoding"), r.Header.Get("Accept")}
+		_ = openai.WriteDone(w)
+	}))
+	defer srv.Close()
+	reqs := []Request{{Prompt: openai.Prompt{Tokens: []int{7, 8}}, MaxTokens: 3}}
+	if _, err := Run(context.Background(), Config{URL: srv.URL, Model: "m"}, reqs); err != nil {
+		t.Fatal(err)
+	}
+	reqs[0].Prompt = openai.Prompt{Text: "hi"}
+	if _, err := Run(context.Background(), Config{URL: srv.URL, Model: "m", Chat: true}, reqs); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []seen{
+		{"/v1/completions", `{"model":"m","prompt":[7,8],"max_tokens":3,"temperature":0,"stream":true,"stream_options":{"include_usage":true}}`, "", "text/event-stream"},
+		{"/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":3,"temperature":0,"stream":true,"stream_options":{"include_usage":true}}`, "", "text/event-stream"},
+	} {
+		if s := <-got; s != want {
+			t.Errorf("request %+v\nwant %+v", s, want)
 		}
 	}
 }

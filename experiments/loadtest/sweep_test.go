@@ -123,21 +123,24 @@ var update = flag.Bool("update", false, "rewrite the golden files in testdata")
 // TestWriteTables checks the tables of the recorded run against testdata/metrics.md (go test -update rewrites
 // it; on a mismatch the output is left in testdata/metrics.md.got).
 func TestWriteTables(t *testing.T) {
-	var b bytes.Buffer
-	if err := WriteMetrics(&b, Compute(recorded(), SLO{TTFT: 250 * msec})); err != nil {
-		t.Fatal(err)
-	}
-	b.WriteString("\n")
 	pts := []Point{{Rate: 1, Metrics: Compute(recorded(), SLO{})}}
-	if err := WriteSweep(&b, pts, &pts[0]); err != nil {
-		t.Fatal(err)
-	}
-	b.WriteString("\n")
 	c, err := PlanCapacity(pts[0].Metrics, 1, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := WriteCapacity(&b, c); err != nil {
+	done := func(rate, rps, p95 float64) Point {
+		return Point{Rate: rate, Metrics: Metrics{Requests: 4, Completed: 4, RequestThroughput: rps, E2EL: Summary{P95: p95}}}
+	}
+	// Knees under P95 E2EL <= 1s: static's at rate 1 (0.9 req/s), continuous's at rate 2 (1.8 req/s, 2x); none for slow.
+	curves := []Curve{
+		{Label: "static", Points: []Point{done(1, 0.9, 800), done(2, 1.5, 1500)}},
+		{Label: "continuous", Points: []Point{done(1, 1, 300), done(2, 1.8, 600)}},
+		{Label: "slow", Points: []Point{done(1, 0.9, 2000)}},
+	}
+	var b bytes.Buffer
+	tables := append(MetricsTables(Compute(recorded(), SLO{TTFT: 250 * msec})),
+		SweepTable(pts, &pts[0]), CapacityTable(c), CompareTable(curves, KneeTarget{Metric: "e2el", Limit: time.Second}))
+	if err := WriteTables(&b, tables...); err != nil {
 		t.Fatal(err)
 	}
 	golden := filepath.Join("testdata", "metrics.md")

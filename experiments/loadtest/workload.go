@@ -20,9 +20,10 @@ import (
 // Arrivals returns n arrival times at rate requests per second, drawn as vLLM's benchmark_serving draws them:
 // the first request at 0, then gaps from a gamma distribution with shape burstiness and scale
 // 1/(rate*burstiness), whose mean is 1/rate (burstiness 1 is a Poisson process; below 1 is burstier, above
-// smoother). The gaps are then scaled so that the last arrival is at exactly (n-1)/rate, as current vLLM does
-// to close the 1-2% gap that one seed's draws leave from the asked rate; the schedule then asks exactly that
-// rate, and the achieved rate measures the client and server only. The same seed gives the same arrivals.
+// smoother). The gaps are then scaled so that the n-1 gaps span exactly (n-1)/rate. Current vLLM rescales its
+// cumulative delays in the same spirit (so that its n requests span n/rate), to close the 1-2% gap that one
+// seed's draws leave from the asked rate; the schedule then has exactly the asked rate, and a shortfall in the
+// achieved rate is the client's or the server's. The same seed gives the same arrivals.
 func Arrivals(rate, burstiness float64, n int, seed uint64) ([]time.Duration, error) {
 	switch {
 	case !(rate > 0) || math.IsInf(rate, 1):
