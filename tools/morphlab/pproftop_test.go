@@ -61,7 +61,7 @@ func TestCPUTop(t *testing.T) {
 // is a usage error.
 func TestPprofTopFlag(t *testing.T) {
 	prof := filepath.Join(t.TempDir(), "cpu.prof")
-	code, _, stderr := runCLI("probe", "--quick", "--cpuprofile", prof, "--pprof-top", "3")
+	code, _, stderr := runCLI("probe", "--quick", "--out", "", "--cpuprofile", prof, "--pprof-top", "3")
 	if code != 0 {
 		t.Fatalf("probe --pprof-top: exit %d, stderr %q", code, stderr)
 	}
@@ -70,7 +70,7 @@ func TestPprofTopFlag(t *testing.T) {
 			t.Errorf("stderr lacks %q:\n%s", want, stderr)
 		}
 	}
-	code, _, stderr = runCLI("probe", "--quick", "--pprof-top", "3")
+	code, _, stderr = runCLI("probe", "--quick", "--out", "", "--pprof-top", "3")
 	if code != 2 || stderr != "morphlab probe: --pprof-top needs --cpuprofile\n" {
 		t.Errorf("probe --pprof-top without --cpuprofile: exit %d, stderr %q", code, stderr)
 	}
