@@ -9,9 +9,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/morphlab/morphlab/engine/model"
 	"github.com/morphlab/morphlab/engine/morph"
 	"github.com/morphlab/morphlab/experiments/loadtest"
+	"github.com/morphlab/morphlab/experiments/replay"
 	"github.com/morphlab/morphlab/experiments/results"
 	"github.com/morphlab/morphlab/experiments/trace"
 	"github.com/morphlab/morphlab/internal/datadir"
@@ -110,14 +110,13 @@ func BenchmarkSimulateAzure(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			o := simOptions{model: "llama-2-7b", gpu: "a100", kv: model.KVF16, utilization: 0.9, blockSize: 16, maxTokens: 2048, seed: 1}
 			var heap uint64
 			for range b.N {
-				s, err := newSim(spec, o)
+				s, err := replay.NewSim(spec, replay.DefaultSim("llama-2-7b", "a100"))
 				if err != nil {
 					b.Fatal(err)
 				}
-				r, _, err := simulate(context.Background(), s, spec, tr, loadtest.SLO{TTFT: 2e9}, 256, o)
+				r, _, err := s.Replay(context.Background(), tr, loadtest.SLO{TTFT: 2e9})
 				if err != nil || r.Aggregates.Completed != len(tr.Requests) {
 					b.Fatalf("%v, %d completed", err, r.Aggregates.Completed)
 				}
