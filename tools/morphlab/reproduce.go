@@ -186,7 +186,9 @@ func realPairs(e *env, dir string) ([]suite.RealPair, error) {
 	return pairs, nil
 }
 
-func dirName(policy string) string { return strings.NewReplacer(":", "_", "=", "-", ",", "+").Replace(policy) }
+func dirName(policy string) string {
+	return strings.NewReplacer(":", "_", "=", "-", ",", "+").Replace(policy)
+}
 
 func writeTraceFile(path string, t *trace.Trace) error {
 	var b bytes.Buffer
@@ -195,4 +197,3 @@ func writeTraceFile(path string, t *trace.Trace) error {
 	}
 	return os.WriteFile(path, b.Bytes(), 0o644)
 }
-
