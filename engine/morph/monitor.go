@@ -10,7 +10,8 @@ import (
 )
 
 // Signals are what the Serving Monitor reports after an iteration: the engine's queue and pool, KV usage averaged
-// over the last Window iterations, and TTFT, TPOT and throughput over the requests that ended in the last Span.
+// over the last Window iterations, and the output throughput over the requests that ended in the last Span
+// (their TTFT and TPOT percentiles are Monitor.Latency, computed when asked).
 type Signals struct {
 	Iter          int
 	Idle          bool
@@ -27,10 +28,6 @@ type Signals struct {
 	MeanUsage     float64 // over the window
 	Preempted     int     // at this iteration
 	Quantized     int     // layers not in their stored precision
-	TTFT50        time.Duration
-	TTFT95        time.Duration
-	TPOT50        time.Duration
-	TPOT95        time.Duration
 	Throughput    float64 // output tokens per second over the span
 }
 
@@ -73,21 +70,27 @@ func (m *Monitor) Observe(info engine.StepInfo, quantized int) Signals {
 		keep++
 	}
 	m.ended = m.ended[keep:]
-	if len(m.ended) > 0 {
-		m.ttft, m.tpot = m.ttft[:0], m.tpot[:0]
-		tokens := 0
-		for _, r := range m.ended {
-			m.ttft = append(m.ttft, r.TTFT.Seconds())
-			if r.Output > 1 {
-				m.tpot = append(m.tpot, r.TPOT.Seconds())
-			}
-			tokens += r.Output
-		}
-		s.TTFT50, s.TTFT95 = quantiles(m.ttft)
-		s.TPOT50, s.TPOT95 = quantiles(m.tpot)
-		s.Throughput = float64(tokens) / m.Span.Seconds()
+	tokens := 0
+	for _, r := range m.ended {
+		tokens += r.Output
 	}
+	s.Throughput = float64(tokens) / m.Span.Seconds()
 	return s
+}
+
+// Latency returns the median and 95th percentile of TTFT and of TPOT over the requests that ended in the last
+// Span, as empirical quantiles (gonum's stat.Empirical: the smallest value at least that share of them reach).
+func (m *Monitor) Latency() (ttft50, ttft95, tpot50, tpot95 time.Duration) {
+	m.ttft, m.tpot = m.ttft[:0], m.tpot[:0]
+	for _, r := range m.ended {
+		m.ttft = append(m.ttft, r.TTFT.Seconds())
+		if r.Output > 1 {
+			m.tpot = append(m.tpot, r.TPOT.Seconds())
+		}
+	}
+	ttft50, ttft95 = quantiles(m.ttft)
+	tpot50, tpot95 = quantiles(m.tpot)
+	return
 }
 
 // quantiles returns the median and 95th percentile of x (seconds), which it sorts.

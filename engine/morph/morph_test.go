@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"reflect"
 	"slices"
@@ -493,5 +494,27 @@ func TestParamsJSON(t *testing.T) {
 		if err := json.Unmarshal(b, &back); err != nil || !reflect.DeepEqual(back, p) {
 			t.Errorf("%s: %s reads back as %+v (%v)", name, b, back, err)
 		}
+	}
+}
+
+// TestMonitor: the window's mean usage, the span's throughput and latency percentiles.
+func TestMonitor(t *testing.T) {
+	m := NewMonitor(2, 10*time.Second)
+	end := func(at, ttft time.Duration, out int) engine.Ended {
+		return engine.Ended{Finish: engine.FinishLength, Arrival: at - time.Second, E2E: time.Second, TTFT: ttft, TPOT: ttft / 10, Output: out}
+	}
+	m.Observe(engine.StepInfo{Time: time.Second, Used: 2, Total: 10, Ended: []engine.Ended{end(time.Second, 100*time.Millisecond, 10)}}, 0)
+	m.Observe(engine.StepInfo{Time: 5 * time.Second, Used: 4, Total: 10, Ended: []engine.Ended{end(5*time.Second, 300*time.Millisecond, 30)}}, 0)
+	s := m.Observe(engine.StepInfo{Time: 12 * time.Second, Used: 8, Total: 10, Waiting: 1, Ended: []engine.Ended{
+		end(12*time.Second, 200*time.Millisecond, 20), {Finish: engine.FinishCancelled, Output: 99}}}, 3)
+	if math.Abs(s.MeanUsage-0.6) > 1e-12 || s.Usage != 0.8 || s.Quantized != 3 || s.Waiting != 1 {
+		t.Errorf("signals %+v: want mean usage 0.6 over the last two iterations", s)
+	}
+	if s.Throughput != 5 { // the request ended at 1 s left the 10 s span; 30 + 20 tokens over 10 s
+		t.Errorf("throughput %v, want 5 tokens/s", s.Throughput)
+	}
+	ttft50, ttft95, _, _ := m.Latency()
+	if ttft50 != 200*time.Millisecond || ttft95 != 300*time.Millisecond { // empirical quantiles: the smallest value with that share
+		t.Errorf("TTFT P50 %v P95 %v over 200 and 300 ms", ttft50, ttft95)
 	}
 }
