@@ -99,6 +99,23 @@ func (a *Actuator) next(n int) ([]int, quant.Format) {
 	return nil, 0
 }
 
+// Headroom is the number of layers that swaps could still move one tier on (within the cap).
+func (a *Actuator) Headroom() int {
+	n := 0
+	for t := range a.tiers {
+		for _, l := range a.order {
+			at := a.cur[l]
+			if (t == 0 && at == a.base[l]) || (t > 0 && at == a.tiers[t-1]) {
+				n++
+			}
+		}
+		if t == 0 {
+			n = min(n, a.cap-a.Quantized())
+		}
+	}
+	return max(n, 0)
+}
+
 // CanSwap reports whether a swap would move any layer.
 func (a *Actuator) CanSwap() bool {
 	l, _ := a.next(1)

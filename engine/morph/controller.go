@@ -25,6 +25,8 @@ type Controller struct {
 	calm      int           // consecutive iterations in which a restore could go ahead
 	calmSince time.Duration // when they began
 	pred      *Predictor    // morph:predictive's forecast
+	rates     sloRates      // morph:slo's measured rates
+	blockSize int
 	last      Signals
 }
 
@@ -50,6 +52,7 @@ func (c *Controller) Bind(e *engine.Engine) {
 	if c.Spec.Mode == "predictive" {
 		c.pred = NewPredictor(p)
 	}
+	c.blockSize = e.Geometry().BlockSize
 }
 
 // Actuator is the controller's actuator (nil unless the policy morphs).
@@ -75,12 +78,15 @@ func (c *Controller) OnStep(info engine.StepInfo) {
 		return
 	}
 	c.act.Advance(info)
-	if c.pred != nil {
+	switch c.Spec.Mode {
+	case "predictive":
 		c.pred.Observe(info)
 		c.decidePredictive(s)
-		return
+	case "slo":
+		c.decideSLO(s, info)
+	default:
+		c.decide(s)
 	}
-	c.decide(s)
 }
 
 // decide is the reactive morph modes' rule: swap after Persistence iterations of pressure, restore after

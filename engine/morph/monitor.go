@@ -20,6 +20,7 @@ type Signals struct {
 	Running       int
 	OldestWait    time.Duration
 	WaitingBlocks int
+	WaitingTokens int
 	HeadBlocks    int
 	Free          int
 	Used          int
@@ -50,7 +51,7 @@ func NewMonitor(window int, span time.Duration) *Monitor {
 // Observe takes one StepInfo (and the quantized layer count it ran with) and returns the signals.
 func (m *Monitor) Observe(info engine.StepInfo, quantized int) Signals {
 	s := Signals{Iter: info.Iter, Idle: info.Idle, Time: info.Time, Waiting: info.Waiting, Running: info.Running,
-		OldestWait: info.OldestWait, WaitingBlocks: info.WaitingBlocks, HeadBlocks: info.HeadBlocks, Free: info.Free,
+		OldestWait: info.OldestWait, WaitingBlocks: info.WaitingBlocks, WaitingTokens: info.WaitingTokens, HeadBlocks: info.HeadBlocks, Free: info.Free,
 		Used: info.Used, Total: info.Total, Preempted: info.Preempted, Quantized: quantized}
 	if info.Total > 0 {
 		s.Usage = float64(info.Used) / float64(info.Total)
@@ -76,6 +77,16 @@ func (m *Monitor) Observe(info engine.StepInfo, quantized int) Signals {
 	}
 	s.Throughput = float64(tokens) / m.Span.Seconds()
 	return s
+}
+
+// ReleaseRate is the KV blocks per second that the requests which ended in the last Span gave back, in blocks of
+// blockSize tokens.
+func (m *Monitor) ReleaseRate(blockSize int) float64 {
+	blocks := 0
+	for _, r := range m.ended {
+		blocks += (r.Prompt + r.Output + blockSize - 1) / blockSize
+	}
+	return float64(blocks) / m.Span.Seconds()
 }
 
 // Latency returns the median and 95th percentile of TTFT and of TPOT over the requests that ended in the last

@@ -239,7 +239,7 @@ func TestProperties(t *testing.T) {
 		}
 		base := slices.Repeat([]quant.Format{quant.F16}, 8)
 		var prev engine.StepInfo
-		policy := []string{"morph:performance", "morph:default:tiers=int8,int4", "morph:accuracy"}[seed%3]
+		policy := []string{"morph:performance", "morph:default:tiers=int8,int4", "morph:accuracy", "morph:slo", "morph:predictive", "morph:default"}[seed%6]
 		res, c, e := run(t, x, policy, reqs, base, func(info engine.StepInfo) {
 			mem := x.Memory()
 			sum := 0
@@ -516,5 +516,51 @@ func TestMonitor(t *testing.T) {
 	ttft50, ttft95, _, _ := m.Latency()
 	if ttft50 != 200*time.Millisecond || ttft95 != 300*time.Millisecond { // empirical quantiles: the smallest value with that share
 		t.Errorf("TTFT P50 %v P95 %v over 200 and 300 ms", ttft50, ttft95)
+	}
+}
+
+// TestPredictTTFT: the head waits for its missing blocks at the release rate and for its prompt, the tail for the
+// whole queue's; with no release and blocks missing the wait has no bound.
+func TestPredictTTFT(t *testing.T) {
+	s := Signals{Waiting: 2, OldestWait: time.Second, HeadBlocks: 10, WaitingBlocks: 30, WaitingTokens: 400}
+	// Head: 1 s waited + (10-4)/2 s for blocks + 200/100 s of prefill = 6 s; tail: (30-4)/2 + 400/100 = 17 s.
+	if got := predictTTFT(s, 4, 2, 100); got != 17*time.Second {
+		t.Errorf("predicted %v, want 17s", got)
+	}
+	if got := predictTTFT(s, 40, 2, 100); got != 4*time.Second { // blocks to spare: head 1 s + 2 s, tail 4 s of prefill
+		t.Errorf("with blocks to spare predicted %v, want the tail's 4s of prefill", got)
+	}
+	if got := predictTTFT(s, 4, 0, 100); got != time.Duration(math.MaxInt64) {
+		t.Errorf("nothing releasing blocks: %v, want unbounded", got)
+	}
+	if got := predictTTFT(Signals{}, 0, 0, 0); got != 0 {
+		t.Errorf("empty queue: %v", got)
+	}
+}
+
+// TestSLOPolicy: on the oscillating burst, morph:slo keeps the TTFT SLO as well as morph:default with no more
+// layers quantized on average.
+func TestSLOPolicy(t *testing.T) {
+	reqs := burstTrace(rand.New(rand.NewPCG(4, 4)), 30, 2*time.Second, 60*time.Second, 250, 60)
+	base := slices.Repeat([]quant.Format{quant.F16}, 8)
+	type out struct {
+		viol      int
+		quantized float64
+	}
+	measure := func(policy string) out {
+		res, c, _ := run(t, newMemExec(8, 100, 0), policy, reqs, base, nil)
+		total, weighted := 0, 0
+		for _, r := range res {
+			for k, n := range c.Recorder.Mix(r.ID) {
+				total += n
+				weighted += k * n
+			}
+		}
+		return out{violations(res, time.Second), float64(weighted) / float64(total)}
+	}
+	d, s := measure("morph:default"), measure("morph:slo:ttft=1s")
+	t.Logf("morph:default %d violations, %.2f layers a token; morph:slo %d, %.2f", d.viol, d.quantized, s.viol, s.quantized)
+	if s.viol > d.viol+len(reqs)/100 || s.quantized > d.quantized {
+		t.Errorf("morph:slo: %d violations, %.2f quantized layers a token; morph:default %d, %.2f", s.viol, s.quantized, d.viol, d.quantized)
 	}
 }

@@ -17,6 +17,8 @@
 //	                       performance, and k=v overrides a mode's parameter (names as in Params' json tags),
 //	                       e.g. morph:default:persistence=1 or morph:default:tiers=int8,int4
 //	morph:predictive[:k=v] beyond the paper: swap ahead of a forecast rise in KV demand (see Predictor)
+//	morph:slo[:ttft=2s...] beyond the paper: the fewest quantized layers for which the predicted TTFT of the
+//	                       queue meets the SLO (see Controller.decideSLO)
 //
 // # The modes
 //
@@ -75,6 +77,9 @@ type Params struct {
 	Bin     time.Duration `json:"bin"`     // arrivals are counted in bins this long
 	Alpha   float64       `json:"alpha"`   // Holt's smoothing of the arrival rate's level
 	Beta    float64       `json:"beta"`    // and of its trend
+	// The slo mode's target (see decideSLO).
+	TTFT   time.Duration `json:"ttft_slo"` // the TTFT SLO the quantized layers are chosen to meet
+	Margin float64       `json:"margin"`   // the share of the SLO the predicted TTFT is held under
 }
 
 // Modes are the morph modes' parameters.
@@ -83,6 +88,8 @@ var Modes = map[string]Params{
 	"default":  {Usage: 0.85, Delay: 100 * time.Millisecond, Persistence: 4, LayersPerAction: 4, Cap: 1, RestorePersistence: 8, RestoreMargin: 0.3, RestoreHold: 5 * time.Second, Window: 8, Tiers: []quant.Format{quant.Int4}},
 	"predictive": {Usage: 0.85, Delay: 100 * time.Millisecond, Persistence: 2, LayersPerAction: 8, Cap: 1, RestorePersistence: 8, RestoreMargin: 0.3, RestoreHold: 5 * time.Second, Window: 8, Tiers: []quant.Format{quant.Int4},
 		Horizon: 5 * time.Second, Bin: time.Second, Alpha: 0.5, Beta: 0.3},
+	"slo": {Usage: 1, Persistence: 2, LayersPerAction: 8, Cap: 1, RestorePersistence: 8, RestoreMargin: 0.3, RestoreHold: 5 * time.Second, Window: 8, Tiers: []quant.Format{quant.Int4},
+		Alpha: 0.3, TTFT: 2 * time.Second, Margin: 0.5},
 	"performance": {Usage: 0.75, Delay: 50 * time.Millisecond, Persistence: 2, LayersPerAction: 8, Cap: 1, RestorePersistence: 16, RestoreMargin: 0.3, RestoreHold: 10 * time.Second, Window: 8, Tiers: []quant.Format{quant.Int4}},
 }
 
@@ -140,7 +147,7 @@ func Parse(name string) (Spec, error) {
 		}
 		p, ok := Modes[parts[1]]
 		if !ok {
-			return bad("mode %q, want accuracy, default, performance or predictive", parts[1])
+			return bad("mode %q, want accuracy, default, performance, predictive or slo", parts[1])
 		}
 		s.Mode = parts[1]
 		for _, kv := range parts[2:] {
@@ -201,6 +208,12 @@ func (p *Params) set(kv string) error {
 		}
 	case "alpha":
 		num(&p.Alpha, 0, 1)
+	case "ttft":
+		if p.TTFT, err = time.ParseDuration(v); err == nil && p.TTFT <= 0 {
+			err = fmt.Errorf("want > 0")
+		}
+	case "margin":
+		num(&p.Margin, 0, 1)
 	case "beta":
 		num(&p.Beta, 0, 1)
 	case "persistence":
@@ -249,8 +262,9 @@ func (p Params) MarshalJSON() ([]byte, error) {
 		RestoreHold string   `json:"restore_hold"`
 		Horizon     string   `json:"horizon,omitempty"`
 		Bin         string   `json:"bin,omitempty"`
+		TTFT        string   `json:"ttft_slo,omitempty"`
 		Tiers       []string `json:"tiers"`
-	}{plain(p), p.Delay.String(), p.RestoreHold.String(), durationOrEmpty(p.Horizon), durationOrEmpty(p.Bin), tiers})
+	}{plain(p), p.Delay.String(), p.RestoreHold.String(), durationOrEmpty(p.Horizon), durationOrEmpty(p.Bin), durationOrEmpty(p.TTFT), tiers})
 }
 
 func durationOrEmpty(d time.Duration) string {
@@ -297,6 +311,7 @@ func (p *Params) UnmarshalJSON(b []byte) error {
 		RestoreHold string   `json:"restore_hold"`
 		Horizon     string   `json:"horizon"`
 		Bin         string   `json:"bin"`
+		TTFT        string   `json:"ttft_slo"`
 		Tiers       []string `json:"tiers"`
 	}
 	if err := json.Unmarshal(b, &v); err != nil {
@@ -306,7 +321,7 @@ func (p *Params) UnmarshalJSON(b []byte) error {
 	for _, d := range []struct {
 		s   string
 		dst *time.Duration
-	}{{v.Delay, &p.Delay}, {v.RestoreHold, &p.RestoreHold}, {v.Horizon, &p.Horizon}, {v.Bin, &p.Bin}} {
+	}{{v.Delay, &p.Delay}, {v.RestoreHold, &p.RestoreHold}, {v.Horizon, &p.Horizon}, {v.Bin, &p.Bin}, {v.TTFT, &p.TTFT}} {
 		if d.s == "" {
 			continue
 		}
