@@ -56,7 +56,12 @@ var PaperSetups = []Setup{
 }
 
 // Policies are the policies every setup and workload runs under.
-var Policies = []string{"fp16", "static:int8", "static:int4", "selective:8", "selective:16", "morph:accuracy", "morph:default", "morph:performance"}
+var Policies = []string{"fp16", "static:int8", "static:int4", "selective:8", "selective:16", "morph:accuracy", "morph:default", "morph:performance",
+	"morph:predictive", "morph:slo"}
+
+// paperPolicies are the policies of the paper's comparison: the Pareto front that the policies beyond the paper
+// (morph:predictive, morph:slo) are judged against.
+var paperPolicies = []string{"fp16", "static:int8", "static:int4", "selective:8", "selective:16", "morph:accuracy", "morph:default", "morph:performance"}
 
 // SLO is the paper's: TTFT 2 s.
 var SLO = loadtest.SLO{TTFT: 2e9}

@@ -5,6 +5,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/olekukonko/tablewriter"
@@ -212,6 +213,9 @@ func (r *Report) WriteSummary(w io.Writer) error {
 	if err := t.Render(); err != nil {
 		return err
 	}
+	if err := r.writePareto(b); err != nil {
+		return err
+	}
 	if err := r.writeTable5(b); err != nil {
 		return err
 	}
@@ -237,6 +241,75 @@ func (r *Report) WriteSummary(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// point is a policy's (violation rate, quality loss) on one setup, averaged over its workloads.
+type point struct{ viol, loss float64 }
+
+// setupPoint averages a policy's cells on one setup.
+func (r *Report) setupPoint(setup, policy string) (point, bool) {
+	var v, l []float64
+	for _, c := range r.Cells {
+		if c.Setup.Name == setup && c.Policy == policy {
+			v, l = append(v, c.Run.Aggregates.SLOViolationRate), append(l, c.Loss)
+		}
+	}
+	if len(v) == 0 {
+		return point{}, false
+	}
+	return point{stat.Mean(v, nil), stat.Mean(l, nil)}, true
+}
+
+// dominates reports whether a is at least as good as b on both axes and better on one.
+func (a point) dominates(b point) bool {
+	return a.viol <= b.viol && a.loss <= b.loss && (a.viol < b.viol || a.loss < b.loss)
+}
+
+// writePareto judges the policies beyond the paper on each setup: whether any of the paper's policies dominates
+// them (they should lie on or beyond that Pareto front), and whether they dominate morph:default.
+func (r *Report) writePareto(b io.Writer) error {
+	var beyond []string
+	for _, p := range r.Options.Policies {
+		if !slices.Contains(paperPolicies, p) {
+			beyond = append(beyond, p)
+		}
+	}
+	if len(beyond) == 0 {
+		return nil
+	}
+	fmt.Fprintf(b, "\n## Beyond the paper: the Pareto front of (SLO violations, quality loss), per setup\n\n")
+	t := newTable(b, "setup", "policy", "SLO viol.", "quality loss", "dominated by", "dominates morph:default")
+	wins := map[string]int{}
+	for _, s := range r.Options.Setups {
+		def, okDef := r.setupPoint(s.Name, "morph:default")
+		for _, p := range beyond {
+			pt, ok := r.setupPoint(s.Name, p)
+			if !ok {
+				continue
+			}
+			var by []string
+			for _, q := range paperPolicies {
+				if qp, ok := r.setupPoint(s.Name, q); ok && !math.IsNaN(qp.loss) && qp.dominates(pt) {
+					by = append(by, q)
+				}
+			}
+			dom := okDef && pt.dominates(def)
+			if dom {
+				wins[p]++
+			}
+			if err := t.Append(s.Name, p, pct(pt.viol), pct3(pt.loss), strings.Join(by, ", "), yes(dom)); err != nil {
+				return err
+			}
+		}
+	}
+	if err := t.Render(); err != nil {
+		return err
+	}
+	for _, p := range beyond {
+		fmt.Fprintf(b, "\n%s strictly dominates morph:default on %d of %d setups (target: at least 3 of 4).", p, wins[p], len(r.Options.Setups))
+	}
+	fmt.Fprintln(b)
+	return nil
 }
 
 // writeTable5 writes the paper's Table 5 rows (Llama-3-8B on the L4, a bursty trace) beside ours.
