@@ -85,11 +85,19 @@ type Aggregates struct {
 	QuantizedLayerTk float64 `json:"mean_quantized_layers"` // per output token
 }
 
+// Quality compares a run's greedy outputs with a reference run of the same requests (Agreement).
+type Quality struct {
+	Reference      string  `json:"reference"`
+	ExactMatch     float64 `json:"exact_match"`     // share of requests with identical outputs
+	TokenAgreement float64 `json:"token_agreement"` // share of output positions with the same token
+}
+
 // Run is a replay's results.
 type Run struct {
 	Schema     int           `json:"schema"`
 	Meta       Meta          `json:"meta"`
 	Aggregates Aggregates    `json:"aggregates"`
+	Quality    *Quality      `json:"quality,omitempty"`
 	Requests   []Request     `json:"requests"`
 	Timeline   []morph.Point `json:"timeline"`
 }

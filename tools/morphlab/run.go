@@ -156,6 +156,7 @@ func runRun(e *env, args []string) error {
 	clock := fs.String("clock", "wall", "`clock`: wall or cpu")
 	promptSeed := fs.Uint64("prompt-seed", 1, "`seed` of the prompts' random tokens")
 	keep := fs.Bool("keep-tokens", false, "keep each request's output token ids in results.json (for quality comparisons)")
+	reference := fs.String("reference", "", "a results.json `file` of the same requests, run with --keep-tokens (e.g. under fp16): report the greedy outputs' agreement with it")
 	out := fs.String("out", "", "output `directory`")
 	asJSON := fs.Bool("json", false, "print the aggregates as JSON instead of a table")
 	if err := e.parse(fs, args); err != nil {
@@ -219,9 +220,22 @@ func runRun(e *env, args []string) error {
 		Trace: results.TraceInfo{Source: t.Source, Format: t.Format, Transforms: slices.Clone(t.Transforms), Requests: len(t.Requests)}}
 	fmt.Fprintf(e.stderr, "run: %d requests, policy %s, budget %d bytes (%d KV blocks at full precision, %d attached), clock %s\n",
 		len(reqs), spec, budget, fullBlocks, cx.Memory().Blocks, *clock)
-	r, events, err := replay.Run(ctx, x, replay.Config{Policy: spec, Order: order, Base: base, Engine: opt, Meta: meta, KeepTokens: *keep}, reqs)
+	r, events, err := replay.Run(ctx, x, replay.Config{Policy: spec, Order: order, Base: base, Engine: opt, Meta: meta, KeepTokens: *keep || *reference != ""}, reqs)
 	if err != nil {
 		return err
+	}
+	if *reference != "" {
+		ref, err := results.Load(*reference)
+		if err != nil {
+			return err
+		}
+		q := results.Quality{Reference: *reference}
+		if q.ExactMatch, q.TokenAgreement, err = results.Agreement(r, ref); err != nil {
+			return fmt.Errorf("--reference %s: %v", *reference, err)
+		}
+		r.Quality = &q
+		fmt.Fprintf(e.stderr, "run: against %s, %.1f%% of the requests have the same output, %.1f%% of the tokens agree\n",
+			*reference, 100*q.ExactMatch, 100*q.TokenAgreement)
 	}
 	if err := r.Write(*out, events); err != nil {
 		return err

@@ -46,6 +46,18 @@ func TestRunCommand(t *testing.T) {
 	if a := runs["morph:performance:persistence=1"].Aggregates; a.SwapActions == 0 || a.MaxQuantized == 0 {
 		t.Errorf("morph: %d swap actions, at most %d layers quantized; the burst should make it swap", a.SwapActions, a.MaxQuantized)
 	}
+	ref := filepath.Join(dir, "ref")
+	if code, _, stderr := runCLI("run", "--shape", "stories260K", "--trace", tr, "--kv-blocks", "30", "--clock", "cpu", "--max-tokens", "64",
+		"--keep-tokens", "--out", ref); code != 0 {
+		t.Fatalf("run --keep-tokens: %s", stderr)
+	}
+	same := filepath.Join(dir, "same")
+	code, _, stderr := runCLI("run", "--shape", "stories260K", "--trace", tr, "--kv-blocks", "30", "--clock", "cpu", "--max-tokens", "64",
+		"--reference", filepath.Join(ref, "results.json"), "--out", same)
+	r, err := results.Load(filepath.Join(same, "results.json"))
+	if code != 0 || err != nil || r.Quality == nil || r.Quality.ExactMatch != 1 || r.Quality.TokenAgreement != 1 {
+		t.Fatalf("fp16 against fp16: exit %d (%s), %v, quality %+v; want full agreement", code, stderr, err, r.Quality)
+	}
 	for _, c := range []struct {
 		args []string
 		want string
