@@ -6,10 +6,10 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"syscall"
-	"time"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/morphlab/morphlab/engine/morph"
 	"github.com/morphlab/morphlab/experiments/loadtest"
@@ -128,7 +128,7 @@ func BenchmarkSimulateAzure(b *testing.B) {
 				runtime.ReadMemStats(&ms)
 				heap = max(heap, ms.HeapInuse)
 			}
-			b.ReportMetric((processCPU() - cpu0).Seconds()/float64(b.N), "cpu-s/op")
+			b.ReportMetric((processCPU()-cpu0).Seconds()/float64(b.N), "cpu-s/op")
 			b.ReportMetric(float64(len(tr.Requests))*float64(b.N)/b.Elapsed().Seconds(), "req/s")
 			b.ReportMetric(float64(heap)/(1<<20), "MiB-heap")
 		})
