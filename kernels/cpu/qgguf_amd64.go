@@ -3,7 +3,6 @@
 package cpu
 
 import (
-	"encoding/binary"
 	"unsafe"
 
 	"github.com/morphlab/morphlab/kernels/half"
@@ -11,6 +10,11 @@ import (
 
 //go:noescape
 func qDotQ8_0RowsVNNI(w *int8, k int, a *int8, corr *int32, d *uint16, rows int, sa float32, y *float32)
+
+// qFlipAVX512 sets dst[i] = src[i]^0x80 for n bytes, a multiple of 64.
+//
+//go:noescape
+func qFlipAVX512(dst, src *byte, n int)
 
 //go:noescape
 func qDotQ4_0RowsVNNI(w *uint8, k int, xr *int8, corr *int32, d *uint16, rows int, sa float32, y *float32)
@@ -29,7 +33,8 @@ func qQ8_0A8(m, n, k int, qa []int8, sa []float32, w []int8, d []uint16, c []flo
 		src := qTileSource{
 			n: func(int) int { return n },
 			tile: func(_, j0, rows int, cb []byte, zf, part []float32) []float32 {
-				qFlipBytes(cb[:rows*k], qBytes(w[j0*k:(j0+rows)*k]))
+				_ = w[(j0+rows)*k-1]
+				qFlipAVX512(&cb[0], (*byte)(unsafe.Pointer(&w[j0*k])), rows*k)
 				qFill(zf[:rows*nb], 128)
 				clear(part[rows*nb:])
 				half.F16ToF32Slice(part[:rows*nb], d[j0*nb:(j0+rows)*nb])
@@ -110,18 +115,6 @@ func qQ4_0A8(m, n, k int, qa []int8, sa []float32, w []uint8, d []uint16, c []fl
 			}
 		}
 	})
-}
-
-// qFlipBytes sets dst[i] = src[i]^0x80 (int8 codes made unsigned, offset by 128), eight bytes at a time.
-func qFlipBytes(dst, src []byte) {
-	dst = dst[:len(src)]
-	i := 0
-	for ; i+8 <= len(src); i += 8 {
-		binary.LittleEndian.PutUint64(dst[i:], binary.LittleEndian.Uint64(src[i:])^0x8080808080808080)
-	}
-	for ; i < len(src); i++ {
-		dst[i] = src[i] ^ 0x80
-	}
 }
 
 // qFill sets every x[i] = v.
