@@ -88,9 +88,10 @@ func TestGolden(t *testing.T) {
 		quantize   func([]byte, []float32)
 		decode     func([]byte) ([]float32, error)
 		gguf       func([]byte) []float64
+		repack     func([]byte, int, int) (*Matrix, error)
 	}{
-		{"q8_0.bin", Q8_0BlockBytes, QuantizeQ8_0, DecodeQ8_0, ggufQ8_0},
-		{"q4_0.bin", Q4_0BlockBytes, QuantizeQ4_0, DecodeQ4_0, ggufQ4_0},
+		{"q8_0.bin", Q8_0BlockBytes, QuantizeQ8_0, DecodeQ8_0, ggufQ8_0, RepackQ8_0},
+		{"q4_0.bin", Q4_0BlockBytes, QuantizeQ4_0, DecodeQ4_0, ggufQ4_0, RepackQ4_0},
 	} {
 		got := make([]byte, len(x)/32*tc.blockBytes)
 		tc.quantize(got, x)
@@ -119,6 +120,20 @@ func TestGolden(t *testing.T) {
 			if float64(dec[i]) != ref[i] {
 				t.Fatalf("%s: value %d decodes to %v, GGUF formula gives %v", tc.name, i, dec[i], ref[i])
 			}
+		}
+		// The golden blocks repacked into the engine's layout (one row) hold the same values and give the same
+		// bytes back.
+		m, err := tc.repack(want, 1, len(x))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, v := range m.Dequantize() {
+			if float64(v) != ref[i] {
+				t.Fatalf("%s repacked: value %d is %v, GGUF formula gives %v", tc.name, i, v, ref[i])
+			}
+		}
+		if back, err := m.Blocks(); err != nil || !bytes.Equal(back, want) {
+			t.Errorf("%s repacked: Blocks differs from the golden file (%v)", tc.name, err)
 		}
 	}
 }
