@@ -17,7 +17,13 @@ func qDotQ8_0RowsVNNI(w *int8, k int, a *int8, corr *int32, d *uint16, rows int,
 func qFlipAVX512(dst, src *byte, n int)
 
 //go:noescape
+func qDotQ8_0Rows4VNNI(w *int8, k int, a *int8, corr *int32, d *uint16, rows int, sa float32, y *float32)
+
+//go:noescape
 func qDotQ4_0RowsVNNI(w *uint8, k int, xr *int8, corr *int32, d *uint16, rows int, sa float32, y *float32)
+
+//go:noescape
+func qDotQ4_0Rows4VNNI(w *uint8, k int, xr *int8, corr *int32, d *uint16, rows int, sa float32, y *float32)
 
 // qQ8_0A8 is GEMMQ8_0A8. With VNNI and k a multiple of 64, qW4TileMinM tokens or more run qGroupTile, each tile's
 // codes made unsigned (q^0x80 = q+128) with zero point 128; fewer run qDotQ8_0RowsVNNI a token at a time, over
@@ -60,8 +66,18 @@ func qQ8_0A8(m, n, k int, qa []int8, sa []float32, w []int8, d []uint16, c []flo
 		for blk := lo; blk < hi; blk++ {
 			j0 := blk * qW4A8Rows
 			rows := min(qW4A8Rows, n-j0)
+			// With whole chunks of 128 codes, blocks of four rows share each load of the token.
+			r4 := 0
+			if k%128 == 0 {
+				r4 = rows &^ 3
+			}
 			for i := 0; i < m; i++ {
-				qDotQ8_0RowsVNNI(&w[j0*k], k, &qa[i*k], &corr[i*k/4], &d[j0*nb], rows, sa[i], &c[i*n+j0])
+				if r4 > 0 {
+					qDotQ8_0Rows4VNNI(&w[j0*k], k, &qa[i*k], &corr[i*k/4], &d[j0*nb], r4, sa[i], &c[i*n+j0])
+				}
+				if j := j0 + r4; r4 < rows {
+					qDotQ8_0RowsVNNI(&w[j*k], k, &qa[i*k], &corr[i*k/4], &d[j*nb], rows-r4, sa[i], &c[i*n+j])
+				}
 			}
 		}
 	})
@@ -70,7 +86,8 @@ func qQ8_0A8(m, n, k int, qa []int8, sa []float32, w []int8, d []uint16, c []flo
 // qQ4_0A8 is GEMMQ4_0A8. With VNNI and k a multiple of 128, qW4TileMinM tokens or more run qGroupTile, each
 // tile's codes unpacked to bytes with zero point 8; fewer run qDotQ4_0RowsVNNI a token at a time as qQ8_0A8 runs
 // its row kernel, each token rearranged for it (qDeinterleaveAVX512) and its block corrections (-8·Σ a a block:
-// in lanes 0, 4, 8 and 12 of every 16 int32) made once. Other shapes run the pure-Go loop.
+// in lanes 0, 4, 8 and 12 of every 16 int32) made once; blocks of four rows share each load of the token
+// (qDotQ4_0Rows4VNNI). Other shapes run the pure-Go loop.
 func qQ4_0A8(m, n, k int, qa []int8, sa []float32, w []uint8, d []uint16, c []float32) {
 	if !qVNNI || k%128 != 0 {
 		qQ4_0A8Go(m, n, k, qa, sa, w, d, c)
@@ -110,8 +127,14 @@ func qQ4_0A8(m, n, k int, qa []int8, sa []float32, w []uint8, d []uint16, c []fl
 		for blk := lo; blk < hi; blk++ {
 			j0 := blk * qW4A8Rows
 			rows := min(qW4A8Rows, n-j0)
+			r4 := rows &^ 3
 			for i := 0; i < m; i++ {
-				qDotQ4_0RowsVNNI(&w[j0*k/2], k, &xr[i*k], &corr[i*k/8], &d[j0*nb], rows, sa[i], &c[i*n+j0])
+				if r4 > 0 {
+					qDotQ4_0Rows4VNNI(&w[j0*k/2], k, &xr[i*k], &corr[i*k/8], &d[j0*nb], r4, sa[i], &c[i*n+j0])
+				}
+				if j := j0 + r4; r4 < rows {
+					qDotQ4_0RowsVNNI(&w[j*k/2], k, &xr[i*k], &corr[i*k/8], &d[j*nb], rows-r4, sa[i], &c[i*n+j])
+				}
 			}
 		}
 	})
