@@ -10,18 +10,17 @@ MORPHLAB := ./morphlab
 NOASM_DIRS := kernels quant
 NOASM_PKGS = $(shell $(GO) list -e $(foreach d,$(NOASM_DIRS),$(if $(wildcard $(d)),./$(d)/...)))
 
-# `make bench`: every kernel benchmark, six runs each (override: make bench BENCH=GEMV BENCH_COUNT=10).
+# `make bench`: the machine's ceilings, then a curated subset of the kernel benchmarks against them, six runs each
+# (the fewest that give the median a 95% confidence interval), a few minutes in all. Every kernel benchmark:
+# make bench BENCH=. (BENCH_PKGS, BENCH_COUNT and BENCH_TIME override the rest).
 BENCH_PKGS ?= ./kernels/...
-BENCH ?= .
+BENCH ?= GEMV|GEMMf32|RMSNorm|Softmax|SwiGLU|CausalAttention|PagedAttention
 BENCH_COUNT ?= 6
-
-# `make reproduce`: a curated subset of the kernel benchmarks, three runs each, a few minutes in all.
-REPRO_BENCH ?= GEMV|GEMMf32|RMSNorm|Softmax|SwiGLU|CausalAttention|PagedAttention
-REPRO_BENCHTIME ?= 500ms
+BENCH_TIME ?= 250ms
 
 FUZZTIME ?= 20s
 
-.PHONY: build test fmt-check bench reproduce fuzz clean
+.PHONY: build test fmt-check bench reproduce quality fuzz clean data
 
 build:
 	$(GO) build ./...
@@ -40,22 +39,27 @@ test: fmt-check
 fmt-check:
 	@files=$$(gofmt -l .); if [ -n "$$files" ]; then echo "gofmt needed on:"; echo "$$files"; exit 1; fi
 
-bench:
-	$(GO) run ./tools/morphlab bench --pkg '$(BENCH_PKGS)' --bench '$(BENCH)' --count $(BENCH_COUNT)
-
-# reproduce measures the machine, then the kernel benchmarks against it, then (with the shared data) the model's
-# quality results; everything lands under results/.
-reproduce: build
+# bench measures the machine, then the kernel benchmarks against it; everything lands under results/bench.
+bench: build
 	mkdir -p results/bench
 	$(MORPHLAB) probe --out results/probe.json > results/probe.txt
 	cat results/probe.txt
-	$(MORPHLAB) bench --pkg './kernels/...' --bench '$(REPRO_BENCH)' --count 3 --benchtime $(REPRO_BENCHTIME) \
+	$(MORPHLAB) bench --pkg '$(BENCH_PKGS)' --bench '$(BENCH)' --count $(BENCH_COUNT) --benchtime $(BENCH_TIME) \
 		--probe results/probe.json --out results/bench/kernels.txt > results/bench/kernels-table.txt
 	cat results/bench/kernels-table.txt
-	@# With the shared data at hand: stories260K's perplexity in each layer format and KV cache type, and its layer-sensitivity
-	@# profile (the swap order) with the perplexity curves of each order (BENCHMARKS.md, issues 4 and 7).
-	@data=$${MORPHLAB_DATA:-$$(for d in data ../shared/data; do [ -d $$d ] && echo $$d && break; done)}; \
-	if [ ! -f "$$data/models/stories260K.bin" ]; then echo "reproduce: no stories260K in the data directory; model results skipped"; exit 0; fi; \
+
+# reproduce runs the experiment suite (morphlab reproduce): the paper's comparison simulated at paper scale, the
+# rate sweep, Table 5, stories260K's layer sensitivity and the real CPU engine beside the simulator, into
+# results/paper (summary.md, tables, plots). Stand-ins replace missing data files (make data fetches them).
+reproduce: build
+	$(MORPHLAB) reproduce --out results/paper
+
+# quality scores stories260K's perplexity with its layers in each format and its KV cache in each type (needs the
+# model and the TinyStories text in the data directory).
+quality: build
+	@data=$${MORPHLAB_DATA:-$$(for d in data ../shared/data; do [ -f $$d/models/stories260K.bin ] && [ -f $$d/eval/tinystories_val.txt ] && echo $$d && break; done)}; \
+	if [ ! -f "$$data/models/stories260K.bin" ] || [ ! -f "$$data/eval/tinystories_val.txt" ]; then \
+		echo "quality: no data directory with models/stories260K.bin and eval/tinystories_val.txt"; exit 1; fi; \
 	set -e; mkdir -p results/model; \
 	for f in f32 f16 int8 int4; do \
 		echo "== perplexity, layers in $$f"; \
@@ -66,12 +70,12 @@ reproduce: build
 		echo "== perplexity, layers in f32, KV cache in $$kv"; \
 		$(MORPHLAB) perplexity --model $$data/models/stories260K.bin --tokenizer $$data/models/tok512.bin \
 			--text $$data/eval/tinystories_val.txt --kv-type $$kv | tee results/model/perplexity-kv-$$kv.txt; \
-	done; \
-	echo "== layer sensitivity, int4 RTN"; \
-	$(MORPHLAB) profile --model $$data/models/stories260K.bin --tokenizer $$data/models/tok512.bin --format int4 \
-		--method rtn --calib $$data/eval/tinystories_val.txt --calib-paragraphs 200 --calib-tokens 1000000 \
-		--eval $$data/eval/tinystories_val.txt --eval-paragraphs 500 --orders lis,front,back,random --seeds 3 \
-		--all-ks --out results/model/profile-int4-rtn.json | tee results/model/profile-int4-rtn.txt
+	done
+
+# data downloads the public data files into ./data (about 14 MB: models, tokenizers, traces, GPU profiles, eval
+# texts), each checked against its pinned sha256; run it again to resume. `morphlab data list` shows the manifest.
+data:
+	$(GO) run ./tools/morphlab data fetch --dir data
 
 # fuzz runs every fuzz target (go test -list '^Fuzz') for FUZZTIME each.
 fuzz:
@@ -87,11 +91,19 @@ clean:
 
 # CUDA kernels (kernels/cuda): `make ptx` regenerates the committed PTX (sm_80, sm_90); `make cuda-check`, run by
 # `make test`, installs Debian's CUDA toolkit when nvcc is missing, compiles every .cu for sm_80 and sm_90 with
-# warnings, spills and local memory as errors, fails on stale PTX, and vets and builds the cuda-tagged Go code
-# against the toolkit's stub libcuda. No GPU needed; kernels/cuda/run-device.sh is the GPU run.
-.PHONY: ptx cuda-check
+# warnings, spills and local memory as errors, fails on stale PTX, vets and builds the cuda-tagged Go code
+# against the toolkit's stub libcuda, builds the device bundle and dry-runs kernels/cuda/run-device.sh with it
+# (up to the first device call). No GPU needed. `make device-bundle` builds build/device/ alone: carry it to a
+# GPU machine and run kernels/cuda/run-device.sh there (no Go needed); `make device-dryrun` is the dry run alone.
+.PHONY: ptx cuda-check device-bundle device-dryrun
 ptx:
 	kernels/cuda/build.sh ptx
 
 cuda-check:
 	kernels/cuda/build.sh check
+
+device-bundle:
+	kernels/cuda/build.sh bundle
+
+device-dryrun:
+	kernels/cuda/build.sh dryrun

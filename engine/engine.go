@@ -2,11 +2,48 @@
 // each iteration's work, runs it on an Executor, and streams each request's tokens and lifecycle events back. The
 // KV block manager, scheduler and executor are the engine's parts (engine/kv, engine/sched, engine/exec); the
 // engine owns the request lifecycle, the timestamps the metrics are computed from, and the event log.
+//
+// # Lifecycle
+//
+// Every request ends exactly once, with a finish reason: stop (it produced a stop token), length (MaxTokens or the
+// context), cancelled (Cancel, or the context given to SubmitContext ended), rejected (invalid, or it can never
+// fit in the KV pool) or error (an executor step failed). Cancel removes a request wherever it is — queued,
+// prefilling or decoding — at the next iteration boundary and frees its blocks. When a step fails, every request
+// the engine holds ends with that error in the same iteration, and the engine refuses new work from then on.
+// Shutdown stops admitting, lets accepted requests finish, and cancels what is left at its deadline.
+//
+// # Geometry
+//
+// The block size, the tokens a step may feed, the context length and the vocabulary come from the executor
+// (exec.Executor.Geometry); Options only choose within them, and New rejects options that do not fit.
+//
+// # Control surface
+//
+// Options.OnStep is called after every iteration and, when the engine is idle, on every idle tick (StepInfo.Idle):
+// it carries the signals a controller reads (queue, queueing delay, the KV pool by region, preemptions, tokens,
+// the requests that ended). From the hook a controller may ask for layer precisions (SetLayerPrecision), attach,
+// drain and detach KV regions, and log its decisions (Note); swaps and region changes are logged with the
+// iteration at which they took effect. The event log is a ring of Options.LogSize events; LogSince returns only
+// the events after a cursor, so a monitor that polls every iteration costs O(new events).
+//
+// # Streams
+//
+// A Stream holds only its own unread events and costs no goroutine: Events returns a buffered channel that the
+// engine fills without blocking, and an abandoned stream is simply dropped.
+//
+// # Virtual time
+//
+// Replay runs a list of requests with explicit arrival times to completion: it submits each at its true arrival,
+// and when the engine is idle it moves the clock to the next arrival, the scheduler's next deadline or the next
+// idle tick — by advancing a virtual clock, or by sleeping on the wall clock. The simulator and the trace-replay
+// runs share this driver.
 package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -25,31 +62,61 @@ type Request struct {
 	Sampling  sample.Params // Temperature 0 is greedy
 }
 
+// FinishReason says how a request ended.
+type FinishReason int
+
+// The finish reasons; FinishNone is a request that has not ended.
+const (
+	FinishNone      FinishReason = iota
+	FinishStop                   // it produced one of its stop tokens
+	FinishLength                 // it reached MaxTokens or the context length
+	FinishCancelled              // Cancel, the submit context, or Shutdown's deadline
+	FinishRejected               // invalid, or it can never fit in the KV pool
+	FinishError                  // an executor step failed
+)
+
+var finishNames = [...]string{"", "stop", "length", "cancelled", "rejected", "error"}
+
+func (r FinishReason) String() string { return finishNames[r] }
+
 // EventKind names what happened.
 type EventKind int
 
-// The event kinds. Request events carry the request's id; engine events (precision, KV) carry id -1.
+// The event kinds. Request events carry the request's id; engine events (precision, swap, KV, decision) carry
+// id -1. Finished, Rejected, Cancelled and Failed end a request's stream.
 const (
 	Queued    EventKind = iota // the request entered the waiting queue
 	Scheduled                  // the request got its first tokens into a batch (again after a preemption)
 	Token                      // the request produced Token
 	Preempted                  // the request lost its KV blocks and went back to the queue for recompute
-	Finished                   // the request has all its output
+	Finished                   // the request has all its output (stop or length)
 	Rejected                   // the request cannot be served (Detail says why)
+	Cancelled                  // the request was cancelled
+	Failed                     // the request ended with an executor error (Detail)
 	Precision                  // a layer's precision was asked for (Detail: layer and format, or the error)
+	Swap                       // an asked-for precision took effect at this iteration (Detail: layers, transfer time)
 	KVAttach                   // a KV region was attached (Detail: blocks, or the error)
 	KVDetach                   // the last KV region was detached (Detail: blocks, or the error)
+	KVDrain                    // the last KV region was marked draining or not (Detail)
+	Decision                   // a controller's decision and its reason (Detail), logged with Note
 )
 
-var kindNames = [...]string{"queued", "scheduled", "token", "preempted", "finished", "rejected", "precision", "kv-attach", "kv-detach"}
+var kindNames = [...]string{"queued", "scheduled", "token", "preempted", "finished", "rejected", "cancelled", "failed",
+	"precision", "swap", "kv-attach", "kv-detach", "kv-drain", "decision"}
 
 func (k EventKind) String() string { return kindNames[k] }
+
+// ends reports whether the kind ends a request.
+func (k EventKind) ends() bool {
+	return k == Finished || k == Rejected || k == Cancelled || k == Failed
+}
 
 // Event is one entry of a request's stream and of the engine's log.
 type Event struct {
 	Kind   EventKind
 	Req    kv.SeqID
 	Time   time.Duration // on the engine's clock
+	Iter   int           // the iteration it belongs to: the next one to run for events between iterations
 	Token  int32
 	Detail string
 }
@@ -63,98 +130,86 @@ type Timeline struct {
 	Finish     time.Duration
 }
 
+// TTFT is the time from arrival to the first output token (0 without one).
+func (t Timeline) TTFT() time.Duration {
+	if len(t.Tokens) == 0 {
+		return 0
+	}
+	return t.FirstToken - t.Arrival
+}
+
+// TPOT is vLLM's time per output token after the first: (E2E - TTFT) / (output tokens - 1), 0 with fewer than two.
+func (t Timeline) TPOT() time.Duration {
+	if n := len(t.Tokens); n > 1 {
+		return (t.Finish - t.FirstToken) / time.Duration(n-1)
+	}
+	return 0
+}
+
+// E2E is the time from arrival to the end of the request.
+func (t Timeline) E2E() time.Duration { return t.Finish - t.Arrival }
+
 // Result is a request's outcome.
 type Result struct {
 	ID          kv.SeqID
 	Output      []int32
 	Timeline    Timeline
 	Preemptions int
-	Err         error // set when the request was rejected
+	Finish      FinishReason
+	Err         error // set unless the request finished (stop or length)
 }
 
-// Stream is a submitted request's handle: its events as they happen, and its result at the end.
-type Stream struct {
-	ID   kv.SeqID
-	mu   sync.Mutex
-	evs  []Event
-	wake chan struct{}
-	done chan struct{}
-	res  Result
-	once sync.Once
-	ch   chan Event
-}
+// ErrCancelled is the error of a cancelled request's Result.
+var ErrCancelled = errors.New("engine: request cancelled")
 
-func (s *Stream) push(e Event) {
-	s.mu.Lock()
-	s.evs = append(s.evs, e)
-	s.mu.Unlock()
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
-}
-
-// Events returns a channel carrying the request's events in order, closed after Finished or Rejected. Events are
-// buffered without bound inside the stream, so a slow reader never stalls the engine.
-func (s *Stream) Events() <-chan Event {
-	s.once.Do(func() {
-		s.ch = make(chan Event)
-		go func() {
-			defer close(s.ch)
-			for i := 0; ; {
-				s.mu.Lock()
-				pending := s.evs[i:]
-				s.mu.Unlock()
-				for _, e := range pending {
-					s.ch <- e
-					i++
-					if e.Kind == Finished || e.Kind == Rejected {
-						return
-					}
-				}
-				<-s.wake
-			}
-		}()
-	})
-	return s.ch
-}
-
-// Wait blocks until the request is finished or rejected and returns its result.
-func (s *Stream) Wait() Result {
-	<-s.done
-	return s.res
-}
-
-// Options configure an engine.
+// Options configure an engine. The geometry (block size, context, vocabulary, tokens a step may feed) comes from
+// the executor.
 type Options struct {
 	// Policy is "continuous" (default), "static" or "dynamic" batching.
 	Policy    string
-	MaxTokens int           // tokens an iteration feeds at most (continuous and the baselines' prefill); default 512
+	MaxTokens int           // tokens an iteration feeds at most; default and upper bound: the executor's
 	MaxSeqs   int           // running sequences at most (continuous); default 256
-	BatchSize int           // batch size of the baselines; default 32
+	BatchSize int           // batch size of the baselines (at most MaxTokens: a decode feeds one token each); default 32
 	MaxDelay  time.Duration // dynamic batching's queueing delay
-	BlockSize int           // KV block size in tokens; default 16
 	Watermark float64       // fraction of blocks admission keeps free; default 0.01
-	Context   int           // the model's context length (the most tokens a request may reach)
-	Vocab     int           // the vocabulary size (prompt tokens are checked against it)
 	Clock     exec.Clock    // default: the wall clock
-	// OnStep, if set, is called by the run loop after every iteration.
+	// OnStep, if set, is called by the loop's goroutine after every iteration and on every idle tick.
 	OnStep func(StepInfo)
+	// IdleTick is how often an idle engine calls OnStep (Run and Replay); default 50 ms.
+	IdleTick time.Duration
+	// LogSize is the number of events the log keeps (the oldest are dropped first); default 65536.
+	LogSize int
 }
 
-// StepInfo describes one iteration, for monitors and tests.
+// StepInfo is the engine's state after an iteration, or at an idle tick (Idle), for monitors, controllers and
+// tests.
 type StepInfo struct {
-	Iter     int
+	Iter     int // the iteration (after an idle tick: the number of iterations run so far)
+	Idle     bool
 	Time     time.Duration // clock after the step
 	Duration time.Duration // the executor's step time
 	// Wall is the wall time Step took in all: the executor's step plus the engine's scheduling and bookkeeping.
 	Wall    time.Duration
 	Work    []WorkInfo
 	Formats []quant.Format // layer precisions the step ran with
-	Waiting int
-	Running int
-	Free    int // free KV blocks after the step
-	Total   int // KV blocks attached
+	Swapped []int          // layers whose asked-for precision took effect at this step
+	// Queue and pool after the step.
+	Waiting       int
+	Running       int
+	OldestWait    time.Duration // queueing delay of the oldest waiting request
+	WaitingTokens int           // tokens the waiting requests need prefilled
+	WaitingBlocks int           // KV blocks the waiting requests need to be admitted
+	HeadBlocks    int           // KV blocks the request at the head of the queue needs to be admitted
+	Free          int           // KV blocks that can be handed out
+	Used          int           // KV blocks held by requests
+	Total         int           // KV blocks attached
+	Regions       []kv.Region
+	// This step.
+	Arrived       int // requests taken into the queue
+	Preempted     int
+	PrefillTokens int
+	DecodeTokens  int
+	Ended         []Ended // requests that ended at this iteration
 }
 
 // WorkInfo is one request's share of an iteration.
@@ -163,6 +218,16 @@ type WorkInfo struct {
 	Start  int // first position fed
 	Tokens int
 	Sample bool
+}
+
+// Ended is a request that ended, with the figures a monitor windows.
+type Ended struct {
+	ID           kv.SeqID
+	Finish       FinishReason
+	Prompt       int
+	Output       int
+	TTFT, TPOT   time.Duration
+	E2E, Arrival time.Duration
 }
 
 type request struct {
@@ -174,37 +239,49 @@ type request struct {
 	timeline Timeline
 }
 
-// Engine serves requests on an executor. Submit, SetLayerPrecision, AttachKV, DetachKV and Log are safe to call
-// from any goroutine; Step and Run drive the loop and must not be called concurrently with each other.
+// Engine serves requests on an executor. Submit, Cancel, SetLayerPrecision, AttachKV, DetachKV, DrainKV, Note,
+// Log, Shutdown and Memory are safe to call from any goroutine; Step, Run and Replay drive the loop and must not
+// be called concurrently with each other.
 type Engine struct {
 	x     exec.Executor
+	geo   exec.Geometry
 	opt   Options
 	kv    *kv.Manager
 	sched sched.Scheduler
-	reqs  map[kv.SeqID]*request
-	iter  int
+	cap   int // the pool's capacity when the waiting queue was last checked against it
+	// endedNow collects the requests that end during an iteration, for its StepInfo; arrived counts the requests
+	// it takes in.
+	endedNow []Ended
+	arrived  int
 
-	mu     sync.Mutex // guards the fields below
-	nextID kv.SeqID
-	inbox  []*request
-	cmds   []func()
-	log    []Event
-	wake   chan struct{}
+	mu       sync.Mutex // guards the fields below
+	iter     int        // iterations run
+	reqs     map[kv.SeqID]*request
+	nextID   kv.SeqID
+	inbox    []*request
+	cmds     []func()
+	log      eventLog
+	wake     chan struct{}
+	ended    chan struct{} // signalled when a request ends (Shutdown waits on it)
+	failed   error         // the step error that stopped the engine
+	closing  bool          // Shutdown: no new requests
+	overflow map[*Stream]bool
 }
 
 // New returns an engine over x whose KV pool starts with the executor's attached blocks.
 func New(x exec.Executor, opt Options) (*Engine, error) {
+	g := x.Geometry()
+	if g.BlockSize <= 0 || g.MaxTokens <= 0 || g.Context <= 0 || g.Vocab <= 0 {
+		return nil, fmt.Errorf("engine: executor geometry %+v, want block size, tokens per step, context and vocabulary > 0", g)
+	}
 	if opt.MaxTokens == 0 {
-		opt.MaxTokens = 512
+		opt.MaxTokens = g.MaxTokens
 	}
 	if opt.MaxSeqs == 0 {
 		opt.MaxSeqs = 256
 	}
 	if opt.BatchSize == 0 {
-		opt.BatchSize = 32
-	}
-	if opt.BlockSize == 0 {
-		opt.BlockSize = 16
+		opt.BatchSize = min(32, opt.MaxTokens)
 	}
 	if opt.Watermark == 0 {
 		opt.Watermark = 0.01
@@ -212,14 +289,28 @@ func New(x exec.Executor, opt Options) (*Engine, error) {
 	if opt.Clock == nil {
 		opt.Clock = exec.NewWallClock()
 	}
-	if opt.Context <= 0 || opt.Vocab <= 0 {
-		return nil, fmt.Errorf("engine: context %d and vocabulary %d, want > 0", opt.Context, opt.Vocab)
+	if opt.IdleTick == 0 {
+		opt.IdleTick = 50 * time.Millisecond
 	}
-	m, err := kv.New(opt.BlockSize, x.Memory().Blocks, opt.Watermark)
+	if opt.LogSize == 0 {
+		opt.LogSize = 1 << 16
+	}
+	switch {
+	case opt.MaxTokens < 0 || opt.MaxTokens > g.MaxTokens:
+		return nil, fmt.Errorf("engine: MaxTokens %d, the executor's steps hold 1..%d tokens", opt.MaxTokens, g.MaxTokens)
+	case opt.MaxSeqs < 0 || opt.BatchSize < 0 || opt.MaxDelay < 0 || opt.IdleTick < 0 || opt.LogSize < 0:
+		return nil, fmt.Errorf("engine: MaxSeqs %d, BatchSize %d, MaxDelay %v, IdleTick %v, LogSize %d, want none negative",
+			opt.MaxSeqs, opt.BatchSize, opt.MaxDelay, opt.IdleTick, opt.LogSize)
+	case (opt.Policy == "static" || opt.Policy == "dynamic") && opt.BatchSize > opt.MaxTokens:
+		return nil, fmt.Errorf("engine: BatchSize %d is more than the %d tokens a step feeds (MaxTokens), and a %s batch decodes one token a member",
+			opt.BatchSize, opt.MaxTokens, opt.Policy)
+	}
+	m, err := kv.New(g.BlockSize, x.Memory().Blocks, opt.Watermark)
 	if err != nil {
 		return nil, err
 	}
-	e := &Engine{x: x, opt: opt, kv: m, reqs: map[kv.SeqID]*request{}, wake: make(chan struct{}, 1)}
+	e := &Engine{x: x, geo: g, opt: opt, kv: m, cap: m.Capacity(), reqs: map[kv.SeqID]*request{},
+		log: eventLog{size: opt.LogSize}, wake: make(chan struct{}, 1), ended: make(chan struct{}, 1), overflow: map[*Stream]bool{}}
 	switch opt.Policy {
 	case "", "continuous":
 		e.sched = &sched.Continuous{KV: m, MaxTokens: opt.MaxTokens, MaxSeqs: opt.MaxSeqs}
@@ -233,27 +324,54 @@ func New(x exec.Executor, opt Options) (*Engine, error) {
 	return e, nil
 }
 
-// Submit queues a request (stamped with its arrival time now) and returns its stream.
-func (e *Engine) Submit(r Request) *Stream {
-	now := e.opt.Clock.Now()
+// Geometry is the executor's geometry, which the engine runs with.
+func (e *Engine) Geometry() exec.Geometry { return e.geo }
+
+// Submit queues a request, stamped with its arrival time now, and returns its stream.
+func (e *Engine) Submit(r Request) *Stream { return e.submit(r, e.opt.Clock.Now(), false) }
+
+// SubmitAt queues a request that arrived at the given time on the engine's clock (at most now): a driver that
+// replays arrivals stamps each with its true time even when it is submitted after the step in progress.
+func (e *Engine) SubmitAt(r Request, arrival time.Duration) *Stream {
+	return e.submit(r, min(arrival, e.opt.Clock.Now()), false)
+}
+
+// SubmitContext is Submit, with the request cancelled when ctx ends before it does.
+func (e *Engine) SubmitContext(ctx context.Context, r Request) *Stream {
+	st := e.Submit(r)
+	st.setStop(context.AfterFunc(ctx, func() { e.Cancel(st.ID) }))
+	return st
+}
+
+func (e *Engine) submit(r Request, arrival time.Duration, discard bool) *Stream {
 	e.mu.Lock()
 	id := e.nextID
 	e.nextID++
 	e.mu.Unlock()
-	st := &Stream{ID: id, wake: make(chan struct{}, 1), done: make(chan struct{})}
-	q := &request{stream: st, timeline: Timeline{Arrival: now},
-		seq: &sched.Seq{ID: id, Prompt: append([]int32(nil), r.Prompt...), MaxTokens: r.MaxTokens,
-			MaxLen: e.opt.Context, Stop: append([]int32(nil), r.Stop...), Arrival: now}}
+	st := &Stream{ID: id, eng: e, done: make(chan struct{}), room: r.MaxTokens + 4, discard: discard}
+	q := &request{stream: st, timeline: Timeline{Arrival: arrival},
+		seq: &sched.Seq{ID: id, Prompt: slices.Clone(r.Prompt), MaxTokens: r.MaxTokens,
+			MaxLen: e.geo.Context, Stop: slices.Clone(r.Stop), Arrival: arrival}}
 	if r.Sampling.Temperature > 0 {
 		q.sampler = sample.New(r.Sampling)
 	}
-	if err := e.validate(r); err != nil {
-		e.finish(q, Event{Kind: Rejected, Req: id, Time: now, Detail: err.Error()}, err)
+	err := e.validate(r)
+	e.mu.Lock()
+	switch {
+	case err != nil:
+	case e.failed != nil:
+		err = fmt.Errorf("engine: stopped after a failed step: %v", e.failed)
+	case e.closing:
+		err = errors.New("engine: shutting down, not admitting new requests")
+	default:
+		e.inbox = append(e.inbox, q)
+	}
+	iter := e.iter
+	e.mu.Unlock()
+	if err != nil {
+		e.finish(q, Event{Kind: Rejected, Req: id, Time: arrival, Iter: iter, Detail: err.Error()}, FinishRejected, err)
 		return st
 	}
-	e.mu.Lock()
-	e.inbox = append(e.inbox, q)
-	e.mu.Unlock()
 	e.signal()
 	return st
 }
@@ -262,16 +380,29 @@ func (e *Engine) validate(r Request) error {
 	if err := r.Sampling.Validate(); err != nil {
 		return err
 	}
-	if len(r.Prompt) == 0 || r.MaxTokens <= 0 || len(r.Prompt) >= e.opt.Context {
+	if len(r.Prompt) == 0 || r.MaxTokens <= 0 || len(r.Prompt) >= e.geo.Context {
 		return fmt.Errorf("prompt of %d tokens and %d output tokens, want a prompt of 1..%d and >= 1 output",
-			len(r.Prompt), r.MaxTokens, e.opt.Context-1)
+			len(r.Prompt), r.MaxTokens, e.geo.Context-1)
 	}
 	for _, t := range r.Prompt {
-		if t < 0 || int(t) >= e.opt.Vocab {
-			return fmt.Errorf("prompt token %d outside the vocabulary [0, %d)", t, e.opt.Vocab)
+		if t < 0 || int(t) >= e.geo.Vocab {
+			return fmt.Errorf("prompt token %d outside the vocabulary [0, %d)", t, e.geo.Vocab)
 		}
 	}
 	return nil
+}
+
+// Cancel ends request id at the next iteration boundary wherever it is (queued, prefilling or decoding), freeing
+// its blocks; its stream ends with Cancelled. A request that has already ended is left as it is.
+func (e *Engine) Cancel(id kv.SeqID) {
+	e.command(func() {
+		q := e.reqs[id]
+		if q == nil {
+			return
+		}
+		e.sched.Remove(id)
+		e.drop(q, Event{Kind: Cancelled, Req: id, Time: e.opt.Clock.Now(), Iter: e.iter}, FinishCancelled, ErrCancelled)
+	})
 }
 
 func (e *Engine) signal() {
@@ -283,36 +414,60 @@ func (e *Engine) signal() {
 
 func (e *Engine) record(ev Event) {
 	e.mu.Lock()
-	e.log = append(e.log, ev)
+	e.log.add(ev)
 	e.mu.Unlock()
 }
 
-// Log returns a copy of the event log: every request event and every precision and KV change, in order.
+// Log returns a copy of the events the log still holds (the last Options.LogSize), oldest first.
 func (e *Engine) Log() []Event {
+	evs, _ := e.LogSince(0)
+	return evs
+}
+
+// LogSince returns the events logged from cursor on (a cursor of 0 is the start of the log) that the log still
+// holds, and the cursor to pass next time. Events that were dropped before they were read are skipped; the
+// returned cursor minus the given one, less len(events), counts them.
+func (e *Engine) LogSince(cursor uint64) ([]Event, uint64) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return append([]Event(nil), e.log...)
+	return e.log.since(cursor), e.log.next
 }
 
 // Memory reports the executor's memory budget.
 func (e *Engine) Memory() exec.Memory { return e.x.Memory() }
 
-// SetLayerPrecision asks the executor to run layer in f from the next iteration (see exec.Executor) and logs it.
+// LayerBytes reports each decoder layer's bytes in each prepared format.
+func (e *Engine) LayerBytes() []exec.LayerBytes { return e.x.LayerBytes() }
+
+// SetLayerPrecision asks the executor to run layer in f (see exec.Executor) and logs the request; a Swap event
+// says at which iteration it took effect.
 func (e *Engine) SetLayerPrecision(layer int, f quant.Format) error {
 	err := e.x.SetLayerPrecision(layer, f)
 	detail := fmt.Sprintf("layer %d -> %v", layer, f)
 	if err != nil {
 		detail += ": " + err.Error()
 	}
-	e.record(Event{Kind: Precision, Req: -1, Time: e.opt.Clock.Now(), Detail: detail})
+	e.record(Event{Kind: Precision, Req: -1, Time: e.opt.Clock.Now(), Iter: e.Iterations(), Detail: detail})
 	return err
+}
+
+// Note logs a controller's decision and its reason as an engine event.
+func (e *Engine) Note(detail string) {
+	e.record(Event{Kind: Decision, Req: -1, Time: e.opt.Clock.Now(), Iter: e.Iterations(), Detail: detail})
+}
+
+// Iterations is the number of iterations run so far.
+func (e *Engine) Iterations() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.iter
 }
 
 // AttachKV asks for a KV region of blocks blocks at the next iteration boundary: the executor's storage grows,
 // then the block manager's pool. The outcome is logged (KVAttach).
 func (e *Engine) AttachKV(blocks int) {
 	e.command(func() {
-		ev := Event{Kind: KVAttach, Req: -1, Time: e.opt.Clock.Now(), Detail: fmt.Sprintf("%d blocks", blocks)}
+		ev := Event{Kind: KVAttach, Req: -1, Time: e.opt.Clock.Now(), Iter: e.iter, Detail: fmt.Sprintf("%d blocks", blocks)}
 		if err := e.x.AttachKV(blocks); err != nil {
 			ev.Detail += ": " + err.Error()
 		} else {
@@ -322,14 +477,22 @@ func (e *Engine) AttachKV(blocks int) {
 	})
 }
 
-// DetachKV asks for the last attached KV region to be detached at the next iteration boundary, which succeeds
-// only when none of its blocks is in use. The outcome is logged (KVDetach).
+// DetachKV asks for the last attached KV region to be detached at the next iteration boundary. It is refused
+// (and the refusal logged) when a block of the region is in use, or when the pool left could not hold a request
+// the engine has admitted, which would then wait for ever; a waiting request that was never scheduled and no
+// longer fits is rejected instead, with the reason. The outcome is logged (KVDetach).
 func (e *Engine) DetachKV() {
 	e.command(func() {
-		ev := Event{Kind: KVDetach, Req: -1, Time: e.opt.Clock.Now()}
-		r, err := e.kv.Detach()
+		ev := Event{Kind: KVDetach, Req: -1, Time: e.opt.Clock.Now(), Iter: e.iter}
+		err := e.checkShrink("detach")
+		var r kv.Region
 		if err == nil {
-			err = e.x.DetachKV(r.Blocks)
+			r, err = e.kv.Detach()
+		}
+		if err == nil {
+			if err = e.x.DetachKV(r.Blocks); err != nil {
+				e.kv.Attach(r.Blocks) // the executor kept its storage: give the ids back
+			}
 		}
 		if err != nil {
 			ev.Detail = err.Error()
@@ -340,6 +503,56 @@ func (e *Engine) DetachKV() {
 	})
 }
 
+// DrainKV marks the last attached region draining (no new blocks are handed out from it, so it empties as its
+// holders finish) or not, at the next iteration boundary. Draining is refused, as a detach is, when the pool left
+// could not hold a request the engine has admitted. The outcome is logged (KVDrain).
+func (e *Engine) DrainKV(draining bool) {
+	e.command(func() {
+		ev := Event{Kind: KVDrain, Req: -1, Time: e.opt.Clock.Now(), Iter: e.iter, Detail: fmt.Sprintf("draining %v", draining)}
+		var err error
+		if draining {
+			err = e.checkShrink("drain")
+		}
+		if err == nil {
+			err = e.kv.SetDraining(draining)
+		}
+		if err != nil {
+			ev.Detail += ": " + err.Error()
+		}
+		e.record(ev)
+	})
+}
+
+// checkShrink returns an error when taking the last region out of the pool's capacity would leave an admitted
+// request (one that has been scheduled: running, or preempted and waiting to resume) needing more blocks than the
+// pool could ever give it. Requests never scheduled are checked against the smaller pool at the next iteration
+// and rejected if they no longer fit.
+func (e *Engine) checkShrink(what string) error {
+	regions := e.kv.Regions()
+	if len(regions) < 2 {
+		return fmt.Errorf("kv: no region to %s (the base region stays)", what)
+	}
+	last := regions[len(regions)-1]
+	left := e.kv.Capacity()
+	if !last.Draining {
+		left -= last.Blocks
+	}
+	left -= int(e.opt.Watermark * float64(e.kv.TotalBlocks()-last.Blocks))
+	for _, q := range e.reqs {
+		if need := e.need(q.seq); q.started && need > left {
+			return fmt.Errorf("refused: request %d, admitted, needs %d KV blocks, the pool would hold %d without the last region", q.seq.ID, need, left)
+		}
+	}
+	return nil
+}
+
+// need is the blocks a sequence needs to run to its end: its longest length, plus a block of rounding for a
+// baseline batch's padding.
+func (e *Engine) need(s *sched.Seq) int { return e.kv.BlocksFor(s.Limit()) + 1 }
+
+// room is the most blocks one request can ever be given: the pool's capacity less the watermark.
+func (e *Engine) room() int { return e.kv.Capacity() - e.kv.WatermarkBlocks() }
+
 func (e *Engine) command(f func()) {
 	e.mu.Lock()
 	e.cmds = append(e.cmds, f)
@@ -347,12 +560,17 @@ func (e *Engine) command(f func()) {
 	e.signal()
 }
 
-func (e *Engine) finish(q *request, ev Event, err error) {
+// finish ends a request: its result, the log, its stream.
+func (e *Engine) finish(q *request, ev Event, reason FinishReason, err error) {
 	q.timeline.Finish = ev.Time
-	q.stream.res = Result{ID: q.seq.ID, Output: q.seq.Output, Timeline: q.timeline, Preemptions: q.seq.Preemptions, Err: err}
+	q.stream.res = Result{ID: q.seq.ID, Output: q.seq.Output, Timeline: q.timeline, Preemptions: q.seq.Preemptions, Finish: reason, Err: err}
 	e.record(ev)
 	q.stream.push(ev)
-	close(q.stream.done)
+	q.stream.end()
+	select {
+	case e.ended <- struct{}{}:
+	default:
+	}
 }
 
 func (e *Engine) event(q *request, ev Event) {
@@ -360,129 +578,19 @@ func (e *Engine) event(q *request, ev Event) {
 	q.stream.push(ev)
 }
 
-// Pending is the number of requests submitted and not finished.
+// drop forgets a request the loop holds and ends it.
+func (e *Engine) drop(q *request, ev Event, reason FinishReason, err error) {
+	e.mu.Lock()
+	delete(e.reqs, q.seq.ID)
+	e.mu.Unlock()
+	e.finish(q, ev, reason, err)
+	e.endedNow = append(e.endedNow, Ended{ID: q.seq.ID, Finish: reason, Prompt: len(q.seq.Prompt), Output: len(q.seq.Output),
+		TTFT: q.timeline.TTFT(), TPOT: q.timeline.TPOT(), E2E: q.timeline.E2E(), Arrival: q.timeline.Arrival})
+}
+
+// Pending is the number of requests submitted and not ended.
 func (e *Engine) Pending() int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return len(e.inbox) + len(e.reqs)
-}
-
-// Step runs one iteration: it takes in new requests and queued KV commands, schedules, runs the batch and
-// delivers the tokens. It reports whether there was work.
-func (e *Engine) Step() (bool, error) {
-	start := time.Now()
-	e.mu.Lock()
-	inbox, cmds := e.inbox, e.cmds
-	e.inbox, e.cmds = nil, nil
-	for _, q := range inbox {
-		e.reqs[q.seq.ID] = q
-	}
-	e.mu.Unlock()
-	for _, f := range cmds {
-		f()
-	}
-	clock := e.opt.Clock
-	for _, q := range inbox {
-		if need := (min(q.seq.MaxLen, len(q.seq.Prompt)+q.seq.MaxTokens) + 2*e.kv.BlockSize() - 1) / e.kv.BlockSize(); need > e.kv.TotalBlocks()-int(e.opt.Watermark*float64(e.kv.TotalBlocks())) {
-			e.drop(q, Event{Kind: Rejected, Req: q.seq.ID, Time: clock.Now(), Detail: fmt.Sprintf("needs %d KV blocks, the pool has %d", need, e.kv.TotalBlocks())})
-			continue
-		}
-		e.sched.Add(q.seq)
-		e.event(q, Event{Kind: Queued, Req: q.seq.ID, Time: q.timeline.Arrival})
-	}
-	plan := e.sched.Schedule(clock.Now())
-	now := clock.Now()
-	for _, s := range plan.Preempted {
-		e.event(e.reqs[s.ID], Event{Kind: Preempted, Req: s.ID, Time: now})
-	}
-	for _, s := range plan.Started {
-		q := e.reqs[s.ID]
-		if !q.started {
-			q.started, q.timeline.Scheduled = true, now
-		}
-		e.event(q, Event{Kind: Scheduled, Req: s.ID, Time: now})
-	}
-	if len(plan.Work) == 0 {
-		return false, nil
-	}
-	b := &exec.Batch{Seqs: make([]exec.SeqWork, len(plan.Work))}
-	for i, w := range plan.Work {
-		table, _ := e.kv.Table(w.Seq.ID)
-		b.Seqs[i] = exec.SeqWork{Tokens: w.Seq.Tokens(w.Start, w.Start+w.N), SeqLen: w.Start + w.N, Table: table, Sample: w.Sample}
-		if q := e.reqs[w.Seq.ID]; q != nil {
-			b.Seqs[i].Sampler = q.sampler
-		}
-	}
-	res, err := e.x.Step(b)
-	if err != nil {
-		return true, err
-	}
-	clock.Advance(res.Duration)
-	now = clock.Now()
-	done := e.sched.Update(plan, res.Next)
-	info := StepInfo{Iter: e.iter, Time: now, Duration: res.Duration, Formats: res.Formats}
-	e.iter++
-	for _, w := range plan.Work {
-		info.Work = append(info.Work, WorkInfo{Req: w.Seq.ID, Start: w.Start, Tokens: w.N, Sample: w.Sample})
-		q := e.reqs[w.Seq.ID]
-		if q == nil {
-			continue // padding
-		}
-		for ; q.emitted < len(q.seq.Output); q.emitted++ {
-			if q.emitted == 0 {
-				q.timeline.FirstToken = now
-			}
-			q.timeline.Tokens = append(q.timeline.Tokens, now)
-			e.event(q, Event{Kind: Token, Req: q.seq.ID, Time: now, Token: q.seq.Output[q.emitted]})
-		}
-	}
-	for _, s := range done {
-		e.drop(e.reqs[s.ID], Event{Kind: Finished, Req: s.ID, Time: now})
-	}
-	if e.opt.OnStep != nil {
-		info.Waiting, info.Running = e.sched.Waiting(), e.sched.Running()
-		info.Free, info.Total = e.kv.FreeBlocks(), e.kv.TotalBlocks()
-		info.Wall = time.Since(start)
-		e.opt.OnStep(info)
-	}
-	return true, nil
-}
-
-func (e *Engine) drop(q *request, ev Event) {
-	e.mu.Lock()
-	delete(e.reqs, q.seq.ID)
-	e.mu.Unlock()
-	var err error
-	if ev.Kind == Rejected {
-		err = fmt.Errorf("engine: %s", ev.Detail)
-	}
-	e.finish(q, ev, err)
-}
-
-// NextWake is when the scheduler could next find work without a new request (dynamic batching's queueing
-// deadline); ok is false when only a request can. Like Step, it belongs to the loop's goroutine.
-func (e *Engine) NextWake() (time.Duration, bool) { return e.sched.NextWake() }
-
-// Run drives the loop until ctx is done, sleeping while there is no work (until a submission, a KV command or,
-// for dynamic batching, the oldest request's queueing deadline). A step error ends the loop and is returned.
-func (e *Engine) Run(ctx context.Context) error {
-	for {
-		ran, err := e.Step()
-		if err != nil {
-			return err
-		}
-		if ran {
-			continue
-		}
-		var timer <-chan time.Time
-		if t, ok := e.NextWake(); ok {
-			timer = time.After(t - e.opt.Clock.Now())
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-e.wake:
-		case <-timer:
-		}
-	}
 }

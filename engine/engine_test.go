@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -9,7 +10,6 @@ import (
 	"github.com/morphlab/morphlab/engine/exec"
 	"github.com/morphlab/morphlab/engine/model"
 	"github.com/morphlab/morphlab/engine/model/modeltest"
-	"github.com/morphlab/morphlab/engine/sample"
 	"github.com/morphlab/morphlab/quant"
 )
 
@@ -56,7 +56,7 @@ func newEngine(t *testing.T, m *model.Model, s setup) *Engine {
 		t.Fatal(err)
 	}
 	var e *Engine
-	opt := Options{MaxTokens: s.maxTokens, Context: m.Config.SeqLen, Vocab: m.Config.VocabSize, Clock: &exec.VirtualClock{}}
+	opt := Options{Clock: &exec.VirtualClock{}}
 	if s.onStep != nil {
 		opt.OnStep = func(info StepInfo) { s.onStep(e, info) }
 	}
@@ -229,48 +229,64 @@ func TestPrecisionSwitchMidDecode(t *testing.T) {
 		if len(r.Output) != reqs[i].MaxTokens {
 			t.Errorf("request %d: %d tokens, want %d", i, len(r.Output), reqs[i].MaxTokens)
 		}
-		seq, err := model.NewSequence(m, m.Config.SeqLen)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ref := slices.Clone(reqs[i].Prompt)
+		var ref []modeltest.RefStep
 		for _, st := range steps {
 			for _, w := range st.Work {
-				if w.Req != r.ID {
-					continue
-				}
-				for l, f := range st.Formats {
-					if err := m.SetPrecision(l, f); err != nil {
-						t.Fatal(err)
-					}
-				}
-				if w.Start < seq.Len() {
-					seq.Reset() // a preemption: recompute from the start
-				}
-				logits, err := seq.Feed(ref[w.Start:w.Start+w.Tokens], false)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if w.Sample {
-					ref = append(ref, int32(sample.Argmax(logits)))
+				if w.Req == r.ID {
+					ref = append(ref, modeltest.RefStep{Formats: st.Formats, Start: w.Start, Tokens: w.Tokens, Sample: w.Sample})
 				}
 			}
 		}
-		if want := ref[len(reqs[i].Prompt):]; !slices.Equal(r.Output, want) {
+		if want := modeltest.Reference(t, m, reqs[i].Prompt, ref); !slices.Equal(r.Output, want) {
 			t.Errorf("request %d:\ngot  %v\nwant %v (reference with the same precision schedule)", i, r.Output, want)
 		}
 	}
 }
 
-// checkMemory asserts that the executor's accounting is the sum of its parts, that the weights are the model's
-// active weights, and that the KV part is the block manager's pool.
+// memoryAddsUp returns an error unless the executor's accounting matches what the test computes independently:
+// the weights are the model's active weights, the KV part is the block manager's pool in blocks of the model's
+// block bytes, the workspace is that of 48 tokens, and all of it fits the budget.
+func memoryAddsUp(mem exec.Memory, m *model.Model, info StepInfo) error {
+	blockBytes := int64(model.KVBytesPerBlock(m.Config, 16))
+	want := int64(m.WeightBytes()) + int64(info.Total)*blockBytes + exec.WorkspaceBytes(m.Config, 48)
+	switch {
+	case mem.Weights != int64(m.WeightBytes()) || mem.Blocks != info.Total || mem.KV != int64(info.Total)*blockBytes ||
+		mem.Workspace != exec.WorkspaceBytes(m.Config, 48):
+		return fmt.Errorf("iteration %d: memory %+v, want weights %d, %d blocks of %d bytes", info.Iter, mem, m.WeightBytes(), info.Total, blockBytes)
+	case mem.Used() != want || want > mem.Budget:
+		return fmt.Errorf("iteration %d: %d bytes used, the parts add up to %d, budget %d", info.Iter, mem.Used(), want, mem.Budget)
+	}
+	return nil
+}
+
 func checkMemory(t *testing.T, e *Engine, m *model.Model, info StepInfo) {
 	t.Helper()
-	mem := e.Memory()
-	if mem.Used() != mem.Weights+mem.KV+mem.Workspace || mem.Weights != int64(m.WeightBytes()) ||
-		mem.KV != int64(info.Total)*int64(model.KVBytesPerBlock(m.Config, 16)) || mem.Blocks != info.Total ||
-		mem.Workspace != exec.WorkspaceBytes(m.Config, 48) || mem.Used() > mem.Budget {
-		t.Fatalf("iteration %d: memory %+v does not add up (model weights %d, pool %d blocks)", info.Iter, mem, m.WeightBytes(), info.Total)
+	if err := memoryAddsUp(e.Memory(), m, info); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestMemoryCheckCatchesWrongAccounting: the memory check fails on accounts that leave out the attached KV, count
+// the weights in a format they are not in, or exceed the budget.
+func TestMemoryCheckCatchesWrongAccounting(t *testing.T) {
+	m := synthModel(t)
+	blockBytes := int64(model.KVBytesPerBlock(m.Config, 16))
+	info := StepInfo{Total: 20}
+	good := exec.Memory{Budget: budgetFor(m, 48, 20), Weights: int64(m.WeightBytes()), KV: 20 * blockBytes,
+		Workspace: exec.WorkspaceBytes(m.Config, 48), BlockBytes: blockBytes, Blocks: 20}
+	if err := memoryAddsUp(good, m, info); err != nil {
+		t.Fatalf("a right account fails: %v", err)
+	}
+	for name, bad := range map[string]func(*exec.Memory){
+		"KV of the base region only":  func(mem *exec.Memory) { mem.KV, mem.Blocks = 12*blockBytes, 12 },
+		"weights of a smaller format": func(mem *exec.Memory) { mem.Weights -= 1000 },
+		"over the budget":             func(mem *exec.Memory) { mem.Budget -= blockBytes },
+	} {
+		mem := good
+		bad(&mem)
+		if err := memoryAddsUp(mem, m, info); err == nil {
+			t.Errorf("%s: the check passed %+v", name, mem)
+		}
 	}
 }
 
@@ -370,7 +386,7 @@ func TestStreamAndTimeline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := New(x, Options{MaxTokens: 48, Context: m.Config.SeqLen, Vocab: m.Config.VocabSize})
+	e, err := New(x, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

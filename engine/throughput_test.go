@@ -3,6 +3,7 @@
 package engine
 
 import (
+	"context"
 	"encoding/csv"
 	"fmt"
 	"math"
@@ -162,8 +163,8 @@ func (c *cpuTimed) Step(b *exec.Batch) (exec.Result, error) {
 }
 
 // serveTrace serves requests of the given (prompt, output) lengths with random prompt tokens, arriving as a
-// Poisson process of rate requests/s (0: all at time 0), on a virtual clock advanced by each step's CPU time
-// (cpuTimed); a request arriving during a step is submitted at the step's end. It returns vLLM's benchmark metrics.
+// Poisson process of rate requests/s (0: all at time 0), replayed on a virtual clock advanced by each step's CPU time
+// (cpuTimed). It returns vLLM's benchmark metrics.
 func serveTrace(tb testing.TB, m *model.Model, policy string, lengths [][2]int, rate float64, batch int) serveStats {
 	const blockSize, maxTokens = 16, 512
 	blocks := batch * (m.Config.SeqLen/blockSize + 2)
@@ -177,7 +178,7 @@ func serveTrace(tb testing.TB, m *model.Model, policy string, lengths [][2]int, 
 	var stepWall time.Duration
 	var decodeSeqs, decodeIters int
 	e, err := New(x, Options{Policy: policy, MaxTokens: maxTokens, MaxSeqs: batch, BatchSize: batch, MaxDelay: 100 * time.Millisecond,
-		BlockSize: blockSize, Context: m.Config.SeqLen, Vocab: m.Config.VocabSize, Clock: clock,
+		Clock: clock,
 		OnStep: func(info StepInfo) {
 			stepWall += info.Wall
 			if t := len(info.Work); t > 0 && info.Work[0].Tokens == 1 {
@@ -189,39 +190,25 @@ func serveTrace(tb testing.TB, m *model.Model, policy string, lengths [][2]int, 
 		tb.Fatal(err)
 	}
 	rng := rand.New(rand.NewPCG(7, 7))
-	arrivals := make([]time.Duration, len(lengths))
-	for i := 1; i < len(arrivals) && rate > 0; i++ {
-		arrivals[i] = arrivals[i-1] + time.Duration(rng.ExpFloat64()/rate*float64(time.Second))
+	reqs := make([]TimedRequest, len(lengths))
+	for i := range reqs {
+		if i > 0 && rate > 0 {
+			reqs[i].Arrival = reqs[i-1].Arrival + time.Duration(rng.ExpFloat64()/rate*float64(time.Second))
+		}
+		p := make([]int32, lengths[i][0])
+		for j := range p {
+			p[j] = int32(rng.IntN(m.Config.VocabSize))
+		}
+		reqs[i].Request = Request{Prompt: p, MaxTokens: lengths[i][1]}
 	}
-	var streams []*Stream
-	for len(streams) < len(lengths) || e.Pending() > 0 {
-		for i := len(streams); i < len(lengths) && arrivals[i] <= clock.Now(); i++ {
-			p := make([]int32, lengths[i][0])
-			for j := range p {
-				p[j] = int32(rng.IntN(m.Config.VocabSize))
-			}
-			streams = append(streams, e.Submit(Request{Prompt: p, MaxTokens: lengths[i][1]}))
-		}
-		ran, err := e.Step()
-		if err != nil {
-			tb.Fatal(err)
-		}
-		if !ran { // idle: move to the next arrival or the dynamic batcher's deadline
-			wake, ok := e.NextWake()
-			if i := len(streams); i < len(lengths) && (!ok || arrivals[i] < wake) {
-				wake, ok = arrivals[i], true
-			}
-			if !ok {
-				tb.Fatalf("%s: stalled with %d requests pending", policy, e.Pending())
-			}
-			clock.Advance(wake - clock.Now())
-		}
+	results, err := e.Replay(context.Background(), reqs)
+	if err != nil {
+		tb.Fatalf("%s: %v", policy, err)
 	}
 	var st serveStats
 	var first, last time.Duration = math.MaxInt64, 0
 	var ttft, tpot time.Duration
-	for i, s := range streams {
-		r := s.Wait()
+	for i, r := range results {
 		if r.Err != nil || len(r.Output) != lengths[i][1] {
 			tb.Fatalf("request %d: %d tokens of %d, %v", i, len(r.Output), lengths[i][1], r.Err)
 		}
@@ -234,7 +221,7 @@ func serveTrace(tb testing.TB, m *model.Model, policy string, lengths [][2]int, 
 		st.OutputTokens += len(r.Output)
 		st.Preemptions += r.Preemptions
 	}
-	st.Requests = len(streams)
+	st.Requests = len(results)
 	st.Duration = last - first
 	st.ReqPerSec = float64(st.Requests) / st.Duration.Seconds()
 	st.OutTokPerSec = float64(st.OutputTokens) / st.Duration.Seconds()

@@ -2,6 +2,7 @@ package exec
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -23,6 +24,11 @@ type CPUOptions struct {
 	// KVType is the KV cache's element type: float32 (the zero value), binary16 (half the bytes a block) or int8
 	// codes with a scale a row (about a quarter).
 	KVType model.KVType
+	// Swap is what a layer swap costs. Every variant already sits in host memory, so with the zero value a swap
+	// is a pointer switch at the step boundary, and Result.SwapTime is the time that switch took. With a host
+	// link, a swap emulates copying the variant over it: a blocking swap sleeps for the transfer inside the step
+	// that applies it, an overlapped one takes effect once the transfer would have finished.
+	Swap SwapCost
 }
 
 // CPU runs steps with the model's forward pass on the CPU kernels (paged attention over the KV cache).
@@ -43,8 +49,17 @@ type CPU struct {
 
 	mu      sync.Mutex // guards the fields below, which SetLayerPrecision, AttachKV and Memory touch
 	formats []quant.Format
-	pending map[int]quant.Format
+	pending map[int]pendingSwap
 	blocks  int
+	link    time.Duration // when the host link is next free (overlapped transfers go one after another)
+	lastEnd time.Duration // when the last step ended, on the engine's clock
+}
+
+// pendingSwap is a precision asked for and not yet applied.
+type pendingSwap struct {
+	f        quant.Format
+	transfer time.Duration
+	ready    time.Duration // overlapped: the step boundary from which it may apply
 }
 
 // NewCPU returns an executor over m with opt's budget. It fails when the budget does not hold the weights, the
@@ -53,7 +68,7 @@ func NewCPU(m *model.Model, opt CPUOptions) (*CPU, error) {
 	if opt.BlockSize <= 0 || opt.MaxTokens <= 0 {
 		return nil, fmt.Errorf("exec: block size %d and max tokens %d, want > 0", opt.BlockSize, opt.MaxTokens)
 	}
-	e := &CPU{m: m, opt: opt, pending: map[int]quant.Format{}}
+	e := &CPU{m: m, opt: opt, pending: map[int]pendingSwap{}}
 	for _, l := range m.Layers {
 		e.formats = append(e.formats, l.Active)
 	}
@@ -110,8 +125,8 @@ func (e *CPU) memoryLocked() Memory {
 		KV:        int64(e.blocks) * bb,
 		Workspace: WorkspaceBytes(cfg, e.opt.MaxTokens),
 		PendingWeights: e.weightBytes(func(l int) quant.Format {
-			if f, ok := e.pending[l]; ok {
-				return f
+			if p, ok := e.pending[l]; ok {
+				return p.f
 			}
 			return e.formats[l]
 		}),
@@ -138,7 +153,7 @@ func (e *CPU) SetLayerPrecision(layer int, f quant.Format) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	old, had := e.pending[layer]
-	e.pending[layer] = f
+	e.pending[layer] = pendingSwap{f: f}
 	if mem := e.memoryLocked(); mem.PendingWeights > mem.Budget-mem.KV-mem.Workspace {
 		if had {
 			e.pending[layer] = old
@@ -148,6 +163,15 @@ func (e *CPU) SetLayerPrecision(layer int, f quant.Format) error {
 		return fmt.Errorf("exec: layer %d in %v needs %d bytes more than the budget has free; detach KV first",
 			layer, f, mem.PendingWeights-(mem.Budget-mem.KV-mem.Workspace))
 	}
+	p := pendingSwap{f: f}
+	if bw := e.opt.Swap.HostLink; bw > 0 {
+		p.transfer = time.Duration(float64(e.m.Layers[layer].Variants[f].Bytes()) / bw * float64(time.Second))
+		if !e.opt.Swap.Blocking {
+			e.link = max(e.link, e.lastEnd) + p.transfer
+			p.ready = e.link
+		}
+	}
+	e.pending[layer] = p
 	return nil
 }
 
@@ -174,31 +198,46 @@ func (e *CPU) DetachKV(blocks int) error {
 	return nil
 }
 
-// applyPending makes the swaps asked for active and returns the formats the step runs with and the attached
-// block count.
-func (e *CPU) applyPending() ([]quant.Format, int) {
+// applyPending makes the swaps that are due at a step starting at now active; it returns the formats the step
+// runs with, the attached block count, the layers swapped in order, and their transfer time.
+func (e *CPU) applyPending(now time.Duration) ([]quant.Format, int, []int, time.Duration) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	for l, f := range e.pending {
-		if err := e.m.SetPrecision(l, f); err != nil {
+	var swapped []int
+	var transfer time.Duration
+	for l, p := range e.pending {
+		if p.ready > now {
+			continue // an overlapped transfer still in flight
+		}
+		if err := e.m.SetPrecision(l, p.f); err != nil {
 			panic(err) // SetLayerPrecision checked the variant exists
 		}
-		e.formats[l] = f
+		e.formats[l] = p.f
+		swapped = append(swapped, l)
+		transfer += p.transfer
+		delete(e.pending, l)
 	}
-	clear(e.pending)
-	return append([]quant.Format(nil), e.formats...), e.blocks
+	slices.Sort(swapped)
+	return append([]quant.Format(nil), e.formats...), e.blocks, swapped, transfer
 }
 
 // Step applies pending swaps, then runs the batch through the model and picks each asked-for next token.
 func (e *CPU) Step(b *Batch) (Result, error) {
 	start := time.Now()
-	formats, blocks := e.applyPending()
+	formats, blocks, swapped, transfer := e.applyPending(b.Now)
+	res := Result{Formats: formats, Swapped: swapped, SwapTime: transfer}
+	if e.opt.Swap.HostLink == 0 {
+		res.SwapTime = time.Since(start)
+	} else if e.opt.Swap.Blocking && transfer > 0 {
+		time.Sleep(transfer) // the copy the step waits for
+	}
+	defer func() { e.setLastEnd(b.Now + res.Duration) }()
 	n := len(b.Seqs)
 	if n == 0 {
-		return Result{Formats: formats}, fmt.Errorf("exec: empty batch")
+		return res, fmt.Errorf("exec: empty batch")
 	}
 	if t := b.Tokens(); t > e.opt.MaxTokens {
-		return Result{Formats: formats}, fmt.Errorf("exec: batch of %d tokens, the workspace holds %d", t, e.opt.MaxTokens)
+		return res, fmt.Errorf("exec: batch of %d tokens, the workspace holds %d", t, e.opt.MaxTokens)
 	}
 	mb := 0
 	for _, s := range b.Seqs {
@@ -210,9 +249,13 @@ func (e *CPU) Step(b *Batch) (Result, error) {
 		fb.Tokens = append(fb.Tokens, s.Tokens...)
 		fb.QStart = append(fb.QStart, int32(len(fb.Tokens)))
 		fb.SeqLens[i] = int32(s.SeqLen)
+		if len(s.Tokens) == 0 || len(s.Tokens) > s.SeqLen || s.SeqLen > len(s.Table)*e.opt.BlockSize {
+			return res, fmt.Errorf("exec: sequence %d feeds %d tokens up to position %d, its table of %d blocks of %d holds %d",
+				i, len(s.Tokens), s.SeqLen, len(s.Table), e.opt.BlockSize, len(s.Table)*e.opt.BlockSize)
+		}
 		for _, id := range s.Table {
 			if id < 0 || int(id) >= blocks {
-				return Result{Formats: formats}, fmt.Errorf("exec: sequence %d uses block %d, %d attached", i, id, blocks)
+				return res, fmt.Errorf("exec: sequence %d uses block %d, %d attached", i, id, blocks)
 			}
 		}
 		copy(e.tables[i*mb:], s.Table)
@@ -224,7 +267,7 @@ func (e *CPU) Step(b *Batch) (Result, error) {
 	}
 	logits := e.logits[:n*voc]
 	if err := e.m.Forward(&fb, e.cache, &e.ws, logits, nil); err != nil {
-		return Result{Formats: formats}, err
+		return res, err
 	}
 	next := make([]int32, n)
 	for i, s := range b.Seqs {
@@ -238,7 +281,14 @@ func (e *CPU) Step(b *Batch) (Result, error) {
 			next[i] = int32(sample.Argmax(row))
 		}
 	}
-	return Result{Next: next, Duration: time.Since(start), Formats: formats}, nil
+	res.Next, res.Duration = next, time.Since(start)
+	return res, nil
+}
+
+func (e *CPU) setLastEnd(t time.Duration) {
+	e.mu.Lock()
+	e.lastEnd = max(e.lastEnd, t)
+	e.mu.Unlock()
 }
 
 // Geometry reports the executor's block size and tokens per step and the model's context and vocabulary.

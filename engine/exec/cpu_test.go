@@ -1,7 +1,9 @@
 package exec
 
 import (
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/morphlab/morphlab/engine/model"
 	"github.com/morphlab/morphlab/engine/sample"
@@ -155,5 +157,52 @@ func TestMemoryAccounting(t *testing.T) {
 	}
 	if got := e.Memory().SwapFrees(); got != -saved {
 		t.Errorf("pending swap back frees %d, want %d", got, -saved)
+	}
+}
+
+// TestSwapCost: with a host link, an overlapped swap takes effect at the first step that starts after its transfer
+// (transfers queue on the link), and a blocking one at the next step, whose duration includes the transfer.
+func TestSwapCost(t *testing.T) {
+	m := synthModel(t)
+	bytes := float64(m.Layers[0].Variants[quant.Int4].Bytes())
+	link := bytes / 0.010 // a layer's Int4 variant crosses in 10 ms
+	step := func(e *CPU, now time.Duration) Result {
+		t.Helper()
+		res, err := e.Step(&Batch{Now: now, Seqs: []SeqWork{{Tokens: []int32{1, 2}, SeqLen: 2, Table: []int32{0}, Sample: true}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	e, err := NewCPU(m, CPUOptions{Budget: 8 << 20, BlockSize: 4, MaxTokens: 64, Swap: SwapCost{HostLink: link}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	step(e, 0)
+	for _, l := range []int{0, 1} {
+		if err := e.SetLayerPrecision(l, quant.Int4); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The last step ended at about its duration; layer 0 is on the link until ~10 ms after, layer 1 until ~20 ms.
+	if res := step(e, 5*time.Millisecond); len(res.Swapped) != 0 || res.Formats[0] != quant.F32 {
+		t.Fatalf("at 5 ms swapped %v, formats %v: an overlapped swap applied before its transfer", res.Swapped, res.Formats)
+	}
+	if res := step(e, 15*time.Millisecond); !slices.Equal(res.Swapped, []int{0}) || res.SwapTime < 9*time.Millisecond || res.SwapTime > 11*time.Millisecond {
+		t.Fatalf("at 15 ms swapped %v in %v, want layer 0 in 10 ms", res.Swapped, res.SwapTime)
+	}
+	if res := step(e, 50*time.Millisecond); !slices.Equal(res.Swapped, []int{1}) || res.Formats[1] != quant.Int4 {
+		t.Fatalf("at 50 ms swapped %v, formats %v, want layer 1", res.Swapped, res.Formats)
+	}
+
+	e, err = NewCPU(m, CPUOptions{Budget: 8 << 20, BlockSize: 4, MaxTokens: 64, Swap: SwapCost{HostLink: link, Blocking: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.SetLayerPrecision(2, quant.Int4); err != nil {
+		t.Fatal(err)
+	}
+	if res := step(e, 0); !slices.Equal(res.Swapped, []int{2}) || res.Duration < 10*time.Millisecond {
+		t.Fatalf("blocking: swapped %v, step %v, want layer 2 and a step of at least the 10 ms transfer", res.Swapped, res.Duration)
 	}
 }

@@ -2,6 +2,10 @@
 // length and block table), runs the model over it and returns each sequence's next token and how long the step
 // took. It owns the weights and the KV storage; the kv.Manager above it owns only block ids. The scheduler and the
 // morphing controller see only this interface, so a real (CPU) and a simulated executor run the same engine code.
+//
+// NewCPU runs the model's forward pass on the CPU kernels; NewSim holds no weights and takes each step's time
+// from engine/exec/costmodel (a roofline fitted to measured GPU operator times, or this CPU's calibration), with
+// the CPU executor's memory accounting and swap semantics. Package exectest is the behaviour suite both pass.
 package exec
 
 import (
@@ -28,6 +32,8 @@ type SeqWork struct {
 // Batch is the work of one iteration.
 type Batch struct {
 	Seqs []SeqWork
+	// Now is the engine's clock when the step starts; an executor times overlapped swap transfers against it.
+	Now time.Duration
 }
 
 // Tokens is the number of tokens the batch feeds.

@@ -3,6 +3,9 @@
 // detached at run time. Morphing turns the bytes a quantized layer frees into a new region of whole blocks, and
 // gives a region back (last attached first) once none of its blocks is in use.
 //
+// A region can be marked draining: no new blocks are handed out from it, so that once the sequences holding its
+// blocks finish it empties and can be detached (Holders says which sequences those are).
+//
 // The manager owns block ids only; the executor owns the memory behind them. Block ids are dense: region r holds
 // ids [r.First, r.First+r.Blocks), regions follow each other, so an executor can map id b to offset b·blockBytes
 // of one growing allocation.
@@ -18,8 +21,9 @@ type SeqID int64
 
 // Region is a run of blocks attached to the pool together.
 type Region struct {
-	First, Blocks int // block ids [First, First+Blocks)
-	Used          int // blocks held by sequences
+	First, Blocks int  // block ids [First, First+Blocks)
+	Used          int  // blocks held by sequences
+	Draining      bool // no new blocks are handed out from it
 }
 
 // Manager is a paged block allocator with per-sequence block tables. It is not safe for concurrent use: the
@@ -29,7 +33,7 @@ type Manager struct {
 	watermark float64 // fraction of all blocks kept free when admitting new sequences
 	regions   []*Region
 	free      [][]int32 // per region, a stack of free block ids
-	freeCount int
+	freeCount int       // free blocks in regions that are not draining: the ones that can be handed out
 	seqs      map[SeqID]*seqBlocks
 }
 
@@ -67,15 +71,36 @@ func (m *Manager) TotalBlocks() int {
 	return last.First + last.Blocks
 }
 
-// FreeBlocks is the number of blocks no sequence holds.
+// FreeBlocks is the number of free blocks that can be handed out (those of draining regions are not).
 func (m *Manager) FreeBlocks() int { return m.freeCount }
+
+// UsedBlocks is the number of blocks sequences hold.
+func (m *Manager) UsedBlocks() int {
+	n := 0
+	for _, r := range m.regions {
+		n += r.Used
+	}
+	return n
+}
 
 // Usage is the fraction of blocks in use (0 with no blocks).
 func (m *Manager) Usage() float64 {
 	if t := m.TotalBlocks(); t > 0 {
-		return float64(t-m.freeCount) / float64(t)
+		return float64(m.UsedBlocks()) / float64(t)
 	}
 	return 0
+}
+
+// Capacity is the number of blocks that can ever be handed out to one sequence: all blocks but those of draining
+// regions.
+func (m *Manager) Capacity() int {
+	n := 0
+	for _, r := range m.regions {
+		if !r.Draining {
+			n += r.Blocks
+		}
+	}
+	return n
 }
 
 // Regions returns a copy of the regions, in attach order.
@@ -115,8 +140,49 @@ func (m *Manager) Detach() (Region, error) {
 	}
 	m.regions = m.regions[:len(m.regions)-1]
 	m.free = m.free[:len(m.free)-1]
-	m.freeCount -= last.Blocks
+	if !last.Draining {
+		m.freeCount -= last.Blocks
+	}
 	return *last, nil
+}
+
+// SetDraining marks the last attached region draining (no new blocks handed out from it) or not. The base region
+// cannot drain.
+func (m *Manager) SetDraining(draining bool) error {
+	if len(m.regions) < 2 {
+		return fmt.Errorf("kv: no region to drain (the base region stays)")
+	}
+	last := m.regions[len(m.regions)-1]
+	if last.Draining == draining {
+		return nil
+	}
+	free := len(m.free[len(m.free)-1])
+	if draining {
+		m.freeCount -= free
+	} else {
+		m.freeCount += free
+	}
+	last.Draining = draining
+	return nil
+}
+
+// Holders returns the sequences holding blocks of region i (in Regions order), in increasing id order.
+func (m *Manager) Holders(i int) []SeqID {
+	if i < 0 || i >= len(m.regions) {
+		return nil
+	}
+	r := m.regions[i]
+	var out []SeqID
+	for id, s := range m.seqs {
+		for _, b := range s.table {
+			if int(b) >= r.First && int(b) < r.First+r.Blocks {
+				out = append(out, id)
+				break
+			}
+		}
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a] < out[b] })
+	return out
 }
 
 // regionOf returns the index of the region holding block id b.
@@ -124,11 +190,11 @@ func (m *Manager) regionOf(b int32) int {
 	return sort.Search(len(m.regions), func(i int) bool { return int(b) < m.regions[i].First+m.regions[i].Blocks })
 }
 
-// take pops a free block, from the earliest region that has one, so that later regions drain and can be
-// detached.
+// take pops a free block, from the earliest region that has one and is not draining, so that later regions drain
+// and can be detached.
 func (m *Manager) take() int32 {
 	for i, f := range m.free {
-		if n := len(f); n > 0 {
+		if n := len(f); n > 0 && !m.regions[i].Draining {
 			b := f[n-1]
 			m.free[i] = f[:n-1]
 			m.regions[i].Used++
@@ -143,7 +209,9 @@ func (m *Manager) give(b int32) {
 	i := m.regionOf(b)
 	m.free[i] = append(m.free[i], b)
 	m.regions[i].Used--
-	m.freeCount++
+	if !m.regions[i].Draining {
+		m.freeCount++
+	}
 }
 
 // blocksFor is the number of blocks that hold tokens token slots.
@@ -152,8 +220,14 @@ func (m *Manager) blocksFor(tokens int) int { return (tokens + m.blockSize - 1) 
 // CanAdmit reports whether a new sequence needing tokens slots fits while leaving the watermark (a fraction of
 // all blocks, attached regions included) free.
 func (m *Manager) CanAdmit(tokens int) bool {
-	return m.freeCount-m.blocksFor(tokens) >= int(m.watermark*float64(m.TotalBlocks()))
+	return m.freeCount-m.blocksFor(tokens) >= m.WatermarkBlocks()
 }
+
+// WatermarkBlocks is the number of blocks admission keeps free.
+func (m *Manager) WatermarkBlocks() int { return int(m.watermark * float64(m.TotalBlocks())) }
+
+// BlocksFor is the number of blocks that hold tokens token slots.
+func (m *Manager) BlocksFor(tokens int) int { return m.blocksFor(tokens) }
 
 // Grow makes room for seq to hold tokens slots in all, allocating the blocks it lacks (a new sequence starts with
 // none). It fails, changing nothing, when there are not enough free blocks.

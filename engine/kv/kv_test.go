@@ -43,7 +43,9 @@ func checkInvariants(t *testing.T, m *Manager) {
 			}
 			owner[b] = -2
 		}
-		free += len(f)
+		if !reg.Draining {
+			free += len(f)
+		}
 		if used[r] != reg.Used || used[r]+len(f) != reg.Blocks {
 			t.Fatalf("region %d: %d used by tables, %d recorded, %d free, %d blocks", r, used[r], reg.Used, len(f), reg.Blocks)
 		}
@@ -54,16 +56,43 @@ func checkInvariants(t *testing.T, m *Manager) {
 		}
 	}
 	if free != m.FreeBlocks() {
-		t.Fatalf("free lists hold %d blocks, FreeBlocks says %d", free, m.FreeBlocks())
+		t.Fatalf("free lists of regions not draining hold %d blocks, FreeBlocks says %d", free, m.FreeBlocks())
 	}
+	for i, r := range m.regions {
+		holders := m.Holders(i)
+		n := 0
+		for id, s := range m.seqs {
+			for _, b := range s.table {
+				if m.regionOf(b) == i {
+					n++
+					if !containsSeq(holders, id) {
+						t.Fatalf("sequence %d holds block %d of region %d, Holders says %v", id, b, i, holders)
+					}
+				}
+			}
+		}
+		if n != r.Used || (n == 0) != (len(holders) == 0) {
+			t.Fatalf("region %d: %d blocks held, Used %d, holders %v", i, n, r.Used, holders)
+		}
+	}
+}
+
+func containsSeq(ids []SeqID, id SeqID) bool {
+	for _, x := range ids {
+		if x == id {
+			return true
+		}
+	}
+	return false
 }
 
 // apply runs one operation chosen by op and arg on m, checking what it promises, and the invariants after.
 func apply(t *testing.T, m *Manager, op, arg byte) {
 	seq := SeqID(arg % 8)
-	switch op % 5 {
+	switch op % 6 {
 	case 0, 1: // grow a sequence by up to 40 tokens
-		_, have := m.Table(seq)
+		table, have := m.Table(seq)
+		before := len(table)
 		want := have + int(arg)%40 + 1
 		could := m.CanGrow(seq, want)
 		freeBefore := m.FreeBlocks()
@@ -73,6 +102,18 @@ func apply(t *testing.T, m *Manager, op, arg byte) {
 		}
 		if err != nil && m.FreeBlocks() != freeBefore {
 			t.Fatalf("a failed Grow changed the free blocks from %d to %d", freeBefore, m.FreeBlocks())
+		}
+		if err == nil {
+			table, _ = m.Table(seq)
+			for _, b := range table[before:] {
+				if m.regions[m.regionOf(b)].Draining {
+					t.Fatalf("Grow handed out block %d of a draining region", b)
+				}
+			}
+		}
+	case 5: // drain the last region, or stop draining it
+		if err := m.SetDraining(arg%2 == 0); (err == nil) != (len(m.regions) >= 2) {
+			t.Fatalf("SetDraining with %d regions: %v", len(m.regions), err)
 		}
 	case 2:
 		m.Free(seq)
@@ -108,6 +149,7 @@ func TestRandomInterleavings(t *testing.T) {
 func FuzzOperations(f *testing.F) {
 	f.Add([]byte{0, 1, 0, 9, 3, 5, 4, 0, 2, 1, 4, 0})
 	f.Add([]byte{3, 6, 0, 200, 1, 7, 4, 4, 2, 7, 4, 4})
+	f.Add([]byte{3, 6, 0, 30, 1, 9, 5, 0, 0, 11, 2, 1, 5, 1, 4, 0})
 	f.Fuzz(func(t *testing.T, ops []byte) {
 		m, err := New(3, 6, 0)
 		if err != nil {
@@ -163,6 +205,47 @@ func TestDetachOnlyWhenFree(t *testing.T) {
 	}
 	if _, err := m.Detach(); err == nil {
 		t.Fatal("the base region was detached")
+	}
+}
+
+// TestDraining: a draining region hands out no new block, its holders are reported, and once they free their
+// blocks it detaches; draining counts its free blocks out of FreeBlocks and Capacity.
+func TestDraining(t *testing.T) {
+	m, _ := New(4, 2, 0)
+	m.Attach(4)
+	for id := SeqID(1); id <= 3; id++ {
+		if err := m.Grow(id, 6); err != nil { // two blocks each: 1 fills the base, 2 and 3 reach region 1
+			t.Fatal(err)
+		}
+	}
+	if err := m.Grow(4, 1); err == nil || m.FreeBlocks() != 0 {
+		t.Fatalf("Grow with no free block: %v, %d free", err, m.FreeBlocks())
+	}
+	if got := m.Holders(1); len(got) != 2 || got[0] != 2 || got[1] != 3 {
+		t.Fatalf("Holders(1) = %v, want [2 3]", got)
+	}
+	m.Free(2)
+	if err := m.SetDraining(true); err != nil {
+		t.Fatal(err)
+	}
+	if m.FreeBlocks() != 0 || m.Capacity() != 2 {
+		t.Fatalf("draining: %d free, capacity %d; want 0 and 2", m.FreeBlocks(), m.Capacity())
+	}
+	if err := m.Grow(4, 1); err == nil {
+		t.Fatal("Grow took a block of a draining region")
+	}
+	if _, err := m.Detach(); err == nil {
+		t.Fatal("Detach of a draining region still held by sequence 3")
+	}
+	m.Free(3)
+	if _, err := m.Detach(); err != nil {
+		t.Fatalf("Detach of a drained region: %v", err)
+	}
+	if m.TotalBlocks() != 2 || m.FreeBlocks() != 0 || m.Capacity() != 2 {
+		t.Fatalf("after detach: %d blocks, %d free, capacity %d", m.TotalBlocks(), m.FreeBlocks(), m.Capacity())
+	}
+	if err := m.SetDraining(true); err == nil {
+		t.Fatal("the base region was set draining")
 	}
 }
 

@@ -2,7 +2,6 @@ package model
 
 import (
 	"fmt"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -10,6 +9,7 @@ import (
 	"github.com/morphlab/morphlab/kernels/cpu"
 	"github.com/morphlab/morphlab/kernels/probe"
 	"github.com/morphlab/morphlab/quant"
+	"golang.org/x/perf/benchmath"
 )
 
 // Decode and prefill benchmarks on a synthetic model of a named shape, in each layer format:
@@ -197,10 +197,9 @@ func (d *decodeStep) steadyRate(b *testing.B, warm, span time.Duration) float64 
 
 // The target benchmarks time each batch size in its steady state, as a server runs it: step after step of the
 // same batch. Whatever ran just before leaves the host's L3 holding its own data, and the steps win it back only
-// over several passes over their weights. Measured on stories110M, Int4 layers, batch 1 (medians of ten rounds,
-// BENCHMARKS.md session N): right after the probe's reading 6.40 ms a step against 5.60 back to back, 5.93 after
-// 20 untimed steps, 5.44 after 60 (0.35 s); after one batch-32 step, batch 1 ran 5-18% slower than after 12-48
-// batch-1 steps, and batch 32 1-3% slower after batch-1 steps than after two of its own.
+// over several passes over their weights: a batch-1 step right after the probe's reading, or right after a
+// batch-32 step, takes longer than one in a run of batch-1 steps. Hence the untimed steps before the timed ones;
+// their lengths cover a few hundred steps of stories110M.
 const (
 	boundWarm   = 400 * time.Millisecond // steps after each probe reading, untimed
 	scalingWarm = 200 * time.Millisecond // steps of each batch size before its timed ones, untimed
@@ -275,14 +274,10 @@ func runDecodeTargets(b *testing.B, measure func(b *testing.B, m *Model, kv KVTy
 	}
 }
 
-// median returns the median of xs (the mean of the middle two for an even count); xs is sorted in place.
+// median returns the median of xs as benchstat takes it (golang.org/x/perf/benchmath: the mean of the middle two
+// for an even count); xs is sorted in place.
 func median(xs []float64) float64 {
-	slices.Sort(xs)
-	n := len(xs)
-	if n%2 == 1 {
-		return xs[n/2]
-	}
-	return (xs[n/2-1] + xs[n/2]) / 2
+	return benchmath.AssumeNothing.Summary(benchmath.NewSample(xs, &benchmath.DefaultThresholds), 0.95).Center
 }
 
 // BenchmarkPrefill feeds a 512-token prompt to a fresh sequence and reports GFLOP/s over the matrix products

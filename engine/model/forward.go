@@ -340,11 +340,9 @@ func (ws *Workspace) matmul(tokens int, x []float32, w *quant.Matrix, y []float3
 // matrices are split into one chunk a thread (each chunk's kernel calls then run on that thread, the pool's nesting
 // rule), so the threads do not meet at the end of every matrix: a decode step's small matmuls cost a few µs of
 // fixed time apiece. Each row is computed as the single matmul computes it (bit for bit with AVX-512; the AVX2 GEMV
-// sums the last rows of a call, up to three, differently). Measured on stories110M batch 1 in six interleaved A/B
-// runs: medians +5% for F32, Int8 and Int4, F16 unchanged. Matrices of several tokens run as one cpu.GEMMs (F32,
+// sums the last rows of a call, up to three, differently). Matrices of several tokens run as one cpu.GEMMs (F32,
 // F16), cpu.GEMMW8A8s or cpu.GEMMW4A8s, which quantize and pack the activations once for all of them (bit for bit
-// the separate calls); F16 and F32 at batch 32: +3-6% and +1.5-5% (in-process A/B, two runs of 31 alternations,
-// BENCHMARKS.md session L).
+// the separate calls) and split all their rows over the threads as one range.
 func (ws *Workspace) matmuls(tokens int, x []float32, mats []*quant.Matrix, ys [][]float32) {
 	f, k := mats[0].Format, mats[0].Cols
 	same := sameShape(mats)

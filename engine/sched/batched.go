@@ -47,6 +47,32 @@ func (b *Batched) Add(s *Seq) { b.waiting = append(b.waiting, s) }
 // Waiting is the number of queued sequences.
 func (b *Batched) Waiting() int { return len(b.waiting) }
 
+// Queue returns the waiting sequences in order.
+func (b *Batched) Queue() []*Seq { return b.waiting }
+
+// Remove takes id out of the queue, or out of the running batch: a member that is removed frees its blocks and
+// becomes padding, as a finished member does, and a batch left with no unfinished member ends.
+func (b *Batched) Remove(id kv.SeqID) bool {
+	for i, s := range b.waiting {
+		if s.ID == id {
+			b.waiting = append(b.waiting[:i:i], b.waiting[i+1:]...)
+			s.Cancelled = true
+			return true
+		}
+	}
+	for _, s := range b.members {
+		if s.ID == id && !s.Finished() {
+			s.Cancelled = true
+			b.KV.Free(s.ID)
+			if b.Running() == 0 {
+				b.end()
+			}
+			return true
+		}
+	}
+	return false
+}
+
 // Running is the number of unfinished members of the running batch.
 func (b *Batched) Running() int {
 	n := 0
@@ -71,7 +97,7 @@ func rect(batch []*Seq) int {
 	lp, lo, ctx := 0, 0, 0
 	for _, s := range batch {
 		lp = max(lp, s.Len())
-		lo = max(lo, s.limit()-s.Len())
+		lo = max(lo, s.Limit()-s.Len())
 		ctx = max(ctx, s.MaxLen)
 	}
 	return min(lp+lo, ctx)
@@ -119,6 +145,9 @@ func (b *Batched) Schedule(now time.Duration) Plan {
 	prefill := false
 	for i, s := range b.members {
 		for _, q := range []*Seq{s, b.pads[i]} {
+			if q.Cancelled {
+				continue // removed mid-prefill: its padding still fills the row
+			}
 			if q.Computed < len(q.Prompt) || (q == s && q.Computed < q.Len()-1) {
 				prefill = true
 				if n := min(q.Len()-q.Computed, budget); n > 0 {
@@ -157,10 +186,15 @@ func (b *Batched) grow(q *Seq, tokens int) {
 func (b *Batched) Update(p Plan, next []int32) []*Seq {
 	done := apply(b.KV, p, next)
 	if b.Running() == 0 && b.members != nil {
-		for _, q := range b.pads {
-			b.KV.Free(q.ID)
-		}
-		b.members, b.pads = nil, nil
+		b.end()
 	}
 	return done
+}
+
+// end frees the batch's padding and forgets the batch.
+func (b *Batched) end() {
+	for _, q := range b.pads {
+		b.KV.Free(q.ID)
+	}
+	b.members, b.pads = nil, nil
 }

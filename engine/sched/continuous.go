@@ -33,6 +33,24 @@ func (c *Continuous) Add(s *Seq) { c.waiting = append(c.waiting, s) }
 // Waiting is the number of queued sequences.
 func (c *Continuous) Waiting() int { return len(c.waiting) }
 
+// Queue returns the waiting sequences in order.
+func (c *Continuous) Queue() []*Seq { return c.waiting }
+
+// Remove takes id out of the waiting queue or the running batch and frees its blocks.
+func (c *Continuous) Remove(id kv.SeqID) bool {
+	for _, q := range []*[]*Seq{&c.waiting, &c.running} {
+		for i, s := range *q {
+			if s.ID == id {
+				*q = append((*q)[:i:i], (*q)[i+1:]...)
+				s.Cancelled = true
+				c.KV.Free(id)
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // Running is the number of sequences in the running batch.
 func (c *Continuous) Running() int { return len(c.running) }
 

@@ -27,6 +27,8 @@ type Seq struct {
 	Preemptions int
 	// Pad marks the padding work of a baseline batch: its tokens are computed and its outputs dropped.
 	Pad bool
+	// Cancelled marks a sequence removed before it finished (Scheduler.Remove); it counts as finished.
+	Cancelled bool
 }
 
 // Len is the number of tokens (prompt and output).
@@ -47,6 +49,9 @@ func (s *Seq) Tokens(from, to int) []int32 {
 
 // Finished reports whether the sequence has all its output: MaxTokens tokens, a stop token, or a full context.
 func (s *Seq) Finished() bool {
+	if s.Cancelled {
+		return true
+	}
 	if len(s.Output) >= s.MaxTokens || s.Len() >= s.MaxLen {
 		return true
 	}
@@ -60,8 +65,8 @@ func (s *Seq) Finished() bool {
 	return false
 }
 
-// limit is the most tokens the sequence can ever hold.
-func (s *Seq) limit() int { return min(s.MaxLen, len(s.Prompt)+s.MaxTokens) }
+// Limit is the most tokens the sequence can ever hold.
+func (s *Seq) Limit() int { return min(s.MaxLen, len(s.Prompt)+s.MaxTokens) }
 
 // Work is a sequence's share of an iteration: tokens [Start, Start+N) of it are fed.
 type Work struct {
@@ -101,9 +106,14 @@ type Scheduler interface {
 	// Update records a run plan's sampled tokens (next[i] for p.Work[i], -1 where none) and returns the
 	// sequences that finished (their blocks freed).
 	Update(p Plan, next []int32) []*Seq
+	// Remove takes the sequence out wherever it is (waiting or running), marks it Cancelled, frees its blocks and
+	// reports whether the scheduler held it. It is called between iterations.
+	Remove(id kv.SeqID) bool
 	// Waiting and Running count the sequences queued and in the batch.
 	Waiting() int
 	Running() int
+	// Queue returns the waiting sequences in the order they will be admitted; the caller must not modify it.
+	Queue() []*Seq
 	// NextWake is the earliest time at which a plan with no work could change without a new arrival (Dynamic's
 	// queueing delay); ok is false when only an arrival can.
 	NextWake() (t time.Duration, ok bool)

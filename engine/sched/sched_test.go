@@ -1,7 +1,9 @@
 package sched
 
 import (
+	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -36,16 +38,30 @@ func (f *fakeModel) step(p Plan) []int32 {
 }
 
 type arrival struct {
-	iter int
-	seq  *Seq
+	iter   int
+	seq    *Seq
+	cancel int // the iteration before which the sequence is removed; 0: never
+}
+
+// step is one iteration as drive saw it: the plan, each work's kind when it was scheduled (a sequence changes
+// after its work runs, so the kinds cannot be read back from the plan later), and the sequences that finished.
+type step struct {
+	plan  Plan
+	works []workKind
+	done  []*Seq
+}
+
+type workKind struct {
+	decode bool // one token, the sequence's last, which is an output token: a decode step
+	pad    bool
 }
 
 // drive runs a scheduler over arrivals (by iteration) until all finish, checking the token budget and that the
-// fake KV slots are never shared, and returns each iteration's plan.
-func drive(t *testing.T, s Scheduler, m *kv.Manager, maxTokens int, arrivals []arrival) []Plan {
+// fake KV slots are never shared, and returns each iteration as it happened.
+func drive(t *testing.T, s Scheduler, m *kv.Manager, maxTokens int, arrivals []arrival) []step {
 	t.Helper()
 	f := &fakeModel{t: t, m: m, slots: map[int32]int32{}}
-	var plans []Plan
+	var steps []step
 	left := len(arrivals)
 	for iter := 0; left > 0; iter++ {
 		if iter > 100000 {
@@ -56,25 +72,148 @@ func drive(t *testing.T, s Scheduler, m *kv.Manager, maxTokens int, arrivals []a
 				a.seq.Arrival = time.Duration(iter) * time.Millisecond
 				s.Add(a.seq)
 			}
+			if a.cancel == iter && a.cancel > a.iter && !a.seq.Finished() {
+				if !s.Remove(a.seq.ID) {
+					t.Fatalf("iteration %d: Remove(%d) found nothing", iter, a.seq.ID)
+				}
+				if _, held := m.Table(a.seq.ID); held != 0 {
+					t.Fatalf("iteration %d: sequence %d removed and still holds its blocks", iter, a.seq.ID)
+				}
+				left--
+			}
 		}
 		p := s.Schedule(time.Duration(iter) * time.Millisecond)
 		if p.Tokens() > maxTokens {
 			t.Fatalf("iteration %d feeds %d tokens, budget %d", iter, p.Tokens(), maxTokens)
 		}
 		seen := map[kv.SeqID]bool{}
+		st := step{plan: p}
 		for _, w := range p.Work {
 			if seen[w.Seq.ID] || w.N < 1 || w.Start != w.Seq.Computed {
 				t.Fatalf("iteration %d: bad work %+v (seq %d, computed %d)", iter, w, w.Seq.ID, w.Seq.Computed)
 			}
 			seen[w.Seq.ID] = true
+			decode := w.N == 1 && w.Start == w.Seq.Len()-1 && w.Seq.Len() > len(w.Seq.Prompt)
+			st.works = append(st.works, workKind{decode: decode, pad: w.Seq.Pad})
 		}
-		plans = append(plans, p)
-		left -= len(s.Update(p, f.step(p)))
+		st.done = s.Update(p, f.step(p))
+		left -= len(st.done)
+		steps = append(steps, st)
 	}
 	if m.Sequences() != 0 || m.FreeBlocks() != m.TotalBlocks() {
 		t.Fatalf("after the run %d sequences hold blocks, %d of %d free", m.Sequences(), m.FreeBlocks(), m.TotalBlocks())
 	}
-	return plans
+	return steps
+}
+
+// decodesFirst returns an error naming the first iteration that feeds a decode after a prefill chunk.
+func decodesFirst(steps []step) error {
+	for i, st := range steps {
+		prefill := false
+		for _, w := range st.works {
+			if w.decode && prefill {
+				return fmt.Errorf("iteration %d: a decode after a prefill chunk", i)
+			}
+			prefill = prefill || !w.decode
+		}
+	}
+	return nil
+}
+
+// runToCompletion returns an error naming the first iteration that starts a sequence while an earlier batch
+// still has an unfinished member.
+func runToCompletion(steps []step) error {
+	running := 0
+	for i, st := range steps {
+		if len(st.plan.Started) > 0 && running > 0 {
+			return fmt.Errorf("iteration %d: %d sequences started while %d ran", i, len(st.plan.Started), running)
+		}
+		running += len(st.plan.Started) - len(st.done)
+	}
+	return nil
+}
+
+// prefillFirst is a deliberately wrong continuous scheduler: it puts its prefill chunks before its decodes.
+type prefillFirst struct{ *Continuous }
+
+func (p prefillFirst) Schedule(now time.Duration) Plan {
+	plan := p.Continuous.Schedule(now)
+	var dec, pre []Work
+	for _, w := range plan.Work {
+		if w.N == 1 && w.Start == w.Seq.Len()-1 && w.Seq.Len() > len(w.Seq.Prompt) {
+			dec = append(dec, w)
+		} else {
+			pre = append(pre, w)
+		}
+	}
+	plan.Work = append(pre, dec...)
+	return plan
+}
+
+// TestRemove: sequences removed while waiting, prefilling and decoding, under every scheduler, free their blocks
+// (drive checks the pool is whole at the end), are never scheduled again, and leave the others' outputs as they
+// are served alone.
+func TestRemove(t *testing.T) {
+	for _, name := range []string{"continuous", "static", "dynamic"} {
+		for seed := range uint64(10) {
+			rng := rand.New(rand.NewPCG(seed, 3))
+			as := randomSeqs(rng, 16, 30, 20, 60)
+			want := alone(t, as)
+			for i := range as {
+				if i%3 == 0 {
+					as[i].cancel = as[i].iter + 1 + rng.IntN(20)
+				}
+			}
+			m, _ := kv.New(4, 60, 0)
+			var s Scheduler
+			switch name {
+			case "continuous":
+				s = &Continuous{KV: m, MaxTokens: 16, MaxSeqs: 8}
+			case "static":
+				s = NewStatic(m, 32, 4)
+			default:
+				s = NewDynamic(m, 32, 4, 3*time.Millisecond)
+			}
+			steps := drive(t, s, m, 32, as)
+			removed := map[*Seq]int{}
+			for _, a := range as {
+				if a.seq.Cancelled {
+					removed[a.seq] = a.cancel
+				}
+			}
+			if seed == 0 && len(removed) == 0 {
+				t.Fatalf("%s: no sequence was removed before it finished", name)
+			}
+			for i, st := range steps {
+				for _, w := range st.plan.Work {
+					if at, ok := removed[w.Seq]; ok && i >= at {
+						t.Fatalf("%s seed %d: sequence %d scheduled at iteration %d after its removal at %d", name, seed, w.Seq.ID, i, at)
+					}
+				}
+			}
+			for i, a := range as {
+				if !a.seq.Cancelled && !slices.Equal(a.seq.Output, want[i]) {
+					t.Errorf("%s seed %d: sequence %d output %v, want %v", name, seed, i, a.seq.Output, want[i])
+				}
+			}
+		}
+	}
+}
+
+// TestAssertionsCatchWrongSchedulers: the ordering checks fail on schedulers that break them, so the tests that
+// use them can fail.
+func TestAssertionsCatchWrongSchedulers(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	as := randomSeqs(rng, 30, 60, 20, 100)
+	m, _ := kv.New(4, 40, 0)
+	if err := decodesFirst(drive(t, prefillFirst{&Continuous{KV: m, MaxTokens: 24, MaxSeqs: 6}}, m, 24, as)); err == nil {
+		t.Error("decodesFirst passed a scheduler that prefills before decoding")
+	}
+	as = randomSeqs(rng, 20, 30, 20, 60)
+	m, _ = kv.New(4, 200, 0)
+	if err := runToCompletion(drive(t, &Continuous{KV: m, MaxTokens: 64, MaxSeqs: 4}, m, 64, as)); err == nil {
+		t.Error("runToCompletion passed continuous batching, which starts sequences while others run")
+	}
 }
 
 func randomSeqs(rng *rand.Rand, n, maxPrompt, maxOut, ctx int) []arrival {
@@ -94,7 +233,7 @@ func clone(as []arrival) []arrival {
 	for i, a := range as {
 		s := *a.seq
 		s.Prompt = append([]int32(nil), s.Prompt...)
-		out[i] = arrival{a.iter, &s}
+		out[i] = arrival{iter: a.iter, seq: &s, cancel: a.cancel}
 	}
 	return out
 }
@@ -104,7 +243,7 @@ func alone(t *testing.T, as []arrival) [][]int32 {
 	var out [][]int32
 	for _, a := range clone(as) {
 		m, _ := kv.New(4, 1000, 0)
-		drive(t, &Continuous{KV: m, MaxTokens: 1000, MaxSeqs: 1}, m, 1000, []arrival{{0, a.seq}})
+		drive(t, &Continuous{KV: m, MaxTokens: 1000, MaxSeqs: 1}, m, 1000, []arrival{{iter: 0, seq: a.seq}})
 		out = append(out, a.seq.Output)
 	}
 	return out
@@ -136,10 +275,11 @@ func TestContinuousPreemptionKeepsOutputs(t *testing.T) {
 		want := alone(t, as)
 		m, _ := kv.New(4, 24, 0.05)
 		c := &Continuous{KV: m, MaxTokens: 16, MaxSeqs: 8}
-		plans := drive(t, c, m, 16, as)
+		steps := drive(t, c, m, 16, as)
 		checkOutputs(t, "continuous", as, want)
 		pre := 0
-		for _, p := range plans {
+		for _, st := range steps {
+			p := st.plan
 			pre += len(p.Preempted)
 			for j := 1; j < len(p.Preempted); j++ {
 				if p.Preempted[j].Arrival > p.Preempted[j-1].Arrival {
@@ -160,24 +300,28 @@ func TestContinuousFCFS(t *testing.T) {
 	as := randomSeqs(rng, 30, 60, 20, 100)
 	as[3].seq.Prompt = make([]int32, 90) // a long prompt among short ones
 	m, _ := kv.New(4, 40, 0)
-	plans := drive(t, &Continuous{KV: m, MaxTokens: 24, MaxSeqs: 6}, m, 24, as)
+	steps := drive(t, &Continuous{KV: m, MaxTokens: 24, MaxSeqs: 6}, m, 24, as)
 	order := map[*Seq]int{}
-	firstStart := map[*Seq]int{}
-	for i, p := range plans {
-		for _, s := range p.Started {
-			if _, ok := firstStart[s]; !ok {
-				firstStart[s] = i
+	mixed := 0
+	for _, st := range steps {
+		for _, s := range st.plan.Started {
+			if _, ok := order[s]; !ok {
 				order[s] = len(order)
 			}
 		}
-		decodes := true
-		for _, w := range p.Work {
-			isDecode := w.N == 1 && w.Start == w.Seq.Len()-1 && w.Seq.Computed > 0
-			if isDecode && !decodes {
-				t.Fatalf("iteration %d: a decode after a prefill chunk", i)
-			}
-			decodes = decodes && isDecode
+		kinds := map[bool]bool{}
+		for _, w := range st.works {
+			kinds[w.decode] = true
 		}
+		if len(kinds) == 2 {
+			mixed++
+		}
+	}
+	if mixed == 0 {
+		t.Fatal("no iteration mixes decodes and prefill chunks: the ordering check would be vacuous")
+	}
+	if err := decodesFirst(steps); err != nil {
+		t.Error(err)
 	}
 	for _, a := range as {
 		for _, b := range as {
@@ -199,22 +343,16 @@ func TestBatchedBaselines(t *testing.T) {
 		run := clone(as)
 		m, _ := kv.New(4, 200, 0)
 		b := &Batched{KV: m, MaxTokens: 64, BatchSize: 4, MaxDelay: delay}
-		plans := drive(t, b, m, 64, run)
+		steps := drive(t, b, m, 64, run)
 		checkOutputs(t, "batched", run, want)
-		running := 0
-		for i, p := range plans {
-			if len(p.Started) > 0 && running > 0 {
-				t.Fatalf("delay %v, iteration %d: a batch started while %d sequences ran", delay, i, running)
-			}
+		if err := runToCompletion(steps); err != nil {
+			t.Errorf("delay %v: %v", delay, err)
+		}
+		for i, st := range steps {
+			p := st.plan
 			if delay > 0 && len(p.Started) > 0 && len(p.Started) < 4 {
 				if now := time.Duration(i) * time.Millisecond; now-p.Started[0].Arrival < delay {
 					t.Errorf("partial batch of %d started at %v, oldest arrived %v", len(p.Started), now, p.Started[0].Arrival)
-				}
-			}
-			running += len(p.Started)
-			for _, w := range p.Work {
-				if !w.Seq.Pad && w.Seq.Finished() && w.Sample {
-					running--
 				}
 			}
 		}

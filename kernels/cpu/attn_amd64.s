@@ -617,7 +617,8 @@ GLOBL attnIota<>(SB), RODATA|NOPTR, $64
 // Row by row: mask, max, exponentials (of the upper 16 scores only when more than 16 are visible) and their
 // sum; then alpha and l for the rows (at most 8) at once. The old and new maxima and the sums wait in lane r of
 // Z9, Z11 and Z10 (K5 = 1<<r), not in memory: a vector load of scalars just stored cannot take them from the
-// store buffer and waits for the stores to drain (BenchmarkAttnSoftmax: 61 ns through memory, 50 in registers).
+// store buffer and waits for the stores to drain, which cost a one-row call a fifth of its time (BenchmarkAttnSoftmax
+// times the call).
 TEXT ·attnSoftmaxAVX512(SB), NOSPLIT, $0-48
 	MOVQ s+0(FP), DI
 	MOVQ m+8(FP), R8

@@ -79,7 +79,7 @@ func Softmax(x []float32, rows, cols int) {
 // The angles, their cosines and sines are computed in float64 and rounded to float32, so the rotation's error is
 // that of float32 arithmetic on exact coefficients. They are computed once per position and (headDim, theta) and
 // kept, as vLLM keeps its cos/sin cache: a decode step rotates the same positions twice a layer, and at batch 32
-// computing them took 0.5 ms of a 22 ms step.
+// computing them took 0.5 ms of a 22 ms step of stories110M (BenchmarkDecode, batch 32).
 func RoPE(x []float32, pos []int32, nHeads, headDim int, theta float32) {
 	shape.RoPE("RoPE", len(x), len(pos), nHeads, headDim)
 	tab := ropeTable(headDim, theta, pos)

@@ -258,7 +258,7 @@ func gemmF16(m, n, k int, a []float32, w []uint16, c []float32) {
 // outputs do not depend on how many tokens share the call, which holds the engine's batched logits to those of
 // each sequence alone. At 8 tokens it is about 2.7x gemmFew; at 32, 20% (4096x768) and 50% (stories110M's
 // classifier, 32000x768) faster, and 25% slower at k=2048, where eight tokens' x no longer fits L1:
-// BenchmarkGEMMFew against BenchmarkGEMMf32, BENCHMARKS.md "Model inference".
+// BenchmarkGEMMFew against BenchmarkGEMMf32 at those shapes.
 const gemvTokensMaxM = 64
 
 // gemvTileRows and gemvTileTokens are the tile kernels' shape: rows of W by tokens.
@@ -308,8 +308,8 @@ func gemvTokens(g *gemvArch, m, k int, a []float32, ws []GEMMWeights, cs [][]flo
 	gemvPanel(xp, m, k, a)
 	stride := gemvPanelLen(gemvTileTokens, k)
 	// A long k runs in chunks of gemvTileK steps. Past two chunks they go outermost, each chunk of the block run
-	// against every group of tokens before the next: m = 32, in-process, +7% at k = 3072, +2-24% at 4096 and
-	// +22-34% at 11008, while at 2048 the two orders are level (a throwaway A/B, BENCHMARKS.md session L).
+	// against every group of tokens before the next, so that the chunk of W stays in L1 across the groups; at
+	// 7B-class shapes (k = 4096, 11008) that is the faster order, at k = 2048 the two are level.
 	outer := k > 2*gemvTileK
 	ParallelWork(blocks.total(), grain, func(work *Work) {
 		var pf linePrefetch

@@ -597,10 +597,9 @@ pack32:
 // The one-token kernels take four rows at a time (GQ_*), the rest one at a time: each 16 steps of x are loaded
 // once for the four rows, whose values are the FMAs' memory operands (f32) or converted from memory (f16). A row
 // at a time with x as the memory operand took two loads a vector of W, and the out-of-order window then held
-// half as many of W's lines in flight: a sketch of the f32 loop read 144-438 MB at 70-90% of the probe's rate,
-// four rows at 93-110% (k = 768, 2048 and 4096), and 2 MB (L2) at 40-55% against 76-85%. In place, in-process
-// A/B: f32 GEMV from memory 1.16-1.30x, f16 1.06-1.10x, both 1.6-1.8x from L2; stories110M batch 1 F32 1.11-1.15x,
-// Int4 and Int8 1.08-1.12x (their F32 classifier), F16 1.01-1.02x. The four-row loops prefetch each row 16 KiB
+// half as many of W's lines in flight: four rows a step stream W from memory at the probe's rate (the %bw of
+// BenchmarkSuite/op=GEMM/m=1/n=4096/k=4096), where one row a step fell a fifth short of it and read L2 at half the
+// rate. The four-row loops prefetch each row 16 KiB
 // ahead into L2 (GQ_PF32 in gemvFarAVX512, which GEMV runs for W over gemvFarBytes; GQ_PF16, with 2 KiB
 // ahead into L1), the one-row f16 loop 4 KiB ahead. Each iteration takes 64 steps.
 
@@ -634,12 +633,10 @@ pack32:
 	op off(SI)(R14*1)
 
 // GQ_PF32 prefetches the four rows' lines 16 KiB further into L2, the 16 lines (four a row) that an iteration of
-// GQ_F32 reads; gemvFarAVX512 runs it, for W that streams from memory. Without it the hardware prefetchers alone
-// fed the loop at 0.83-0.94 of the probe's rate at 142 MB; with it 0.99-1.17 (distances from 8 to 48 KiB read
-// alike), in-process runs. The probe reads one stream a thread; the same prefetch gives it 0.97-1.05 of its
-// rate. In the model (stories110M batch 1, in-process, 15 rounds) it was 1.03-1.04x one line a row an iteration,
-// which was no faster than none (0.99-1.02x). With W in cache the prefetches cost load slots: a 512 x 512 GEMV
-// (1 MB) read 102-105 GB/s with them, 147-152 without (gemvAVX512).
+// GQ_F32 reads; gemvFarAVX512 runs it, for W that streams from memory. The hardware prefetchers alone fed the loop
+// at about nine tenths of the probe's rate; with it the loop reads at the probe's rate (distances from 8 to 48 KiB
+// read alike), and one line a row an iteration was no faster than none. With W in cache the prefetches cost load
+// slots (a third of a 1 MB GEMV's rate), hence gemvAVX512 without them below gemvFarBytes.
 #define GQ_PF32 \
 	GQ_PF4(PREFETCHT1, 16384); \
 	GQ_PF4(PREFETCHT1, 16448); \
@@ -659,9 +656,8 @@ pack32:
 	VFMADD231PS zx, Z11, Z3
 
 // GQ_PF16 prefetches the four rows' lines 16 KiB further into L2 and 2 KiB further into L1, the 8 lines (two a
-// row) that an iteration of GQ_F16 reads. In-process at 135 MB, three runs: 0.87-0.96 of the probe's rate against
-// 0.76-0.84 with the earlier prefetch of the next four rows into L2 (one stream), and 0.75-0.87 with the L2
-// prefetch alone (16 or 32 KiB ahead).
+// row) that an iteration of GQ_F16 reads: both levels, each row its own stream, read closer to the probe's rate
+// than the L2 prefetch alone or one stream for the next four rows.
 #define GQ_PF16 \
 	GQ_PF4(PREFETCHT0, 2048); \
 	GQ_PF4(PREFETCHT0, 2112); \
@@ -910,10 +906,9 @@ doneh:
 // gemvTokensAVX512 and gemvTokensF16AVX512 are gemvAVX512 and gemvF16AVX512 for up to four tokens at once: each
 // W row is read once (from memory) for all of them, token t summing into Z(t); W's values are in Z16-Z19. With
 // four tokens to feed, the kernels do not keep pace with memory unaided, so both prefetch each row 16 KiB ahead into
-// L2 and 4 KiB ahead into L1. The L2 prefetch, in-process A/B on stories110M (15 rounds): F32 batch 2 1.12x,
-// batch 4 1.10x; F16 1.05x and 1.10x (2 KiB ahead into L1 instead of 4: 0.97-1.00x). The f32 kernel prefetches
-// one of an iteration's four lines into L2: from memory as fast as all four (0.98-1.03x), in cache 8-12% faster
-// (two to four tokens, 1 and 4 MB of W). Token t's x is at x + t·k floats (DI, R14, R15, AX; tokens past the
+// L2 (a tenth faster decode steps at batch 2 and 4) and 4 KiB ahead into L1. The f32 kernel prefetches one of an
+// iteration's four lines into L2: from memory as fast as all four, and faster in cache, where every prefetch costs
+// a load slot. Token t's x is at x + t·k floats (DI, R14, R15, AX; tokens past the
 // count repeat token 0 and are not stored) and its outputs at y + t·ldy floats.
 
 // func gemvTokensAVX512(rows, k int, w, x, y *float32, tokens, ldy int)
@@ -1040,8 +1035,8 @@ sumth:
 // Row r, token t sums into Z(12h+4r+u) (t = 4h+u); G8_SUM folds the 24 sums at once. x comes packed (gemvPanel:
 // 16 steps of each token in turn, zero past k), so that one pointer serves the eight tokens and the registers
 // left hold a prefetch stream, a few lines a step, which the caller points at the next block of W: these kernels
-// run on W in cache (L2: each block is read again for every group of tokens). A four-row, four-token tile, which loaded four lines of W for 16 FMAs, was bound by W's
-// rate from L2 and ran 10-20% slower at every shape measured.
+// run on W in cache (L2: each block is read again for every group of tokens). A four-row, four-token tile loads
+// four lines of W for 16 FMAs and is bound by W's rate from L2; three rows by eight tokens are not.
 
 // func gemvTiles8AVX512(groups, k, ldw int, w, xp, y *float32, tokens, ldy int, pf *linePrefetch, acc *float32,
 //	mode int)

@@ -219,9 +219,8 @@ func (w *Work) takeOver() bool {
 // when n < 2*grain), across the pool's threads as Parallel does, and returns when all have returned. Each part
 // starts as an equal contiguous range, claimed in ascending order, so that a kernel can prefetch the next item
 // while it runs one (Work.Peek); a part that runs out takes over half of the largest range left, so the threads
-// finish together even when one runs slower, at the cost of one item that was not prefetched. On this kind of
-// shared VM the two halves of a static split took 10-20% apart within a batched-decode call (BENCHMARKS.md,
-// session M).
+// finish together even when one runs slower, at the cost of one item that was not prefetched. On a shared VM the
+// two halves of a static split of a batched-decode matmul finish apart by a tenth of the call or more, at random.
 func ParallelWork(n, grain int, fn func(w *Work)) {
 	if n <= 0 {
 		return

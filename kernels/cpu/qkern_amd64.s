@@ -168,10 +168,9 @@ reduce:
 // func qDotI8RowsVNNI(w *int8, k int, a *int8, rows int, acc *int32)
 // acc[r] = Σ_p (w[r*k+p]+128)·a[p] for the rows r < rows of w: qDotI8RowsGo plus 128·Σa (the caller subtracts
 // it). The rows are read one after another, a single sequential stream prefetched 16 KiB ahead into L2 and 2 KiB
-// ahead into L1: from memory (128 MB), 0.85-0.87 of the probe's rate against 0.62-0.67 with the L1 prefetch alone,
-// two in-process runs (16 or 24 KiB, and 2 or 4 KiB, read the same). (An earlier
-// machine served four rows read side by side, qDotI8x4VNNI, at half that rate; on session J's, stories110M's
-// Int8 batch 1 ran the same on either, 0.97-1.08x in three in-process A/B runs, with either prefetch level.)
+// ahead into L1; without the L2 prefetch the stream from memory falls a quarter short of the probe's rate (the
+// bw-ratio of BenchmarkQuant/m=1/n=4096/k=4096/dtype=w8a8 shows the rate it reaches), and on some VMs four rows read
+// side by side get half the rate of one stream.
 TEXT ·qDotI8RowsVNNI(SB), NOSPLIT, $0-40
 	MOVQ w+0(FP), SI
 	MOVQ k+8(FP), DX
@@ -697,8 +696,8 @@ w4a8chunk:
 
 // W4R_ROW adds one 64-byte chunk of a row of codes at mem against the token's even and odd activations in Z20,
 // Z21 into the row's group sums acc (t0, t1: scratch). It prefetches the row's line 24 KiB further into L2 (pf2)
-// and 4 KiB further into L1 (pf): from memory, 0.75-0.87 of the probe's rate against 0.60-0.69 with the L1
-// prefetch alone and 0.41 with none (stories110M's matrices at 145 MB, three in-process runs).
+// and 4 KiB further into L1 (pf): with the L1 prefetch alone the codes stream from memory a fifth slower, with
+// none at half the rate.
 #define W4R_ROW(mem, pf, pf2, acc, t0, t1) \
 	PREFETCHT1 pf2; \
 	PREFETCHT0 pf; \

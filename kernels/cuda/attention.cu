@@ -166,32 +166,57 @@ __device__ void flash_prefill(T* out, const T* q, const T* k, const T* v, int nq
 
 // ---- split-KV attention over a paged (or contiguous) cache ----
 //
-// Grid (query rows, nHeads/HPB, splits), HPB warps a block, one warp a query head. Query row t belongs to the
-// sequence i with qStart[i] <= t < qStart[i+1] and sees its first seqLens[i] - (qStart[i+1]-1-t) tokens; split z
-// takes tokens [z·chunk, (z+1)·chunk) of those. Lanes take 32 keys at a time (one key a lane for Q·K, whose row
-// the lane reads whole), then the warp folds them into its running max, sum and output (each lane owning the
-// output elements d ≡ lane mod 32). With one split the result goes straight to out; otherwise each split writes
-// its normalized partial output and log-sum-exp to po [rows, nHeads, splits, headDim] and pl [rows, nHeads,
-// splits], and attn_merge combines them. blockTables == nullptr reads k, v as contiguous [tokens, nKVHeads,
-// headDim] (the prefill fallback for head sizes the tensor-core kernel does not take).
-constexpr int PA_MAX_HD = 256, PA_MAX_HPB = 16;
+// Grid (query rows, nHeads/HPB, splits), HPB warps a block, one warp a query head; the HPB heads of a block share
+// one KV head, so its K and V rows are fetched from memory once and served to the other warps from L1. Query row
+// t belongs to the sequence i with qStart[i] <= t < qStart[i+1] and sees its first seqLens[i] - (qStart[i+1]-1-t)
+// tokens; split z takes tokens [z·chunk, (z+1)·chunk) of those.
+//
+// The lanes split the head dimension, as in FlashInfer's and vLLM's decode kernels: each lane holds PA_VEC(T) =
+// 16/sizeof(T) consecutive elements of the query and loads the same elements of a key or value row with one
+// 16-byte load; tpk lanes (headDim/PA_VEC rounded up to a power of two, at most 32) cover a row, so a warp works
+// on kpw = 32/tpk keys at once, PA_UNROLL of them a group in flight. Each group of tpk lanes keeps its own running
+// max, sum and output over the keys it took (online softmax); at the end the kpw groups are merged with shuffles.
+// The query lives in registers and the kernel uses no shared memory. headDim must be a multiple of PA_VEC(T) and
+// at most 32·PA_VEC(T), and q, the caches and out 16-byte aligned (the binding checks both).
+//
+// With one split the result goes straight to out; otherwise each split writes its normalized partial output and
+// log-sum-exp to po [rows, nHeads, splits, headDim] and pl [rows, nHeads, splits], and attn_merge combines them.
+// blockTables == nullptr reads k, v as contiguous [tokens, nKVHeads, headDim] (the prefill fallback for head sizes
+// the tensor-core kernel does not take).
+constexpr int PA_UNROLL = 4;
 
-template <typename T>
-__device__ __forceinline__ float dot_key(const float* qs, const T* krow, int hd) {
-  float d = 0.f;
-  for (int i = 0; i < hd; i++) d += qs[i] * to_f32(krow[i]);
-  return d;
-}
+// Vec16 is 16 bytes of T: load converts them to floats, store writes floats back as T.
+template <typename T> struct Vec16 {
+  static constexpr int N = 16 / sizeof(T);
+  static __device__ __forceinline__ void load(float f[N], const T* p) {
+    const uint4 u = *reinterpret_cast<const uint4*>(p);
+    const T* e = reinterpret_cast<const T*>(&u);
+#pragma unroll
+    for (int i = 0; i < N; i++) f[i] = to_f32(e[i]);
+  }
+  static __device__ __forceinline__ void store(T* p, const float f[N]) {
+    uint4 u;
+    T* e = reinterpret_cast<T*>(&u);
+#pragma unroll
+    for (int i = 0; i < N; i++) e[i] = from_f32<T>(f[i]);
+    *reinterpret_cast<uint4*>(p) = u;
+  }
+};
 
 template <typename T>
 __device__ void paged_attention(T* out, float* po, float* pl, const T* q, const T* kc, const T* vc, const int* qStart,
                                 const int* seqLens, const int* blockTables, int nSeqs, int maxBlocksPerSeq,
                                 int blockSize, int nHeads, int nKVHeads, int hd, float scale, int chunk) {
-  __shared__ float qsh[PA_MAX_HPB * PA_MAX_HD];
+  using V = Vec16<T>;
+  constexpr int VEC = V::N;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int t = blockIdx.x, hpb = blockDim.x >> 5;
   const int h = blockIdx.y * hpb + warp, g = h / (nHeads / nKVHeads);
   const int split = blockIdx.z, nsplit = gridDim.z;
+  int tpk = 1;
+  while (tpk * VEC < hd) tpk <<= 1;
+  const int kpw = 32 / tpk, kg = lane / tpk, d0 = (lane % tpk) * VEC;
+  const bool active = d0 < hd;  // lanes past the row (hd not a power-of-two multiple of VEC) hold zeros
 
   int lo = 0, hi = nSeqs - 1;  // the sequence of row t: the last i with qStart[i] <= t
   while (lo < hi) {
@@ -204,56 +229,92 @@ __device__ void paged_attention(T* out, float* po, float* pl, const T* q, const 
   const int s0 = split * chunk, s1 = min(visible, s0 + chunk);
   const int* table = blockTables ? blockTables + (long long)seq * maxBlocksPerSeq : nullptr;
 
-  float* qs = qsh + warp * hd;
-  const T* qrow = q + ((long long)t * nHeads + h) * hd;
-  for (int i = lane; i < hd; i += 32) qs[i] = to_f32(qrow[i]) * scale;
-  __syncwarp();
-
-  constexpr int NA = PA_MAX_HD / 32;
-  float acc[NA];
+  float qv[VEC];
 #pragma unroll
-  for (int i = 0; i < NA; i++) acc[i] = 0.f;
-  float mx = -INFINITY, sum = 0.f;
-  const long long row = (long long)nKVHeads * hd;
-  for (int base = s0; base < s1; base += 32) {
-    const int s = base + lane;
-    long long slot = 0;
-    float score = -INFINITY;
-    if (s < s1) {
-      slot = table ? (long long)table[s / blockSize] * blockSize + s % blockSize : s;
-      score = dot_key(qs, kc + slot * row + g * hd, hd);
-    }
-    const float mnew = fmaxf(mx, warp_max(score));
-    const float p = s < s1 ? __expf(score - mnew) : 0.f;
-    const float corr = __expf(mx - mnew);
-    sum = sum * corr + warp_sum(p);
-    mx = mnew;
+  for (int i = 0; i < VEC; i++) qv[i] = 0.f;
+  if (active) {
+    V::load(qv, q + ((long long)t * nHeads + h) * hd + d0);
 #pragma unroll
-    for (int i = 0; i < NA; i++) acc[i] *= corr;
-    const int n = min(32, s1 - base);
-    for (int jj = 0; jj < n; jj++) {
-      const float pj = __shfl_sync(0xffffffffu, p, jj);
-      const long long sj = __shfl_sync(0xffffffffu, slot, jj);
-      const T* vrow = vc + sj * row + g * hd;
-#pragma unroll
-      for (int i = 0; i < NA; i++)
-        if (lane + 32 * i < hd) acc[i] += pj * to_f32(vrow[lane + 32 * i]);
-    }
+    for (int i = 0; i < VEC; i++) qv[i] *= scale;
   }
 
-  const long long oh = (long long)t * nHeads + h;
-  if (nsplit == 1) {
-    const float inv = 1.f / sum;
+  float acc[VEC];
 #pragma unroll
-    for (int i = 0; i < NA; i++)
-      if (lane + 32 * i < hd) out[oh * hd + lane + 32 * i] = from_f32<T>(acc[i] * inv);
+  for (int i = 0; i < VEC; i++) acc[i] = 0.f;
+  float mx = -INFINITY, sum = 0.f;  // this group's running max and sum
+  const long long row = (long long)nKVHeads * hd;
+  const T* kh = kc + g * hd + d0;
+  const T* vh = vc + g * hd + d0;
+  // The loop bound is the same for every lane, so the shuffles below always have the whole warp.
+  for (int base = s0; base < s1; base += kpw * PA_UNROLL) {
+    long long off[PA_UNROLL];
+    bool ok[PA_UNROLL];
+#pragma unroll
+    for (int u = 0; u < PA_UNROLL; u++) {
+      const int s = base + u * kpw + kg;
+      ok[u] = s < s1;
+      off[u] = ok[u] ? (table ? (long long)table[s / blockSize] * blockSize + s % blockSize : s) * row : 0;
+    }
+    uint4 kr[PA_UNROLL], vr[PA_UNROLL];
+#pragma unroll
+    for (int u = 0; u < PA_UNROLL; u++) {
+      const bool ld = ok[u] && active;
+      kr[u] = ld ? *reinterpret_cast<const uint4*>(kh + off[u]) : make_uint4(0, 0, 0, 0);
+      vr[u] = ld ? *reinterpret_cast<const uint4*>(vh + off[u]) : make_uint4(0, 0, 0, 0);
+    }
+    float sc[PA_UNROLL];
+    float mnew = mx;
+#pragma unroll
+    for (int u = 0; u < PA_UNROLL; u++) {
+      float kf[VEC];
+      V::load(kf, reinterpret_cast<const T*>(&kr[u]));
+      float d = 0.f;
+#pragma unroll
+      for (int i = 0; i < VEC; i++) d += qv[i] * kf[i];
+      for (int o = tpk / 2; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
+      sc[u] = ok[u] ? d : -INFINITY;
+      mnew = fmaxf(mnew, sc[u]);
+    }
+    if (mnew == -INFINITY) continue;  // no key of this group in this step (and none before)
+    const float corr = expf(mx - mnew);  // 0 while mx is -inf: acc and sum are 0 then
+    sum *= corr;
+#pragma unroll
+    for (int i = 0; i < VEC; i++) acc[i] *= corr;
+    mx = mnew;
+#pragma unroll
+    for (int u = 0; u < PA_UNROLL; u++) {
+      const float p = expf(sc[u] - mnew);  // 0 for a key past s1
+      float vf[VEC];
+      V::load(vf, reinterpret_cast<const T*>(&vr[u]));
+      sum += p;
+#pragma unroll
+      for (int i = 0; i < VEC; i++) acc[i] += p * vf[i];
+    }
+  }
+  // Merge the kpw groups: lanes lane and lane^o (o >= tpk) hold the same elements for different keys.
+  for (int o = tpk; o < 32; o <<= 1) {
+    const float mo = __shfl_xor_sync(0xffffffffu, mx, o), so = __shfl_xor_sync(0xffffffffu, sum, o);
+    const float mnew = fmaxf(mx, mo);
+    const float cs = mx == -INFINITY ? 0.f : expf(mx - mnew), co = mo == -INFINITY ? 0.f : expf(mo - mnew);
+    sum = sum * cs + so * co;
+#pragma unroll
+    for (int i = 0; i < VEC; i++) acc[i] = acc[i] * cs + __shfl_xor_sync(0xffffffffu, acc[i], o) * co;
+    mx = mnew;
+  }
+
+  if (kg != 0 || !active) return;
+  const long long oh = (long long)t * nHeads + h;
+  const float inv = sum > 0.f ? 1.f / sum : 0.f;
+#pragma unroll
+  for (int i = 0; i < VEC; i++) acc[i] *= inv;
+  if (nsplit == 1) {
+    V::store(out + oh * hd + d0, acc);
     return;
   }
   const long long ps = oh * nsplit + split;
-  const float inv = sum > 0.f ? 1.f / sum : 0.f;
+  float4* dst = reinterpret_cast<float4*>(po + ps * hd + d0);
 #pragma unroll
-  for (int i = 0; i < NA; i++)
-    if (lane + 32 * i < hd) po[ps * hd + lane + 32 * i] = acc[i] * inv;
+  for (int i = 0; i < VEC / 4; i++) dst[i] = make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]);
   if (lane == 0) pl[ps] = sum > 0.f ? mx + logf(sum) : -INFINITY;
 }
 
@@ -266,10 +327,10 @@ __device__ void attn_merge(T* out, const float* po, const float* pl, int nsplit,
   float m = -INFINITY;
   for (int z = 0; z < nsplit; z++) m = fmaxf(m, l[z]);
   float den = 0.f;
-  for (int z = 0; z < nsplit; z++) den += __expf(l[z] - m);
+  for (int z = 0; z < nsplit; z++) den += expf(l[z] - m);
   for (int d = threadIdx.x; d < hd; d += blockDim.x) {
     float num = 0.f;
-    for (int z = 0; z < nsplit; z++) num += __expf(l[z] - m) * po[(oh * nsplit + z) * hd + d];
+    for (int z = 0; z < nsplit; z++) num += expf(l[z] - m) * po[(oh * nsplit + z) * hd + d];
     out[oh * hd + d] = from_f32<T>(num / den);
   }
 }
@@ -304,7 +365,7 @@ MORPH_FLASH(bf16, __nv_bfloat16, 64)
 MORPH_FLASH(bf16, __nv_bfloat16, 128)
 
 // paged_attention_*: grid (rows, nHeads/hpb, splits), 32*hpb threads (hpb <= 16 dividing nHeads/nKVHeads),
-// headDim <= 256. attn_merge_*: grid rows*nHeads, any multiple of 32 threads. kv_append_*: grid tokens.
+// headDim a multiple of 16/sizeof(T) up to 32 times that. attn_merge_*: grid rows*nHeads, any multiple of 32 threads. kv_append_*: grid tokens.
 #define MORPH_PAGED(SUFFIX, T)                                                                                     \
   extern "C" __global__ void paged_attention_##SUFFIX(                          \
       T* out, float* po, float* pl, const T* q, const T* kc, const T* vc, const int* qStart, const int* seqLens,   \

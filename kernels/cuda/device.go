@@ -33,6 +33,7 @@ type Device struct {
 	start    cu.Event
 	stop     cu.Event
 	flushBuf cu.DevicePtr // 256 MB written before each timed run, so that runs start with a cold L2
+	ws       Buffer       // scratch of the split-K GEMMs, grown on demand
 }
 
 // flushBytes is larger than any current GPU's L2 cache (H200: 60 MB).
@@ -63,6 +64,9 @@ func (d *Device) own(ordinal int, ready chan<- error) {
 	}
 	if d.flushBuf != 0 {
 		_ = cu.MemFree(d.flushBuf)
+	}
+	if d.ws.Ptr != 0 {
+		d.ws.Free()
 	}
 	for _, m := range d.mods {
 		_ = m.Unload()
@@ -151,6 +155,24 @@ func Alloc(bytes int64) (Buffer, error) {
 // Free releases b. It must run inside Do.
 func (b Buffer) Free() { _ = cu.MemFree(b.Ptr) }
 
+// workspace returns device scratch of at least bytes, reallocated when it must grow; what it held before is
+// lost. It must run inside Do, and the buffer is valid until the next call.
+func (d *Device) workspace(bytes int64) (Buffer, error) {
+	if d.ws.Bytes >= bytes {
+		return d.ws, nil
+	}
+	if d.ws.Ptr != 0 {
+		d.ws.Free()
+		d.ws = Buffer{}
+	}
+	b, err := Alloc(bytes)
+	if err != nil {
+		return Buffer{}, fmt.Errorf("cuda: split-K workspace of %d bytes: %w", bytes, err)
+	}
+	d.ws = b
+	return b, nil
+}
+
 // Upload allocates a buffer holding a copy of s. It must run inside Do.
 func Upload[T any](s []T) (Buffer, error) {
 	var z T
@@ -169,9 +191,6 @@ func Download[T any](s []T, b Buffer) error {
 	var z T
 	return cu.MemcpyDtoH(unsafe.Pointer(&s[0]), b.Ptr, int64(len(s))*int64(unsafe.Sizeof(z)))
 }
-
-// dim3 is a grid or block size.
-type dim3 struct{ x, y, z int }
 
 // launch runs kernel name with args, each a Buffer, cu.DevicePtr, int or float32. cu passes every argument as 8
 // bytes read from the Go value, so each is widened into a uint64 here: the kernel reads the low 4 bytes of an int

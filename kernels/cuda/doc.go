@@ -4,17 +4,30 @@
 //
 // The bindings are built only with `-tags cuda`: gorgonia.org/cu calls cuInit in its package init and exits the
 // process when no GPU is present, so an untagged import would break every test on a CPU machine. Without the tag
-// this package is this documentation only. With it:
+// this package holds DType and the launch plans (plan.go: which kernel takes a call, its grid, split-K and
+// split-KV, and the alignment and shape checks), whose tests run anywhere. With it:
 //
 //   - Open starts a Device: one goroutine locked to its OS thread owns the CUDA context and runs every CUDA call
 //     sent to it; the module whose PTX matches the GPU's compute capability (sm_90 for 9.x and up, else sm_80) is
 //     loaded from the embedded PTX.
-//   - Typed launchers (Device.GEMMF16, Device.FlashPrefill, Device.PagedAttention, ...) take device buffers.
-//   - Host-slice methods with the kerneltest signatures (Device.GEMM, Device.RMSNorm, ..., Device.GEMMW4A16) copy
-//     float32 slices in, run the kernel and copy the result out, so `go test -tags cuda ./kernels/cuda/` runs the
-//     shared conformance suite and the golden files on the GPU.
+//   - Typed launchers (Device.GEMMOn, Device.FlashPrefillOn, Device.PagedAttentionOn, ...) take device buffers
+//     of a DType (F32, F16, BF16) and return a one-line error, without launching, for what the kernel cannot
+//     take: a misaligned pointer (each kernel's element size, 16 bytes for its vector loads), a head dimension
+//     the paged kernel's lanes cannot split, a dtype without a kernel.
+//   - Device.Host(t) gives host-slice methods with the kerneltest signatures (GEMM, RMSNorm, ..., GEMMW4A16) for
+//     storage type t: they convert float32 slices to t, run the kernel and copy the result back, so
+//     `go test -tags cuda ./kernels/cuda/` runs the shared conformance suite in f32, f16 and bf16 and the golden
+//     files on the GPU.
+//
+// Decode paths: GEMMs with m <= 8 use warp-per-column dot kernels (weights read once per 4 tokens); larger m use
+// tensor cores, with k split across blocks (split-K, partials reduced in a second kernel) when the 128 x 128
+// block tiles do not fill the GPU, as for decode batches up to 128 tokens. Paged attention splits the head
+// dimension across lanes with 16-byte loads and the keys across splits (flash-decoding), merged by attn_merge.
 //
 // `make cuda-check` compiles every kernel for sm_80 and sm_90 with warnings, spills and local memory as errors,
-// checks that the committed PTX is fresh, and vets and builds the tagged code against the toolkit's stub libcuda;
-// run-device.sh runs the tests, benchmarks and ceiling measurements on a machine with a GPU.
+// checks that the committed PTX is fresh, vets and builds the tagged code against the toolkit's stub libcuda,
+// builds the device bundle (build/device: the test binary and what run-device.sh needs) and dry-runs
+// run-device.sh up to the first device call. On a GPU machine, with build/device carried there,
+// kernels/cuda/run-device.sh runs the tests, the benchmarks, the ceiling measurements and compute-sanitizer, and
+// writes the figures of BENCH.md as JSON; no Go toolchain is needed there.
 package cuda

@@ -5,17 +5,22 @@
 //   f16, bf16  A and W 16-bit floats; c = Σ a·w, float32 accumulation.
 //   w8a8       A int8 [m,k] with a float32 scale per row (per token), W int8 [n,k] with a float32 scale per row
 //              (per output channel): c = sa[i]·sw[j]·Σ qa·qw, int32 accumulation.
-//   w8a16      A f16, W int8 [n,k] with a float32 scale per row: c = sw[j]·Σ a·q.
-//   w4a16      A f16, W 4-bit packed [n,k/2] (byte i holds element 2i in the low nibble, 2i+1 in the high one),
-//              float32 scales and uint8 zero points [n, k/group]: w = (q - z)·s, c = Σ a·w.
+//   w8a16      A f16 or bf16 (suffix _f16, _bf16), W int8 [n,k] with a float32 scale per row: c = sw[j]·Σ a·q.
+//   w4a16      A f16 or bf16, W 4-bit packed [n,k/2] (byte i holds element 2i in the low nibble, 2i+1 in the high
+//              one), float32 scales and uint8 zero points [n, k/group]: w = (q - z)·s, c = Σ a·w.
 //   f32        (dot kernels only) A and W float32; s8s32: A and W int8, C int32 = Σ qa·qw.
 //
 // Tensor-core kernels (gemm_*): mma.sync on sm_80+, a 128x128 block tile, 8 warps of 64x32, k-tiles of 64 bytes
 // (32 16-bit or 64 8-bit elements) double-buffered in shared memory (cp.async for A and for 16-bit or int8 W;
-// quantized W is fetched to registers one tile ahead, dequantized to f16 and stored to shared memory while the
-// tile before it computes, so dequantization never touches global memory). Launch: grid (ceil(n/128),
-// ceil(m/128)), 256 threads. Rows of A and W must start 16-byte aligned: k % 8 == 0 (f16, bf16), k % 16 == 0
-// (w8a8, w8a16), k % 16 == 0 and group % 16 == 0 (w4a16); other shapes use the dot kernels.
+// quantized W is fetched to registers one tile ahead, dequantized to the activations' type and stored to shared
+// memory while the tile before it computes, so dequantization never touches global memory). Launch: grid (ceil(n/128),
+// ceil(m/128), splits), 256 threads. Rows of A and W must start 16-byte aligned: k % 8 == 0 (f16, bf16),
+// k % 16 == 0 (w8a8, w8a16), k % 16 == 0 and group % 16 == 0 (w4a16); other shapes use the dot kernels.
+//
+// Split-K: with grid.z = splits > 1, block z takes the k-tiles [z·ksplit, (z+1)·ksplit) and writes its partial
+// product to c + z·m·n (a workspace of splits·m·n values), and splitk_reduce_* sums the splits into the result.
+// Decode-sized batches (m <= 128 rows, one row of block tiles) give n/128 blocks, 32 for n = 4096, a quarter of
+// an H100's or H200's 132 SMs; splitting k fills the machine (plan.go picks the split). The epilogues are linear (scales), so each split applies its own.
 //
 // Dot kernels (dot_*): each warp computes one output column j for DOT_TM consecutive tokens, so W is read once
 // per DOT_TM tokens; lanes stride over k. The _vec variants load 16 bytes of W a lane a step and need
@@ -52,9 +57,9 @@ struct AsyncLoader {
   __device__ void store() const {}
 };
 
-// Int8ToF16Loader reads 16 int8 weights a thread and stores them as f16 (exact: |q| <= 128); the per-row scale
-// is applied in the epilogue.
-struct Int8ToF16Loader {
+// Int8Loader reads 16 int8 weights a thread and stores them as T, f16 or bf16 (exact: |q| <= 128); the per-row
+// scale is applied in the epilogue.
+template <typename T> struct Int8Loader {
   const int8_t* base;
   long long k;
   int rows;
@@ -69,16 +74,16 @@ struct Int8ToF16Loader {
     const int8_t* b = reinterpret_cast<const int8_t*>(&q);
     uint32_t h[8];
 #pragma unroll
-    for (int i = 0; i < 8; i++) h[i] = pack2<__half>(float(b[2 * i]), float(b[2 * i + 1]));
+    for (int i = 0; i < 8; i++) h[i] = pack2<T>(float(b[2 * i]), float(b[2 * i + 1]));
     uint4* d = reinterpret_cast<uint4*>(dst + r * ROWB + cb);
     d[0] = make_uint4(h[0], h[1], h[2], h[3]);
     d[1] = make_uint4(h[4], h[5], h[6], h[7]);
   }
 };
 
-// Int4ToF16Loader reads 16 packed 4-bit weights (8 bytes) a thread, with their group's scale and zero point, and
-// stores (q - z)·s as f16.
-struct Int4ToF16Loader {
+// Int4Loader reads 16 packed 4-bit weights (8 bytes) a thread, with their group's scale and zero point, and
+// stores (q - z)·s as T.
+template <typename T> struct Int4Loader {
   const uint8_t* base;  // packed rows of k/2 bytes
   const float* scale;   // [rows][k/group]
   const uint8_t* zero;  // [rows][k/group]
@@ -105,7 +110,7 @@ struct Int4ToF16Loader {
     const uint8_t* b = reinterpret_cast<const uint8_t*>(&q);
     uint32_t h[8];
 #pragma unroll
-    for (int i = 0; i < 8; i++) h[i] = pack2<__half>((float(b[i] & 15) - z) * s, (float(b[i] >> 4) - z) * s);
+    for (int i = 0; i < 8; i++) h[i] = pack2<T>((float(b[i] & 15) - z) * s, (float(b[i] >> 4) - z) * s);
     uint4* d = reinterpret_cast<uint4*>(dst + r * ROWB + cb);
     d[0] = make_uint4(h[0], h[1], h[2], h[3]);
     d[1] = make_uint4(h[4], h[5], h[6], h[7]);
@@ -123,9 +128,9 @@ struct MMAS8 {
 };
 
 // mma_gemm is the block-tile main loop: it fills acc[4][4][4] (this warp's 4x4 grid of 16x8 tiles) with the
-// block's share of A·Wᵀ over kbytes bytes of each row.
+// block's share of A·Wᵀ over the k-tiles [kt0, kt1) (BKB bytes of each row a tile); an empty range leaves zeros.
 template <class MMA, class LA, class LW>
-__device__ void mma_gemm(LA& la, LW& lw, long long kbytes, typename MMA::Acc acc[4][4][4]) {
+__device__ void mma_gemm(LA& la, LW& lw, int kt0, int kt1, typename MMA::Acc acc[4][4][4]) {
   __shared__ __align__(16) char sa[2][BM * ROWB];
   __shared__ __align__(16) char sw[2][BN * ROWB];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -138,16 +143,16 @@ __device__ void mma_gemm(LA& la, LW& lw, long long kbytes, typename MMA::Acc acc
 #pragma unroll
       for (int e = 0; e < 4; e++) acc[i][j][e] = 0;
 
-  const int nk = int((kbytes + BKB - 1) / BKB);
+  if (kt0 >= kt1) return;
   la.dst = sa[0];
   lw.dst = sw[0];
-  la.fetch(0);
-  lw.fetch(0);
+  la.fetch(kt0 * BKB);
+  lw.fetch(kt0 * BKB);
   lw.store();
   cp_async_commit();
-  for (int kt = 0; kt < nk; kt++) {
-    const int cur = kt & 1;
-    const bool next = kt + 1 < nk;
+  for (int kt = kt0; kt < kt1; kt++) {
+    const int cur = (kt - kt0) & 1;
+    const bool next = kt + 1 < kt1;
     if (next) {
       la.dst = sa[cur ^ 1];
       lw.dst = sw[cur ^ 1];
@@ -183,9 +188,18 @@ __device__ void mma_gemm(LA& la, LW& lw, long long kbytes, typename MMA::Acc acc
   }
 }
 
-// store_tile writes the warp's accumulators to C, each value passed through f(row, col, acc).
+// ktiles returns the k-tile range [kt0, kt1) of split blockIdx.z for rows of kbytes bytes.
+__device__ __forceinline__ void ktiles(long long kbytes, int ksplit, int& kt0, int& kt1) {
+  const int nk = int((kbytes + BKB - 1) / BKB);
+  kt0 = int(blockIdx.z) * ksplit;
+  kt1 = min(nk, kt0 + ksplit);
+}
+
+// store_tile writes the warp's accumulators to C (split z's slice c + z·m·n), each value passed through
+// f(row, col, acc).
 template <typename Acc, typename C, class F>
 __device__ void store_tile(C* c, int m, int n, const Acc acc[4][4][4], F f) {
+  c += size_t(blockIdx.z) * m * n;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int r0 = blockIdx.y * BM + (warp / 4) * 64 + lane / 4;
   const int c0 = blockIdx.x * BN + (warp % 4) * 32 + (lane % 4) * 2;
@@ -217,12 +231,40 @@ struct TwoScales {  // c = sa[row]·sw[col]·acc
 };
 
 template <typename T>
-__device__ void gemm16(int m, int n, int k, const T* a, const T* w, float* c) {
+__device__ void gemm16(int m, int n, int k, int ksplit, const T* a, const T* w, float* c) {
   const long long kb = 2LL * k;
   AsyncLoader la{reinterpret_cast<const char*>(a) + blockIdx.y * BM * kb, kb, m - int(blockIdx.y) * BM, nullptr};
   AsyncLoader lw{reinterpret_cast<const char*>(w) + blockIdx.x * BN * kb, kb, n - int(blockIdx.x) * BN, nullptr};
   float acc[4][4][4];
-  mma_gemm<MMA16<T>>(la, lw, kb, acc);
+  int kt0, kt1;
+  ktiles(kb, ksplit, kt0, kt1);
+  mma_gemm<MMA16<T>>(la, lw, kt0, kt1, acc);
+  store_tile(c, m, n, acc, Identity{});
+}
+
+template <typename T>
+__device__ void gemm_w8a16(int m, int n, int k, int ksplit, const T* a, const int8_t* w, const float* sw, float* c) {
+  const long long kb = 2LL * k;
+  AsyncLoader la{reinterpret_cast<const char*>(a) + blockIdx.y * BM * kb, kb, m - int(blockIdx.y) * BM, nullptr};
+  Int8Loader<T> lw{w + blockIdx.x * BN * (long long)k, k, n - int(blockIdx.x) * BN, nullptr, {}};
+  float acc[4][4][4];
+  int kt0, kt1;
+  ktiles(kb, ksplit, kt0, kt1);
+  mma_gemm<MMA16<T>>(la, lw, kt0, kt1, acc);
+  store_tile(c, m, n, acc, RowScale{sw});
+}
+
+template <typename T>
+__device__ void gemm_w4a16(int m, int n, int k, int group, int ksplit, const T* a, const uint8_t* w, const float* s,
+                           const uint8_t* z, float* c) {
+  const long long kb = 2LL * k, row0 = blockIdx.x * (long long)BN;
+  AsyncLoader la{reinterpret_cast<const char*>(a) + blockIdx.y * BM * kb, kb, m - int(blockIdx.y) * BM, nullptr};
+  Int4Loader<T> lw{w + row0 * (k / 2), s + row0 * (k / group), z + row0 * (k / group), k, group,
+                   n - int(row0), nullptr, {}, 0.f, 0.f};
+  float acc[4][4][4];
+  int kt0, kt1;
+  ktiles(kb, ksplit, kt0, kt1);
+  mma_gemm<MMA16<T>>(la, lw, kt0, kt1, acc);
   store_tile(c, m, n, acc, Identity{});
 }
 
@@ -282,17 +324,27 @@ using namespace morph_gemm;
 
 // ---- tensor-core kernels ----
 
-extern "C" __global__ void __launch_bounds__(THREADS)
-    gemm_f16(int m, int n, int k, const __half* a, const __half* w, float* c) {
-  gemm16(m, n, k, a, w, c);
-}
+// Every tensor-core kernel takes ksplit, the k-tiles a split (see Split-K above); with one split it is at least
+// the k-tiles of a row.
+#define MORPH_GEMM16(SUFFIX, T)                                                                                  \
+  extern "C" __global__ void __launch_bounds__(THREADS)                                                          \
+      gemm_##SUFFIX(int m, int n, int k, int ksplit, const T* a, const T* w, float* c) {                         \
+    gemm16(m, n, k, ksplit, a, w, c);                                                                            \
+  }                                                                                                              \
+  extern "C" __global__ void __launch_bounds__(THREADS) gemm_w8a16_##SUFFIX(                                     \
+      int m, int n, int k, int ksplit, const T* a, const int8_t* w, const float* sw, float* c) {                 \
+    gemm_w8a16(m, n, k, ksplit, a, w, sw, c);                                                                    \
+  }                                                                                                              \
+  extern "C" __global__ void __launch_bounds__(THREADS)                                                          \
+      gemm_w4a16_##SUFFIX(int m, int n, int k, int group, int ksplit, const T* a, const uint8_t* w,              \
+                          const float* s, const uint8_t* z, float* c) {                                          \
+    gemm_w4a16(m, n, k, group, ksplit, a, w, s, z, c);                                                           \
+  }
 
-extern "C" __global__ void __launch_bounds__(THREADS)
-    gemm_bf16(int m, int n, int k, const __nv_bfloat16* a, const __nv_bfloat16* w, float* c) {
-  gemm16(m, n, k, a, w, c);
-}
+MORPH_GEMM16(f16, __half)
+MORPH_GEMM16(bf16, __nv_bfloat16)
 
-extern "C" __global__ void __launch_bounds__(THREADS) gemm_w8a8(int m, int n, int k, const int8_t* a,
+extern "C" __global__ void __launch_bounds__(THREADS) gemm_w8a8(int m, int n, int k, int ksplit, const int8_t* a,
                                                                  const float* sa, const int8_t* w,
                                                                  const float* sw, float* c) {
   AsyncLoader la{reinterpret_cast<const char*>(a) + blockIdx.y * BM * (long long)k, k, m - int(blockIdx.y) * BM,
@@ -300,42 +352,43 @@ extern "C" __global__ void __launch_bounds__(THREADS) gemm_w8a8(int m, int n, in
   AsyncLoader lw{reinterpret_cast<const char*>(w) + blockIdx.x * BN * (long long)k, k, n - int(blockIdx.x) * BN,
                  nullptr};
   int acc[4][4][4];
-  mma_gemm<MMAS8>(la, lw, k, acc);
+  int kt0, kt1;
+  ktiles(k, ksplit, kt0, kt1);
+  mma_gemm<MMAS8>(la, lw, kt0, kt1, acc);
   store_tile(c, m, n, acc, TwoScales{sa, sw});
 }
 
-// gemm_s8s32 is gemm_w8a8 without scales: c = Σ qa·qw as int32.
+// gemm_s8s32 is gemm_w8a8 without scales: c = Σ qa·qw as int32 (split partials are int32 too, summed exactly).
 extern "C" __global__ void __launch_bounds__(THREADS)
-    gemm_s8s32(int m, int n, int k, const int8_t* a, const int8_t* w, int* c) {
+    gemm_s8s32(int m, int n, int k, int ksplit, const int8_t* a, const int8_t* w, int* c) {
   AsyncLoader la{reinterpret_cast<const char*>(a) + blockIdx.y * BM * (long long)k, k, m - int(blockIdx.y) * BM,
                  nullptr};
   AsyncLoader lw{reinterpret_cast<const char*>(w) + blockIdx.x * BN * (long long)k, k, n - int(blockIdx.x) * BN,
                  nullptr};
   int acc[4][4][4];
-  mma_gemm<MMAS8>(la, lw, k, acc);
+  int kt0, kt1;
+  ktiles(k, ksplit, kt0, kt1);
+  mma_gemm<MMAS8>(la, lw, kt0, kt1, acc);
   store_tile(c, m, n, acc, Exact{});
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS)
-    gemm_w8a16(int m, int n, int k, const __half* a, const int8_t* w, const float* sw, float* c) {
-  const long long kb = 2LL * k;
-  AsyncLoader la{reinterpret_cast<const char*>(a) + blockIdx.y * BM * kb, kb, m - int(blockIdx.y) * BM, nullptr};
-  Int8ToF16Loader lw{w + blockIdx.x * BN * (long long)k, k, n - int(blockIdx.x) * BN, nullptr, {}};
-  float acc[4][4][4];
-  mma_gemm<MMA16<__half>>(la, lw, kb, acc);
-  store_tile(c, m, n, acc, RowScale{sw});
+// splitk_reduce_{f32,s32}: c[i] = Σ_z ws[z·mn + i] over the splits, in split order (deterministic). Launch: a
+// 1-D grid over the mn elements.
+template <typename C>
+__device__ void splitk_reduce(C* c, const C* ws, long long mn, int splits) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < mn; i += (long long)gridDim.x * blockDim.x) {
+    C s = ws[i];
+    for (int z = 1; z < splits; z++) s += ws[z * mn + i];
+    c[i] = s;
+  }
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS)
-    gemm_w4a16(int m, int n, int k, int group, const __half* a, const uint8_t* w, const float* s, const uint8_t* z,
-               float* c) {
-  const long long kb = 2LL * k, row0 = blockIdx.x * (long long)BN;
-  AsyncLoader la{reinterpret_cast<const char*>(a) + blockIdx.y * BM * kb, kb, m - int(blockIdx.y) * BM, nullptr};
-  Int4ToF16Loader lw{w + row0 * (k / 2), s + row0 * (k / group), z + row0 * (k / group), k, group,
-                     n - int(row0), nullptr, {}, 0.f, 0.f};
-  float acc[4][4][4];
-  mma_gemm<MMA16<__half>>(la, lw, kb, acc);
-  store_tile(c, m, n, acc, Identity{});
+extern "C" __global__ void splitk_reduce_f32(float* c, const float* ws, long long mn, int splits) {
+  splitk_reduce(c, ws, mn, splits);
+}
+
+extern "C" __global__ void splitk_reduce_s32(int* c, const int* ws, long long mn, int splits) {
+  splitk_reduce(c, ws, mn, splits);
 }
 
 // ---- dot kernels ----
@@ -382,8 +435,8 @@ MORPH_DOT_SAME(bf16, __nv_bfloat16)
 MORPH_DOT_SAME_VEC(f16, __half)
 MORPH_DOT_SAME_VEC(bf16, __nv_bfloat16)
 
-// The w8a16 and w4a16 dot kernels come with f16 activations (suffix _f16) and float32 ones (_f32): the latter
-// keep the activations at full precision when a caller has them in float32.
+// The w8a16 and w4a16 dot kernels come with f16 and bf16 activations (suffix _f16, _bf16) and float32 ones
+// (_f32): the latter keep the activations at full precision when a caller has them in float32.
 #define MORPH_DOT_WQ(ACT, A)                                                                                      \
   extern "C" __global__ void __launch_bounds__(32 * DOT_WARPS)                                                    \
       dot_w8a16_##ACT(int m, int n, int k, const A* a, const int8_t* w, const float* sw, float* c) {             \
@@ -467,6 +520,7 @@ MORPH_DOT_SAME_VEC(bf16, __nv_bfloat16)
   }
 
 MORPH_DOT_WQ(f16, __half)
+MORPH_DOT_WQ(bf16, __nv_bfloat16)
 MORPH_DOT_WQ(f32, float)
 
 extern "C" __global__ void __launch_bounds__(32 * DOT_WARPS)

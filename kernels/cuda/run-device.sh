@@ -1,144 +1,229 @@
 #!/usr/bin/env bash
-# run-device.sh [RESULTS_DIR]: the whole GPU run of morphlab's CUDA kernels, in one go, on a machine with an
-# NVIDIA GPU (sm_80 or newer) and no internet. Everything lands in RESULTS_DIR (default: $OUT, else
-# results/cuda-device):
-#   nvidia-smi.txt      the GPU, driver and clocks (nvidia-smi and nvidia-smi -q)
-#   env.txt             go version, toolkit, include and link paths used
-#   test.txt            go test -tags cuda -v ./kernels/cuda/: the shared conformance suite, golden files, f16,
-#                       quantized and split-KV tests
-#   bench.txt           go test -bench: every kernel (us/median, TFLOP/s or GB/s) and BenchmarkCopy, the
-#                       device-to-device copy bandwidth ceiling
-#   torch.txt           bf16 torch.matmul and int8 torch._int_mm rates at 8192^3, the matrix-rate ceilings (when
-#                       python3 with a CUDA torch is installed)
-#   status.txt          the exit status of each step
+# run-device.sh [--dry-run] [RESULTS_DIR]: the whole GPU run of morphlab's CUDA kernels, on a machine with an
+# NVIDIA GPU (sm_80 or newer), no network and no Go toolchain. It runs from a copy of the repository that carries
+# the device bundle, build/device/ (ignored by git; `make device-bundle` builds it on any machine with Go and the
+# CUDA toolkit's stub libcuda): cuda.test, the cuda-tagged test binary of kernels/cuda with the PTX embedded,
+# BUILD-INFO (how and from what it was built) and, when the build machine had one, a compute-sanitizer.
 #
-# What the machine must have, since nothing can be downloaded there:
-#   - Go, and the module's dependencies. The copy of the repository arrives without the module cache: either run
-#     `go mod vendor` in the checkout before sending it (vendor/ is not ignored by git, so it travels with the
-#     working tree; this script then builds with -mod=vendor), or have the modules in the machine's cache. The
-#     script tries `go mod download` only if the module proxy answers. RISK: without either, the build fails and
-#     only nvidia-smi.txt and torch.txt are written.
-#   - cuda.h, for the cgo of gorgonia.org/cu: from a CUDA toolkit on the machine, or copied beforehand into
-#     kernels/cuda/.device-include/ (untracked, so it travels too: `mkdir -p kernels/cuda/.device-include &&
-#     cp /usr/include/cuda.h kernels/cuda/.device-include/`).
-#   - The driver's libcuda.so.1; the script links against it through a libcuda.so symlink in a temporary directory
-#     when no unversioned libcuda.so exists.
+# Steps, each under a time limit; the limits add up to at most 540 s (checked before anything runs):
+#   preflight   the bundle is there, its libraries resolve, the machine's libcuda.so.1 has every driver function
+#               the binary imports, and the sources are those it was built from (a stale bundle is reported,
+#               and still run on a GPU; the dry run fails on it)
+#   nvidia-smi  the GPU, driver and clocks                                  -> nvidia-smi.txt
+#   test        every test of kernels/cuda: the shared conformance suite in f32, f16 and bf16, the golden
+#               files, quantized GEMMs, split-K and split-KV                -> test.txt
+#   bench       every benchmark (CUDA events, L2 flushed before each run)   -> bench.txt, bench.json
+#   ceilings    a device-to-device copy and bf16/f16 matmuls through PyTorch -> ceilings.txt, ceilings.json
+#   sanitizer   compute-sanitizer memcheck on a short subset of the tests   -> sanitizer.txt
+#   figures     the BENCH.md table from bench.json and ceilings.json       -> figures.json, figures.md
+# Everything lands in RESULTS_DIR (default $OUT, else results/cuda-device), with run.log (this script's output),
+# env.txt and status.txt (each step's exit status and seconds). The exit status is 0 when every step passed.
+#
+# --dry-run does the same on a machine without a GPU, up to the first device call: the test binary's cuInit
+# (gorgonia.org/cu calls it in its package init) must fail with a one-line reason, after which the device steps
+# are listed, not run, and the figures script checks itself on synthetic input. It exits 0 when all of that
+# happened as expected; `make cuda-check` runs it.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
-root=$(pwd)
+
+dry=0
+if [ "${1:-}" = --dry-run ]; then
+	dry=1
+	shift
+fi
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+cd "$root"
+bundle=${MORPHLAB_DEVICE_BUNDLE:-$root/build/device}
 out=${1:-${OUT:-results/cuda-device}}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 exec > >(tee "$out/run.log") 2>&1
 : >"$out/status.txt"
 
-step() { # step NAME TIMEOUT_S CMD...: run CMD with a time limit, record its status
-	local name=$1 limit=$2
-	shift 2
-	echo "== $name"
+# Step time limits in seconds, in the order the steps run.
+declare -A limit=([preflight]=15 [nvidia-smi]=15 [test]=170 [bench]=200 [ceilings]=75 [sanitizer]=50 [figures]=15)
+order=(preflight nvidia-smi test bench ceilings sanitizer figures)
+budget=540
+total=0
+for s in "${order[@]}"; do total=$((total + limit[$s])); done
+if [ "$total" -gt "$budget" ]; then
+	echo "run-device.sh: step limits add up to $total s, over the $budget s budget" >&2
+	exit 2
+fi
+echo "== run-device.sh: $(date -u +%FT%TZ), bundle $bundle, results $out, step limits $total s of $budget s"
+
+failed=0
+step() { # step NAME CMD...: run CMD (a command or an exported function) under NAME's time limit, record its status
+	local name=$1
+	shift
+	echo "== $name (limit ${limit[$name]} s)"
 	local start=$SECONDS
-	timeout "$limit" "$@"
+	timeout -k 5 "${limit[$name]}" bash -c '"$@"' "$name" "$@"
 	local rc=$?
+	[ "$rc" = 124 ] && echo "$name: timed out after ${limit[$name]} s"
 	echo "$name rc=$rc seconds=$((SECONDS - start))" | tee -a "$out/status.txt"
-	return $rc
+	[ "$rc" = 0 ] || failed=1
+	return "$rc"
+}
+skip() { # skip NAME REASON
+	echo "== $1: skipped: $2"
+	echo "$1 skipped: $2" >>"$out/status.txt"
 }
 
-step nvidia-smi 60 bash -c "nvidia-smi > '$out/nvidia-smi.txt' 2>&1; nvidia-smi -q >> '$out/nvidia-smi.txt' 2>&1"
+bin=$bundle/cuda.test
+py=$(command -v python3 || true)
+# The sanitizer's short subset: the bf16 suite of the kernels whose indexing changed most, and split-KV.
+sanitize_run='TestReduced/bf16/(GEMMTensorCores|PagedAttention|KVAppend|RMSNorm)|TestPagedSplit|TestLauncherErrors'
 
-# cgo flags: cuda.h and libcuda.
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cflags=""
-for d in "$root/kernels/cuda/.device-include" /usr/local/cuda/include /usr/include; do
-	if [ -f "$d/cuda.h" ]; then
-		cflags="-I$d"
-		break
+preflight() {
+	local ok=0
+	if [ ! -x "$bin" ]; then
+		echo "preflight: no $bin: build the bundle with make device-bundle and carry build/device"
+		return 1
 	fi
-done
-libdir=""
-for d in /usr/local/cuda/lib64 /usr/lib/x86_64-linux-gnu /usr/lib64 /usr/lib/wsl/lib; do
-	if [ -e "$d/libcuda.so" ]; then
-		libdir=$d
-		break
+	cat "$bundle/BUILD-INFO"
+	# Freshness: the bundle records the sha256 of every source file that went into the binary.
+	local stale=0
+	if ! (cd "$root" && sha256sum --quiet -c "$bundle/SOURCES.sha256"); then
+		echo "preflight: STALE BUNDLE: the sources changed since it was built (files above); rebuild with make device-bundle"
+		stale=1
 	fi
-done
-if [ -z "$libdir" ]; then
-	so1=$(ldconfig -p 2>/dev/null | awk '/libcuda\.so\.1 .*x86-64/ {print $NF; exit}')
-	if [ -n "$so1" ]; then
-		ln -s "$so1" "$tmp/libcuda.so"
-		libdir=$tmp
+	if ldd "$bin" | grep -q 'not found'; then
+		echo "preflight: libraries of $bin not found:"
+		ldd "$bin" | grep 'not found'
+		ok=1
 	fi
-fi
-export CGO_ENABLED=1 CGO_CFLAGS="$cflags" CGO_LDFLAGS="-L$libdir" LIBRARY_PATH="$libdir"
-
-modflag=""
-if [ -f vendor/modules.txt ]; then
-	modflag="-mod=vendor"
-elif ! go list -tags cuda -deps ./kernels/cuda/ >/dev/null 2>&1; then
-	proxy=$(go env GOPROXY | cut -d, -f1)
-	if [ "$proxy" != off ] && [ "$proxy" != direct ] && curl -sSf --max-time 10 -o /dev/null "$proxy/gorgonia.org/cu/@v/list"; then
-		step go-mod-download 300 go mod download
-	else
-		echo "module proxy unreachable and no vendor/: the build needs the modules in the local cache"
+	# The driver functions the binary imports must all exist in this machine's libcuda.so.1.
+	if [ -n "$py" ] && [ -f "$bundle/cuda-symbols.txt" ]; then
+		"$py" - "$bundle/cuda-symbols.txt" <<'PY' || ok=1
+import ctypes, sys
+names = [l.strip() for l in open(sys.argv[1]) if l.strip()]
+try:
+    lib = ctypes.CDLL("libcuda.so.1")
+except OSError as e:
+    print(f"preflight: libcuda.so.1 does not load: {e}")
+    sys.exit(1)
+missing = [n for n in names if not hasattr(lib, n)]
+print(f"preflight: libcuda.so.1 has {len(names) - len(missing)} of the {len(names)} driver functions the binary imports")
+if missing:
+    print("preflight: missing: " + " ".join(missing))
+    sys.exit(1)
+PY
 	fi
-fi
+	if [ "$ok" = 0 ] && [ "$stale" = 1 ]; then
+		return 3
+	fi
+	return $ok
+}
 
 {
-	go version
-	command -v nvcc && nvcc --version | tail -1
-	echo "CGO_CFLAGS=$CGO_CFLAGS CGO_LDFLAGS=$CGO_LDFLAGS modflag=$modflag"
-	echo "nproc=$(nproc)"
+	echo "host: $(uname -a)"
+	echo "nproc: $(nproc)"
+	echo "glibc: $(ldd --version 2>&1 | head -1)"
+	echo "python: ${py:-none} $([ -n "$py" ] && "$py" --version 2>&1)"
+	command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv
+	echo "ldd $bin:"
+	ldd "$bin" 2>&1
 } >"$out/env.txt" 2>&1
-cat "$out/env.txt"
 
-if step build 600 go test $modflag -tags cuda -c -o "$tmp/cuda.test" ./kernels/cuda/; then
-	# The test binary runs in the package directory so the golden files (testdata/golden at the module root)
-	# are found as under go test.
-	(cd kernels/cuda && step test 600 "$tmp/cuda.test" -test.v -test.count=1 >"$out/test.txt" 2>&1)
-	tail -5 "$out/test.txt"
-	grep -E '^(--- FAIL|FAIL|ok|PASS)' "$out/test.txt" | head -50
-	(cd kernels/cuda && step bench 900 "$tmp/cuda.test" -test.run '^$' -test.bench . -test.benchtime 20x \
-		>"$out/bench.txt" 2>&1)
-	grep -E '^Benchmark' "$out/bench.txt"
+if [ "$dry" = 1 ]; then
+	# Here the binary loads whichever libcuda.so.1 the machine has, else the toolkit's stub (whose cuInit fails).
+	if ! ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1 '; then
+		for d in /usr/lib/x86_64-linux-gnu/stubs /usr/lib/cuda/lib64/stubs /usr/local/cuda/lib64/stubs; do
+			if [ -f "$d/libcuda.so" ]; then
+				mkdir -p "$out/stub"
+				ln -sf "$d/libcuda.so" "$out/stub/libcuda.so.1"
+				export LD_LIBRARY_PATH=$out/stub${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+				break
+			fi
+		done
+	fi
 fi
 
-if command -v python3 >/dev/null 2>&1 && python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
-	step torch 300 python3 - >"$out/torch.txt" 2>&1 <<'PY'
-# Matrix-rate ceilings through the vendor libraries: median of 20 timed runs after 5 warm-ups, CUDA events.
-import torch
-print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0))
-def rate(f, flops):
-    for _ in range(5):
-        f()
-    times = []
-    for _ in range(20):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record(); f(); e.record(); torch.cuda.synchronize()
-        times.append(s.elapsed_time(e) / 1e3)
-    times.sort()
-    return flops / times[len(times) // 2] / 1e12
-for n in (4096, 8192):
-    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-    print(f"matmul bf16 n={n} TFLOP/s={rate(lambda: torch.matmul(a, b), 2 * n**3):.1f}")
-    a = torch.randn(n, n, device="cuda", dtype=torch.float16)
-    b = torch.randn(n, n, device="cuda", dtype=torch.float16)
-    print(f"matmul f16 n={n} TFLOP/s={rate(lambda: torch.matmul(a, b), 2 * n**3):.1f}")
-    ai = torch.randint(-128, 127, (n, n), device="cuda", dtype=torch.int8)
-    bi = torch.randint(-128, 127, (n, n), device="cuda", dtype=torch.int8)
-    try:
-        print(f"int_mm int8 n={n} TOP/s={rate(lambda: torch._int_mm(ai, bi), 2 * n**3):.1f}")
-    except Exception as ex:
-        print(f"int_mm int8 n={n} unavailable: {ex}")
-x = torch.empty(1 << 28, device="cuda", dtype=torch.float32)
-y = torch.empty_like(x)
-print(f"copy GB/s={rate(lambda: y.copy_(x), 2 * x.numel() * 4) * 1e3:.0f}")
-PY
-	cat "$out/torch.txt"
+# The PTX is compiled for the GPU by the driver when each process loads it; a cache big enough for all three
+# modules lets the steps after the first reuse that work.
+export CUDA_CACHE_MAXSIZE=1073741824 PYTHONDONTWRITEBYTECODE=1
+
+# The steps run in child shells (under timeout): they see these functions and variables.
+run_bin() { (cd "$here" && "$@"); }
+export -f preflight run_bin
+export here root bundle bin py
+
+# A stale bundle (rc 3) still runs on a GPU, whose time is too scarce to waste, with the warning in status.txt
+# and run.log; the dry run, where the bundle can be rebuilt, fails on it.
+step preflight preflight
+rc=$?
+if [ "$rc" = 3 ] && [ "$dry" = 0 ]; then
+	echo "preflight: continuing with a stale bundle: the results are those of the sources it was built from"
+elif [ "$rc" != 0 ]; then
+	echo "== preflight failed: nothing else runs"
+	exit 1
+fi
+
+if command -v nvidia-smi >/dev/null 2>&1; then
+	step nvidia-smi bash -c "nvidia-smi > '$out/nvidia-smi.txt' 2>&1 && nvidia-smi -q >> '$out/nvidia-smi.txt' 2>&1"
 else
-	echo "no python3 with CUDA torch: torch.txt not written" | tee "$out/torch.txt"
+	skip nvidia-smi "no nvidia-smi on this machine"
+fi
+
+# The test binary runs in the package directory, so that the golden files (testdata/golden above go.mod) are
+# found as under go test (run_bin). -test.timeout stops a hung test with its stack before the step's limit.
+step test run_bin "$bin" -test.v -test.count=1 -test.timeout $((limit[test] - 10))s >"$out/test.txt" 2>&1
+rc=$?
+tail -3 "$out/test.txt"
+if grep -q '^Error in initialization' "$out/test.txt"; then
+	reason=$(grep -m1 '^Error in initialization' "$out/test.txt" | sed 's/.*details on: //')
+	echo "== no usable GPU: cuInit failed ($reason); the device steps stop here"
+	if [ "$dry" = 1 ]; then
+		echo "== dry run: would run, with these limits:"
+		echo "  bench (${limit[bench]} s): $bin -test.run '^\$' -test.bench . -test.benchtime 20x -figures $out/bench.json"
+		echo "  ceilings (${limit[ceilings]} s): python3 $here/ceilings.py $out/ceilings.json"
+		echo "  sanitizer (${limit[sanitizer]} s): compute-sanitizer --tool memcheck $bin -test.short -test.run '$sanitize_run'"
+		PYTHONDONTWRITEBYTECODE=1 "$py" -c "import ast, sys; [ast.parse(open(f).read(), f) for f in sys.argv[1:]]" "$here/ceilings.py" "$here/figures.py" || exit 1
+		step figures "$py" "$here/figures.py" --self-test || exit 1
+		echo "== dry run ok: the bundle is fresh and loads, the run stopped cleanly at the first device call"
+		exit 0
+	fi
+	exit 1
+fi
+if [ "$dry" = 1 ]; then
+	echo "== dry run: the test binary did not stop at cuInit (rc=$rc): is there a GPU here?"
+	exit 1
+fi
+grep -E '^(--- FAIL|FAIL|ok|PASS)' "$out/test.txt" | head -40
+
+step bench run_bin "$bin" -test.run '^$' -test.bench . -test.benchtime 20x -figures "$out/bench.json" \
+	>"$out/bench.txt" 2>&1
+grep -E '^Benchmark' "$out/bench.txt"
+
+if [ -n "$py" ] && "$py" -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+	step ceilings "$py" "$here/ceilings.py" "$out/ceilings.json" >"$out/ceilings.txt" 2>&1
+	cat "$out/ceilings.txt"
+else
+	skip ceilings "no python3 with a CUDA build of torch"
+fi
+
+san=$(command -v compute-sanitizer || true)
+for c in /usr/local/cuda/bin/compute-sanitizer /usr/local/cuda/compute-sanitizer/compute-sanitizer \
+	"$bundle/sanitizer/compute-sanitizer"; do
+	[ -z "$san" ] && [ -x "$c" ] && san=$c
+done
+if [ -n "$san" ]; then
+	step sanitizer run_bin "$san" --tool memcheck --error-exitcode 9 "$bin" -test.short -test.count=1 \
+		-test.run "$sanitize_run" >"$out/sanitizer.txt" 2>&1
+	tail -5 "$out/sanitizer.txt"
+else
+	skip sanitizer "no compute-sanitizer on this machine or in the bundle"
+fi
+
+if [ -n "$py" ]; then
+	step figures "$py" "$here/figures.py" "$out/bench.json" "$out/ceilings.json" "$out/figures.json" \
+		>"$out/figures.md"
+	cat "$out/figures.md"
+else
+	skip figures "no python3: fill BENCH.md from bench.json by hand"
 fi
 
 echo "== results in $out"
 cat "$out/status.txt"
-! grep -qv ' rc=0 ' "$out/status.txt"
+exit $failed

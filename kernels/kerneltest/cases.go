@@ -69,7 +69,7 @@ func (c *rmsNormCase) check(f RMSNormFunc, want map[string][]float64, o Options)
 	if err := call(func() { f(out, x, w, c.Dim, c.Eps) }); err != nil {
 		return err
 	}
-	return errors.Join(unchanged("x", x, c.X), unchanged("weight", w, c.Weight), compare("out", out, want["out"], o.tol(elementwiseTol)))
+	return errors.Join(unchanged("x", x, c.X), unchanged("weight", w, c.Weight), compare("out", out, want["out"], o.tol(ElementwiseTol)))
 }
 
 type addRMSNormCase struct {
@@ -95,7 +95,7 @@ func (c *addRMSNormCase) check(f AddRMSNormFunc, want map[string][]float64, o Op
 		return err
 	}
 	return errors.Join(unchanged("x", x, c.X), unchanged("weight", w, c.Weight),
-		compare("residual", res, want["residual"], o.tol(elementwiseTol)), compare("out", out, want["out"], o.tol(elementwiseTol)))
+		compare("residual", res, want["residual"], o.tol(ElementwiseTol)), compare("out", out, want["out"], o.tol(ElementwiseTol)))
 }
 
 type ropeCase struct {
@@ -125,7 +125,7 @@ func (c *ropeCase) check(f RoPEFunc, want map[string][]float64, o Options) error
 	if err := call(func() { f(x, pos, c.NHeads, c.HeadDim, c.Theta) }); err != nil {
 		return err
 	}
-	return compare("x", x, want["x"], o.tol(elementwiseTol))
+	return compare("x", x, want["x"], o.tol(ElementwiseTol))
 }
 
 type swigluCase struct{ Gate, Up []float32 }
@@ -146,7 +146,7 @@ func (c *swigluCase) check(f SwiGLUFunc, want map[string][]float64, o Options) e
 	if err := call(func() { f(out, g, u) }); err != nil {
 		return err
 	}
-	return errors.Join(unchanged("gate", g, c.Gate), unchanged("up", u, c.Up), compare("out", out, want["out"], o.tol(elementwiseTol)))
+	return errors.Join(unchanged("gate", g, c.Gate), unchanged("up", u, c.Up), compare("out", out, want["out"], o.tol(ElementwiseTol)))
 }
 
 type softmaxCase struct {
@@ -178,7 +178,7 @@ func (c *softmaxCase) check(f SoftmaxFunc, want map[string][]float64, o Options)
 	if err := call(func() { f(x, c.Rows, c.Cols) }); err != nil {
 		return err
 	}
-	return compare("x", x, want["x"], o.tol(elementwiseTol))
+	return compare("x", x, want["x"], o.tol(ElementwiseTol))
 }
 
 type attentionCase struct {

@@ -46,11 +46,11 @@ const (
 	// is about u²/3.
 	unitRoundoff2 = 0x1p-48
 
-	// elementwiseTol is for RMSNorm, AddRMSNorm, RoPE, SwiGLU and Softmax: each output is a few float32 operations
+	// ElementwiseTol is for RMSNorm, AddRMSNorm, RoPE, SwiGLU and Softmax: each output is a few float32 operations
 	// (and a correctly rounded or polynomial exp/rsqrt/sincos) away from the exact value, an error of a few u,
 	// that is nMSE ~1e-14. 1e-7 (the design's class) leaves room for a vectorized exp or a Newton-refined rsqrt
 	// and still fails a wrong element in a row of 1025, a wrong row, or a missing eps.
-	elementwiseTol = 1e-7
+	ElementwiseTol = 1e-7
 
 	// attentionFloor keeps the attention bound from reaching 0 where the naive baseline happens to be exact
 	// (one key: out = v): a few float32 ulps of RMS error.

@@ -70,10 +70,17 @@ func TestGEMM(t *testing.T, f GEMMFunc) { TestGEMMWith(t, f, Options{}) }
 // TestGEMMWith is TestGEMM for an implementation of another precision.
 func TestGEMMWith(t *testing.T, f GEMMFunc, o Options) {
 	t.Helper()
-	for _, s := range GEMMShapes {
+	TestGEMMShapes(t, f, o, GEMMShapes)
+	runBadSizes(t, gemmBadCalls(f))
+}
+
+// TestGEMMShapes is TestGEMMWith on the given shapes (an implementation's own, such as those that reach its
+// tiled path), without the bad-sizes check.
+func TestGEMMShapes(t *testing.T, f GEMMFunc, o Options, shapes []GEMMShape) {
+	t.Helper()
+	for _, s := range shapes {
 		run(t, s.Name(), s.work(), func() error { return checkGEMM(f, s, o) })
 	}
-	runBadSizes(t, gemmBadCalls(f))
 }
 
 func checkGEMM(f GEMMFunc, s GEMMShape, o Options) error {

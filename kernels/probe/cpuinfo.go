@@ -58,3 +58,6 @@ func features() []string {
 	}
 	return names
 }
+
+// CPUModel is the CPU's model name as Ceilings.CPU records it: from /proc/cpuinfo, or GOARCH.
+func CPUModel() string { return cpuModel() }

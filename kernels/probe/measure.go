@@ -5,6 +5,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"gonum.org/v1/gonum/stat"
 )
 
 // team is a set of goroutines, each locked to its own OS thread, that run the same measured work together.
@@ -89,15 +91,13 @@ func (tm *team) rate(unitsPerCount float64, opt Options) float64 {
 	return median(rates)
 }
 
-// median returns the middle value of xs (the mean of the two middle ones for an even count).
+// median returns the median of the empirical distribution of xs (gonum's stat.Quantile): the middle value for
+// an odd count, as the probe's repeats are by default, and the lower of the two middle ones for an even count,
+// a value that was measured.
 func median(xs []float64) float64 {
 	s := slices.Clone(xs)
 	slices.Sort(s)
-	m := len(s) / 2
-	if len(s)%2 == 0 {
-		return (s[m-1] + s[m]) / 2
-	}
-	return s[m]
+	return stat.Quantile(0.5, stat.Empirical, s, nil)
 }
 
 // measureBandwidth returns the read bandwidth in GB/s of threads threads each summing its own slice of a

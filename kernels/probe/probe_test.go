@@ -211,8 +211,8 @@ func TestMedian(t *testing.T) {
 	if got := median([]float64{5, 1, 3}); got != 3 {
 		t.Errorf("median(5 1 3) = %v, want 3", got)
 	}
-	if got := median([]float64{4, 1, 3, 10}); got != 3.5 {
-		t.Errorf("median(4 1 3 10) = %v, want 3.5", got)
+	if got := median([]float64{4, 1, 3, 10}); got != 3 {
+		t.Errorf("median(4 1 3 10) = %v, want 3, the lower middle value", got)
 	}
 }
 

@@ -7,24 +7,26 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/morphlab/morphlab/experiments/benchfmt"
 	"github.com/morphlab/morphlab/kernels/probe"
+	"golang.org/x/perf/benchfmt"
 )
 
 func init() {
-	register(&command{name: "bench", summary: "run kernel benchmarks with go test and tabulate the medians", run: runBench})
+	register(&command{name: "bench", summary: "run kernel benchmarks with go test and tabulate medians with confidence intervals", run: runBench})
 }
 
 const benchHelp = `
 Bench runs 'go test -run ^$ -bench REGEXP -count N' on the given packages (it needs the go tool on PATH and is
 run from the module root), keeps the raw output in Go benchmark format for benchstat, and prints one table per
-benchmark: a row per sub-benchmark (its key=value parts as columns) with the median of every metric the
-benchmark reports (ns/op, MB/s, GFLOP/s, GB/s, its percentage of the machine's ceiling, ...).
+benchmark: a row per sub-benchmark (its key=value parts as columns) with, for every metric the benchmark reports
+(sec/op, B/s, GFLOP/s, its percentage of the machine's ceiling, ...), the median over the runs and the
+half-width of its 95% confidence interval in percent, as benchstat prints them ("1.234m ± 3%"). The interval
+needs at least 6 runs; with fewer it is ±∞. --plot draws the medians of one metric as a bar chart with the
+intervals as whiskers.
 
 Benchmarks read the machine's ceilings from $MORPHLAB_PROBE. Bench sets it to --probe, or, when that is empty,
 keeps $MORPHLAB_PROBE, or uses results/probe.json if it exists; otherwise each test binary runs the probe
@@ -34,15 +36,26 @@ func runBench(e *env, args []string) error {
 	fs := e.flags("[flags]", benchHelp)
 	pkgs := fs.String("pkg", "./kernels/...", "space-separated `packages` to benchmark")
 	re := fs.String("bench", ".", "run the benchmarks matching `regexp` (go test -bench)")
-	count := fs.Int("count", 6, "run each benchmark `N` times; tables show the medians")
+	count := fs.Int("count", 6, "run each benchmark `N` times; tables show the medians (6 or more for an interval)")
 	threads := fs.Int("threads", 0, "run with GOMAXPROCS `N` (go test -cpu); 0 leaves it alone")
 	benchtime := fs.String("benchtime", "", "go test -benchtime: a `duration` or a count like 100x")
 	short := fs.Bool("short", false, "pass -short, which makes some benchmarks run fewer shapes")
 	probeFile := fs.String("probe", "", "ceilings `file` for the benchmarks' ratios (default $MORPHLAB_PROBE, else results/probe.json)")
 	out := fs.String("out", "", "keep the raw output in `file` (default results/bench/bench-<time>.txt)")
-	asJSON := fs.Bool("json", false, "print the medians as JSON instead of tables")
+	confidence := fs.Float64("confidence", 0.95, "confidence `level` of the intervals, in (0, 1)")
+	plotFile := fs.String("plot", "", "draw the medians of --plot-unit as a bar chart into `file` (.png, .svg or .pdf)")
+	plotUnit := fs.String("plot-unit", "sec/op", "the `unit` --plot draws (as the tables name it: sec/op, B/s, GFLOP/s, ...)")
+	asJSON := fs.Bool("json", false, "print the summaries as JSON instead of tables")
 	if err := e.parse(fs, args); err != nil {
 		return err
+	}
+	if !(*confidence > 0 && *confidence < 1) {
+		return usagef("--confidence=%v, want a level between 0 and 1", *confidence)
+	}
+	if *plotFile != "" {
+		if err := checkPlotName(*plotFile); err != nil {
+			return err
+		}
 	}
 	if *count < 1 {
 		return usagef("--count=%d, want at least 1", *count)
@@ -99,13 +112,19 @@ func runBench(e *env, args []string) error {
 	if err := cmd.Start(); err != nil {
 		return err
 	}
-	results, copyErr := copyBenchOutput(e, raw, stdout)
+	copyErr := copyBenchOutput(e, raw, stdout)
 	waitErr := cmd.Wait()
 	if err := errors.Join(copyErr, raw.Close()); err != nil {
 		return err
 	}
 
-	sums := benchfmt.Summarize(results)
+	sums, notes, err := summarizeBenchFile(*out, *confidence)
+	if err != nil {
+		return err
+	}
+	for _, n := range notes {
+		fmt.Fprintln(e.stderr, n)
+	}
 	if *asJSON {
 		err = writeJSON(e.stdout, sums)
 	} else {
@@ -114,11 +133,17 @@ func runBench(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	if *plotFile != "" && len(sums) > 0 {
+		if err := plotBench(*plotFile, sums, *plotUnit); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stderr, "plot in %s\n", *plotFile)
+	}
 	fmt.Fprintf(e.stderr, "raw output in %s (compare runs with benchstat)\n", *out)
 	if waitErr != nil {
 		return fmt.Errorf("go test failed (%v); raw output in %s", waitErr, *out)
 	}
-	if len(results) == 0 {
+	if len(sums) == 0 {
 		return fmt.Errorf("no benchmark matched %q in %s", *re, *pkgs)
 	}
 	return nil
@@ -142,39 +167,38 @@ func ceilingsFile(flag string) (string, error) {
 	return path, nil
 }
 
-// copyBenchOutput copies go test's output to raw line by line, parses the results, shows progress, and echoes
-// the lines that are neither results nor configuration (test failures, panics, ok lines) to stderr.
-func copyBenchOutput(e *env, raw io.Writer, r io.Reader) ([]benchfmt.Result, error) {
+// copyBenchOutput copies go test's output to raw line by line, counts the results on the progress bar, and echoes
+// the lines that are neither results nor configuration (test failures, panics, ok lines) to stderr. Each line is
+// classified by benchfmt itself; the results are read back from the raw file afterwards.
+func copyBenchOutput(e *env, raw io.Writer, r io.Reader) error {
 	bar := newProgress(e.stderr, "bench: results")
 	defer bar.clear()
 	var (
-		results []benchfmt.Result
-		pkg     string
+		classify benchfmt.Reader
+		results  int
 	)
 	sc := bufio.NewScanner(r)
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
 		if _, err := fmt.Fprintln(raw, line); err != nil {
-			return results, err
+			return err
 		}
-		if p, ok := strings.CutPrefix(line, "pkg: "); ok {
-			pkg = strings.TrimSpace(p)
-			continue
+		classify.Reset(strings.NewReader(line), "")
+		if classify.Scan() {
+			if _, ok := classify.Result().(*benchfmt.Result); ok {
+				results++
+				bar.set(results, 0)
+				continue
+			}
 		}
-		if res, ok := benchfmt.ParseLine(line); ok {
-			res.Pkg = pkg
-			results = append(results, res)
-			bar.set(len(results), 0)
-			continue
-		}
-		if isConfigLine(line) || line == "PASS" || strings.TrimSpace(line) == "" {
+		if isConfigLine(line) || line == "PASS" || strings.TrimSpace(line) == "" || isBenchNameLine(line) {
 			continue
 		}
 		bar.clear()
 		fmt.Fprintln(e.stderr, line)
 	}
-	return results, sc.Err()
+	return sc.Err()
 }
 
 // isConfigLine reports whether line is a "key: value" configuration line of the benchmark format (goos, cpu, ...).
@@ -183,90 +207,8 @@ func isConfigLine(line string) bool {
 	return ok && key != "" && !strings.ContainsAny(key, " \t") && key == strings.ToLower(key)
 }
 
-// printBenchTables prints one table per package and top-level benchmark: a row per sub-benchmark, with its
-// parameters as columns (a procs column when more than one GOMAXPROCS ran), the run count, and the median of
-// every unit reported.
-func printBenchTables(w io.Writer, sums []benchfmt.Summary) error {
-	type group struct {
-		pkg, top string
-		rows     []benchfmt.Summary
-	}
-	var groups []*group
-	for _, s := range sums {
-		top, _ := benchfmt.SplitName(s.Name)
-		i := slices.IndexFunc(groups, func(g *group) bool { return g.pkg == s.Pkg && g.top == top })
-		if i < 0 {
-			groups = append(groups, &group{pkg: s.Pkg, top: top})
-			i = len(groups) - 1
-		}
-		groups[i].rows = append(groups[i].rows, s)
-	}
-	for gi, g := range groups {
-		var keys, units []string
-		procs := map[int]bool{}
-		for _, s := range g.rows {
-			_, params := benchfmt.SplitName(s.Name)
-			for _, p := range params {
-				if k := paramKey(p); !slices.Contains(keys, k) {
-					keys = append(keys, k)
-				}
-			}
-			for _, u := range s.Units {
-				if !slices.Contains(units, u) {
-					units = append(units, u)
-				}
-			}
-			procs[s.Procs] = true
-		}
-		header := slices.Clone(keys)
-		if len(procs) > 1 {
-			header = append(header, "procs")
-		}
-		header = append(header, "runs")
-		for _, u := range units {
-			header = append(header, u)
-		}
-		if gi > 0 {
-			fmt.Fprintln(w)
-		}
-		fmt.Fprintf(w, "%s  %s\n", g.top, g.pkg)
-		t := newTable(w, header...)
-		for _, s := range g.rows {
-			cells := make([]string, 0, len(header))
-			_, params := benchfmt.SplitName(s.Name)
-			for _, k := range keys {
-				cell := "-"
-				for _, p := range params {
-					if paramKey(p) == k {
-						cell = p.Value
-					}
-				}
-				cells = append(cells, cell)
-			}
-			if len(procs) > 1 {
-				cells = append(cells, strconv.Itoa(s.Procs))
-			}
-			cells = append(cells, strconv.Itoa(s.Runs))
-			for _, u := range units {
-				cell := "-"
-				if v, ok := s.Median[u]; ok {
-					cell = formatValue(v)
-				}
-				cells = append(cells, cell)
-			}
-			t.row(cells...)
-		}
-		if err := t.flush(); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// paramKey names the column of a sub-benchmark part: its key, or "case" for a part that is not key=value.
-func paramKey(p benchfmt.Param) string {
-	if p.Key == "" {
-		return "case"
-	}
-	return p.Key
+// isBenchNameLine reports whether line is a benchmark's bare name, which go test prints before the log lines of a
+// benchmark that logs.
+func isBenchNameLine(line string) bool {
+	return strings.HasPrefix(line, "Benchmark") && !strings.ContainsAny(line, " \t")
 }

@@ -10,12 +10,15 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strconv"
-	"strings"
 	"sync"
-	"text/tabwriter"
 	"time"
 
+	"github.com/olekukonko/tablewriter"
+	"github.com/olekukonko/tablewriter/renderer"
+	"github.com/olekukonko/tablewriter/tw"
+	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 )
 
@@ -28,22 +31,53 @@ func writeJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-// table writes aligned columns: a header row, then rows, flushed by flush.
+// writeTable prints a table on w with tablewriter: the header, then one line per row, as a Markdown pipe table,
+// which reads as aligned columns on a terminal and pastes into a Markdown file as it is. Every table the command
+// line prints goes through it. A row shorter than the header is padded with empty cells.
+func writeTable(w io.Writer, header []string, rows [][]string) error {
+	t := tablewriter.NewTable(w,
+		tablewriter.WithRenderer(renderer.NewMarkdown()),
+		tablewriter.WithHeaderAutoFormat(tw.Off),
+		tablewriter.WithHeaderAlignment(tw.AlignLeft),
+		tablewriter.WithRowAlignment(tw.AlignLeft),
+		tablewriter.WithRowAutoWrap(tw.WrapNone),
+		tablewriter.WithHeaderAutoWrap(tw.WrapNone),
+		tablewriter.WithTrimSpace(tw.Off),
+	)
+	t.Header(header)
+	for _, r := range rows {
+		if len(r) < len(header) {
+			r = append(slices.Clone(r), make([]string, len(header)-len(r))...)
+		}
+		if err := t.Append(r); err != nil {
+			return err
+		}
+	}
+	return t.Render()
+}
+
+// table collects a table's rows one at a time for writeTable, for commands that build rows in a loop:
+// t := newTable(w, "a", "b"); t.row("1", "2"); err := t.flush().
 type table struct {
-	tw *tabwriter.Writer
+	w      io.Writer
+	header []string
+	rows   [][]string
 }
 
+// newTable starts a table on w with the given header.
 func newTable(w io.Writer, header ...string) *table {
-	t := &table{tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)}
-	t.row(header...)
-	return t
+	return &table{w: w, header: header}
 }
 
+// row adds a row of cells.
 func (t *table) row(cells ...string) {
-	fmt.Fprintln(t.tw, strings.Join(cells, "\t"))
+	t.rows = append(t.rows, cells)
 }
 
-func (t *table) flush() error { return t.tw.Flush() }
+// flush prints the table with writeTable.
+func (t *table) flush() error {
+	return writeTable(t.w, t.header, t.rows)
+}
 
 // formatValue formats a measurement with about four significant digits and no exponent for large values:
 // 12345678, 1234, 123.4, 12.35, 1.235, 0.1235.
@@ -81,57 +115,95 @@ func createFile(path string) (*os.File, error) {
 	return os.Create(path)
 }
 
-// progress draws a one-line progress bar on a terminal and nothing elsewhere, so that piped or logged output
-// stays clean. With a total of 0 it shows a count.
+// progress is a progress bar (github.com/schollz/progressbar) on a terminal and nothing elsewhere, so that piped
+// or logged output stays clean. Commands make one with newProgress (a count of steps) or newBytesProgress (bytes),
+// call set as work advances and clear before other output and at the end. A nil bar is off.
 type progress struct {
-	w     io.Writer
-	draw  bool
-	label string
-	last  time.Time
+	bar   *progressbar.ProgressBar
+	total int // the bar's current end, -1 for none
 }
 
-// newProgress returns a progress bar on w that draws only when w is a terminal.
+// newProgress returns a bar labelled label that counts steps on w, drawn only when w is a terminal.
 func newProgress(w io.Writer, label string) *progress {
-	f, ok := w.(*os.File)
-	return &progress{w: w, draw: ok && term.IsTerminal(int(f.Fd())), label: label}
+	return makeProgress(w, label, false)
 }
 
-const progressWidth = 30
+// newBytesProgress returns a bar that counts bytes (with a rate), drawn only when w is a terminal.
+func newBytesProgress(w io.Writer, label string) *progress {
+	return makeProgress(w, label, true)
+}
 
-// set redraws the bar at done of total, at most every 50 ms unless it is the last step.
+func makeProgress(w io.Writer, label string, bytes bool) *progress {
+	f, ok := w.(*os.File)
+	if !ok || !term.IsTerminal(int(f.Fd())) {
+		return &progress{}
+	}
+	return drawProgress(w, label, bytes)
+}
+
+// drawProgress returns a bar that draws on w whatever w is.
+func drawProgress(w io.Writer, label string, bytes bool) *progress {
+	opts := []progressbar.Option{
+		progressbar.OptionSetWriter(w),
+		progressbar.OptionSetDescription(label),
+		progressbar.OptionSetWidth(30),
+		progressbar.OptionThrottle(50 * time.Millisecond),
+		progressbar.OptionClearOnFinish(),
+		progressbar.OptionSetPredictTime(false),
+	}
+	if bytes {
+		opts = append(opts, progressbar.OptionShowBytes(true), progressbar.OptionShowTotalBytes(true), progressbar.OptionUseIECUnits(true))
+	} else {
+		opts = append(opts, progressbar.OptionShowCount())
+	}
+	return &progress{bar: progressbar.NewOptions(-1, opts...), total: -1}
+}
+
+// set moves the bar to done of total; a total of 0 or less shows a count without an end.
 func (p *progress) set(done, total int) {
-	if !p.draw || (done != total && time.Since(p.last) < 50*time.Millisecond) {
+	if p == nil || p.bar == nil {
 		return
 	}
-	p.last = time.Now()
 	if total <= 0 {
-		fmt.Fprintf(p.w, "\r\033[K%s %d", p.label, done)
-		return
+		total = -1
 	}
-	n := progressWidth * min(done, total) / total
-	fmt.Fprintf(p.w, "\r\033[K%s [%s%s] %d/%d", p.label, strings.Repeat("#", n), strings.Repeat(".", progressWidth-n), done, total)
+	if total != p.total {
+		p.bar.ChangeMax(total)
+		p.total = total
+	}
+	p.bar.Set(done)
 }
 
 // clear erases the bar, before other output or at the end.
 func (p *progress) clear() {
-	if p.draw {
-		fmt.Fprint(p.w, "\r\033[K")
-		p.last = time.Time{}
+	if p == nil || p.bar == nil {
+		return
 	}
+	p.bar.Clear()
 }
 
-// profileFlags are the --cpuprofile and --memprofile flags that long commands take.
+// profileFlags are the --cpuprofile and --memprofile flags that long commands take, and --pprof-top, which
+// summarizes the CPU profile when the command ends.
 type profileFlags struct {
 	cpu, mem string
+	top      int
 }
 
 func (p *profileFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&p.cpu, "cpuprofile", "", "write a CPU profile (runtime/pprof) to `file`")
 	fs.StringVar(&p.mem, "memprofile", "", "write a heap profile (runtime/pprof) to `file` at the end")
+	fs.IntVar(&p.top, "pprof-top", 0, "at the end, print the `N` functions with the most flat and cumulative time of --cpuprofile on stderr")
 }
 
-// start starts the CPU profile if one was asked for; stop ends it and writes the heap profile.
-func (p *profileFlags) start() (stop func() error, err error) {
+// start starts the CPU profile if one was asked for; stop ends it, prints its --pprof-top summary on w and writes
+// the heap profile.
+func (p *profileFlags) start(w io.Writer) (stop func() error, err error) {
+	if p.top < 0 {
+		return nil, usagef("--pprof-top=%d, want 0 or more", p.top)
+	}
+	if p.top > 0 && p.cpu == "" {
+		return nil, usagef("--pprof-top needs --cpuprofile")
+	}
 	var cpuFile *os.File
 	if p.cpu != "" {
 		if cpuFile, err = createFile(p.cpu); err != nil {
@@ -147,6 +219,11 @@ func (p *profileFlags) start() (stop func() error, err error) {
 			pprof.StopCPUProfile()
 			if err := cpuFile.Close(); err != nil {
 				return err
+			}
+			if p.top > 0 {
+				if err := printCPUTop(w, p.cpu, p.top); err != nil {
+					return err
+				}
 			}
 		}
 		if p.mem == "" {

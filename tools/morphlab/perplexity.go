@@ -49,7 +49,7 @@ func runPerplexity(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	stop, err := prof.start()
+	stop, err := prof.start(e.stderr)
 	if err != nil {
 		return err
 	}
@@ -80,7 +80,6 @@ func runPerplexity(e *env, args []string) error {
 		return writeJSON(e.stdout, map[string]any{"mode": *mode, "tokens": r.Tokens, "nll": r.NLL, "ppl": r.PPL,
 			"seconds": r.Seconds, "tokens_per_second": r.TokensPerSecond()})
 	}
-	t := newTable(e.stdout, "mode", "tokens", "NLL", "PPL", "tok/s")
-	t.row(*mode, fmt.Sprint(r.Tokens), fmt.Sprintf("%.6f", r.NLL), fmt.Sprintf("%.4f", r.PPL), formatValue(r.TokensPerSecond()))
-	return t.flush()
+	return writeTable(e.stdout, []string{"mode", "tokens", "NLL", "PPL", "tok/s"}, [][]string{
+		{*mode, fmt.Sprint(r.Tokens), fmt.Sprintf("%.6f", r.NLL), fmt.Sprintf("%.4f", r.PPL), formatValue(r.TokensPerSecond())}})
 }

@@ -35,7 +35,7 @@ func runProbe(e *env, args []string) error {
 	if *threads < 1 {
 		return usagef("--threads=%d, want at least 1", *threads)
 	}
-	stop, err := prof.start()
+	stop, err := prof.start(e.stderr)
 	if err != nil {
 		return err
 	}
@@ -77,11 +77,11 @@ func printCeilings(e *env, c probe.Ceilings) error {
 	fmt.Fprintf(e.stdout, "features: %s\n", strings.Join(c.Features, " "))
 	fmt.Fprintf(e.stdout, "f32 FMA peak:  %s GFLOP/s (%s)\n", formatValue(c.FMAPeakGFLOPS), c.FMAKernel)
 	fmt.Fprintf(e.stdout, "int8 dot peak: %s GOP/s (%s)\n\n", formatValue(c.Int8DotPeakGOPS), c.Int8Kernel)
-	t := newTable(e.stdout, "working set", "read GB/s", "per thread")
+	var rows [][]string
 	for _, p := range c.Bandwidth {
-		t.row(formatBytes(p.Bytes), formatValue(p.GBps), formatBytes(p.Bytes/int64(c.Threads)))
+		rows = append(rows, []string{formatBytes(p.Bytes), formatValue(p.GBps), formatBytes(p.Bytes / int64(c.Threads))})
 	}
-	if err := t.flush(); err != nil {
+	if err := writeTable(e.stdout, []string{"working set", "read GB/s", "per thread"}, rows); err != nil {
 		return err
 	}
 	_, err := fmt.Fprintf(e.stdout, "(read kernel: %s)\n", c.ReadKernel)

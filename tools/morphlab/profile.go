@@ -17,6 +17,11 @@ import (
 	"github.com/morphlab/morphlab/profiling/nvml"
 	"github.com/morphlab/morphlab/profiling/sensitivity"
 	"github.com/morphlab/morphlab/quant"
+	"gonum.org/v1/gonum/stat"
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
 )
 
 func init() {
@@ -55,6 +60,7 @@ func runProfile(e *env, args []string) error {
 	weights := fs.String("weights", "0.25,0.25,0.5", "LIS `weights` of LTS,LRS,MDS")
 	out := fs.String("out", "", "write the profile to `file`")
 	asJSON := fs.Bool("json", false, "print the profile as JSON instead of tables")
+	plotFile := fs.String("plot", "", "draw the perplexity curves (PPL by quantized layers, one line per order) into `file` (.png, .svg or .pdf); needs --eval")
 	var prof profileFlags
 	prof.register(fs)
 	if err := e.parse(fs, args); err != nil {
@@ -62,6 +68,14 @@ func runProfile(e *env, args []string) error {
 	}
 	if *calibPath == "" {
 		return usagef("--calib is required")
+	}
+	if *plotFile != "" {
+		if *evalPath == "" {
+			return usagef("--plot needs --eval: the curves are scored on it")
+		}
+		if err := checkPlotName(*plotFile); err != nil {
+			return err
+		}
 	}
 	f, err := quant.ParseFormat(*format)
 	if err != nil || (f != quant.Int4 && f != quant.Int8) {
@@ -104,7 +118,7 @@ func runProfile(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	stop, err := prof.start()
+	stop, err := prof.start(e.stderr)
 	if err != nil {
 		return err
 	}
@@ -175,6 +189,12 @@ func runProfile(e *env, args []string) error {
 	}
 	fmt.Fprintf(e.stderr, "profiled %d layers in %.1fs (%d ranking passes over %d tokens)\n",
 		len(m.Layers), elapsed.Seconds(), p.Forwards, p.Calibration.Tokens)
+	if *plotFile != "" {
+		if err := plotCurves(*plotFile, p); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stderr, "plot in %s\n", *plotFile)
+	}
 	if *asJSON {
 		return writeJSON(e.stdout, p)
 	}
@@ -211,7 +231,7 @@ func prepare(m *model.Model, f quant.Format, method string, calib [][]int32, gro
 // profileTables prints the layer scores, then perplexity (and KL) by order and number of quantized layers, with
 // the random orders' mean as one row.
 func profileTables(w io.Writer, p *sensitivity.Profile) error {
-	t := newTable(w, "layer", "LTS", "LRS", "MDS", "LIS", "rank")
+	var rows [][]string
 	for _, s := range p.Layers {
 		rank := 0
 		for i, l := range p.Order {
@@ -219,10 +239,10 @@ func profileTables(w io.Writer, p *sensitivity.Profile) error {
 				rank = i + 1
 			}
 		}
-		t.row(fmt.Sprint(s.Layer), fmt.Sprintf("%.6f", s.LTS), fmt.Sprintf("%.6f", s.LRS), fmt.Sprintf("%.6f", s.MDS),
-			fmt.Sprintf("%.6f", s.LIS), fmt.Sprint(rank))
+		rows = append(rows, []string{fmt.Sprint(s.Layer), fmt.Sprintf("%.6f", s.LTS), fmt.Sprintf("%.6f", s.LRS),
+			fmt.Sprintf("%.6f", s.MDS), fmt.Sprintf("%.6f", s.LIS), fmt.Sprint(rank)})
 	}
-	if err := t.flush(); err != nil {
+	if err := writeTable(w, []string{"layer", "LTS", "LRS", "MDS", "LIS", "rank"}, rows); err != nil {
 		return err
 	}
 	if p.Baseline == nil {
@@ -233,34 +253,85 @@ func profileTables(w io.Writer, p *sensitivity.Profile) error {
 	for _, pt := range p.Orders[0].Curve {
 		ks = append(ks, fmt.Sprintf("k=%d", pt.K))
 	}
-	t = newTable(w, ks...)
-	var random []sensitivity.OrderEval
+	rows = nil
+	for _, c := range curves(p) {
+		rows = append(rows, curveRow(c.label, c.points))
+	}
+	if err := writeTable(w, ks, rows); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "\nnear-additivity along the LIS order: PPL increase of each layer alone vs added\n")
+	rows = nil
+	for _, a := range p.Additivity {
+		rows = append(rows, []string{fmt.Sprint(a.Layer), fmt.Sprintf("%+.4f", a.Alone), fmt.Sprintf("%+.4f", a.Added)})
+	}
+	return writeTable(w, []string{"layer", "alone", "added"}, rows)
+}
+
+// curve is one line of the perplexity table and plot: an order, or the mean of the random orders.
+type curve struct {
+	label  string
+	points []eval.Point
+}
+
+// curves returns the profile's fixed orders, each labelled with its layers, then the mean of its random orders
+// (stat.Mean at each k) as one curve.
+func curves(p *sensitivity.Profile) []curve {
+	var (
+		out    []curve
+		random []sensitivity.OrderEval
+	)
 	for _, o := range p.Orders {
 		if o.Seed != nil {
 			random = append(random, o)
 			continue
 		}
-		t.row(curveRow(o.Name+" "+fmt.Sprint(o.Order), o.Curve)...)
+		out = append(out, curve{o.Name + " " + fmt.Sprint(o.Order), o.Curve})
 	}
-	if len(random) > 0 {
-		mean := make([]eval.Point, len(random[0].Curve))
-		for _, o := range random {
-			for i, pt := range o.Curve {
-				mean[i].PPL += pt.PPL / float64(len(random))
-				mean[i].KL += pt.KL / float64(len(random))
-			}
+	if len(random) == 0 {
+		return out
+	}
+	mean := make([]eval.Point, len(random[0].Curve))
+	ppl, kl := make([]float64, len(random)), make([]float64, len(random))
+	for i := range mean {
+		for j, o := range random {
+			ppl[j], kl[j] = o.Curve[i].PPL, o.Curve[i].KL
 		}
-		t.row(curveRow(fmt.Sprintf("random (mean of %d)", len(random)), mean)...)
+		mean[i].K = random[0].Curve[i].K
+		mean[i].PPL, mean[i].KL = stat.Mean(ppl, nil), stat.Mean(kl, nil)
 	}
-	if err := t.flush(); err != nil {
-		return err
+	return append(out, curve{fmt.Sprintf("random (mean of %d)", len(random)), mean})
+}
+
+// plotCurves draws perplexity against the number of quantized layers, from full precision at k = 0, one line per
+// curve, and saves it to file, whose extension picks the format.
+func plotCurves(file string, p *sensitivity.Profile) error {
+	pl := plot.New()
+	pl.Title.Text = fmt.Sprintf("%s %s: perplexity by quantized layers", p.Quantizer.Format, p.Quantizer.Method)
+	pl.X.Label.Text = "quantized layers (k)"
+	pl.Y.Label.Text = "perplexity"
+	pl.Legend.Top = true
+	pl.Legend.Left = true
+	ticks := []plot.Tick{{Value: 0, Label: "0"}}
+	for _, pt := range p.Orders[0].Curve {
+		ticks = append(ticks, plot.Tick{Value: float64(pt.K), Label: fmt.Sprint(pt.K)})
 	}
-	fmt.Fprintf(w, "\nnear-additivity along the LIS order: PPL increase of each layer alone vs added\n")
-	t = newTable(w, "layer", "alone", "added")
-	for _, a := range p.Additivity {
-		t.row(fmt.Sprint(a.Layer), fmt.Sprintf("%+.4f", a.Alone), fmt.Sprintf("%+.4f", a.Added))
+	pl.X.Tick.Marker = plot.ConstantTicks(ticks)
+	var lines []any
+	for _, c := range curves(p) {
+		xys := plotter.XYs{{X: 0, Y: p.Baseline.PPL}}
+		for _, pt := range c.points {
+			xys = append(xys, plotter.XY{X: float64(pt.K), Y: pt.PPL})
+		}
+		lines = append(lines, c.label, xys)
 	}
-	return t.flush()
+	if err := plotutil.AddLinePoints(pl, lines...); err != nil {
+		return fmt.Errorf("--plot: %w", err)
+	}
+	if err := pl.Save(7*vg.Inch, 5*vg.Inch, file); err != nil {
+		return fmt.Errorf("--plot %s: %w", file, err)
+	}
+	return nil
 }
 
 func curveRow(name string, pts []eval.Point) []string {

@@ -97,10 +97,9 @@ func runQuantize(e *env, args []string) error {
 		return writeJSON(e.stdout, map[string]any{"model": *in, "out": *out, "format": *format, "layers": n,
 			"classifier_format": classifierName, "bytes": size, "seconds": sec})
 	}
-	t := newTable(e.stdout, "model", "out", "format", "layers", "classifier", "size", "seconds")
-	t.row(*in, *out, *format, fmt.Sprintf("%d of %d", n, ck.Config.NLayers), classifierName,
-		formatValue(float64(size)/(1<<20))+" MiB", formatValue(sec))
-	return t.flush()
+	return writeTable(e.stdout, []string{"model", "out", "format", "layers", "classifier", "size", "seconds"}, [][]string{
+		{*in, *out, *format, fmt.Sprintf("%d of %d", n, ck.Config.NLayers), classifierName,
+			formatValue(float64(size)/(1<<20)) + " MiB", formatValue(sec)}})
 }
 
 // parseLayers reads a comma-separated list of layer indices; "" means all (nil). Ranges are checked against the

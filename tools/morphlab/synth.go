@@ -108,9 +108,8 @@ func runSynth(e *env, args []string) error {
 		return writeJSON(e.stdout, map[string]any{"shape": *shape, "seed": *seed, "type": *typ, "file": *out,
 			"params": cfg.Params(), "bytes": size, "synth_seconds": synthSec, "write_seconds": writeSec})
 	}
-	t := newTable(e.stdout, "shape", "type", "params", "file", "size", "synth s", "write s")
-	t.row(*shape, *typ, formatCount(cfg.Params()), *out, formatValue(float64(size)/(1<<20))+" MiB", formatValue(synthSec), formatValue(writeSec))
-	return t.flush()
+	return writeTable(e.stdout, []string{"shape", "type", "params", "file", "size", "synth s", "write s"}, [][]string{
+		{*shape, *typ, formatCount(cfg.Params()), *out, formatValue(float64(size)/(1<<20)) + " MiB", formatValue(synthSec), formatValue(writeSec)}})
 }
 
 // checkOutName accepts a .gguf file of any type, or a .bin file (llama2.c v0) of f32.

@@ -1,0 +1,205 @@
+package costmodel
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"time"
+
+	"gonum.org/v1/gonum/mat"
+
+	"github.com/morphlab/morphlab/engine/model"
+	"github.com/morphlab/morphlab/quant"
+)
+
+// CalibrationVersion is the version of the calibration file that Save writes and LoadCalibration accepts.
+const CalibrationVersion = 1
+
+// Calibration is a step-time model of one model shape on one CPU, fitted to the CPU executor's measured steps:
+//
+//	t = Σ_f layers_f·(Layer_f + LayerToken_f·tokens) + layers·(PrefillKey·prefill keys + DecodeKey·decode keys) + Sampled·sampled
+//
+// where layers_f counts the decoder layers in format f: a layer reads its weights once a step (Layer_f) and
+// multiplies every token by them (LayerToken_f); attention costs each attended key (prompt chunks and decode
+// differ: one is a tiled matrix product, the other a stream over the cache); the classifier costs each sampled
+// row. A step's fixed overhead has no term of its own: the layers always add up to the model's, so it cannot be
+// told from the per-layer costs and is spread over them.
+type Calibration struct {
+	Version int          `json:"version"`
+	Machine string       `json:"machine"` // the CPU's model name, as probe reports it
+	Model   string       `json:"model"`   // what was timed (a shape name or a checkpoint)
+	Config  model.Config `json:"config"`
+	KV      string       `json:"kv"`
+	Threads int          `json:"threads"`
+
+	Formats    []FormatTerms `json:"formats"`
+	PrefillKey float64       `json:"prefill_key_s"`
+	DecodeKey  float64       `json:"decode_key_s"`
+	Sampled    float64       `json:"sampled_s"`
+
+	// Steps is how many measured steps the fit used, MAPE its median absolute percentage error on them;
+	// HeldOutSteps and HeldOutMAPE the same over steps timed alike but left out of the fit.
+	Steps        int     `json:"steps"`
+	MAPE         float64 `json:"mape_percent"`
+	HeldOutSteps int     `json:"held_out_steps"`
+	HeldOutMAPE  float64 `json:"held_out_mape_percent"`
+}
+
+// FormatTerms are the per-layer terms of one weight format.
+type FormatTerms struct {
+	Format     string  `json:"format"`
+	Layer      float64 `json:"layer_s"`
+	LayerToken float64 `json:"layer_token_s"`
+}
+
+// Sample is one measured step: its work, its layers' formats and its time.
+type Sample struct {
+	Work    Work
+	Layers  []LayerFormat
+	Seconds float64
+}
+
+// terms returns the format's terms, or false when the calibration has none.
+func (c *Calibration) terms(f quant.Format) (FormatTerms, bool) {
+	for _, t := range c.Formats {
+		if t.Format == f.String() {
+			return t, true
+		}
+	}
+	return FormatTerms{}, false
+}
+
+// seconds is the predicted time of a step in seconds.
+func (c *Calibration) seconds(w Work, layers []LayerFormat, nLayers int) float64 {
+	t := c.Sampled*float64(w.Sampled) +
+		float64(nLayers)*(c.PrefillKey*float64(w.PrefillKeys)+c.DecodeKey*float64(w.DecodeKeys))
+	for _, lf := range layers {
+		ft, _ := c.terms(lf.Format)
+		t += float64(lf.Layers) * (ft.Layer + ft.LayerToken*float64(w.Tokens))
+	}
+	return t
+}
+
+// StepTime is the predicted time of a step. A format the calibration did not time costs nothing; Check reports it.
+func (c *Calibration) StepTime(w Work, layers []LayerFormat, nLayers int) time.Duration {
+	return time.Duration(c.seconds(w, layers, nLayers) * 1e9)
+}
+
+// Check reports whether the calibration covers cfg with the formats given.
+func (c *Calibration) Check(cfg model.Config, formats []quant.Format) error {
+	if c.Config != cfg {
+		return fmt.Errorf("calibration of %s (%+v) does not match the model (%+v); run morphlab calibrate for it", c.Model, c.Config, cfg)
+	}
+	for _, f := range formats {
+		if _, ok := c.terms(f); !ok {
+			return fmt.Errorf("calibration of %s has no %v terms; calibrate with --format including %v", c.Model, f, f)
+		}
+	}
+	return nil
+}
+
+// FitCalibration fits the calibration's terms to samples by least squares on relative error (each row weighted
+// by 1/time, so that short decode steps count as much as long prompt chunks). nLayers is the model's layer count.
+func FitCalibration(samples []Sample, nLayers int) (*Calibration, error) {
+	var formats []quant.Format
+	for _, s := range samples {
+		for _, lf := range s.Layers {
+			if lf.Layers > 0 && !slices.Contains(formats, lf.Format) {
+				formats = append(formats, lf.Format)
+			}
+		}
+	}
+	slices.Sort(formats)
+	// Columns: per format (layer, layer·token), prefill key, decode key, sampled.
+	cols := 2*len(formats) + 3
+	if len(samples) < cols {
+		return nil, fmt.Errorf("costmodel: %d measured steps for %d terms, want at least as many", len(samples), cols)
+	}
+	a := mat.NewDense(len(samples), cols, nil)
+	b := mat.NewVecDense(len(samples), nil)
+	for i, s := range samples {
+		if !(s.Seconds > 0) {
+			return nil, fmt.Errorf("costmodel: measured step %d took %g s, want > 0", i, s.Seconds)
+		}
+		wt := 1 / s.Seconds
+		row := make([]float64, cols)
+		for _, lf := range s.Layers {
+			j := 2 * slices.Index(formats, lf.Format)
+			row[j] += float64(lf.Layers)
+			row[j+1] += float64(lf.Layers) * float64(s.Work.Tokens)
+		}
+		k := 2 * len(formats)
+		row[k] = float64(nLayers) * float64(s.Work.PrefillKeys)
+		row[k+1] = float64(nLayers) * float64(s.Work.DecodeKeys)
+		row[k+2] = float64(s.Work.Sampled)
+		for j := range row {
+			a.Set(i, j, row[j]*wt)
+		}
+		b.SetVec(i, 1)
+	}
+	var x mat.VecDense
+	if err := x.SolveVec(a, b); err != nil {
+		return nil, fmt.Errorf("costmodel: calibration fit: %v (the grid must vary tokens, keys and sampled rows)", err)
+	}
+	c := &Calibration{Version: CalibrationVersion, Steps: len(samples)}
+	for i, f := range formats {
+		c.Formats = append(c.Formats, FormatTerms{Format: f.String(), Layer: x.AtVec(2 * i), LayerToken: x.AtVec(2*i + 1)})
+	}
+	k := 2 * len(formats)
+	c.PrefillKey, c.DecodeKey, c.Sampled = x.AtVec(k), x.AtVec(k+1), x.AtVec(k+2)
+	errs := make([]float64, len(samples))
+	for i, s := range samples {
+		errs[i] = math.Abs(c.seconds(s.Work, s.Layers, nLayers)/s.Seconds-1) * 100
+	}
+	c.MAPE = Median(errs)
+	return c, nil
+}
+
+// Save writes the calibration as JSON to path.
+func (c *Calibration) Save(path string) error {
+	data, err := json.MarshalIndent(c, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(data, '\n'), 0o644)
+}
+
+// LoadCalibration reads a calibration file written by Save.
+func LoadCalibration(path string) (*Calibration, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var c Calibration
+	if err := json.Unmarshal(data, &c); err != nil {
+		return nil, fmt.Errorf("%s: %v", path, err)
+	}
+	if c.Version != CalibrationVersion {
+		return nil, fmt.Errorf("%s: calibration version %d, want %d", path, c.Version, CalibrationVersion)
+	}
+	if err := c.Config.Validate(); err != nil {
+		return nil, fmt.Errorf("%s: %v", path, err)
+	}
+	for _, t := range c.Formats {
+		if _, err := quant.ParseFormat(t.Format); err != nil {
+			return nil, fmt.Errorf("%s: formats: %v", path, err)
+		}
+	}
+	return &c, nil
+}
+
+// Median is the median of xs (0 for none); xs is not changed.
+func Median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}

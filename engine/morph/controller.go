@@ -1,0 +1,221 @@
+package morph
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/morphlab/morphlab/engine"
+	"github.com/morphlab/morphlab/engine/kv"
+	"github.com/morphlab/morphlab/quant"
+)
+
+// Controller is the Morphing Controller: it runs as the engine's per-iteration hook (OnStep), feeds the Monitor,
+// records the timeline, and under a morph policy decides when the Actuator swaps and restores. Under the other
+// policies it only records: their layers are set before the engine starts (Spec.Formats).
+type Controller struct {
+	Spec      Spec
+	Monitor   *Monitor
+	Recorder  *Recorder
+	act       *Actuator
+	order     []int
+	base      []quant.Format
+	pressure  int           // consecutive iterations under pressure
+	calm      int           // consecutive iterations in which a restore could go ahead
+	calmSince time.Duration // when they began
+	pred      *Predictor    // morph:predictive's forecast
+	rates     sloRates      // morph:slo's measured rates
+	blockSize int
+	last      Signals
+}
+
+// NewController returns a controller for spec over a model whose layers are stored in base and swap in order.
+// Bind it to the engine before the first iteration, and pass its OnStep as the engine's hook.
+func NewController(spec Spec, order []int, base []quant.Format) *Controller {
+	window := 8
+	if spec.Kind == "morph" {
+		window = spec.Params.Window
+	}
+	return &Controller{Spec: spec, Monitor: NewMonitor(window, 10*time.Second), Recorder: NewRecorder(base),
+		order: order, base: base}
+}
+
+// Bind attaches the controller to the engine it acts on.
+func (c *Controller) Bind(e *engine.Engine) {
+	if c.Spec.Kind != "morph" {
+		return
+	}
+	p := c.Spec.Params
+	limit := int(math.Round(p.Cap * float64(len(c.base))))
+	c.act = NewActuator(e, c.order, c.base, p.Tiers, limit)
+	if c.Spec.Mode == "predictive" {
+		c.pred = NewPredictor(p)
+	}
+	c.blockSize = e.Geometry().BlockSize
+}
+
+// Actuator is the controller's actuator (nil unless the policy morphs).
+func (c *Controller) Actuator() *Actuator { return c.act }
+
+// Swaps is the number of swap actions begun.
+func (c *Controller) Swaps() int {
+	if c.act == nil {
+		return 0
+	}
+	return c.act.Swaps
+}
+
+// Last is the last signals the monitor reported.
+func (c *Controller) Last() Signals { return c.last }
+
+// OnStep is the engine hook.
+func (c *Controller) OnStep(info engine.StepInfo) {
+	quantized := c.Recorder.Observe(info)
+	s := c.Monitor.Observe(info, quantized)
+	c.last = s
+	if c.act == nil {
+		return
+	}
+	c.act.Advance(info)
+	switch c.Spec.Mode {
+	case "predictive":
+		c.pred.Observe(info)
+		c.decidePredictive(s)
+	case "slo":
+		c.decideSLO(s, info)
+	default:
+		c.decide(s)
+	}
+}
+
+// decide is the reactive morph modes' rule: swap after Persistence iterations of pressure, restore after
+// RestorePersistence calm ones that also last RestoreHold (the package doc has the rules and the modes' numbers).
+func (c *Controller) decide(s Signals) {
+	p := c.Spec.Params
+	var why []string
+	if s.MeanUsage > p.Usage {
+		why = append(why, fmt.Sprintf("kv usage %.3f > %.2f", s.MeanUsage, p.Usage))
+	}
+	if s.OldestWait > p.Delay {
+		why = append(why, fmt.Sprintf("queueing delay %v > %v", s.OldestWait.Round(time.Millisecond), p.Delay))
+	}
+	if s.Waiting > 0 && s.HeadBlocks > s.Free {
+		why = append(why, fmt.Sprintf("prefill blocked: %d blocks needed, %d free", s.HeadBlocks, s.Free))
+	}
+	if s.Preempted > 0 {
+		why = append(why, fmt.Sprintf("%d preempted", s.Preempted))
+	}
+	top := c.act.TopBlocks()
+	calm := s.Waiting == 0 && c.act.Actions() > 0 && float64(s.Free-top) >= p.RestoreMargin*float64(s.Total-top)
+	c.step(s, why, calm, func() int {
+		if per := c.act.BlocksPerLayer(); per > 0 {
+			return int(math.Ceil(float64(s.WaitingBlocks-s.Free) / per))
+		}
+		return 1
+	})
+}
+
+// step counts pressure (why is not empty) and calm iterations and, with no action in flight, swaps the number of
+// layers size asks for (within 1 and LayersPerAction) or restores the last action.
+func (c *Controller) step(s Signals, why []string, calm bool, size func() int) {
+	p := c.Spec.Params
+	if len(why) > 0 {
+		c.pressure++
+		c.calm = 0
+		if c.act.Restoring() {
+			c.act.CancelRestore(strings.Join(why, "; "))
+		}
+	} else {
+		c.pressure = 0
+		if calm {
+			if c.calm == 0 {
+				c.calmSince = s.Time
+			}
+			c.calm++
+		} else {
+			c.calm = 0
+		}
+	}
+	if c.act.Busy() {
+		return
+	}
+	switch {
+	case c.pressure >= p.Persistence && c.act.CanSwap():
+		n := min(max(size(), 1), p.LayersPerAction)
+		c.act.Swap(n, fmt.Sprintf("%s (policy %s, %d iterations)", strings.Join(why, "; "), c.Spec, c.pressure))
+		c.pressure = 0
+	case c.calm >= p.RestorePersistence && s.Time-c.calmSince >= p.RestoreHold:
+		c.act.Restore(fmt.Sprintf("queue empty, %d of %d blocks free (policy %s, %d iterations)", s.Free, s.Total, c.Spec, c.calm))
+		c.calm = 0
+	}
+}
+
+// Point is one iteration of the timeline.
+type Point struct {
+	Time      time.Duration `json:"-"`
+	Seconds   float64       `json:"t"`
+	Iter      int           `json:"iter"`
+	Quantized int           `json:"quantized_layers"`
+	KVTotal   int           `json:"kv_blocks_total"`
+	KVUsed    int           `json:"kv_blocks_used"`
+	Waiting   int           `json:"waiting"`
+	Running   int           `json:"running"`
+}
+
+// Recorder keeps the timeline (one point per iteration, and per idle tick where something changed) and, per
+// request, how many output tokens were generated with how many quantized layers.
+type Recorder struct {
+	Timeline []Point
+	mix      map[kv.SeqID][]int
+	base     []quant.Format
+	formats  []quant.Format
+}
+
+// NewRecorder returns a recorder for layers stored in base.
+func NewRecorder(base []quant.Format) *Recorder {
+	return &Recorder{mix: map[kv.SeqID][]int{}, base: base}
+}
+
+// Observe records one StepInfo and returns the number of layers not in their stored precision it ran with (for an
+// idle tick: the last iteration's).
+func (r *Recorder) Observe(info engine.StepInfo) int {
+	if len(info.Formats) > 0 {
+		r.formats = info.Formats
+	}
+	q := 0
+	for l, f := range r.formats {
+		if f != r.base[l] {
+			q++
+		}
+	}
+	p := Point{Time: info.Time, Seconds: info.Time.Seconds(), Iter: info.Iter, Quantized: q, KVTotal: info.Total,
+		KVUsed: info.Used, Waiting: info.Waiting, Running: info.Running}
+	if n := len(r.Timeline); !info.Idle || n == 0 || !sameState(r.Timeline[n-1], p) {
+		r.Timeline = append(r.Timeline, p)
+	}
+	for _, w := range info.Work {
+		if !w.Sample || w.Req < 0 {
+			continue
+		}
+		m := r.mix[w.Req]
+		if m == nil {
+			m = make([]int, len(r.base)+1)
+			r.mix[w.Req] = m
+		}
+		m[q]++
+	}
+	return q
+}
+
+func sameState(a, b Point) bool {
+	return a.Quantized == b.Quantized && a.KVTotal == b.KVTotal && a.KVUsed == b.KVUsed && a.Waiting == b.Waiting && a.Running == b.Running
+}
+
+// Mix returns, for request id, the output tokens generated with k quantized layers at index k.
+func (r *Recorder) Mix(id kv.SeqID) []int {
+	if m := r.mix[id]; m != nil {
+		return m
+	}
+	return make([]int, len(r.base)+1)
+}

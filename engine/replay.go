@@ -1,0 +1,92 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/morphlab/morphlab/engine/exec"
+)
+
+// TimedRequest is a request with the time it arrives on the engine's clock, for Replay.
+type TimedRequest struct {
+	Request
+	Arrival time.Duration
+}
+
+// maxStalledTicks bounds how long Replay waits, idle tick after idle tick, for requests that nothing can start: no
+// batch ran, no arrival is left, no scheduler deadline is due. A controller gets that long to act (50 s at the default
+// tick) before Replay reports the stall.
+const maxStalledTicks = 1000
+
+// Replay runs reqs to completion and returns their results in the order given. Each request is submitted at its
+// arrival time and stamped with it, also when it arrives during a step. When the engine is idle the clock moves to
+// the next arrival, the scheduler's next deadline (dynamic batching) or, with an OnStep hook, the next idle tick:
+// a virtual clock is advanced there, the wall clock is waited on. Replay returns ctx's error within one iteration
+// of its end, and an error when a step fails or the requests left can never start.
+func (e *Engine) Replay(ctx context.Context, reqs []TimedRequest) ([]Result, error) {
+	order := make([]int, len(reqs))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return int(reqs[a].Arrival - reqs[b].Arrival) })
+	streams := make([]*Stream, len(reqs))
+	clock := e.opt.Clock
+	_, virtual := clock.(*exec.VirtualClock)
+	next, stalled := 0, 0
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		now := clock.Now()
+		for ; next < len(order) && reqs[order[next]].Arrival <= now; next++ {
+			i := order[next]
+			streams[i] = e.submit(reqs[i].Request, reqs[i].Arrival, true)
+		}
+		ran, err := e.Step()
+		if err != nil {
+			return nil, err
+		}
+		if ran {
+			stalled = 0
+			continue
+		}
+		if next == len(order) && e.Pending() == 0 {
+			break
+		}
+		t, ok := e.NextWake()
+		if next < len(order) {
+			if a := reqs[order[next]].Arrival; !ok || a < t {
+				t, ok = a, true
+			}
+		}
+		if !ok {
+			stalled++
+			if e.opt.OnStep == nil || stalled > maxStalledTicks {
+				return nil, fmt.Errorf("engine: replay stalled at %v: %d requests left, none can start and no arrival is due", now, e.Pending())
+			}
+		}
+		if e.opt.OnStep != nil {
+			if tick := now + e.opt.IdleTick; !ok || tick < t {
+				t, ok = tick, true
+			}
+		}
+		if virtual {
+			clock.Advance(t - now)
+			continue
+		}
+		timer := time.NewTimer(t - now)
+		select {
+		case <-ctx.Done():
+		case <-e.wake:
+		case <-timer.C:
+		}
+		timer.Stop()
+	}
+	out := make([]Result, len(reqs))
+	for i, s := range streams {
+		out[i] = s.Wait()
+	}
+	return out, nil
+}

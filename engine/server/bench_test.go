@@ -1,0 +1,171 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/morphlab/morphlab/engine"
+	"github.com/morphlab/morphlab/engine/exec"
+	"github.com/morphlab/morphlab/engine/model"
+	"github.com/morphlab/morphlab/kernels/cpu"
+)
+
+// BenchmarkHTTPOverhead compares, at batch 1, the TTFT and TPOT a client sees through the server (a streamed
+// completion over loopback HTTP) with those a client of the engine in the same process sees (Submit and the
+// stream's events), on two identical engines over a synthetic stories15M. Each iteration runs one request each
+// way, in alternating order, so that the machine's drift falls on both alike. TTFT is from sending to the first
+// token; TPOT is (last token - first token) / (tokens - 1), as vLLM's benchmark defines it. It reports the
+// medians and their ratios (HTTP / in-process), for prompts of 32 and 128 tokens and 32 output tokens.
+//
+// threads is the kernels' thread count. With every core (threads=GOMAXPROCS) a step's kernels hold all of them
+// and the handler that streams a token waits for the next step to yield; a server leaves its front end a core,
+// as vLLM runs its API server in a process of its own, which threads=GOMAXPROCS-1 measures.
+func BenchmarkHTTPOverhead(b *testing.B) {
+	procs := runtime.GOMAXPROCS(0)
+	for _, threads := range slices.Compact([]int{max(1, procs-1), procs}) {
+		for _, promptLen := range []int{32, 128} {
+			b.Run(fmt.Sprintf("threads=%d/prompt=%d", threads, promptLen), func(b *testing.B) {
+				defer cpu.SetThreads(cpu.SetThreads(threads))
+				benchOverhead(b, promptLen)
+			})
+		}
+	}
+}
+
+func benchOverhead(b *testing.B, promptLen int) {
+	cfg, err := model.ShapeByName("stories15M")
+	if err != nil {
+		b.Fatal(err)
+	}
+	ck := model.Synthesize(cfg, 5)
+	newExec := func() exec.Executor {
+		m, err := model.FromCheckpoint(ck)
+		if err != nil {
+			b.Fatal(err)
+		}
+		x, err := exec.NewCPU(m, exec.CPUOptions{Budget: int64(m.WeightBytes()) + exec.WorkspaceBytes(m.Config, 256) + int64(64*model.KVBytesPerBlock(m.Config, 16)),
+			BlockSize: 16, MaxTokens: 256})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return x
+	}
+	const outLen = 32
+	prompt := make([]int32, promptLen)
+	for i := range prompt {
+		prompt[i] = int32(300 + i*37%30000)
+	}
+
+	eng, err := engine.New(newExec(), engine.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go eng.Run(ctx)
+	s, err := New(Config{Model: "bench", Vocab: ck.Vocab, Executor: newExec()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	go s.Serve(ctx, ln)
+	url := "http://" + ln.Addr().String() + "/v1/completions"
+	body := fmt.Sprintf(`{"model": "bench", "prompt": %s, "max_tokens": %d, "temperature": 0, "stop": [], "stream": true, "stream_options": {"include_usage": true}}`,
+		tokenJSON(prompt), outLen)
+	client := &http.Client{}
+
+	inProcess := func() (ttft, tpot time.Duration) {
+		start := time.Now()
+		st := eng.Submit(engine.Request{Prompt: prompt, MaxTokens: outLen})
+		var first, last time.Time
+		n := 0
+		for ev := range st.Events() {
+			if ev.Kind == engine.Token {
+				last = time.Now()
+				if n == 0 {
+					first = last
+				}
+				n++
+			}
+		}
+		if n != outLen {
+			b.Fatalf("in-process: %d tokens, want %d", n, outLen)
+		}
+		return first.Sub(start), last.Sub(first) / time.Duration(n-1)
+	}
+	overHTTP := func() (ttft, tpot time.Duration) {
+		start := time.Now()
+		resp, err := client.Post(url, "application/json", strings.NewReader(body))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var first, last time.Time
+		tokens := 0
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			data, ok := strings.CutPrefix(sc.Text(), "data: ")
+			if !ok || data == "[DONE]" {
+				continue
+			}
+			var c completion
+			if err := json.Unmarshal([]byte(data), &c); err != nil {
+				b.Fatal(err)
+			}
+			if c.Usage != nil {
+				tokens = c.Usage.CompletionTokens
+			}
+			if len(c.Choices) == 1 && c.Choices[0].Text != nil && *c.Choices[0].Text != "" {
+				last = time.Now()
+				if first.IsZero() {
+					first = last
+				}
+			}
+		}
+		if tokens != outLen || first.IsZero() {
+			b.Fatalf("over HTTP: %d tokens, want %d", tokens, outLen)
+		}
+		return first.Sub(start), last.Sub(first) / time.Duration(tokens-1)
+	}
+	inProcess()
+	overHTTP()
+	var ttftE, tpotE, ttftH, tpotH []time.Duration
+	b.ResetTimer()
+	for i := range b.N {
+		if i%2 == 0 {
+			a, c := inProcess()
+			d, e := overHTTP()
+			ttftE, tpotE, ttftH, tpotH = append(ttftE, a), append(tpotE, c), append(ttftH, d), append(tpotH, e)
+		} else {
+			d, e := overHTTP()
+			a, c := inProcess()
+			ttftE, tpotE, ttftH, tpotH = append(ttftE, a), append(tpotE, c), append(ttftH, d), append(tpotH, e)
+		}
+	}
+	b.StopTimer()
+	ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
+	b.ReportMetric(ms(median(ttftE)), "engine-ttft-ms")
+	b.ReportMetric(ms(median(ttftH)), "http-ttft-ms")
+	b.ReportMetric(ms(median(tpotE)), "engine-tpot-ms")
+	b.ReportMetric(ms(median(tpotH)), "http-tpot-ms")
+	b.ReportMetric(float64(median(ttftH))/float64(median(ttftE)), "ttft-ratio")
+	b.ReportMetric(float64(median(tpotH))/float64(median(tpotE)), "tpot-ratio")
+}
+
+func median(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2]
+}

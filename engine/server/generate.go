@@ -1,0 +1,311 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/morphlab/morphlab/engine"
+	"github.com/morphlab/morphlab/engine/tokenizer"
+)
+
+// generate submits a prepared request, cancelled with ctx (the client's connection), and writes its tokens to
+// out as they come. It holds a place in the bounded queue until the request's first batch.
+func (s *Server) generate(ctx context.Context, j *job, out output) {
+	st := s.eng.SubmitContext(ctx, j.req)
+	waiting := true
+	leave := func() {
+		if waiting {
+			waiting = false
+			s.queued.Add(-1)
+		}
+	}
+	defer leave()
+	d := decoder{vocab: s.cfg.Vocab, prev: int(j.req.Prompt[len(j.req.Prompt)-1]), stops: j.Stop}
+	started, stopped, tokens := false, false, 0
+	for ev := range st.Events() {
+		switch ev.Kind {
+		case engine.Queued:
+			started = true
+			out.start()
+		case engine.Scheduled:
+			leave()
+		case engine.Token:
+			if stopped {
+				continue // produced before the cancel took effect
+			}
+			tokens++
+			if slices.Contains(j.req.Stop, ev.Token) {
+				continue // a stop token has no text; the engine ends the request with it
+			}
+			delta, hit := d.add(ev.Token)
+			if hit {
+				stopped = true
+				s.eng.Cancel(st.ID)
+			}
+			if delta != "" && out.text(delta) != nil {
+				s.eng.Cancel(st.ID) // the client is gone
+			}
+		}
+	}
+	res := st.Wait()
+	leave()
+	u := usage{PromptTokens: len(j.req.Prompt), CompletionTokens: tokens, TotalTokens: len(j.req.Prompt) + tokens}
+	switch {
+	case stopped:
+		s.metrics.request(res, len(j.req.Prompt), "stop")
+		out.finish("stop", u)
+	case res.Finish == engine.FinishStop || res.Finish == engine.FinishLength:
+		s.metrics.request(res, len(j.req.Prompt), res.Finish.String())
+		if rest := d.flush(); rest != "" {
+			out.text(rest)
+		}
+		out.finish(res.Finish.String(), u)
+	case res.Finish == engine.FinishCancelled:
+		s.metrics.request(res, len(j.req.Prompt), "abort")
+		if ctx.Err() == nil { // not the client: the shutdown deadline
+			out.fail(&apiError{Status: http.StatusServiceUnavailable, Type: "server_error", Message: "request cancelled: the server shut down before it finished"}, started)
+		}
+	case res.Finish == engine.FinishRejected:
+		e := s.unavailable()
+		if e == nil {
+			e = badRequest(j.MaxName, "%v", res.Err) // the pool can never hold the prompt and max_tokens
+		}
+		out.fail(e, started)
+	default:
+		out.fail(&apiError{Status: http.StatusInternalServerError, Type: "server_error", Message: fmt.Sprint(res.Err)}, started)
+	}
+}
+
+// decoder turns output tokens into text deltas. It holds back the end of the text while it may be the start of a
+// stop string or of a UTF-8 character, and finds stop strings in the text, across tokens or inside one.
+type decoder struct {
+	vocab *tokenizer.Vocab
+	prev  int
+	stops []string
+	text  []byte
+	sent  int // bytes of text handed out
+}
+
+// add appends tok's text and returns the text that can be handed out now; stopped reports that a stop string
+// appeared, the text then ending just before it.
+func (d *decoder) add(tok int32) (delta string, stopped bool) {
+	from := len(d.text)
+	if d.vocab.Types[tok] != tokenizer.Control {
+		d.text = append(d.text, d.vocab.Decode(d.prev, int(tok))...)
+	}
+	d.prev = int(tok)
+	if i := d.match(from); i >= 0 {
+		d.text = d.text[:max(i, d.sent)]
+		return d.flush(), true
+	}
+	return d.take(d.safe()), false
+}
+
+// match returns where the first stop string starts in the text, or -1; a new occurrence must end after from.
+func (d *decoder) match(from int) int {
+	first := -1
+	for _, s := range d.stops {
+		start := max(0, from-len(s)+1)
+		if i := bytes.Index(d.text[start:], []byte(s)); i >= 0 && (first < 0 || start+i < first) {
+			first = start + i
+		}
+	}
+	return first
+}
+
+// safe is the end of the text that can be handed out: not a suffix that begins a stop string, and not inside a
+// UTF-8 character that later bytes may complete.
+func (d *decoder) safe() int {
+	hold := 0
+	for _, s := range d.stops {
+		for k := min(len(s)-1, len(d.text)); k > hold; k-- {
+			if bytes.HasSuffix(d.text, []byte(s[:k])) {
+				hold = k
+				break
+			}
+		}
+	}
+	end := len(d.text) - hold
+	for i := end - 1; i >= max(d.sent, end-utf8.UTFMax+1); i-- {
+		if utf8.RuneStart(d.text[i]) {
+			if !utf8.FullRune(d.text[i:end]) {
+				end = i
+			}
+			break
+		}
+	}
+	return max(end, d.sent)
+}
+
+func (d *decoder) take(end int) string {
+	delta := string(d.text[d.sent:end])
+	d.sent = end
+	return delta
+}
+
+// flush hands out the rest of the text.
+func (d *decoder) flush() string { return d.take(len(d.text)) }
+
+// output is where a request's answer goes: a JSON response or an event stream.
+type output interface {
+	start()                         // the engine accepted the request
+	text(delta string) error        // more text
+	finish(reason string, u usage)  // the request ended with its finish reason
+	fail(e *apiError, started bool) // the request ended without finishing
+}
+
+type usage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	TotalTokens      int `json:"total_tokens"`
+}
+
+type message struct {
+	Role    string  `json:"role,omitempty"`
+	Content *string `json:"content,omitempty"`
+}
+
+type choice struct {
+	Index        int       `json:"index"`
+	Text         *string   `json:"text,omitempty"`    // completions
+	Message      *message  `json:"message,omitempty"` // chat
+	Delta        *message  `json:"delta,omitempty"`   // chat chunks
+	Logprobs     *struct{} `json:"logprobs"`
+	FinishReason *string   `json:"finish_reason"`
+}
+
+type response struct {
+	ID      string   `json:"id"`
+	Object  string   `json:"object"`
+	Created int64    `json:"created"`
+	Model   string   `json:"model"`
+	Choices []choice `json:"choices"`
+	Usage   *usage   `json:"usage,omitempty"`
+}
+
+func (j *job) response(model string, chunk bool) response {
+	obj := "text_completion"
+	switch {
+	case j.Chat && chunk:
+		obj = "chat.completion.chunk"
+	case j.Chat:
+		obj = "chat.completion"
+	}
+	return response{ID: j.id, Object: obj, Created: j.created, Model: model, Choices: []choice{}}
+}
+
+// jsonOutput collects the text and answers with one JSON response.
+type jsonOutput struct {
+	w     http.ResponseWriter
+	j     *job
+	model string
+	sb    strings.Builder
+}
+
+func (o *jsonOutput) start()                   {}
+func (o *jsonOutput) text(delta string) error  { o.sb.WriteString(delta); return nil }
+func (o *jsonOutput) fail(e *apiError, _ bool) { writeError(o.w, e) }
+
+func (o *jsonOutput) finish(reason string, u usage) {
+	r := o.j.response(o.model, false)
+	text := o.sb.String()
+	c := choice{FinishReason: &reason}
+	if o.j.Chat {
+		c.Message = &message{Role: "assistant", Content: &text}
+	} else {
+		c.Text = &text
+	}
+	r.Choices, r.Usage = []choice{c}, &u
+	writeJSON(o.w, http.StatusOK, r)
+}
+
+// sseOutput streams server-sent events: a chunk a delta, a last chunk with the finish reason, a usage chunk when
+// asked for, and "data: [DONE]".
+type sseOutput struct {
+	w     http.ResponseWriter
+	j     *job
+	model string
+	err   error // the first write error: the client has gone
+}
+
+func (o *sseOutput) start() {
+	h := o.w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("Connection", "keep-alive")
+	o.w.WriteHeader(http.StatusOK)
+	if o.j.Chat {
+		empty := ""
+		o.chunk(choice{Delta: &message{Role: "assistant", Content: &empty}})
+	}
+}
+
+func (o *sseOutput) text(delta string) error {
+	c := choice{}
+	if o.j.Chat {
+		c.Delta = &message{Content: &delta}
+	} else {
+		c.Text = &delta
+	}
+	o.chunk(c)
+	return o.err
+}
+
+func (o *sseOutput) finish(reason string, u usage) {
+	c := choice{FinishReason: &reason}
+	if o.j.Chat {
+		c.Delta = &message{}
+	} else {
+		empty := ""
+		c.Text = &empty
+	}
+	o.chunk(c)
+	if o.j.IncludeUsage {
+		r := o.j.response(o.model, true)
+		r.Usage = &u
+		o.event(r)
+	}
+	o.done()
+}
+
+func (o *sseOutput) fail(e *apiError, started bool) {
+	if !started {
+		writeError(o.w, e)
+		return
+	}
+	o.event(e.body())
+	o.done()
+}
+
+func (o *sseOutput) chunk(c choice) {
+	r := o.j.response(o.model, true)
+	r.Choices = []choice{c}
+	o.event(r)
+}
+
+func (o *sseOutput) event(v any) {
+	b, _ := json.Marshal(v)
+	o.write("data: " + string(b) + "\n\n")
+}
+
+func (o *sseOutput) done() { o.write("data: [DONE]\n\n") }
+
+func (o *sseOutput) write(s string) {
+	if o.err != nil {
+		return
+	}
+	if _, err := io.WriteString(o.w, s); err != nil {
+		o.err = err
+		return
+	}
+	if err := http.NewResponseController(o.w).Flush(); err != nil {
+		o.err = err
+	}
+}

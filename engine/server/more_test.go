@@ -1,0 +1,134 @@
+package server
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/morphlab/morphlab/engine"
+	"github.com/morphlab/morphlab/engine/exec"
+	"github.com/morphlab/morphlab/quant"
+)
+
+// TestSchedulers: static and dynamic batching serve the same greedy text as continuous batching.
+func TestSchedulers(t *testing.T) {
+	body := fmt.Sprintf(`{"model": %q, "prompt": %s, "max_tokens": 12, "temperature": 0}`, testModel, tokenJSON(testPrompt))
+	var want string
+	for _, policy := range []string{"continuous", "static", "dynamic"} {
+		ts := newTestServer(t, func(_ *testExec, c *Config) {
+			c.Engine = engine.Options{Policy: policy, BatchSize: 4, MaxDelay: 5 * time.Millisecond}
+		})
+		got, reason, u := complete(t, ts.url, body, false)
+		if policy == "continuous" {
+			want = got
+		}
+		if got != want || reason == "" || u.PromptTokens != len(testPrompt) {
+			t.Errorf("%s batching: %q (%s, %+v), want %q as continuous batching gives", policy, got, reason, u, want)
+		}
+	}
+}
+
+// TestPoolTooSmall: a request the KV pool can never hold is a 400 naming max_tokens, with the engine's reason.
+func TestPoolTooSmall(t *testing.T) {
+	ts := newTestServer(t, func(x *testExec, _ *Config) {
+		m, _ := synthModel(t)
+		cx, err := exec.NewCPU(m, exec.CPUOptions{Budget: budget(m, 64, 4), BlockSize: 16, MaxTokens: 64})
+		if err != nil {
+			t.Fatal(err)
+		}
+		x.Executor = cx
+	})
+	code, _, b := post(t, ts.url+"/v1/completions", fmt.Sprintf(`{"model": %q, "prompt": %s, "max_tokens": 100}`, testModel, tokenJSON(testPrompt)))
+	var e errorResponse
+	if err := json.Unmarshal(b, &e); code != 400 || err != nil || e.Error.Param == nil || *e.Error.Param != "max_tokens" ||
+		!strings.Contains(e.Error.Message, "KV blocks, the pool has") {
+		t.Errorf("a request of 108 tokens over a pool of 4 blocks of 16: %d %s, want a 400 on max_tokens with the pool's size", code, b)
+	}
+	if got, _, _ := complete(t, ts.url, fmt.Sprintf(`{"model": %q, "prompt": %s, "max_tokens": 8}`, testModel, tokenJSON(testPrompt)), false); got == "" {
+		t.Errorf("a request that fits: empty text")
+	}
+}
+
+// TestEngineFailure: a step that fails under a request answers 500 (or an error event when streaming); from then
+// on /health and new requests answer 503.
+func TestEngineFailure(t *testing.T) {
+	ts := newTestServer(t, func(x *testExec, _ *Config) { x.delay = time.Millisecond })
+	ts.x.fail.Store(true)
+	code, _, b := post(t, ts.url+"/v1/completions", fmt.Sprintf(`{"model": %q, "prompt": "Once", "max_tokens": 8}`, testModel))
+	var e errorResponse
+	if err := json.Unmarshal(b, &e); code != 500 || err != nil || e.Error.Type != "server_error" || !strings.Contains(e.Error.Message, "device lost") {
+		t.Errorf("a request whose step fails: %d %s, want a 500 server_error saying why", code, b)
+	}
+	waitFor(t, func() bool { return ts.engineErr() != nil })
+	checkHealth(t, ts.url, 503)
+	code, _, b = post(t, ts.url+"/v1/completions", fmt.Sprintf(`{"model": %q, "prompt": "Once", "max_tokens": 8, "stream": true}`, testModel))
+	if code != 503 || !strings.Contains(string(b), "engine failed: ") {
+		t.Errorf("a request after the failure: %d %s, want 503", code, b)
+	}
+}
+
+// TestOnStepHook: a controller's hook is called by the engine's loop with the engine, after the metrics are
+// updated, on iterations and idle ticks, and what it does through the engine (here a Note) takes effect.
+func TestOnStepHook(t *testing.T) {
+	var mu sync.Mutex
+	var steps, idle int
+	var eng *engine.Engine
+	var ts *testServer
+	ts = newTestServer(t, func(_ *testExec, c *Config) {
+		c.Engine = engine.Options{IdleTick: 5 * time.Millisecond}
+		c.OnStep = func(e *engine.Engine, info engine.StepInfo) {
+			mu.Lock()
+			defer mu.Unlock()
+			eng = e
+			if info.Idle {
+				idle++
+				return
+			}
+			if steps == 0 {
+				e.Note("first step seen")
+			}
+			steps++
+		}
+	})
+	complete(t, ts.url, fmt.Sprintf(`{"model": %q, "prompt": %s, "max_tokens": 6, "temperature": 0}`, testModel, tokenJSON(testPrompt)), false)
+	waitFor(t, func() bool { mu.Lock(); defer mu.Unlock(); return idle > 0 })
+	mu.Lock()
+	defer mu.Unlock()
+	if eng != ts.Engine() || steps < 6 {
+		t.Errorf("hook: engine %p (server's %p), %d steps; want the server's engine and a step a token", eng, ts.Engine(), steps)
+	}
+	found := false
+	for _, ev := range ts.Engine().Log() {
+		found = found || ev.Kind == engine.Decision && ev.Detail == "first step seen"
+	}
+	if !found {
+		t.Errorf("the hook's Note is not in the engine's log")
+	}
+}
+
+// TestQuantizedLayersMetric: num_quantized_layers counts the layers a step ran in an integer format.
+func TestQuantizedLayersMetric(t *testing.T) {
+	ts := newTestServer(t, func(x *testExec, _ *Config) {
+		m, _ := synthModel(t)
+		for _, l := range []int{1, 3} {
+			if _, err := m.AddVariant(l, quant.Int8); err != nil {
+				t.Fatal(err)
+			}
+			if err := m.SetPrecision(l, quant.Int8); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cx, err := exec.NewCPU(m, exec.CPUOptions{Budget: budget(m, 64, 64), BlockSize: 16, MaxTokens: 64})
+		if err != nil {
+			t.Fatal(err)
+		}
+		x.Executor = cx
+	})
+	complete(t, ts.url, fmt.Sprintf(`{"model": %q, "prompt": "Once", "max_tokens": 2}`, testModel), false)
+	if n := value(t, scrape(t, ts.url), "morphlab:num_quantized_layers"); n != 2 {
+		t.Errorf("num_quantized_layers %g with layers 1 and 3 in int8, want 2", n)
+	}
+}

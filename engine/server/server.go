@@ -1,0 +1,425 @@
+// Package server serves an engine over HTTP with OpenAI's API, so that users test it with their own clients and
+// read its metrics with Prometheus.
+//
+// # Endpoints
+//
+//   - POST /v1/completions and POST /v1/chat/completions, in OpenAI's request and response shapes. Chat messages
+//     are rendered with a plain template ("Role: content" lines, then "Assistant:"), since the models served have
+//     no chat template of their own. With "stream": true the answer is server-sent events, one "data:" chunk a
+//     token (text held back only while it may be the start of a stop string or of a UTF-8 character), a chunk with
+//     the finish reason, a usage chunk when stream_options.include_usage is set, and "data: [DONE]".
+//   - GET /v1/models lists the one model; GET /health answers 200 while the server takes requests, 503 once it is
+//     shutting down or its engine has failed.
+//   - GET /metrics: Prometheus metrics under vLLM's names with the morphlab: prefix (see metrics.go):
+//     num_requests_running, num_requests_waiting, kv_cache_usage_perc (vLLM's V1 name; a fraction 0..1),
+//     num_preemptions_total, time_to_first_token_seconds, inter_token_latency_seconds,
+//     request_time_per_output_token_seconds, e2e_request_latency_seconds, request_queue_time_seconds,
+//     prompt_tokens_total, generation_tokens_total, request_success_total{finished_reason}, and
+//     num_quantized_layers and kv_cache_blocks for the morphing controller's work.
+//
+// # Parameters
+//
+// prompt (a string, or an array of token ids, which are used as they are; a text prompt is encoded with BOS),
+// messages (chat), max_tokens (max_completion_tokens in chat; default: the context the prompt leaves), temperature
+// (default 1; 0 is greedy), top_p, top_k (-1 or 0: all), seed (default: random when sampling), stop (up to 4
+// strings), n (1 only), stream, stream_options.include_usage, user (ignored). Parameters the server does not
+// implement are a 400 naming them, except at their no-op values (presence_penalty 0, logprobs null, ...), which
+// clients send by default. Generation ends at EOS or BOS (the llama2.c models end a story with BOS), at max_tokens
+// or at the context (finish_reason "length"), or at a stop string (finish_reason "stop", the stop string not part
+// of the text). A stop string that is exactly one token's text is also handed to the engine as a stop token, so
+// the request ends in the step that produced it; every stop string is also looked for in the decoded text,
+// where it may span tokens or sit inside one, and the request is then cancelled in the engine. Usage counts the
+// prompt's tokens and the tokens generated up to the one that ended the request, a stop token included.
+//
+// # Errors
+//
+// Errors are OpenAI's JSON shape, {"error": {"message", "type", "param", "code"}}: 400 for a malformed body, an
+// unknown model, a prompt that leaves no room in the context, a max_tokens below 1 or beyond the context (as
+// vLLM does), or a request the KV pool can never hold; 429 with Retry-After when Config.MaxQueue requests are
+// already waiting for their first batch; 503 while shutting down or after the engine failed; 500 when a step
+// fails under a request. A client that disconnects cancels its request (the engine frees its KV blocks at the
+// next iteration).
+//
+// # Lifecycle
+//
+// Serve runs the engine's loop and the HTTP server until its context ends, then stops admitting (the listener
+// closes), lets the running requests finish within Config.Grace (engine.Shutdown), cancels what is left, and
+// returns nil. Config.OnStep is where a controller plugs in: it is called after every iteration and idle tick,
+// after the metrics have been updated, with the engine it may act on.
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/morphlab/morphlab/engine"
+	"github.com/morphlab/morphlab/engine/exec"
+	"github.com/morphlab/morphlab/engine/sample"
+	"github.com/morphlab/morphlab/engine/tokenizer"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Config configures a server.
+type Config struct {
+	// Model is the name the server answers to (the "model" field of a request, /v1/models).
+	Model    string
+	Vocab    *tokenizer.Vocab
+	Executor exec.Executor
+	// Engine chooses the scheduler and its limits. Its OnStep must be nil: the server sets it (use OnStep below).
+	Engine engine.Options
+	// OnStep, if set, is called by the engine's loop after every iteration and idle tick, once the metrics have
+	// been updated: a morphing controller's hook.
+	OnStep func(e *engine.Engine, info engine.StepInfo)
+	// MaxQueue bounds the requests waiting for their first batch; a request beyond it is answered 429. 0: no bound.
+	MaxQueue int
+	// Grace is how long Serve lets running requests finish after its context ends; default 30 s.
+	Grace time.Duration
+	// Registry holds the metrics that /metrics serves; default: a new registry.
+	Registry *prometheus.Registry
+}
+
+// maxBody bounds a request body.
+const maxBody = 4 << 20
+
+// retryAfter is what a 429 tells the client to wait, in seconds.
+const retryAfter = 1
+
+// Server is an OpenAI-compatible HTTP front end of an engine.
+type Server struct {
+	cfg     Config
+	eng     *engine.Engine
+	geo     exec.Geometry
+	metrics *metrics
+	mux     *http.ServeMux
+	byText  map[string][]int32 // token ids by the text they decode to (single-token stop strings)
+	ends    []int32            // tokens that end every request: EOS and BOS
+
+	queued  atomic.Int64 // requests submitted and not yet in a batch (MaxQueue's count)
+	closing atomic.Bool
+	nextID  atomic.Uint64
+	failMu  sync.Mutex
+	failed  error // the engine loop's error
+}
+
+// New builds the engine over cfg.Executor and the server in front of it.
+func New(cfg Config) (*Server, error) {
+	switch {
+	case cfg.Model == "":
+		return nil, errors.New("server: Config.Model is empty, want the name clients ask for")
+	case cfg.Vocab == nil || cfg.Executor == nil:
+		return nil, errors.New("server: Config.Vocab and Config.Executor are required")
+	case cfg.Engine.OnStep != nil:
+		return nil, errors.New("server: Config.Engine.OnStep is set; the server sets it, pass a controller's hook as Config.OnStep")
+	case cfg.MaxQueue < 0 || cfg.Grace < 0:
+		return nil, fmt.Errorf("server: MaxQueue %d and Grace %v, want neither negative", cfg.MaxQueue, cfg.Grace)
+	}
+	geo := cfg.Executor.Geometry()
+	if cfg.Vocab.Len() != geo.Vocab {
+		return nil, fmt.Errorf("server: the tokenizer has %d tokens, the model %d", cfg.Vocab.Len(), geo.Vocab)
+	}
+	if cfg.Grace == 0 {
+		cfg.Grace = 30 * time.Second
+	}
+	if cfg.Registry == nil {
+		cfg.Registry = prometheus.NewRegistry()
+	}
+	s := &Server{cfg: cfg, geo: geo, metrics: newMetrics(cfg.Registry, cfg.Model), byText: map[string][]int32{}}
+	v := cfg.Vocab
+	for id := range v.Len() {
+		if v.Types[id] != tokenizer.Control {
+			text := string(v.Decode(-1, id))
+			s.byText[text] = append(s.byText[text], int32(id))
+		}
+	}
+	for _, id := range []int{v.EOS, v.BOS} {
+		if id >= 0 {
+			s.ends = append(s.ends, int32(id))
+		}
+	}
+	opt := cfg.Engine
+	opt.OnStep = func(info engine.StepInfo) {
+		s.metrics.step(info)
+		if cfg.OnStep != nil {
+			cfg.OnStep(s.eng, info)
+		}
+	}
+	eng, err := engine.New(cfg.Executor, opt)
+	if err != nil {
+		return nil, err
+	}
+	s.eng = eng
+	s.mux = http.NewServeMux()
+	s.mux.HandleFunc("/v1/completions", s.complete(false))
+	s.mux.HandleFunc("/v1/chat/completions", s.complete(true))
+	s.mux.HandleFunc("/v1/models", s.models)
+	s.mux.HandleFunc("/health", s.health)
+	s.mux.Handle("/metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{}))
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, &apiError{Status: http.StatusNotFound, Type: "invalid_request_error",
+			Message: fmt.Sprintf("no endpoint %s %s (endpoints: /v1/completions, /v1/chat/completions, /v1/models, /health, /metrics)", r.Method, r.URL.Path)})
+	})
+	return s, nil
+}
+
+// Engine is the engine the server runs.
+func (s *Server) Engine() *engine.Engine { return s.eng }
+
+// Handler is the server's HTTP handler. The engine's loop must be running (Serve runs it) for requests to
+// complete.
+func (s *Server) Handler() http.Handler { return s.mux }
+
+// Serve runs the engine's loop and answers HTTP on ln until ctx ends; then it stops admitting, lets the requests
+// in flight finish within Config.Grace, cancels the rest and returns nil. It returns an error when ln fails.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	runCtx, stopRun := context.WithCancel(context.Background())
+	ran := make(chan struct{})
+	go func() {
+		defer close(ran)
+		if err := s.eng.Run(runCtx); err != nil && !errors.Is(err, context.Canceled) {
+			s.failMu.Lock()
+			s.failed = err
+			s.failMu.Unlock()
+		}
+	}()
+	hs := &http.Server{Handler: s.mux, ReadHeaderTimeout: 10 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-served:
+	}
+	s.closing.Store(true)
+	grace, cancel := context.WithTimeout(context.Background(), s.cfg.Grace)
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Go(func() { s.eng.Shutdown(grace) }) // a deadline cancels what is left: its error says only that
+	// The HTTP server's handlers end once their requests have: give them the grace and a little for their last
+	// writes.
+	last, cancelLast := context.WithTimeout(context.Background(), s.cfg.Grace+5*time.Second)
+	defer cancelLast()
+	if hs.Shutdown(last) != nil {
+		hs.Close()
+	}
+	wg.Wait()
+	stopRun()
+	<-ran
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+func (s *Server) engineErr() error {
+	s.failMu.Lock()
+	defer s.failMu.Unlock()
+	return s.failed
+}
+
+func (s *Server) unavailable() *apiError {
+	if err := s.engineErr(); err != nil {
+		return &apiError{Status: http.StatusServiceUnavailable, Type: "server_error", Message: "engine failed: " + err.Error()}
+	}
+	if s.closing.Load() {
+		return &apiError{Status: http.StatusServiceUnavailable, Type: "server_error", Message: "server is shutting down, not admitting new requests"}
+	}
+	return nil
+}
+
+func (s *Server) health(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet {
+		writeError(w, methodNotAllowed(r, http.MethodGet))
+		return
+	}
+	if e := s.unavailable(); e != nil {
+		writeError(w, e)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *Server) models(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet {
+		writeError(w, methodNotAllowed(r, http.MethodGet))
+		return
+	}
+	type model struct {
+		ID          string `json:"id"`
+		Object      string `json:"object"`
+		Created     int64  `json:"created"`
+		OwnedBy     string `json:"owned_by"`
+		MaxModelLen int    `json:"max_model_len"`
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list",
+		"data": []model{{ID: s.cfg.Model, Object: "model", Created: time.Now().Unix(), OwnedBy: "morphlab", MaxModelLen: s.geo.Context}}})
+}
+
+func methodNotAllowed(r *http.Request, allowed string) *apiError {
+	return &apiError{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error",
+		Message: fmt.Sprintf("%s %s: method not allowed, want %s", r.Method, r.URL.Path, allowed)}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	enc.Encode(v)
+}
+
+// errorBody is OpenAI's error shape.
+type errorBody struct {
+	Error struct {
+		Message string  `json:"message"`
+		Type    string  `json:"type"`
+		Param   *string `json:"param"`
+		Code    *string `json:"code"`
+	} `json:"error"`
+}
+
+func (e *apiError) body() errorBody {
+	var b errorBody
+	b.Error.Message, b.Error.Type = e.Message, e.Type
+	if e.Param != "" {
+		b.Error.Param = &e.Param
+	}
+	if e.Code != "" {
+		b.Error.Code = &e.Code
+	}
+	return b
+}
+
+func writeError(w http.ResponseWriter, e *apiError) {
+	if e.Status == http.StatusTooManyRequests {
+		w.Header().Set("Retry-After", strconv.Itoa(retryAfter))
+	}
+	writeJSON(w, e.Status, e.body())
+}
+
+// job is a request checked against the model and ready for the engine.
+type job struct {
+	*apiRequest
+	id      string
+	created int64
+	req     engine.Request
+}
+
+// prepare checks a parsed request against the served model and turns it into an engine request.
+func (s *Server) prepare(r *apiRequest) (*job, *apiError) {
+	if r.Model != s.cfg.Model {
+		e := badRequest("model", "model %q does not exist; this server serves %q", r.Model, s.cfg.Model)
+		e.Code = "model_not_found"
+		return nil, e
+	}
+	prompt := r.PromptTokens
+	if r.IsTokens {
+		for i, t := range prompt {
+			if int(t) >= s.geo.Vocab {
+				return nil, badRequest("prompt", "prompt[%d]=%d is outside the vocabulary of %d tokens", i, t, s.geo.Vocab)
+			}
+		}
+	} else {
+		ids := s.cfg.Vocab.Encode(r.PromptText, true, false)
+		prompt = make([]int32, len(ids))
+		for i, id := range ids {
+			prompt[i] = int32(id)
+		}
+	}
+	promptField := "prompt"
+	if r.Chat {
+		promptField = "messages"
+	}
+	ctx := s.geo.Context
+	switch {
+	case len(prompt) == 0:
+		return nil, badRequest(promptField, "%s: empty, want at least one token", promptField)
+	case len(prompt) >= ctx:
+		return nil, badRequest(promptField, "%s has %d tokens, the model's context is %d tokens (a prompt may have at most %d, leaving one for the output)",
+			promptField, len(prompt), ctx, ctx-1)
+	}
+	maxTokens := r.MaxTokens
+	if maxTokens == 0 {
+		maxTokens = ctx - len(prompt)
+	} else if len(prompt)+maxTokens > ctx {
+		return nil, badRequest(r.MaxName, "%s=%d with a prompt of %d tokens exceeds the model's context of %d tokens (at most %d)",
+			r.MaxName, maxTokens, len(prompt), ctx, ctx-len(prompt))
+	}
+	stops := append([]int32(nil), s.ends...)
+	for _, str := range r.Stop {
+		stops = append(stops, s.byText[str]...)
+	}
+	p := sample.Params{Temperature: r.Temperature, TopK: r.TopK, TopP: r.TopP, Seed: r.Seed}
+	if !r.HasSeed {
+		p.Seed = rand.Uint64()
+	}
+	prefix := "cmpl-"
+	if r.Chat {
+		prefix = "chatcmpl-"
+	}
+	return &job{apiRequest: r, id: fmt.Sprintf("%s%x%06x", prefix, rand.Uint32(), s.nextID.Add(1)), created: time.Now().Unix(),
+		req: engine.Request{Prompt: prompt, MaxTokens: maxTokens, Stop: stops, Sampling: p}}, nil
+}
+
+// admit takes a place in the bounded queue, or reports that it is full.
+func (s *Server) admit() bool {
+	for {
+		n := s.queued.Load()
+		if s.cfg.MaxQueue > 0 && n >= int64(s.cfg.MaxQueue) {
+			return false
+		}
+		if s.queued.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+func (s *Server) complete(chat bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			writeError(w, methodNotAllowed(r, http.MethodPost))
+			return
+		}
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+		if err != nil {
+			writeError(w, badRequest("", "reading the request body: %v", err))
+			return
+		}
+		req, aerr := parseRequest(body, chat)
+		if aerr != nil {
+			writeError(w, aerr)
+			return
+		}
+		j, aerr := s.prepare(req)
+		if aerr != nil {
+			writeError(w, aerr)
+			return
+		}
+		if e := s.unavailable(); e != nil {
+			writeError(w, e)
+			return
+		}
+		if !s.admit() {
+			writeError(w, &apiError{Status: http.StatusTooManyRequests, Type: "rate_limit_error", Code: "queue_full",
+				Message: fmt.Sprintf("%d requests are waiting, the most this server queues; retry after %d s", s.cfg.MaxQueue, retryAfter)})
+			return
+		}
+		var out output
+		if j.Stream {
+			out = &sseOutput{w: w, j: j, model: s.cfg.Model}
+		} else {
+			out = &jsonOutput{w: w, j: j, model: s.cfg.Model}
+		}
+		s.generate(r.Context(), j, out)
+	}
+}

@@ -1,0 +1,58 @@
+package server
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/morphlab/morphlab/engine/exec"
+	"github.com/morphlab/morphlab/engine/model"
+	"github.com/morphlab/morphlab/engine/tokenizer"
+	"github.com/morphlab/morphlab/internal/datadir"
+)
+
+// TestStories260K serves the real stories260K with its tok512 tokenizer: a greedy completion of "Once upon a
+// time" is the start of llama2.c's own greedy output (stories260K_expected_t0_n200.txt), and a stop string "."
+// ends it at the first sentence. Its twin on generated data is TestCompletion.
+func TestStories260K(t *testing.T) {
+	ckPath := datadir.ForTest(t, "models/stories260K.bin")
+	tokPath := datadir.ForTest(t, "models/tok512.bin")
+	wantPath := datadir.ForTest(t, "models/stories260K_expected_t0_n200.txt")
+	expected, err := os.ReadFile(wantPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ck, err := model.Load(ckPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ck.Close()
+	m, err := model.FromCheckpoint(ck)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vocab, err := tokenizer.LoadBin(tokPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, err := exec.NewCPU(m, exec.CPUOptions{Budget: budget(m, 64, 128), BlockSize: 16, MaxTokens: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Config{Model: "stories260K", Vocab: vocab, Executor: x, Grace: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := start(t, s).url
+	const prompt = "Once upon a time"
+	got, reason, u := complete(t, ts, `{"model": "stories260K", "prompt": "`+prompt+`", "max_tokens": 100, "temperature": 0}`, false)
+	if !strings.HasPrefix(string(expected), prompt+got) || reason != "length" || u.CompletionTokens != 100 || len(got) < 200 {
+		t.Errorf("completion %q (%s, %+v), want 100 tokens continuing %q as llama2.c does: %.300q", got, reason, u, prompt, expected)
+	}
+	first := strings.Index(string(expected), ".")
+	got, reason, _ = complete(t, ts, `{"model": "stories260K", "prompt": "`+prompt+`", "max_tokens": 100, "temperature": 0, "stop": ".", "stream": true}`, true)
+	if want := string(expected[len(prompt):first]); got != want || reason != "stop" {
+		t.Errorf("with stop \".\": %q (%s), want %q (stop)", got, reason, want)
+	}
+}

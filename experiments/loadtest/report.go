@@ -1,0 +1,236 @@
+package loadtest
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/olekukonko/tablewriter"
+	"github.com/olekukonko/tablewriter/renderer"
+	"github.com/olekukonko/tablewriter/tw"
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+)
+
+// Table is a table of figures: a header and rows of cells. The functions below lay a run's figures out as
+// tables (latencies in milliseconds); Write prints one, and a command line can print them its own way.
+type Table struct {
+	Header []string
+	Rows   [][]string
+}
+
+// Write writes t as a Markdown pipe table, which reads as aligned columns on a terminal and pastes into a
+// report as it is.
+func (t Table) Write(w io.Writer) error {
+	tt := tablewriter.NewTable(w,
+		tablewriter.WithRenderer(renderer.NewMarkdown()),
+		tablewriter.WithHeaderAutoFormat(tw.Off),
+		tablewriter.WithHeaderAlignment(tw.AlignLeft),
+		tablewriter.WithRowAlignment(tw.AlignLeft),
+		tablewriter.WithRowAutoWrap(tw.WrapNone),
+		tablewriter.WithHeaderAutoWrap(tw.WrapNone),
+		tablewriter.WithTrimSpace(tw.Off))
+	tt.Header(t.Header)
+	if err := tt.Bulk(t.Rows); err != nil {
+		return err
+	}
+	return tt.Render()
+}
+
+// WriteTables writes tables one after another, a blank line between them.
+func WriteTables(w io.Writer, tables ...Table) error {
+	for i, t := range tables {
+		if i > 0 {
+			if _, err := fmt.Fprintln(w); err != nil {
+				return err
+			}
+		}
+		if err := t.Write(w); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// num formats a figure with about four significant digits and no exponent: 12345, 1234, 123.4, 12.35, 1.235,
+// 0.1235.
+func num(v float64) string {
+	switch a := math.Abs(v); {
+	case a >= 1000 || v == 0:
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	case a >= 100:
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	case a >= 10:
+		return strconv.FormatFloat(v, 'f', 2, 64)
+	case a >= 1:
+		return strconv.FormatFloat(v, 'f', 3, 64)
+	default:
+		return strconv.FormatFloat(v, 'g', 4, 64)
+	}
+}
+
+// MetricsTables lays out a run's metrics as two tables: counts and throughputs, then the latencies.
+func MetricsTables(m Metrics) []Table {
+	counts := Table{Header: []string{"metric", "value"}, Rows: [][]string{
+		{"requests", strconv.Itoa(m.Requests)},
+		{"completed", strconv.Itoa(m.Completed)},
+		{"rejected (429)", strconv.Itoa(m.Rejected)},
+		{"failed", strconv.Itoa(m.Failed)},
+		{"duration (s)", num(m.DurationS)},
+		{"asked arrival rate (req/s)", num(m.AskedRate)},
+		{"achieved arrival rate (req/s)", num(m.ArrivalRate)},
+		{"total input tokens", strconv.Itoa(m.TotalInputTokens)},
+		{"total output tokens", strconv.Itoa(m.TotalOutputTokens)},
+		{"request throughput (req/s)", num(m.RequestThroughput)},
+	}}
+	if !m.SLO.IsZero() {
+		counts.Rows = append(counts.Rows, []string{"request goodput (req/s)", num(m.RequestGoodput)})
+	}
+	counts.Rows = append(counts.Rows,
+		[]string{"output token throughput (tok/s)", num(m.OutputThroughput)},
+		[]string{"total token throughput (tok/s)", num(m.TotalTokenThroughput)})
+	lat := Table{Header: []string{"latency (ms)", "n", "mean", "std", "median", "P90", "P95", "P99"}}
+	for _, l := range []struct {
+		name string
+		s    Summary
+	}{{"TTFT", m.TTFT}, {"TPOT", m.TPOT}, {"ITL", m.ITL}, {"E2EL", m.E2EL}} {
+		s := l.s
+		lat.Rows = append(lat.Rows, []string{l.name, strconv.Itoa(s.N), num(s.Mean), num(s.Std), num(s.Median), num(s.P90), num(s.P95), num(s.P99)})
+	}
+	return []Table{counts, lat}
+}
+
+// SweepTable lays out a sweep, a row per rate, marking the knee (knee is nil when there is none).
+func SweepTable(points []Point, knee *Point) Table {
+	t := Table{Header: []string{"rate", "arrival req/s", "req/s", "out tok/s", "TTFT P50", "TTFT P95", "E2EL P50", "E2EL P95", "done", "429", "failed", "knee"}}
+	for _, p := range points {
+		m := p.Metrics
+		mark := ""
+		if knee != nil && p.Rate == knee.Rate {
+			mark = "*"
+		}
+		t.Rows = append(t.Rows, []string{num(p.Rate), num(m.ArrivalRate), num(m.RequestThroughput), num(m.OutputThroughput),
+			num(m.TTFT.Median), num(m.TTFT.P95), num(m.E2EL.Median), num(m.E2EL.P95),
+			strconv.Itoa(m.Completed), strconv.Itoa(m.Rejected), strconv.Itoa(m.Failed), mark})
+	}
+	return t
+}
+
+// CompareTable lays out each curve's knee under target: its rate, achieved throughput, P95 of the target's
+// latency, and the throughput as a multiple of the first curve's knee.
+func CompareTable(curves []Curve, target KneeTarget) Table {
+	t := Table{Header: []string{"curve", "rates", "knee rate", "knee req/s", "P95 " + strings.ToUpper(target.Metric) + " (ms)", "x " + curves[0].Label}}
+	first := 0.0
+	if k, ok := Knee(curves[0].Points, target); ok {
+		first = k.Metrics.RequestThroughput
+	}
+	for _, c := range curves {
+		k, ok := Knee(c.Points, target)
+		if !ok {
+			t.Rows = append(t.Rows, []string{c.Label, strconv.Itoa(len(c.Points)), "none", "", "", ""})
+			continue
+		}
+		ratio := ""
+		if first > 0 {
+			ratio = num(k.Metrics.RequestThroughput / first)
+		}
+		t.Rows = append(t.Rows, []string{c.Label, strconv.Itoa(len(c.Points)), num(k.Rate), num(k.Metrics.RequestThroughput), num(target.P95(k.Metrics)), ratio})
+	}
+	return t
+}
+
+// CapacityTable lays out a capacity plan.
+func CapacityTable(c Capacity) Table {
+	return Table{Header: []string{"capacity", "value"}, Rows: [][]string{
+		{"target (req/s)", num(c.TargetRPS)},
+		{"one instance at the knee (req/s)", num(c.KneeRPS)},
+		{"instances", strconv.Itoa(c.Instances)},
+		{"cost per instance-hour", num(c.CostPerInstance)},
+		{"cost per hour", num(c.CostPerHour)},
+		{"cost per million output tokens", num(c.CostPerMillionOutputTokens)},
+	}}
+}
+
+// PlotCurve draws the Latency-RPS curve of a sweep: P50 and P95 of TTFT and E2EL (ms) against the request
+// throughput achieved, and writes it to base.png and base.svg.
+func PlotCurve(points []Point, title, base string) error {
+	if len(points) == 0 {
+		return fmt.Errorf("no points to plot")
+	}
+	p := newPlot(title)
+	if err := plotutil.AddLinePoints(p,
+		"TTFT P50", series(points, func(m Metrics) float64 { return m.TTFT.Median }),
+		"TTFT P95", series(points, func(m Metrics) float64 { return m.TTFT.P95 }),
+		"E2EL P50", series(points, func(m Metrics) float64 { return m.E2EL.Median }),
+		"E2EL P95", series(points, func(m Metrics) float64 { return m.E2EL.P95 }),
+	); err != nil {
+		return err
+	}
+	return savePlot(p, base)
+}
+
+// Curve is one labelled sweep of a comparison, such as one scheduler's.
+type Curve struct {
+	Label  string
+	Points []Point
+}
+
+// PlotCompare draws several sweeps on one Latency-RPS plot, P95 TTFT and P95 E2EL (ms) of each against its
+// achieved request throughput, and writes it to base.png and base.svg.
+func PlotCompare(curves []Curve, title, base string) error {
+	if len(curves) == 0 {
+		return fmt.Errorf("no curves to plot")
+	}
+	p := newPlot(title)
+	var lines []any
+	for _, c := range curves {
+		if len(c.Points) == 0 {
+			return fmt.Errorf("curve %s has no points", c.Label)
+		}
+		lines = append(lines,
+			c.Label+" TTFT P95", series(c.Points, func(m Metrics) float64 { return m.TTFT.P95 }),
+			c.Label+" E2EL P95", series(c.Points, func(m Metrics) float64 { return m.E2EL.P95 }))
+	}
+	if err := plotutil.AddLinePoints(p, lines...); err != nil {
+		return err
+	}
+	return savePlot(p, base)
+}
+
+func newPlot(title string) *plot.Plot {
+	p := plot.New()
+	p.Title.Text = title
+	p.X.Label.Text = "achieved throughput (req/s)"
+	p.Y.Label.Text = "latency (ms)"
+	p.Legend.Top = true
+	p.Legend.Left = true
+	return p
+}
+
+// series is one latency of each point against the point's request throughput.
+func series(points []Point, f func(Metrics) float64) plotter.XYs {
+	xys := make(plotter.XYs, len(points))
+	for i, pt := range points {
+		xys[i].X, xys[i].Y = pt.Metrics.RequestThroughput, f(pt.Metrics)
+	}
+	return xys
+}
+
+// savePlot writes p to base.png and base.svg, making base's directory.
+func savePlot(p *plot.Plot, base string) error {
+	if err := os.MkdirAll(filepath.Dir(base), 0o755); err != nil {
+		return err
+	}
+	for _, ext := range []string{".png", ".svg"} {
+		if err := p.Save(16*vg.Centimeter, 10*vg.Centimeter, base+ext); err != nil {
+			return fmt.Errorf("plot %s%s: %v", base, ext, err)
+		}
+	}
+	return nil
+}

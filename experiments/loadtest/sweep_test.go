@@ -1,0 +1,160 @@
+package loadtest
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/morphlab/morphlab/internal/openai"
+	"github.com/morphlab/morphlab/internal/openai/openaitest"
+)
+
+func TestParseSLOAndKnee(t *testing.T) {
+	slo, err := ParseSLO("ttft=500ms, tpot=50,E2EL=2s")
+	if err != nil || slo != (SLO{TTFT: 500 * msec, TPOT: 50 * msec, E2EL: 2 * time.Second}) {
+		t.Errorf("ParseSLO: %+v, %v", slo, err)
+	}
+	for _, bad := range []string{"ttft", "ttft=fast", "itl=5ms", "ttft=0", "ttft=-1ms", ""} {
+		if _, err := ParseSLO(bad); err == nil {
+			t.Errorf("ParseSLO(%q) gave no error", bad)
+		}
+	}
+	k, err := ParseKneeTarget("E2EL=1.5s")
+	if err != nil || k != (KneeTarget{Metric: "e2el", Limit: 1500 * msec}) || k.String() != "P95 E2EL <= 1.5s" {
+		t.Errorf("ParseKneeTarget: %+v %q, %v", k, k, err)
+	}
+	for _, bad := range []string{"e2el", "p99=1s", "ttft=soon"} {
+		if _, err := ParseKneeTarget(bad); err == nil {
+			t.Errorf("ParseKneeTarget(%q) gave no error", bad)
+		}
+	}
+}
+
+func point(rate, rps, p95e2el float64, rejected int) Point {
+	return Point{Rate: rate, Metrics: Metrics{Requests: 10, Completed: 10 - rejected, Rejected: rejected,
+		RequestThroughput: rps, TotalOutputTokens: 100 * (10 - rejected), E2EL: Summary{P95: p95e2el}}}
+}
+
+func TestKnee(t *testing.T) {
+	target := KneeTarget{Metric: "e2el", Limit: time.Second}
+	points := []Point{
+		point(1, 0.98, 400, 0),
+		point(2, 1.95, 1000, 0), // at the limit: meets it
+		point(4, 3.1, 1001, 0),  // just over
+		point(8, 3.2, 900, 3),   // fast only because it shed load
+	}
+	k, ok := Knee(points, target)
+	if !ok || k.Rate != 2 {
+		t.Errorf("knee %+v %v, want the rate-2 point", k, ok)
+	}
+	if _, ok := Knee(points[2:], target); ok {
+		t.Errorf("a knee among points that all miss the target")
+	}
+}
+
+func TestPlanCapacity(t *testing.T) {
+	// 1.1 req/s at the knee, 50 output tokens per request; 11 req/s needs exactly 10 instances (11/1.1 is
+	// 10.000000000000002 in floating point), 11.5 needs 11.
+	knee := Metrics{Completed: 20, RequestThroughput: 1.1, TotalOutputTokens: 1000}
+	c, err := PlanCapacity(knee, 11, 2.5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Cost: 10 x 2.5 = 25 per hour for 11 req/s x 50 tokens x 3600 s = 1,980,000 tokens: 12.6263 per million.
+	if c.Instances != 10 || c.CostPerHour != 25 || !near(c.CostPerMillionOutputTokens, 25/1.98) {
+		t.Errorf("capacity %+v, want 10 instances, 25/h, %v per million", c, 25/1.98)
+	}
+	if c, _ := PlanCapacity(knee, 11.5, 2.5); c.Instances != 11 {
+		t.Errorf("11.5 req/s: %d instances, want 11", c.Instances)
+	}
+	for _, bad := range []struct{ rps, cost float64 }{{0, 1}, {1, -1}} {
+		if _, err := PlanCapacity(knee, bad.rps, bad.cost); err == nil {
+			t.Errorf("PlanCapacity(%v, %v) gave no error", bad.rps, bad.cost)
+		}
+	}
+	if _, err := PlanCapacity(Metrics{}, 1, 1); err == nil {
+		t.Errorf("no error for a knee without throughput")
+	}
+}
+
+// TestSweep sweeps a server that serves one request at a time (each takes 60 ms), so that latency grows with the
+// rate, and draws the curve.
+func TestSweep(t *testing.T) {
+	s := openaitest.NewServer(openaitest.Options{Model: "m", TTFT: 20 * time.Millisecond, TokenDelay: 10 * time.Millisecond})
+	defer s.Close()
+	prompts := []openai.Prompt{{Text: "x"}}
+	workload := func(rate float64) ([]Request, error) {
+		at, err := Arrivals(rate, 1, 12, 1)
+		return Workload(at, prompts, 5), err
+	}
+	var seen []float64
+	points, err := Sweep(context.Background(), Config{URL: s.URL, Model: "m", MaxConcurrency: 1}, []float64{5, 40}, workload, SLO{}, func(p Point) { seen = append(seen, p.Rate) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(points) != 2 || len(seen) != 2 || points[0].Metrics.Completed != 12 || points[1].Metrics.Completed != 12 {
+		t.Fatalf("points %+v", points)
+	}
+	// At 40 req/s a server that takes 60 ms a request queues: the P95 end-to-end latency (measured from when the
+	// request went out, after its wait for the one slot) stays near 60 ms, but the requests go out late.
+	if w := points[1].Metrics.RateWarning(); w == "" {
+		t.Errorf("no rate warning at 40 req/s against a 16 req/s server")
+	}
+	if k, ok := Knee(points, KneeTarget{Metric: "e2el", Limit: time.Second}); !ok || k.Rate != 40 {
+		t.Errorf("knee %+v, %v; want the 40 req/s point", k, ok)
+	}
+	base := filepath.Join(t.TempDir(), "plots", "curve")
+	if err := PlotCurve(points, "test", base); err != nil {
+		t.Fatal(err)
+	}
+	png, _ := os.ReadFile(base + ".png")
+	svg, _ := os.ReadFile(base + ".svg")
+	if !bytes.HasPrefix(png, []byte("\x89PNG")) || !bytes.Contains(svg, []byte("<svg")) || !bytes.Contains(svg, []byte("E2EL P95")) {
+		t.Errorf("plots: %d bytes of PNG, %d of SVG, not the curve", len(png), len(svg))
+	}
+}
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata")
+
+// TestWriteTables checks the tables of the recorded run against testdata/metrics.md (go test -update rewrites
+// it; on a mismatch the output is left in testdata/metrics.md.got).
+func TestWriteTables(t *testing.T) {
+	pts := []Point{{Rate: 1, Metrics: Compute(recorded(), SLO{})}}
+	c, err := PlanCapacity(pts[0].Metrics, 1, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := func(rate, rps, p95 float64) Point {
+		return Point{Rate: rate, Metrics: Metrics{Requests: 4, Completed: 4, RequestThroughput: rps, E2EL: Summary{P95: p95}}}
+	}
+	// Knees under P95 E2EL <= 1s: static's at rate 1 (0.9 req/s), continuous's at rate 2 (1.8 req/s, 2x); none for slow.
+	curves := []Curve{
+		{Label: "static", Points: []Point{done(1, 0.9, 800), done(2, 1.5, 1500)}},
+		{Label: "continuous", Points: []Point{done(1, 1, 300), done(2, 1.8, 600)}},
+		{Label: "slow", Points: []Point{done(1, 0.9, 2000)}},
+	}
+	var b bytes.Buffer
+	tables := append(MetricsTables(Compute(recorded(), SLO{TTFT: 250 * msec})),
+		SweepTable(pts, &pts[0]), CapacityTable(c), CompareTable(curves, KneeTarget{Metric: "e2el", Limit: time.Second}))
+	if err := WriteTables(&b, tables...); err != nil {
+		t.Fatal(err)
+	}
+	golden := filepath.Join("testdata", "metrics.md")
+	if *update {
+		if err := os.WriteFile(golden, b.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(b.Bytes(), want) {
+		_ = os.WriteFile(golden+".got", b.Bytes(), 0o644)
+		t.Errorf("tables differ from %s; got %s.got:\n%s", golden, golden, b.String())
+	}
+}

@@ -1,0 +1,120 @@
+// Package replay runs a trace through the engine under a policy and collects its results: the one code path of
+// `morphlab run` (the CPU executor), `morphlab simulate` (the sim executor) and the experiment suite. It turns a
+// trace into timed requests with seeded prompt tokens, wires the morph controller in as the engine's hook, drives
+// the engine's Replay on the chosen clock, keeps the lifecycle and control events as they happen, and assembles
+// results.Run.
+package replay
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"syscall"
+	"time"
+
+	"github.com/morphlab/morphlab/engine"
+	"github.com/morphlab/morphlab/engine/exec"
+	"github.com/morphlab/morphlab/engine/morph"
+	"github.com/morphlab/morphlab/experiments/results"
+	"github.com/morphlab/morphlab/experiments/trace"
+	"github.com/morphlab/morphlab/quant"
+)
+
+// Requests turns a trace into requests with prompts of its lengths, drawn uniformly from token ids [3, vocab) with
+// the given seed (ids 0-2 are the llama2.c vocabularies' unknown, BOS and EOS), in trace order.
+func Requests(t *trace.Trace, vocab int, seed uint64) ([]engine.TimedRequest, error) {
+	if vocab <= 3 {
+		return nil, fmt.Errorf("replay: vocabulary of %d tokens, want > 3", vocab)
+	}
+	rng := rand.New(rand.NewPCG(seed, 0x5eed))
+	out := make([]engine.TimedRequest, len(t.Requests))
+	for i, r := range t.Requests {
+		p := make([]int32, r.PromptTokens)
+		for j := range p {
+			p[j] = int32(3 + rng.IntN(vocab-3))
+		}
+		out[i] = engine.TimedRequest{Arrival: time.Duration(r.Arrival * float64(time.Second)),
+			Request: engine.Request{Prompt: p, MaxTokens: r.OutputTokens}}
+	}
+	return out, nil
+}
+
+// Config is one replay.
+type Config struct {
+	Policy     morph.Spec
+	Order      []int          // the swap order (a permutation of the layers)
+	Base       []quant.Format // the layers' full-precision formats
+	Engine     engine.Options // its Clock chooses the run's clock; its OnStep is the controller's
+	Meta       results.Meta   // what the results say was run; Policy, Params, KV and block size are filled in
+	KeepTokens bool           // keep each request's output tokens in the results
+}
+
+// Run replays reqs on x and returns the results and the engine's lifecycle and control events (no tokens).
+func Run(ctx context.Context, x exec.Executor, cfg Config, reqs []engine.TimedRequest) (*results.Run, []engine.Event, error) {
+	c := morph.NewController(cfg.Policy, cfg.Order, cfg.Base)
+	var e *engine.Engine
+	var events []engine.Event
+	var cursor uint64
+	opt := cfg.Engine
+	opt.OnStep = func(info engine.StepInfo) {
+		c.OnStep(info)
+		evs, next := e.LogSince(cursor)
+		cursor = next
+		for _, ev := range evs {
+			if ev.Kind != engine.Token {
+				events = append(events, ev)
+			}
+		}
+	}
+	e, err := engine.New(x, opt)
+	if err != nil {
+		return nil, nil, err
+	}
+	c.Bind(e)
+	blocks := x.Memory().Blocks
+	res, err := e.Replay(ctx, reqs)
+	if err != nil {
+		return nil, nil, err
+	}
+	evs, _ := e.LogSince(cursor)
+	for _, ev := range evs {
+		if ev.Kind != engine.Token {
+			events = append(events, ev)
+		}
+	}
+	meta := cfg.Meta
+	meta.Policy = cfg.Policy.String()
+	if cfg.Policy.Kind == "morph" {
+		p := cfg.Policy.Params
+		meta.Params = &p
+	}
+	meta.BlockSize = e.Geometry().BlockSize
+	if meta.KVBlocksFull == 0 {
+		meta.KVBlocksFull = blocks
+	}
+	return results.Build(meta, reqs, res, c, cfg.KeepTokens), events, nil
+}
+
+// CPUTimed is an executor whose steps take the process CPU time they used divided by threads, instead of their
+// wall time: on a shared, loaded machine a virtual-time run with it replays what an unloaded machine with that
+// many busy threads would, while every step is still computed for real.
+type CPUTimed struct {
+	exec.Executor
+	Threads int
+}
+
+// Step runs the step and times it by CPU time.
+func (c CPUTimed) Step(b *exec.Batch) (exec.Result, error) {
+	u := processCPU()
+	r, err := c.Executor.Step(b)
+	r.Duration = (processCPU() - u) / time.Duration(max(1, c.Threads))
+	return r, err
+}
+
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		panic(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}

@@ -1,0 +1,85 @@
+package results
+
+import (
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/morphlab/morphlab/engine"
+	"github.com/morphlab/morphlab/engine/morph"
+	"github.com/morphlab/morphlab/experiments/loadtest"
+	"github.com/morphlab/morphlab/quant"
+)
+
+func msec(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+
+// TestBuild: three requests with known timelines (one over the TTFT SLO, one rejected) give the hand-computed
+// aggregates, violations and precision mix.
+func TestBuild(t *testing.T) {
+	base := []quant.Format{quant.F16, quant.F16}
+	spec, _ := morph.Parse("fp16")
+	c := morph.NewController(spec, []int{0, 1}, base)
+	// Two iterations: request 0 decodes with no layer quantized, then request 1 with one.
+	c.OnStep(engine.StepInfo{Iter: 0, Time: msec(100), Formats: base, Total: 10, Used: 4, Work: []engine.WorkInfo{{Req: 0, Sample: true}}})
+	c.OnStep(engine.StepInfo{Iter: 1, Time: msec(200), Formats: []quant.Format{quant.Int4, quant.F16}, Total: 14, Used: 9,
+		Work: []engine.WorkInfo{{Req: 0, Sample: true}, {Req: 1, Sample: true}, {Req: 1, Sample: false}}})
+	reqs := []engine.TimedRequest{
+		{Arrival: 0, Request: engine.Request{Prompt: make([]int32, 10), MaxTokens: 3}},
+		{Arrival: msec(50), Request: engine.Request{Prompt: make([]int32, 20), MaxTokens: 2}},
+		{Arrival: msec(60), Request: engine.Request{Prompt: make([]int32, 5), MaxTokens: 1}},
+	}
+	res := []engine.Result{
+		{ID: 0, Output: []int32{5, 6, 7}, Finish: engine.FinishLength, Timeline: engine.Timeline{Arrival: 0, FirstToken: msec(100),
+			Tokens: []time.Duration{msec(100), msec(200), msec(400)}, Finish: msec(400)}},
+		{ID: 1, Output: []int32{8, 9}, Finish: engine.FinishStop, Preemptions: 1, Timeline: engine.Timeline{Arrival: msec(50),
+			FirstToken: msec(2550), Tokens: []time.Duration{msec(2550), msec(2650)}, Finish: msec(2650)}},
+		{ID: 2, Finish: engine.FinishRejected, Timeline: engine.Timeline{Arrival: msec(60), Finish: msec(60)}},
+	}
+	r := Build(Meta{Policy: "fp16", KVBlocksFull: 10, SLO: loadtest.SLO{TTFT: 2 * time.Second}}, reqs, res, c, true)
+	a := r.Aggregates
+	near := func(name string, got, want float64) {
+		if math.Abs(got-want) > 1e-9 {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
+	}
+	if a.Completed != 2 || a.Rejected != 1 || a.SLOViolations != 2 || a.Preemptions != 1 || a.PeakKVBlocks != 9 || a.PeakKVAttached != 14 || a.MaxQuantized != 1 {
+		t.Errorf("aggregates %+v", a)
+	}
+	near("violation rate", a.SLOViolationRate, 2.0/3)
+	near("duration", a.DurationS, 2.65)
+	near("TTFT median", a.TTFT.Median, (100+2500)/2.0)
+	near("TPOT mean", a.TPOT.Mean, (150+100)/2.0) // (400-100)/2 and (2650-2550)/1
+	near("ITL P50", a.ITL.Median, 100)            // gaps 100, 200, 100
+	near("output throughput", a.OutputThroughput, 5/2.65)
+	if got := r.Requests[1].Mix; len(got) != 3 || got[0] != 0 || got[1] != 1 {
+		t.Errorf("request 1 mix %v, want one token with one layer quantized", got)
+	}
+	near("full-precision share", a.FullPrecision, 1.0/3) // request 0's first token of 3 sampled
+	dir := t.TempDir()
+	if err := r.Write(dir, []engine.Event{{Kind: engine.Token}, {Kind: engine.Swap, Detail: "layers 0->int4"}}); err != nil {
+		t.Fatal(err)
+	}
+	back, err := Load(filepath.Join(dir, "results.json"))
+	if err != nil || back.Aggregates.SLOViolations != 2 || len(back.Requests) != 3 || len(back.Requests[0].Tokens) != 3 {
+		t.Fatalf("load back: %+v, %v", back, err)
+	}
+	evs, _ := os.ReadFile(filepath.Join(dir, "events.jsonl"))
+	if lines := strings.Split(strings.TrimSpace(string(evs)), "\n"); len(lines) != 1 || !strings.Contains(lines[0], `"kind":"swap"`) {
+		t.Errorf("events.jsonl %q, want the swap and no token", evs)
+	}
+	table, _ := os.ReadFile(filepath.Join(dir, "table.md"))
+	if !strings.Contains(string(table), "| fp16") || !strings.Contains(string(table), "66.7%") {
+		t.Errorf("table.md:\n%s", table)
+	}
+	exact, tok, err := Agreement(r, back)
+	if err != nil || exact != 1 || tok != 1 {
+		t.Errorf("a run against itself agrees %v, %v, %v", exact, tok, err)
+	}
+	back.Requests[0].Tokens = []int32{5, 1, 7}
+	if exact, tok, _ = Agreement(r, back); math.Abs(exact-2.0/3) > 1e-9 || math.Abs(tok-4.0/5) > 1e-9 {
+		t.Errorf("one token changed: exact %v, tokens %v; want 2/3 and 4/5", exact, tok)
+	}
+}

@@ -1,0 +1,204 @@
+package suite
+
+import (
+	"fmt"
+	"image/color"
+	"math"
+	"os"
+	"slices"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+	"gonum.org/v1/plot/vg/vgsvg"
+
+	"github.com/morphlab/morphlab/experiments/results"
+)
+
+// timePolicies are the policies the over-time plots show.
+var timePolicies = []string{"fp16", "static:int4", "morph:default"}
+
+// save writes plots stacked in one column as base.png and base.svg.
+func save(base string, plots ...*plot.Plot) error {
+	width, height := 8*vg.Inch, vg.Length(len(plots))*3*vg.Inch
+	for _, ext := range []string{"png", "svg"} {
+		var c vg.CanvasWriterTo
+		if ext == "png" {
+			c = vgimg.PngCanvas{Canvas: vgimg.NewWith(vgimg.UseWH(width, height), vgimg.UseDPI(100))}
+		} else {
+			c = vgsvg.New(width, height)
+		}
+		col := make([][]*plot.Plot, len(plots))
+		for i, p := range plots {
+			col[i] = []*plot.Plot{p}
+		}
+		tiles := draw.Tiles{Rows: len(plots), Cols: 1, PadTop: vg.Points(4), PadBottom: vg.Points(4), PadX: vg.Points(4), PadY: vg.Points(14)}
+		canvases := plot.Align(col, tiles, draw.New(c))
+		for i, p := range plots {
+			p.Draw(canvases[i][0])
+		}
+		f, err := os.Create(base + "." + ext)
+		if err != nil {
+			return err
+		}
+		if _, err := c.WriteTo(f); err != nil {
+			f.Close()
+			return err
+		}
+		if err := f.Close(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func newPlot(title, x, y string) *plot.Plot {
+	p := plot.New()
+	p.Title.Text, p.X.Label.Text, p.Y.Label.Text = title, x, y
+	p.Legend.Top = true
+	p.Add(plotter.NewGrid())
+	return p
+}
+
+// addLine adds a line (and its legend entry) in the i-th color.
+func addLine(p *plot.Plot, name string, i int, xys plotter.XYs, dashed bool) error {
+	l, err := plotter.NewLine(xys)
+	if err != nil {
+		return err
+	}
+	l.Color = plotutil.Color(i)
+	if dashed {
+		l.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+	}
+	p.Add(l)
+	p.Legend.Add(name, l)
+	return nil
+}
+
+// plotRuns draws one setup and workload's runs: TTFT over time with the SLO line above the quantized layers over
+// time, KV blocks over time, and the TTFT and TPOT distributions.
+func plotRuns(dir string, s Setup, workload string, runs []*results.Run) error {
+	title := s.Name + ", " + workload
+	ttft := newPlot(title+": TTFT by arrival", "arrival (s)", "TTFT (s)")
+	layers := newPlot("quantized layers", "time (s)", "layers")
+	kv := newPlot(title+": KV blocks (solid: in use, dashed: attached)", "time (s)", "blocks")
+	ttftCDF := newPlot(title+": TTFT distribution", "TTFT (s)", "share of requests")
+	tpotCDF := newPlot(title+": TPOT distribution", "TPOT (ms)", "share of requests")
+	for i, r := range runs {
+		var byArrival, ttfts, tpots plotter.XYs
+		for _, q := range r.Requests {
+			byArrival = append(byArrival, plotter.XY{X: q.Arrival, Y: q.TTFT / 1000})
+			ttfts = append(ttfts, plotter.XY{X: q.TTFT / 1000})
+			if q.Output > 1 {
+				tpots = append(tpots, plotter.XY{X: q.TPOT})
+			}
+		}
+		if err := addCDF(ttftCDF, r.Meta.Policy, i, ttfts); err != nil {
+			return err
+		}
+		if err := addCDF(tpotCDF, r.Meta.Policy, i, tpots); err != nil {
+			return err
+		}
+		if !slices.Contains(timePolicies, r.Meta.Policy) {
+			continue
+		}
+		sc, err := plotter.NewScatter(byArrival)
+		if err != nil {
+			return err
+		}
+		sc.Color, sc.GlyphStyle.Radius = plotutil.Color(i), vg.Points(1.5)
+		ttft.Add(sc)
+		ttft.Legend.Add(r.Meta.Policy, sc)
+		var q, used, total plotter.XYs
+		for _, p := range r.Timeline {
+			q = append(q, plotter.XY{X: p.Seconds, Y: float64(p.Quantized)})
+			used = append(used, plotter.XY{X: p.Seconds, Y: float64(p.KVUsed)})
+			total = append(total, plotter.XY{X: p.Seconds, Y: float64(p.KVTotal)})
+		}
+		if err := addLine(layers, r.Meta.Policy, i, q, false); err != nil {
+			return err
+		}
+		if err := addLine(kv, r.Meta.Policy, i, used, false); err != nil {
+			return err
+		}
+		if err := addLine(kv, r.Meta.Policy+" attached", i, total, true); err != nil {
+			return err
+		}
+	}
+	if slo := SLO.TTFT.Seconds(); len(runs) > 0 {
+		line := plotter.NewFunction(func(float64) float64 { return slo })
+		line.Color, line.Dashes = color.Black, []vg.Length{vg.Points(2), vg.Points(2)}
+		ttft.Add(line)
+		ttft.Legend.Add(fmt.Sprintf("SLO %gs", slo), line)
+	}
+	for name, ps := range map[string][]*plot.Plot{"ttft-over-time": {ttft, layers}, "kv-over-time": {kv}, "ttft-cdf": {ttftCDF}, "tpot-cdf": {tpotCDF}} {
+		if err := save(dir+"/"+name, ps...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// addCDF adds the empirical distribution of xs' X values.
+func addCDF(p *plot.Plot, name string, i int, xs plotter.XYs) error {
+	if len(xs) == 0 {
+		return nil
+	}
+	v := make([]float64, len(xs))
+	for j, xy := range xs {
+		v[j] = xy.X
+	}
+	slices.Sort(v)
+	cdf := make(plotter.XYs, len(v))
+	for j, x := range v {
+		cdf[j] = plotter.XY{X: x, Y: float64(j+1) / float64(len(v))}
+	}
+	return addLine(p, name, i, cdf, false)
+}
+
+// plotPareto draws each policy's TTFT-SLO violation rate against its quality loss, averaged over the setups and
+// workloads (the paper's Fig. 1d).
+func plotPareto(base string, r *Report) error {
+	p := newPlot("SLO violations against quality loss (mean over setups and workloads)", "token-weighted perplexity increase (%)", "TTFT-SLO violations (%)")
+	for i, pol := range r.Options.Policies {
+		v, l := r.mean(pol, func(c *Cell) float64 { return c.Run.Aggregates.SLOViolationRate }), r.mean(pol, func(c *Cell) float64 { return c.Loss })
+		if math.IsNaN(l) {
+			continue // no published quality curve (INT8)
+		}
+		sc, err := plotter.NewScatter(plotter.XYs{{X: 100 * l, Y: 100 * v}})
+		if err != nil {
+			return err
+		}
+		sc.Color, sc.GlyphStyle.Radius, sc.GlyphStyle.Shape = plotutil.Color(i), vg.Points(4), plotutil.Shape(i)
+		p.Add(sc)
+		p.Legend.Add(pol, sc)
+	}
+	return save(base, p)
+}
+
+// plotSweep draws request throughput and goodput against the request rate for the sweep's policies.
+func plotSweep(base string, pts []SweepPoint) error {
+	tp := newPlot("rate sweep: throughput (solid) and goodput (dashed)", "request rate (req/s)", "requests/s")
+	for i, pol := range sweepPolicies {
+		var thr, good plotter.XYs
+		for _, s := range pts {
+			if s.Policy == pol {
+				thr = append(thr, plotter.XY{X: s.Rate, Y: s.Throughput})
+				good = append(good, plotter.XY{X: s.Rate, Y: s.Goodput})
+			}
+		}
+		if len(thr) == 0 {
+			continue
+		}
+		if err := addLine(tp, pol, i, thr, false); err != nil {
+			return err
+		}
+		if err := addLine(tp, pol+" goodput", i, good, true); err != nil {
+			return err
+		}
+	}
+	return save(base, tp)
+}

@@ -1,0 +1,96 @@
+package suite
+
+import (
+	"bytes"
+	"context"
+	"image/png"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// TestSuite runs a reduced suite twice (one setup, three policies, the quick workloads and sweep, stand-in traces):
+// every simulated file is the same byte for byte, the plots decode as PNG, summary.md carries the headline, and
+// morphing cuts fp16's violations on the burst.
+func TestSuite(t *testing.T) {
+	run := func(out string) *Report {
+		r, err := Run(context.Background(), Options{Out: out, Quick: true, Setups: []Setup{PaperSetups[1]},
+			Policies: []string{"fp16", "static:int4", "morph:default"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Write(); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	a, b := t.TempDir(), t.TempDir()
+	r := run(a)
+	run(b)
+	var files int
+	err := filepath.Walk(a, func(p string, info os.FileInfo, err error) error {
+		if err != nil || info.IsDir() {
+			return err
+		}
+		rel, _ := filepath.Rel(a, p)
+		x, _ := os.ReadFile(p)
+		y, err := os.ReadFile(filepath.Join(b, rel))
+		if err != nil {
+			return err
+		}
+		if strings.HasSuffix(p, ".json") && !bytes.Equal(x, y) {
+			t.Errorf("%s differs between two runs of the same inputs", rel)
+		}
+		if strings.HasSuffix(p, ".png") {
+			if _, err := png.Decode(bytes.NewReader(x)); err != nil {
+				t.Errorf("%s: %v", rel, err)
+			}
+		}
+		files++
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	summary, err := os.ReadFile(filepath.Join(a, "summary.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"## Headline", "TTFT-SLO violations cut", "## Rate sweep", "stand-in", "pareto.png"} {
+		if !strings.Contains(string(summary), want) {
+			t.Errorf("summary.md lacks %q", want)
+		}
+	}
+	f, m := r.Cell("llama-2-7b-l4", "burst", "fp16"), r.Cell("llama-2-7b-l4", "burst", "morph:default")
+	if f == nil || m == nil || f.Run.Aggregates.SLOViolations == 0 || m.Run.Aggregates.SLOViolations >= f.Run.Aggregates.SLOViolations {
+		t.Errorf("burst: fp16 and morph:default cells %v %v: want fp16 violations that morphing cuts", f, m)
+	}
+	if s := r.Cell("llama-2-7b-l4", "burst", "static:int4"); s == nil || s.Loss <= m.Loss || m.Loss <= 0 {
+		t.Errorf("quality: static:int4 %v, morph:default %v; want 0 < morph < static", s, m)
+	}
+	t.Logf("%d files; headline %+v", files, r.Headline())
+}
+
+// TestUserTrace: --trace runs the suite on a user's file as its only workload.
+func TestUserTrace(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "t.csv")
+	rows := "arrived_at,num_prefill_tokens,num_decode_tokens\n"
+	for i := range 50 {
+		rows += strings.Join([]string{itoa(i / 5), itoa(100 + i), itoa(50)}, ",") + "\n"
+	}
+	if err := os.WriteFile(p, []byte(rows), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, err := Run(context.Background(), Options{Out: dir, TraceFile: p, Quick: true, Setups: []Setup{PaperSetups[0]}, Policies: []string{"fp16", "morph:default"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Workloads) != 1 || r.Workloads[0].Name != "user" || len(r.Cells) != 2 || r.Cells[0].Run.Aggregates.Completed != 50 {
+		t.Fatalf("workloads %v, %d cells", r.Workloads, len(r.Cells))
+	}
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }

@@ -1,0 +1,286 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/morphlab/morphlab/engine/exec"
+	"github.com/morphlab/morphlab/engine/exec/costmodel"
+	"github.com/morphlab/morphlab/engine/model"
+	"github.com/morphlab/morphlab/kernels/cpu"
+	"github.com/morphlab/morphlab/kernels/probe"
+	"github.com/morphlab/morphlab/quant"
+)
+
+func init() {
+	register(&command{name: "calibrate", summary: "time the CPU executor over a grid of batches and fit the simulator's CPU step-time model", run: runCalibrate})
+}
+
+const calibrateHelp = `
+Calibrate times the CPU executor (the real forward pass) over a grid of batch compositions and fits the
+simulator's step-time model for this CPU to them by least squares (engine/exec/costmodel.Calibration): a cost a
+layer and a layer-token for each weight format, a cost an attended key in prompt chunks and in decode, and a
+cost a sampled row. --model is a shape name ('morphlab synth --shape': stories110M, ...), timed on
+seeded synthetic weights, or a checkpoint file. The grid: prompt chunks of 16, 64 and 256 tokens (64 also after
+256 cached positions), decode batches of 1, 4 and 12 sequences at 64 and 384 positions, and one mixed
+step (8 decodes beside a 32-token chunk), each with every layer in each --format and with the first and last
+format half and half; each configuration's grid is timed in --reps rounds and each step's fastest time kept
+(on a shared machine a burst of other work then spoils one round, not every run of a step). Four more
+steps of other shapes are timed the same way and left out of the fit, to report its error on steps it did not
+see. About half a minute on stories110M on two cores. The file written (--out) is what the simulator reads for the cpu device.`
+
+// calibrateGrid is one step shape of the grid: decodes sequences at decodeCtx positions beside a prompt chunk of
+// chunk tokens ending at chunkCtx positions (either part may be absent).
+type calibrateGrid struct {
+	decodes, decodeCtx int
+	chunk, chunkCtx    int
+}
+
+var defaultCalibrateGrid = []calibrateGrid{
+	{chunk: 16, chunkCtx: 16}, {chunk: 64, chunkCtx: 64}, {chunk: 64, chunkCtx: 320}, {chunk: 256, chunkCtx: 256},
+	{decodes: 1, decodeCtx: 64}, {decodes: 4, decodeCtx: 64}, {decodes: 12, decodeCtx: 64},
+	{decodes: 1, decodeCtx: 384}, {decodes: 4, decodeCtx: 384}, {decodes: 12, decodeCtx: 384},
+	{decodes: 8, decodeCtx: 128, chunk: 32, chunkCtx: 32},
+}
+
+// heldOutCalibrateGrid are steps timed with the grid but left out of the fit, to report its error on steps it
+// did not see.
+var heldOutCalibrateGrid = []calibrateGrid{
+	{chunk: 128, chunkCtx: 128}, {decodes: 8, decodeCtx: 256}, {decodes: 2, decodeCtx: 320},
+	{decodes: 4, decodeCtx: 96, chunk: 48, chunkCtx: 48},
+}
+
+const calibrateBlock = 16
+
+// timeStep runs b and returns its work and time.
+func timeStep(ex *exec.CPU, b *exec.Batch, layers []costmodel.LayerFormat) (costmodel.Sample, error) {
+	res, err := ex.Step(b)
+	if err != nil {
+		return costmodel.Sample{}, err
+	}
+	var w costmodel.Work
+	for _, s := range b.Seqs {
+		w.AddSeq(len(s.Tokens), s.SeqLen, s.Sample)
+	}
+	return costmodel.Sample{Work: w, Layers: layers, Seconds: res.Duration.Seconds()}, nil
+}
+
+// batch builds the step: block tables laid out one sequence after another.
+func (g calibrateGrid) batch() *exec.Batch {
+	b := &exec.Batch{}
+	next := int32(0)
+	table := func(positions int) []int32 {
+		t := make([]int32, (positions+calibrateBlock-1)/calibrateBlock)
+		for i := range t {
+			t[i] = next
+			next++
+		}
+		return t
+	}
+	for i := range g.decodes {
+		b.Seqs = append(b.Seqs, exec.SeqWork{Tokens: []int32{int32(3 + i)}, SeqLen: g.decodeCtx, Table: table(g.decodeCtx), Sample: true})
+	}
+	if g.chunk > 0 {
+		toks := make([]int32, g.chunk)
+		for i := range toks {
+			toks[i] = int32(3 + i%200)
+		}
+		b.Seqs = append(b.Seqs, exec.SeqWork{Tokens: toks, SeqLen: g.chunkCtx, Table: table(g.chunkCtx), Sample: true})
+	}
+	return b
+}
+
+func (g calibrateGrid) blocks() int {
+	return g.decodes*((g.decodeCtx+calibrateBlock-1)/calibrateBlock) + (g.chunkCtx+calibrateBlock-1)/calibrateBlock
+}
+
+func runCalibrate(e *env, args []string) error {
+	fs := e.flags("--model M --out FILE [flags]", calibrateHelp)
+	modelFlag := fs.String("model", "", "`shape` name (synthetic weights) or checkpoint file")
+	formats := fs.String("format", "f32,int8,int4", "comma-separated layer `formats` to time (f32, f16, int8, int4, q8_0, q4_0)")
+	kvFlag := fs.String("kv-type", "f32", "KV cache `type`: f32, f16 or int8")
+	out := fs.String("out", "", "write the calibration JSON to `file`")
+	reps := fs.Int("reps", 3, "timed `rounds` over the grid, the fastest time of each step kept")
+	threads := fs.Int("threads", 0, "kernel threads (default GOMAXPROCS)")
+	asJSON := fs.Bool("json", false, "print JSON instead of a table")
+	if err := e.parse(fs, args); err != nil {
+		return err
+	}
+	if *modelFlag == "" || *out == "" {
+		return usagef("--model and --out are required")
+	}
+	if *reps < 1 {
+		return usagef("--reps=%d, want at least 1", *reps)
+	}
+	var fmts []quant.Format
+	for _, name := range strings.Split(*formats, ",") {
+		f, err := quant.ParseFormat(strings.TrimSpace(name))
+		if err != nil {
+			return usagef("--format: %v", err)
+		}
+		if f == quant.BF16 {
+			return usagef("--format: no CPU kernel runs bf16 weights")
+		}
+		if !slices.Contains(fmts, f) {
+			fmts = append(fmts, f)
+		}
+	}
+	kv, err := model.ParseKVType(*kvFlag)
+	if err != nil {
+		return usagef("--kv-type: %v", err)
+	}
+	cpu.SetThreads(*threads)
+	m, name, err := calibrationModel(*modelFlag)
+	if err != nil {
+		return err
+	}
+	for l := range m.Layers {
+		for _, f := range fmts {
+			if _, err := m.AddVariant(l, f); err != nil {
+				return err
+			}
+		}
+	}
+	grid := defaultCalibrateGrid
+	maxTokens, maxBlocks := 0, 0
+	for _, g := range append(slices.Clone(grid), heldOutCalibrateGrid...) {
+		maxTokens = max(maxTokens, g.decodes+g.chunk)
+		maxBlocks = max(maxBlocks, g.blocks())
+		if g.chunkCtx > m.Config.SeqLen || g.decodeCtx > m.Config.SeqLen {
+			return fmt.Errorf("%s: context of %d positions is shorter than the grid's %d", name, m.Config.SeqLen, max(g.chunkCtx, g.decodeCtx))
+		}
+	}
+	var full int64
+	for _, l := range m.Layers {
+		full = max(full, int64(l.Variants[l.Base].Bytes()))
+	}
+	budget := int64(m.WeightBytes()) + int64(len(m.Layers))*full + exec.WorkspaceBytes(m.Config, maxTokens) +
+		int64(maxBlocks)*int64(kv.BytesPerBlock(m.Config, calibrateBlock))
+	ex, err := exec.NewCPU(m, exec.CPUOptions{Budget: budget, BlockSize: calibrateBlock, MaxTokens: maxTokens, Blocks: maxBlocks, KVType: kv})
+	if err != nil {
+		return err
+	}
+
+	// Layer configurations: every layer in each format, then the first and last half and half (a morphed
+	// model's state, which checks that layer costs add up).
+	configs := [][]quant.Format{}
+	n := len(m.Layers)
+	for _, f := range fmts {
+		configs = append(configs, slices.Repeat([]quant.Format{f}, n))
+	}
+	if len(fmts) > 1 {
+		mixed := slices.Repeat([]quant.Format{fmts[0]}, n)
+		for l := n / 2; l < n; l++ {
+			mixed[l] = fmts[len(fmts)-1]
+		}
+		configs = append(configs, mixed)
+	}
+	bar := newProgress(e.stderr, "calibrate")
+	start := time.Now()
+	// Each configuration's steps are timed in --reps rounds over its whole grid, keeping each step's fastest
+	// time: on a shared machine a burst of other work then spoils one round of a step, not all of its runs.
+	all := append(slices.Clone(grid), heldOutCalibrateGrid...)
+	done, total := 0, len(configs)*len(all)*(*reps)
+	var samples, heldOut []costmodel.Sample
+	for _, formats := range configs {
+		for l, f := range formats {
+			if err := ex.SetLayerPrecision(l, f); err != nil {
+				return err
+			}
+		}
+		if _, err := ex.Step(all[0].batch()); err != nil { // warm-up, and applies the swaps
+			return err
+		}
+		best := make([]costmodel.Sample, len(all))
+		for range *reps {
+			for i, g := range all {
+				s, err := timeStep(ex, g.batch(), layerFormats(formats))
+				if err != nil {
+					return err
+				}
+				if best[i].Seconds == 0 || s.Seconds < best[i].Seconds {
+					best[i] = s
+				}
+				done++
+				bar.set(done, total)
+			}
+		}
+		samples = append(samples, best[:len(grid)]...)
+		heldOut = append(heldOut, best[len(grid):]...)
+	}
+	bar.clear()
+	c, err := costmodel.FitCalibration(samples, n)
+	if err != nil {
+		return err
+	}
+	errs := make([]float64, len(heldOut))
+	for i, s := range heldOut {
+		errs[i] = math.Abs(c.StepTime(s.Work, s.Layers, n).Seconds()/s.Seconds-1) * 100
+	}
+	c.HeldOutSteps, c.HeldOutMAPE = len(heldOut), costmodel.Median(errs)
+	c.Machine = probe.CPUModel()
+	c.Model, c.Config, c.KV, c.Threads = name, m.Config, kv.String(), cpu.Threads()
+	if err := c.Save(*out); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stderr, "timed %d steps in %s; wrote %s\n", done, time.Since(start).Round(time.Second), *out)
+	if *asJSON {
+		return writeJSON(e.stdout, c)
+	}
+	fmt.Fprintf(e.stdout, "%s on %s (%d threads, %s KV): median error %.1f%% over the %d steps fitted, %.1f%% over %d held out\n\n",
+		name, c.Machine, c.Threads, c.KV, c.MAPE, c.Steps, c.HeldOutMAPE, c.HeldOutSteps)
+	rows := [][]string{}
+	for _, ft := range c.Formats {
+		rows = append(rows, []string{ft.Format + " a layer", formatValue(ft.Layer * 1e6)}, []string{ft.Format + " a layer-token", formatValue(ft.LayerToken * 1e6)})
+	}
+	rows = append(rows, []string{"a prompt key a layer", formatValue(c.PrefillKey * 1e6)},
+		[]string{"a decode key a layer", formatValue(c.DecodeKey * 1e6)}, []string{"a sampled row", formatValue(c.Sampled * 1e6)})
+	t := markdownTable(e.stdout, "term", "µs")
+	if err := t.Bulk(rows); err != nil {
+		return err
+	}
+	return t.Render()
+}
+
+// calibrationModel synthesizes a named shape (seed 1) or loads a checkpoint.
+func calibrationModel(arg string) (*model.Model, string, error) {
+	if cfg, err := model.ShapeByName(arg); err == nil {
+		m, err := model.FromCheckpoint(model.Synthesize(cfg, 1))
+		return m, arg, err
+	}
+	ck, err := model.Load(arg)
+	if err != nil {
+		return nil, "", fmt.Errorf("--model %s: not a shape name (%v) nor a checkpoint: %v", arg, shapeNames(), err)
+	}
+	defer ck.Close()
+	m, err := model.FromCheckpoint(ck)
+	if err != nil {
+		return nil, "", fmt.Errorf("%s: %w", arg, err)
+	}
+	return m, arg, nil
+}
+
+func shapeNames() string {
+	var names []string
+	for _, s := range model.Shapes {
+		names = append(names, s.Name)
+	}
+	return strings.Join(names, ", ")
+}
+
+// layerFormats counts the layers in each format, in the order the formats first appear.
+func layerFormats(fs []quant.Format) []costmodel.LayerFormat {
+	var out []costmodel.LayerFormat
+	for _, f := range fs {
+		i := slices.IndexFunc(out, func(lf costmodel.LayerFormat) bool { return lf.Format == f })
+		if i < 0 {
+			out = append(out, costmodel.LayerFormat{Format: f})
+			i = len(out) - 1
+		}
+		out[i].Layers++
+	}
+	return out
+}

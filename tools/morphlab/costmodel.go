@@ -1,0 +1,138 @@
+package main
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/olekukonko/tablewriter"
+	"github.com/olekukonko/tablewriter/renderer"
+	"github.com/olekukonko/tablewriter/tw"
+
+	"github.com/morphlab/morphlab/engine/exec/costmodel"
+	"github.com/morphlab/morphlab/engine/model"
+	"github.com/morphlab/morphlab/experiments/catalog"
+	"github.com/morphlab/morphlab/quant"
+)
+
+func init() {
+	register(&command{name: "costmodel", summary: "print the simulator's predicted time of each operator for a model on a device", run: runCostModel})
+}
+
+const costModelHelp = `
+Costmodel prints (as a Markdown table, or JSON with --json) the simulator's cost model for one model (--model, from the catalog) on one device (--gpu):
+each operator's predicted time, FLOPs and bytes at --tokens tokens, with the decoder layers' weights in
+--format, under Vidur's operator names (emb, input_layernorm, attn_pre_proj, attn_rope, attn_post_proj,
+post_attention_layernorm, mlp_up_proj, mlp_act, mlp_down_proj, add), so that a prediction can be held against a
+measured profile. Per-layer operators are one layer's; add runs twice a layer. Attention is shown for a prompt
+chunk of --tokens tokens ending at --context positions (attn_prefill) and for --tokens sequences decoding at
+--context positions each (attn_decode); lm_head is the classifier over --tokens rows. The efficiencies are the
+catalog's, fitted to Vidur's A100 profile of Llama-2-7B; on the cpu device they are not what this machine
+reaches (its step times come from 'morphlab calibrate').`
+
+// costModelOutput is what --json prints.
+type costModelOutput struct {
+	Model   string             `json:"model"`
+	GPU     string             `json:"gpu"`
+	Format  string             `json:"format"`
+	KV      string             `json:"kv"`
+	Tokens  int                `json:"tokens"`
+	Context int                `json:"context"`
+	Ops     []costmodel.OpTime `json:"ops"`
+	// Step times of one iteration over all layers: the prompt chunk, and the decode batch.
+	PrefillStepSeconds float64 `json:"prefill_step_s"`
+	DecodeStepSeconds  float64 `json:"decode_step_s"`
+}
+
+func runCostModel(e *env, args []string) error {
+	fs := e.flags("--model M --gpu G --tokens N [flags]", costModelHelp)
+	modelName := fs.String("model", "", "catalog `model` (llama-2-7b, llama-3-8b, codellama-34b, ...)")
+	gpu := fs.String("gpu", "", "catalog `device` (l4, a40, a100, h100, h200, cpu)")
+	tokens := fs.Int("tokens", 0, "`tokens` in the batch")
+	context := fs.Int("context", 0, "cache `positions` attention reads (default: --tokens)")
+	format := fs.String("format", "f16", "decoder layers' weight `format`: f16, int8 or int4")
+	kvFlag := fs.String("kv-type", "f16", "KV cache element `type`: f32, f16 or int8")
+	asJSON := fs.Bool("json", false, "print JSON instead of a table")
+	if err := e.parse(fs, args); err != nil {
+		return err
+	}
+	if *modelName == "" || *gpu == "" || *tokens <= 0 {
+		return usagef("--model, --gpu and --tokens (> 0) are required")
+	}
+	m, err := catalog.ModelByName(*modelName)
+	if err != nil {
+		return usagef("--model: %v", err)
+	}
+	hw, err := catalog.HardwareByName(*gpu)
+	if err != nil {
+		return usagef("--gpu: %v", err)
+	}
+	f, err := quant.ParseFormat(*format)
+	if err != nil || (f != quant.F16 && f != quant.Int8 && f != quant.Int4) {
+		return usagef("--format %q, want f16, int8 or int4", *format)
+	}
+	kv, err := model.ParseKVType(*kvFlag)
+	if err != nil {
+		return usagef("--kv-type: %v", err)
+	}
+	ctx := *context
+	if ctx == 0 {
+		ctx = *tokens
+	}
+	if ctx < *tokens || ctx > m.Config.SeqLen {
+		return usagef("--context %d, want %d..%d (the tokens to the model's context)", ctx, *tokens, m.Config.SeqLen)
+	}
+	cm, err := costmodel.New(m.Config, hw, catalog.Params(), kv, quant.F16)
+	if err != nil {
+		return err
+	}
+	var prefill, decode costmodel.Work
+	prefill.AddSeq(*tokens, ctx, true)
+	for range *tokens {
+		decode.AddSeq(1, ctx, true)
+	}
+	ops := cm.LayerOpTimes(*tokens, f)
+	pre, _ := cm.AttentionTimes(prefill)
+	_, dec := cm.AttentionTimes(decode)
+	if *tokens == 1 {
+		pre, _ = cm.AttentionTimes(costmodel.Work{Tokens: 1, PrefillTokens: 1, PrefillKeys: int64(ctx), PrefillContext: int64(ctx)})
+		pre.Op = costmodel.OpAttnPrefill
+	}
+	ops = append(ops[:3:3], append([]costmodel.OpTime{pre, dec}, ops[3:]...)...)
+	outer := cm.OuterOpTimes(costmodel.Work{Tokens: *tokens, Sampled: *tokens})
+	ops = append(outer[:1:1], append(ops, outer[1:]...)...)
+	layers := []costmodel.LayerFormat{{Format: f, Layers: m.Config.NLayers}}
+	out := costModelOutput{Model: m.Name, GPU: hw.Name, Format: f.String(), KV: kv.String(), Tokens: *tokens, Context: ctx, Ops: ops,
+		PrefillStepSeconds: cm.StepTime(prefill, layers).Seconds(), DecodeStepSeconds: cm.StepTime(decode, layers).Seconds()}
+	if *asJSON {
+		return writeJSON(e.stdout, out)
+	}
+	fmt.Fprintf(e.stdout, "%s on %s, %s layers, %s KV, %d tokens, context %d\n\n", m.Name, hw.Name, f, kv, *tokens, ctx)
+	t := markdownTable(e.stdout, "op", "ms", "GFLOP", "MB", "per step")
+	for _, op := range ops {
+		per := fmt.Sprintf("%d", op.Count)
+		if layerOp(op.Op) {
+			per = fmt.Sprintf("%d × %d layers", op.Count, m.Config.NLayers)
+		}
+		if err := t.Append([]string{op.Op, formatValue(op.Seconds * 1e3), formatValue(op.FLOPs / 1e9), formatValue(op.Bytes / 1e6), per}); err != nil {
+			return err
+		}
+	}
+	if err := t.Render(); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "\nstep: prompt chunk %s ms, decode batch %s ms\n", formatValue(out.PrefillStepSeconds*1e3), formatValue(out.DecodeStepSeconds*1e3))
+	return nil
+}
+
+// layerOp reports whether op runs in every decoder layer.
+func layerOp(op string) bool {
+	return op != costmodel.OpEmbedding && op != costmodel.OpFinalNorm && op != costmodel.OpClassifier
+}
+
+// markdownTable is a tablewriter Markdown table with the given header, as 'morphlab trace stats' prints them.
+func markdownTable(w io.Writer, header ...string) *tablewriter.Table {
+	t := tablewriter.NewTable(w, tablewriter.WithRenderer(renderer.NewMarkdown()), tablewriter.WithHeaderAutoFormat(tw.Off),
+		tablewriter.WithRowAutoWrap(tw.WrapNone), tablewriter.WithHeaderAutoWrap(tw.WrapNone))
+	t.Header(header)
+	return t
+}

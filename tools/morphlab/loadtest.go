@@ -1,0 +1,417 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/morphlab/morphlab/experiments/loadtest"
+	"github.com/morphlab/morphlab/experiments/trace"
+	"github.com/morphlab/morphlab/internal/openai"
+)
+
+func init() {
+	register(&command{name: "loadtest", summary: "load-test an OpenAI-compatible server: vLLM's metrics, Latency-RPS sweeps, capacity and cost", run: runLoadtest})
+}
+
+const loadtestHelp = `
+Loadtest sends streamed requests to an OpenAI-compatible server (POST /v1/completions, or /v1/chat/completions
+with --chat) and reports vLLM benchmark_serving's metrics: TTFT, TPOT = (E2EL - TTFT)/(output tokens - 1) per
+request, ITL pooled over all token gaps, E2EL (mean, std, median, P90, P95, P99 in ms), request, output and total
+token throughput, goodput against --slo, rejections (429) and failures.
+
+Arrivals are open-loop: round(rate x duration) requests whose gaps are drawn from a gamma distribution with shape
+--burstiness and mean 1/rate (1 is Poisson), seeded, as vLLM draws them. The achieved arrival rate is measured
+and a warning printed when it is more than 5% off the asked rate. Prompts come from --prompts (JSONL with
+turns[0], prompt or text, or one per line), else are --prompt-tokens random token ids below --vocab. Each request
+asks for --output-tokens tokens at temperature 0.
+
+--trace replays a trace instead (any format experiments/trace reads, transformed by --window, --busiest,
+--time-scale, ... as in 'morphlab run'): each request at its own arrival, asking for its own output tokens, with
+random token ids of its prompt length (or the --prompts texts in turn).
+
+--sweep runs each rate in turn and draws the Latency-RPS curve (P50 and P95 of TTFT and E2EL against the
+request throughput achieved) to --plot.png and --plot.svg. The knee is the rate with the highest throughput
+whose P95 of the --knee latency is within its limit and whose requests all completed. --target-rps with
+--cost-per-hour turns the knee into instances (rounded up) and cost per hour and per million output tokens.
+
+--compare reads the --json reports of several sweeps (LABEL=FILE,..., one per scheduler, say), draws their P95
+TTFT and E2EL curves on one plot and tabulates each one's knee and its ratio to the first one's.
+
+A 429 counts as rejected and is not retried (the load is open-loop); its Retry-After is not honoured. Requests go
+only to --url: no redirects are followed and no proxy is used. Ctrl-C ends the run; what had not finished counts
+as failed.`
+
+func runLoadtest(e *env, args []string) error {
+	fs := e.flags("--url URL --model NAME (--trace F | --rate R --duration D | --sweep R1,R2,... --duration D) [flags]\n"+
+		"       morphlab loadtest --compare LABEL=FILE,... --knee METRIC=LIMIT [--plot BASE] [--json]", loadtestHelp)
+	url := fs.String("url", "", "server `root`, such as http://127.0.0.1:8000")
+	modelName := fs.String("model", "", "model `name` sent with every request")
+	chat := fs.Bool("chat", false, "use /v1/chat/completions, the prompt as one user message")
+	rate := fs.Float64("rate", 0, "arrival `rate` in requests per second")
+	sweep := fs.String("sweep", "", "comma-separated arrival `rates` to run one after another")
+	burstiness := fs.Float64("burstiness", 1, "gamma shape of the gaps: 1 is Poisson, below 1 burstier")
+	duration := fs.Duration("duration", 0, "span of each run's arrivals (`duration`); requests = round(rate x duration)")
+	tracePath := fs.String("trace", "", "replay the arrivals and lengths of a trace `file` (any format experiments/trace reads)")
+	var tf trace.Flags
+	tf.Register(fs) // also --seed, the seed of arrivals and synthetic prompts as well
+	seed := &tf.Seed
+	promptsFile := fs.String("prompts", "", "prompts `file` (JSONL turns[0]/prompt/text, or one per line); default synthetic")
+	promptTokens := fs.Int("prompt-tokens", 128, "synthetic prompt length in `tokens`")
+	vocab := fs.Int("vocab", 256, "synthetic token ids are below `N` (at most the model's vocabulary)")
+	outputTokens := fs.Int("output-tokens", 128, "max_tokens of each request (`N`)")
+	maxConc := fs.Int("max-concurrency", 0, "requests in flight at most (`N`); 0 for no limit")
+	timeout := fs.Duration("timeout", loadtest.DefaultTimeout, "limit per request, and the drain after the last arrival (`duration`)")
+	sloFlag := fs.String("slo", "", "goodput `limits`, such as ttft=500ms,tpot=50ms,e2el=2s (bare numbers are ms)")
+	kneeFlag := fs.String("knee", "", "knee `target`: the P95 of ttft, tpot, itl or e2el within a limit, such as e2el=2s")
+	targetRPS := fs.Float64("target-rps", 0, "plan capacity for this `rate` (needs --knee and --cost-per-hour)")
+	costPerHour := fs.Float64("cost-per-hour", 0, "hourly `cost` of one instance")
+	plotBase := fs.String("plot", "results/loadtest/latency-rps", "with --sweep or --compare, write the curves to `base`.png and base.svg")
+	asJSON := fs.Bool("json", false, "print JSON instead of tables")
+	compare := fs.String("compare", "", "instead of a run, compare saved --json reports: `LABEL=FILE,...` (needs --knee)")
+	if err := e.parse(fs, args); err != nil {
+		return err
+	}
+	var given []string // in lexical order
+	fs.Visit(func(f *flag.Flag) { given = append(given, f.Name) })
+	set := map[string]bool{}
+	for _, name := range given {
+		set[name] = true
+	}
+	if *compare != "" {
+		for _, name := range given {
+			if name != "compare" && name != "knee" && name != "plot" && name != "json" {
+				return usagef("--%s does not apply to --compare, which takes only --knee, --plot and --json", name)
+			}
+		}
+		return runCompare(e, *compare, *kneeFlag, *plotBase, *asJSON)
+	}
+
+	if *url == "" || *modelName == "" {
+		return usagef("--url and --model are required")
+	}
+	if _, err := loadtest.CheckURL(*url); err != nil {
+		return usageError{"--" + err.Error()}
+	}
+	var rates []float64
+	if *tracePath != "" {
+		for _, name := range []string{"rate", "sweep", "duration", "burstiness", "prompt-tokens", "output-tokens"} {
+			if set[name] {
+				return usagef("--%s does not apply to --trace, whose requests have their own arrivals and lengths", name)
+			}
+		}
+	} else {
+		for _, name := range traceOnlyFlags {
+			if set[name] {
+				return usagef("--%s needs --trace", name)
+			}
+		}
+		var err error
+		if rates, err = parseRates(*rate, *sweep); err != nil {
+			return err
+		}
+		if *duration <= 0 {
+			return usagef("--duration=%v, want a span of arrivals above 0 such as 60s", *duration)
+		}
+		if !(*burstiness > 0) || math.IsInf(*burstiness, 0) {
+			return usagef("--burstiness=%v, want a number above 0 (1 is Poisson)", *burstiness)
+		}
+	}
+	if *outputTokens < 1 {
+		return usagef("--output-tokens=%d, want at least 1", *outputTokens)
+	}
+	if *maxConc < 0 {
+		return usagef("--max-concurrency=%d, want 0 (no limit) or more", *maxConc)
+	}
+	if *timeout <= 0 {
+		return usagef("--timeout=%v, want more than 0", *timeout)
+	}
+	var (
+		slo loadtest.SLO
+		err error
+	)
+	if *sloFlag != "" {
+		if slo, err = loadtest.ParseSLO(*sloFlag); err != nil {
+			return usageError{"--slo: " + err.Error()}
+		}
+	}
+	var knee *loadtest.KneeTarget
+	if *kneeFlag != "" {
+		k, err := loadtest.ParseKneeTarget(*kneeFlag)
+		if err != nil {
+			return usageError{"--knee: " + err.Error()}
+		}
+		knee = &k
+	}
+	if *targetRPS != 0 || *costPerHour != 0 {
+		if knee == nil || !(*targetRPS > 0) || !(*costPerHour >= 0) {
+			return usagef("--target-rps R --cost-per-hour C need --knee, R above 0 and C of 0 or more")
+		}
+	}
+
+	var prompts []openai.Prompt
+	if *promptsFile != "" {
+		if prompts, err = loadtest.LoadPrompts(*promptsFile); err != nil {
+			return err
+		}
+	} else if *chat {
+		return usagef("--chat needs --prompts: synthetic prompts are token ids, which chat messages cannot carry")
+	}
+	var workload func(r float64) ([]loadtest.Request, error)
+	if *tracePath != "" {
+		t, err := tf.Load(*tracePath)
+		if err != nil {
+			return err
+		}
+		reqs, err := loadtest.FromTrace(t, prompts, *vocab, *seed)
+		if err != nil {
+			return err
+		}
+		workload = func(float64) ([]loadtest.Request, error) { return reqs, nil }
+		rates = []float64{traceRate(t)}
+		*duration = time.Duration(t.Duration() * float64(time.Second))
+		fmt.Fprintf(e.stderr, "loadtest: %s, model %s, replaying %s\n", *url, *modelName, t)
+	} else {
+		if prompts == nil {
+			if prompts, err = loadtest.SyntheticPrompts(64, *promptTokens, *vocab, *seed); err != nil {
+				return usageError{err.Error()}
+			}
+		}
+		workload = func(r float64) ([]loadtest.Request, error) {
+			n := max(1, int(math.Round(r*duration.Seconds())))
+			at, err := loadtest.Arrivals(r, *burstiness, n, *seed)
+			if err != nil {
+				return nil, err
+			}
+			return loadtest.Workload(at, prompts, *outputTokens), nil
+		}
+	}
+	bar := newProgress(e.stderr, "loadtest: requests")
+	defer bar.clear()
+	cfg := loadtest.Config{URL: *url, Model: *modelName, Chat: *chat, MaxConcurrency: *maxConc, Timeout: *timeout, Progress: bar.set}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	for _, r := range rates {
+		if _, err := workload(r); err != nil {
+			return usagef("rate %v: %v", r, err)
+		}
+	}
+	report := loadtestReport{URL: *url, Model: *modelName, Burstiness: *burstiness, DurationS: duration.Seconds(), Seed: *seed, KneeTarget: knee}
+	if *tracePath == "" {
+		fmt.Fprintf(e.stderr, "loadtest: %s, model %s, %d rate(s) for %v each\n", *url, *modelName, len(rates), *duration)
+	}
+	points, err := loadtest.Sweep(ctx, cfg, rates, workload, slo, func(p loadtest.Point) {
+		bar.clear()
+		m := p.Metrics
+		fmt.Fprintf(e.stderr, "rate %v: %d requests, %d completed, %d rejected, %d failed, %.3g req/s\n",
+			p.Rate, m.Requests, m.Completed, m.Rejected, m.Failed, m.RequestThroughput)
+		if w := m.RateWarning(); w != "" {
+			fmt.Fprintf(e.stderr, "rate %v: %s\n", p.Rate, w)
+			report.Warnings = append(report.Warnings, fmt.Sprintf("rate %v: %s", p.Rate, w))
+		}
+	})
+	if err != nil {
+		if errors.Is(err, context.Canceled) {
+			return errors.New("interrupted")
+		}
+		return err
+	}
+	report.Runs = points
+
+	if knee != nil {
+		if k, ok := loadtest.Knee(points, *knee); ok {
+			report.Knee = &k
+		}
+	}
+	if report.Knee != nil && *targetRPS > 0 {
+		c, err := loadtest.PlanCapacity(report.Knee.Metrics, *targetRPS, *costPerHour)
+		if err != nil {
+			return err
+		}
+		report.Capacity = &c
+	}
+	if *sweep != "" {
+		title := fmt.Sprintf("%s at %s (burstiness %g)", *modelName, *url, *burstiness)
+		if err := loadtest.PlotCurve(points, title, *plotBase); err != nil {
+			return err
+		}
+		report.Plots = []string{*plotBase + ".png", *plotBase + ".svg"}
+		fmt.Fprintf(e.stderr, "curve in %s.png and %s.svg\n", *plotBase, *plotBase)
+	}
+
+	if *asJSON {
+		err = writeJSON(e.stdout, report)
+	} else {
+		err = printLoadtest(e, report, *sweep != "")
+	}
+	if err != nil {
+		return err
+	}
+	if knee != nil && *targetRPS > 0 && report.Knee == nil {
+		return fmt.Errorf("no rate meets the knee target %v: no capacity to plan", knee)
+	}
+	for _, p := range points {
+		if p.Metrics.Completed == 0 {
+			return fmt.Errorf("rate %v: no request completed (the first: %s)", p.Rate, p.Metrics.FirstError)
+		}
+	}
+	return nil
+}
+
+// loadtestReport is loadtest's JSON output.
+type loadtestReport struct {
+	URL        string               `json:"url"`
+	Model      string               `json:"model"`
+	Burstiness float64              `json:"burstiness"`
+	DurationS  float64              `json:"duration_s"`
+	Seed       uint64               `json:"seed"`
+	Runs       []loadtest.Point     `json:"runs"`
+	KneeTarget *loadtest.KneeTarget `json:"knee_target,omitempty"`
+	Knee       *loadtest.Point      `json:"knee,omitempty"`
+	Capacity   *loadtest.Capacity   `json:"capacity,omitempty"`
+	Plots      []string             `json:"plots,omitempty"`
+	Warnings   []string             `json:"warnings,omitempty"`
+}
+
+// compareReport is loadtest --compare's JSON output.
+type compareReport struct {
+	KneeTarget loadtest.KneeTarget `json:"knee_target"`
+	Curves     []compareCurve      `json:"curves"`
+	Plots      []string            `json:"plots"`
+}
+
+type compareCurve struct {
+	Label string          `json:"label"`
+	File  string          `json:"file"`
+	Knee  *loadtest.Point `json:"knee"` // null when no rate meets the target
+}
+
+// runCompare reads the --json reports of several sweeps (one per label, such as one per scheduler), draws
+// their curves on one plot and tabulates their knees.
+func runCompare(e *env, spec, kneeFlag, plotBase string, asJSON bool) error {
+	if kneeFlag == "" {
+		return usagef("--compare needs --knee")
+	}
+	target, err := loadtest.ParseKneeTarget(kneeFlag)
+	if err != nil {
+		return usageError{"--knee: " + err.Error()}
+	}
+	var (
+		curves []loadtest.Curve
+		out    = compareReport{KneeTarget: target}
+	)
+	for part := range strings.SplitSeq(spec, ",") {
+		label, file, ok := strings.Cut(part, "=")
+		if !ok || label == "" || file == "" {
+			return usagef("--compare=%q: want LABEL=FILE,... such as static=static.json,continuous=cont.json", spec)
+		}
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return err
+		}
+		var r loadtestReport
+		if err := json.Unmarshal(b, &r); err != nil {
+			return fmt.Errorf("%s: not a 'morphlab loadtest --json' report: %v", file, err)
+		}
+		if len(r.Runs) == 0 {
+			return fmt.Errorf("%s: the report has no runs", file)
+		}
+		curves = append(curves, loadtest.Curve{Label: label, Points: r.Runs})
+		c := compareCurve{Label: label, File: file}
+		if k, ok := loadtest.Knee(r.Runs, target); ok {
+			c.Knee = &k
+		}
+		out.Curves = append(out.Curves, c)
+	}
+	if err := loadtest.PlotCompare(curves, "Latency-RPS", plotBase); err != nil {
+		return err
+	}
+	out.Plots = []string{plotBase + ".png", plotBase + ".svg"}
+	fmt.Fprintf(e.stderr, "curves in %s.png and %s.svg\n", plotBase, plotBase)
+	if asJSON {
+		return writeJSON(e.stdout, out)
+	}
+	return printTables(e, loadtest.CompareTable(curves, target))
+}
+
+// traceOnlyFlags are trace.Flags' flags other than --seed: they choose how a trace is read and transformed.
+var traceOnlyFlags = []string{"trace-format", "sort-arrivals", "keep-failed", "window", "busiest", "busiest-by", "thin",
+	"time-scale", "length-scale", "clip", "max-prompt", "max-output"}
+
+// traceRate is a trace's mean arrival rate, (n-1) requests over the span of its arrivals (0 when it cannot be
+// told), as loadtest measures the asked rate.
+func traceRate(t *trace.Trace) float64 {
+	n := len(t.Requests)
+	if n < 2 || t.Duration() <= 0 {
+		return 0
+	}
+	return float64(n-1) / t.Duration()
+}
+
+// parseRates returns the rates of --rate or --sweep, exactly one of which must be given.
+func parseRates(rate float64, sweep string) ([]float64, error) {
+	if (rate != 0) == (sweep != "") {
+		return nil, usagef("give one of --rate R and --sweep R1,R2,...")
+	}
+	if sweep == "" {
+		if !(rate > 0) || math.IsInf(rate, 0) {
+			return nil, usagef("--rate=%v, want requests per second above 0", rate)
+		}
+		return []float64{rate}, nil
+	}
+	var rates []float64
+	for f := range strings.SplitSeq(sweep, ",") {
+		r, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if err != nil || !(r > 0) || math.IsInf(r, 0) {
+			return nil, usagef("--sweep=%q: %q is not a rate above 0", sweep, f)
+		}
+		rates = append(rates, r)
+	}
+	return rates, nil
+}
+
+func printLoadtest(e *env, r loadtestReport, sweep bool) error {
+	tables := []loadtest.Table{loadtest.SweepTable(r.Runs, r.Knee)}
+	if !sweep {
+		tables = loadtest.MetricsTables(r.Runs[0].Metrics)
+	}
+	if err := printTables(e, tables...); err != nil {
+		return err
+	}
+	if r.KneeTarget != nil {
+		fmt.Fprintln(e.stdout)
+		if r.Knee == nil {
+			fmt.Fprintf(e.stdout, "knee: no rate meets %v with every request completed\n", r.KneeTarget)
+		} else {
+			m := r.Knee.Metrics
+			fmt.Fprintf(e.stdout, "knee: %s req/s achieved at rate %v (%v: %s ms)\n", formatValue(m.RequestThroughput), r.Knee.Rate, r.KneeTarget, formatValue(r.KneeTarget.P95(m)))
+		}
+	}
+	if r.Capacity != nil {
+		fmt.Fprintln(e.stdout)
+		return printTables(e, loadtest.CapacityTable(*r.Capacity))
+	}
+	return nil
+}
+
+// printTables prints tables with writeTable, a blank line between them.
+func printTables(e *env, tables ...loadtest.Table) error {
+	for i, t := range tables {
+		if i > 0 {
+			fmt.Fprintln(e.stdout)
+		}
+		if err := writeTable(e.stdout, t.Header, t.Rows); err != nil {
+			return err
+		}
+	}
+	return nil
+}

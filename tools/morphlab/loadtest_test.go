@@ -1,0 +1,189 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/morphlab/morphlab/internal/openai/openaitest"
+)
+
+func TestLoadtestRun(t *testing.T) {
+	s := openaitest.NewServer(openaitest.Options{Model: "m", TTFT: 30 * time.Millisecond, TokenDelay: 5 * time.Millisecond})
+	defer s.Close()
+	code, stdout, stderr := runCLI("loadtest", "--url", s.URL, "--model", "m", "--rate", "20", "--duration", "500ms",
+		"--prompt-tokens", "16", "--output-tokens", "8", "--slo", "ttft=1s")
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+	rows := tableRows(stdout)
+	for _, want := range [][2]string{{"requests", "10"}, {"completed", "10"}, {"failed", "0"}, {"TTFT", "10"}, {"TPOT", "10"}} {
+		if got := rows[want[0]]; len(got) == 0 || got[0] != want[1] {
+			t.Errorf("row %s: %q, want %s first:\n%s", want[0], got, want[1], stdout)
+		}
+	}
+	if !strings.Contains(stderr, "rate 20: 10 requests, 10 completed, 0 rejected, 0 failed") {
+		t.Errorf("stderr %q", stderr)
+	}
+	if s.Requests() != 10 {
+		t.Errorf("server saw %d requests, want 10", s.Requests())
+	}
+}
+
+func TestLoadtestSweepJSON(t *testing.T) {
+	s := openaitest.NewServer(openaitest.Options{Model: "m", TTFT: 20 * time.Millisecond, TokenDelay: 2 * time.Millisecond})
+	defer s.Close()
+	prompts := filepath.Join(t.TempDir(), "p.txt")
+	if err := os.WriteFile(prompts, []byte("one two\nthree\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	plot := filepath.Join(t.TempDir(), "curve")
+	code, stdout, stderr := runCLI("loadtest", "--url", s.URL, "--model", "m", "--sweep", "10,20", "--duration", "400ms",
+		"--prompts", prompts, "--chat", "--output-tokens", "4", "--knee", "e2el=5s", "--target-rps", "25",
+		"--cost-per-hour", "3", "--plot", plot, "--json")
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+	var r loadtestReport
+	if err := json.Unmarshal([]byte(stdout), &r); err != nil {
+		t.Fatalf("stdout is not the JSON report: %v\n%s", err, stdout)
+	}
+	if len(r.Runs) != 2 || r.Runs[0].Metrics.Requests != 4 || r.Runs[1].Metrics.Requests != 8 || r.Runs[1].Metrics.Completed != 8 {
+		t.Fatalf("runs %+v", r.Runs)
+	}
+	if r.Knee == nil || r.Knee.Rate != 20 || r.Capacity == nil {
+		t.Fatalf("knee %+v capacity %+v, want the 20 req/s run and a plan", r.Knee, r.Capacity)
+	}
+	c := r.Capacity
+	if want := int(25/r.Knee.Metrics.RequestThroughput) + 1; c.Instances != want || c.CostPerHour != 3*float64(want) {
+		t.Errorf("capacity %+v, want %d instances", c, want)
+	}
+	for _, f := range r.Plots {
+		if st, err := os.Stat(f); err != nil || st.Size() == 0 {
+			t.Errorf("plot %s: %v", f, err)
+		}
+	}
+}
+
+// TestLoadtestTrace replays a Vidur-format trace, stretched 2x by --time-scale: each request at its own time with
+// its own lengths.
+func TestLoadtestTrace(t *testing.T) {
+	s := openaitest.NewServer(openaitest.Options{Model: "m"})
+	defer s.Close()
+	tr := filepath.Join(t.TempDir(), "t.csv")
+	if err := os.WriteFile(tr, []byte("arrived_at,num_prefill_tokens,num_decode_tokens\n0,5,3\n0.1,2,7\n0.2,9,1\n0.25,4,2\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := runCLI("loadtest", "--url", s.URL, "--model", "m", "--trace", tr, "--time-scale", "2", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+	var r loadtestReport
+	if err := json.Unmarshal([]byte(stdout), &r); err != nil {
+		t.Fatal(err)
+	}
+	m := r.Runs[0].Metrics
+	// 3 gaps over 0.5 s once stretched; 20 prompt and 13 output tokens in all (the fake counts token ids).
+	if m.Requests != 4 || m.Completed != 4 || m.TotalInputTokens != 20 || m.TotalOutputTokens != 13 || m.AskedRate != 6 || r.Runs[0].Rate != 6 {
+		t.Errorf("metrics %+v", m)
+	}
+	if r.DurationS != 0.5 || !strings.Contains(stderr, "time-scale") {
+		t.Errorf("duration %v, stderr %q", r.DurationS, stderr)
+	}
+}
+
+// TestLoadtestCompare sweeps two servers, one twice as slow a token, saves both reports and compares them.
+func TestLoadtestCompare(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct {
+		name  string
+		delay time.Duration
+	}{{"fast", 2 * time.Millisecond}, {"slow", 20 * time.Millisecond}} {
+		s := openaitest.NewServer(openaitest.Options{Model: "m", TokenDelay: c.delay})
+		code, stdout, stderr := runCLI("loadtest", "--url", s.URL, "--model", "m", "--sweep", "20,40", "--duration", "300ms",
+			"--output-tokens", "6", "--plot", filepath.Join(dir, c.name), "--json")
+		s.Close()
+		if code != 0 {
+			t.Fatalf("%s: exit %d, stderr %q", c.name, code, stderr)
+		}
+		if err := os.WriteFile(filepath.Join(dir, c.name+".json"), []byte(stdout), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	plot := filepath.Join(dir, "both")
+	// Fast: 5 tokens 2 ms apart, E2EL about 10 ms; slow: about 100 ms. Only the fast one meets P95 E2EL <= 50ms.
+	args := []string{"loadtest", "--compare", "fast=" + filepath.Join(dir, "fast.json") + ",slow=" + filepath.Join(dir, "slow.json"),
+		"--knee", "e2el=50ms", "--plot", plot}
+	code, stdout, stderr := runCLI(args...)
+	if code != 0 {
+		t.Fatalf("compare: exit %d, stderr %q", code, stderr)
+	}
+	rows := tableRows(stdout)
+	if f, s := rows["fast"], rows["slow"]; len(f) != 5 || f[0] != "2" || f[1] != "40.00" || f[4] != "1.000" || len(s) != 5 || s[1] != "none" {
+		t.Errorf("compare table:\n%s", stdout)
+	}
+	svg, err := os.ReadFile(plot + ".svg")
+	if err != nil || !strings.Contains(string(svg), "slow E2EL P95") {
+		t.Errorf("compare plot: %v", err)
+	}
+	code, stdout, _ = runCLI(append(args, "--json")...)
+	var r compareReport
+	if err := json.Unmarshal([]byte(stdout), &r); err != nil || code != 0 || len(r.Curves) != 2 || r.Curves[0].Knee == nil || r.Curves[1].Knee != nil {
+		t.Errorf("compare JSON: exit %d, %v, %+v", code, err, r)
+	}
+}
+
+func TestLoadtestErrors(t *testing.T) {
+	base := []string{"loadtest", "--url", "http://127.0.0.1:1", "--model", "m", "--duration", "1s"}
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"loadtest", "--model", "m", "--rate", "1", "--duration", "1s"}, 2, "--url and --model are required"},
+		{base, 2, "give one of --rate R and --sweep"},
+		{append(base, "--rate", "1", "--sweep", "1,2"), 2, "give one of --rate R and --sweep"},
+		{append(base, "--sweep", "1,x"), 2, `--sweep="1,x": "x" is not a rate above 0`},
+		{append(base, "--rate", "-1"), 2, "--rate=-1"},
+		{append(base, "--rate", "1", "--burstiness", "0"), 2, "--burstiness=0"},
+		{append(base, "--rate", "1", "--slo", "ttft=soon"), 2, "--slo: "},
+		{append(base, "--rate", "1", "--knee", "p50=1s"), 2, "--knee: "},
+		{append(base, "--rate", "1", "--target-rps", "5"), 2, "need --knee"},
+		{append(base, "--rate", "1", "--chat"), 2, "--chat needs --prompts"},
+		{[]string{"loadtest", "--compare", "a=x.json"}, 2, "--compare needs --knee"},
+		{[]string{"loadtest", "--compare", "a=x.json", "--knee", "e2el=1s", "--rate", "1"}, 2, "--rate does not apply to --compare"},
+		{[]string{"loadtest", "--compare", "x.json", "--knee", "e2el=1s"}, 2, "want LABEL=FILE"},
+		{[]string{"loadtest", "--compare", "a=/nonexistent/x.json", "--knee", "e2el=1s"}, 1, "/nonexistent/x.json"},
+		{append(base, "--trace", "t.csv"), 2, "--duration does not apply to --trace"},
+		{append(base, "--rate", "1", "--window", "0+1"), 2, "--window needs --trace"},
+		{[]string{"loadtest", "--url", "http://127.0.0.1:1", "--model", "m", "--trace", "/nonexistent/t.csv"}, 1, "/nonexistent/t.csv"},
+		{append(base, "--rate", "1", "--prompts", "/nonexistent/p.txt"), 1, "/nonexistent/p.txt"},
+		{[]string{"loadtest", "--url", "http://127.0.0.1:1/v1", "--model", "m", "--duration", "1s", "--rate", "1"}, 2, `--url "http://127.0.0.1:1/v1": want a server root`},
+		// Nothing listens on port 1: every request fails and the command says so.
+		{append(base, "--rate", "2", "--timeout", "2s"), 1, "rate 2: no request completed (the first: "},
+	} {
+		code, _, stderr := runCLI(c.args...)
+		if code != c.code || !strings.HasPrefix(stderr, "morphlab loadtest: ") && !strings.Contains(stderr, "\nmorphlab loadtest: ") || !strings.Contains(stderr, c.want) {
+			t.Errorf("%s: exit %d, stderr %q; want %d and %q", strings.Join(c.args[1:], " "), code, stderr, c.code, c.want)
+		}
+	}
+}
+
+// tableRows returns the cells of each row of the Markdown tables in s, by the row's first cell.
+func tableRows(s string) map[string][]string {
+	rows := map[string][]string{}
+	for line := range strings.SplitSeq(s, "\n") {
+		if !strings.HasPrefix(line, "|") {
+			continue
+		}
+		var cells []string
+		for c := range strings.SplitSeq(strings.Trim(line, "|"), "|") {
+			cells = append(cells, strings.TrimSpace(c))
+		}
+		rows[cells[0]] = cells[1:]
+	}
+	return rows
+}

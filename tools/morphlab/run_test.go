@@ -1,0 +1,64 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/morphlab/morphlab/experiments/results"
+)
+
+// TestRunCommand replays a small bursty trace on stories260K's shape under fp16, static:int4 and morph:performance
+// in CPU-time virtual time: every request completes, static:int4 starts with a larger pool, morph swaps, and bad
+// flags are one-line usage errors.
+func TestRunCommand(t *testing.T) {
+	dir := t.TempDir()
+	tr := filepath.Join(dir, "t.csv")
+	rows := "arrived_at,num_prefill_tokens,num_decode_tokens\n"
+	for i := range 40 {
+		rows += fmt.Sprintf("%.3f,%d,%d\n", 0.002*float64(i), 30+7*i%90, 20+5*i%40)
+	}
+	if err := os.WriteFile(tr, []byte(rows), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	runs := map[string]*results.Run{}
+	for _, p := range []string{"fp16", "static:int4", "morph:performance:persistence=1"} {
+		out := filepath.Join(dir, strings.ReplaceAll(p, ":", "_"))
+		code, stdout, stderr := runCLI("run", "--shape", "stories260K", "--trace", tr, "--policy", p, "--kv-blocks", "30",
+			"--clock", "cpu", "--max-tokens", "64", "--out", out)
+		if code != 0 || !strings.Contains(stdout, "| "+p) {
+			t.Fatalf("run %s: exit %d, stdout %q, stderr %q", p, code, stdout, stderr)
+		}
+		r, err := results.Load(filepath.Join(out, "results.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Aggregates.Completed != 40 || r.Meta.KVBlocksFull != 30 || r.Meta.Trace.Requests != 40 || len(r.Timeline) == 0 {
+			t.Fatalf("%s: %d completed, pool %d, trace %+v, %d timeline points", p, r.Aggregates.Completed, r.Meta.KVBlocksFull, r.Meta.Trace, len(r.Timeline))
+		}
+		runs[p] = r
+	}
+	if a := runs["static:int4"].Aggregates; a.PeakKVAttached <= 30 || a.FullPrecision != 0 {
+		t.Errorf("static:int4: %d blocks attached, %.2f of tokens at full precision; want more than 30 and none", a.PeakKVAttached, a.FullPrecision)
+	}
+	if a := runs["morph:performance:persistence=1"].Aggregates; a.SwapActions == 0 || a.MaxQuantized == 0 {
+		t.Errorf("morph: %d swap actions, at most %d layers quantized; the burst should make it swap", a.SwapActions, a.MaxQuantized)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--shape", "stories260K", "--trace", tr, "--kv-blocks", "30"}, "--out is required"},
+		{[]string{"--shape", "stories260K", "--trace", tr, "--out", dir}, "give one of --memory and --kv-blocks"},
+		{[]string{"--shape", "stories260K", "--trace", tr, "--kv-blocks", "30", "--out", dir, "--policy", "morph:fast"}, `mode "fast"`},
+		{[]string{"--trace", tr, "--kv-blocks", "30", "--out", dir}, "give one of --model and --shape"},
+		{[]string{"--shape", "stories260K", "--trace", tr, "--kv-blocks", "30", "--out", dir, "--clock", "sun"}, `--clock "sun"`},
+	} {
+		code, _, stderr := runCLI(append([]string{"run"}, c.args...)...)
+		if code != 2 || !strings.Contains(stderr, c.want) || strings.Count(stderr, "\n") != 1 {
+			t.Errorf("run %v: exit %d, stderr %q; want 2 and one line with %q", c.args, code, stderr, c.want)
+		}
+	}
+}

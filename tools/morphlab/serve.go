@@ -1,0 +1,150 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/morphlab/morphlab/engine"
+	"github.com/morphlab/morphlab/engine/exec"
+	"github.com/morphlab/morphlab/engine/morph"
+	"github.com/morphlab/morphlab/engine/server"
+)
+
+func init() {
+	register(&command{name: "serve", summary: "serve a model over an OpenAI-compatible HTTP API with Prometheus metrics", run: runServe})
+}
+
+const serveHelp = `
+Serve runs the engine on the CPU behind OpenAI's HTTP API: POST /v1/completions and /v1/chat/completions (SSE with
+"stream": true), GET /v1/models, /health and /metrics (Prometheus, vLLM's metric names with the morphlab: prefix).
+--memory is the memory budget the CPU executor emulates (weights, workspace, and KV blocks in what is left);
+--scheduler picks continuous (iteration-level) batching or the static and dynamic baselines. With --max-queue N
+a request arriving while N wait for their first batch is answered 429 with Retry-After. SIGINT or SIGTERM stops
+admitting, lets running requests finish within --grace, and exits 0. The package doc of engine/server lists the
+parameters and error answers.`
+
+func runServe(e *env, args []string) error {
+	fs := e.flags("--model FILE [flags]", serveHelp)
+	var mf modelFlags
+	mf.register(fs)
+	name := fs.String("served-model-name", "", "the model `name` clients ask for (default: the checkpoint's file name without extension)")
+	memory := fs.String("memory", "", "memory `budget` the CPU executor emulates, e.g. 64MiB or 2GiB (default: weights, workspace and 32 full-context sequences of KV)")
+	policy := fs.String("scheduler", "continuous", "batching: continuous, dynamic or static")
+	blockSize := fs.Int("block-size", 16, "KV block size in `tokens`")
+	stepTokens := fs.Int("max-num-batched-tokens", 256, "tokens one iteration feeds at most (the workspace is sized for it)")
+	maxSeqs := fs.Int("max-num-seqs", 256, "running sequences at most (continuous batching)")
+	batch := fs.Int("batch-size", 32, "batch size of static and dynamic batching")
+	maxDelay := fs.Duration("max-delay", 50*time.Millisecond, "dynamic batching: the longest a request waits for its batch to fill")
+	maxQueue := fs.Int("max-queue", 0, "requests waiting for their first batch at most; more get 429 (0: no bound)")
+	addr := fs.String("addr", "127.0.0.1:8000", "listen `address`")
+	grace := fs.Duration("grace", 30*time.Second, "on SIGINT/SIGTERM, how long running requests may take to finish")
+	morphPolicy := fs.String("policy", "fp16", "morphing `policy`: fp16, static:int8|int4, selective:N[:int8|int4], morph:MODE[:k=v...] (as morphlab run)")
+	profile := fs.String("profile", "", "layer swap order from a 'morphlab profile' `file`")
+	if err := e.parse(fs, args); err != nil {
+		return err
+	}
+	spec, err := morph.Parse(*morphPolicy)
+	if err != nil {
+		return usagef("--policy: %v", err)
+	}
+	switch {
+	case *policy != "continuous" && *policy != "dynamic" && *policy != "static":
+		return usagef("--scheduler=%s, want continuous, dynamic or static", *policy)
+	case *blockSize < 1 || *stepTokens < 1 || *maxSeqs < 1 || *batch < 1:
+		return usagef("--block-size %d, --max-num-batched-tokens %d, --max-num-seqs %d, --batch-size %d: want each at least 1",
+			*blockSize, *stepTokens, *maxSeqs, *batch)
+	case *maxQueue < 0 || *grace < 0 || *maxDelay < 0:
+		return usagef("--max-queue %d, --grace %v, --max-delay %v: want none negative", *maxQueue, *grace, *maxDelay)
+	}
+	var budget int64
+	if *memory != "" {
+		b, err := parseBytes(*memory)
+		if err != nil {
+			return usagef("--memory: %v", err)
+		}
+		budget = b
+	}
+	m, vocab, err := mf.load()
+	if err != nil {
+		return err
+	}
+	order, base, err := servingSetup(m, spec, *profile)
+	if err != nil {
+		return err
+	}
+	if budget == 0 {
+		blocks := 32 * ((m.Config.SeqLen + *blockSize - 1) / *blockSize)
+		budget = budgetFor(m, base, m.SequenceKV, *blockSize, *stepTokens, blocks)
+	}
+	controller := morph.NewController(spec, order, base)
+	bound := false
+	onStep := func(e *engine.Engine, info engine.StepInfo) {
+		if !bound {
+			controller.Bind(e)
+			bound = true
+		}
+		controller.OnStep(info)
+	}
+	x, err := exec.NewCPU(m, exec.CPUOptions{Budget: budget, BlockSize: *blockSize, MaxTokens: *stepTokens, KVType: m.SequenceKV})
+	if err != nil {
+		return err
+	}
+	if *name == "" {
+		*name = strings.TrimSuffix(filepath.Base(mf.path), filepath.Ext(mf.path))
+	}
+	srv, err := server.New(server.Config{Model: *name, Vocab: vocab, Executor: x, MaxQueue: *maxQueue, Grace: *grace, OnStep: onStep,
+		Engine: engine.Options{Policy: *policy, MaxSeqs: *maxSeqs, BatchSize: min(*batch, *stepTokens), MaxDelay: *maxDelay}})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return err
+	}
+	mem := x.Memory()
+	fmt.Fprintf(e.stderr, "serving %s on http://%s: %s batching, policy %s, %d KV blocks of %d tokens, budget %s (weights %s)\n",
+		*name, ln.Addr(), *policy, spec, mem.Blocks, *blockSize, formatBytes(mem.Budget), formatBytes(mem.Weights))
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	announced := make(chan struct{})
+	go func() {
+		<-ctx.Done()
+		stop() // a second signal ends the process at once
+		fmt.Fprintf(e.stderr, "stopping: finishing running requests (at most %v; a second signal exits now)\n", *grace)
+		close(announced)
+	}()
+	if err := srv.Serve(ctx, ln); err != nil {
+		return err
+	}
+	<-announced // Serve returns nil only once ctx has ended
+	fmt.Fprintf(e.stderr, "stopped\n")
+	return nil
+}
+
+// parseBytes reads a size: an integer with an optional unit, B, KiB, MiB, GiB (powers of 1024) or KB, MB, GB
+// (powers of 1000).
+func parseBytes(s string) (int64, error) {
+	units := []struct {
+		suffix string
+		scale  int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"B", 1}}
+	num, scale := s, int64(1)
+	for _, u := range units {
+		if n, ok := strings.CutSuffix(s, u.suffix); ok {
+			num, scale = n, u.scale
+			break
+		}
+	}
+	v, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
+	if err != nil || v <= 0 || v*float64(scale) > 1<<62 {
+		return 0, fmt.Errorf("%q, want a positive size such as 512MiB, 2GiB or 1000000", s)
+	}
+	return int64(v * float64(scale)), nil
+}

@@ -1,0 +1,113 @@
+package main
+
+import (
+	"bufio"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestMain lets a test run the command line in a child process (MORPHLAB_TEST_CLI=1), for what needs a process
+// of its own, such as a signal.
+func TestMain(m *testing.M) {
+	if os.Getenv("MORPHLAB_TEST_CLI") == "1" {
+		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// TestServeSIGTERM serves a synthetic model in a child process, sends SIGTERM while a stream runs, and checks
+// that the stream still completes, new connections are refused and the process exits 0.
+func TestServeSIGTERM(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "m.gguf")
+	if code, _, stderr := runCLI("synth", "--shape", "stories260K", "--out", path); code != 0 {
+		t.Fatalf("synth: %s", stderr)
+	}
+	cmd := exec.Command(os.Args[0], "serve", "--model", path, "--addr", "127.0.0.1:0", "--grace", "20s")
+	cmd.Env = append(os.Environ(), "MORPHLAB_TEST_CLI=1")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	lines := bufio.NewReader(stderr)
+	first, err := lines.ReadString('\n')
+	if err != nil {
+		t.Fatalf("serve's first line: %q, %v", first, err)
+	}
+	addr := regexp.MustCompile(`^serving m on (http://127\.0\.0\.1:\d+): continuous batching, policy fp16, \d+ KV blocks of 16 tokens`).FindStringSubmatch(first)
+	if addr == nil {
+		t.Fatalf("serve's first line %q, want the model, the address and the pool", first)
+	}
+	body := `{"model": "m", "prompt": "Once", "max_tokens": 300, "temperature": 0, "stream": true}`
+	resp, err := http.Post(addr[1]+"/v1/completions", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	r := bufio.NewReader(resp.Body)
+	if _, err := r.ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	rest, err := io.ReadAll(r)
+	if s := string(rest); err != nil || !regexp.MustCompile(`"finish_reason":"(length|stop)"`).MatchString(s) || !strings.HasSuffix(s, "data: [DONE]\n\n") {
+		t.Errorf("the stream after SIGTERM: ...%q, %v; want it to run to its end and [DONE]", s[max(0, len(s)-200):], err)
+	}
+	tail, _ := io.ReadAll(lines)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if want := "stopping: finishing running requests (at most 20s; a second signal exits now)\nstopped\n"; err != nil || string(tail) != want {
+			t.Errorf("serve after SIGTERM: %v, stderr %q; want exit 0 and %q", err, tail, want)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve did not exit 30 s after SIGTERM")
+	}
+	if _, err := http.Get(addr[1] + "/health"); err == nil {
+		t.Errorf("GET /health after serve exited: no error, want a refused connection")
+	}
+}
+
+func TestServeUsage(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"serve"}, "morphlab serve: --model is required\n"},
+		{[]string{"serve", "--model", "x", "--scheduler", "fifo"}, "morphlab serve: --scheduler=fifo, want continuous, dynamic or static\n"},
+		{[]string{"serve", "--model", "x", "--memory", "lots"}, "morphlab serve: --memory: \"lots\", want a positive size such as 512MiB, 2GiB or 1000000\n"},
+		{[]string{"serve", "--model", "x", "--max-queue", "-1"}, "morphlab serve: --max-queue -1, --grace 30s, --max-delay 50ms: want none negative\n"},
+	} {
+		code, stdout, stderr := runCLI(c.args...)
+		if code != 2 || stderr != c.want || stdout != "" {
+			t.Errorf("morphlab %s: exit %d, stderr %q; want 2 and %q", strings.Join(c.args, " "), code, stderr, c.want)
+		}
+	}
+}
+
+func TestParseBytes(t *testing.T) {
+	for s, want := range map[string]int64{"512MiB": 512 << 20, "2GiB": 2 << 30, "1.5KiB": 1536, "1000000": 1e6, "3MB": 3e6, "64B": 64} {
+		if got, err := parseBytes(s); got != want || err != nil {
+			t.Errorf("parseBytes(%q) = %d, %v; want %d", s, got, err, want)
+		}
+	}
+	for _, s := range []string{"", "0", "-1MiB", "MiB", "1TiB5", "1e30GiB"} {
+		if _, err := parseBytes(s); err == nil {
+			t.Errorf("parseBytes(%q): no error", s)
+		}
+	}
+}
