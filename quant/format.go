@@ -61,8 +61,8 @@ func (o *Options) group() int {
 //	F32:       F32 [Rows*Cols]
 //	F16, BF16: Half [Rows*Cols]
 //	Int8:      Q [Rows*Cols], Scales [Rows]
-//	Q8_0:      Packed: Rows rows of Cols/32 blocks of 34 bytes
-//	Q4_0:      Packed: Rows rows of Cols/32 blocks of 18 bytes
+//	Q8_0:      Q [Rows*Cols], BlockScales [Rows*Cols/32] (GGUF's blocks repacked, RepackQ8_0)
+//	Q4_0:      Packed [Rows*Cols/2] (zero point 8), BlockScales [Rows*Cols/32] (RepackQ4_0)
 //	Int4:      Packed [Rows*Cols/2], Scales and Zeros [Rows*Cols/Group]
 type Matrix struct {
 	Format     Format
@@ -75,6 +75,8 @@ type Matrix struct {
 	Packed []byte
 	Scales []float32
 	Zeros  []uint8
+	// BlockScales are Q8_0's and Q4_0's binary16 scales, one a block of 32 along a row.
+	BlockScales []uint16
 }
 
 // checkShape reports whether format f can hold an [n, k] matrix with Int4 group size group.
@@ -121,11 +123,13 @@ func Quantize(f Format, w []float32, n, k int, opts *Options) (*Matrix, error) {
 		m.Q, m.Scales = make([]int8, n*k), make([]float32, n)
 		QuantizeRowsInt8(w, n, k, m.Q, m.Scales)
 	case Q8_0:
-		m.Packed = make([]byte, n*k/BlockSize*Q8_0BlockBytes)
-		QuantizeQ8_0(m.Packed, w)
+		blocks := make([]byte, n*k/BlockSize*Q8_0BlockBytes)
+		QuantizeQ8_0(blocks, w)
+		m.Q, m.BlockScales = repackQ8_0(blocks)
 	case Q4_0:
-		m.Packed = make([]byte, n*k/BlockSize*Q4_0BlockBytes)
-		QuantizeQ4_0(m.Packed, w)
+		blocks := make([]byte, n*k/BlockSize*Q4_0BlockBytes)
+		QuantizeQ4_0(blocks, w)
+		m.Packed, m.BlockScales = repackQ4_0(blocks)
 	case Int4:
 		m.Group = group
 		m.Packed = make([]byte, n*k/2)
@@ -152,19 +156,52 @@ func (m *Matrix) Dequantize() []float32 {
 				out[j*m.Cols+p] = float32(q) * s
 			}
 		}
-	case Q8_0:
-		dequantizeQ8_0(out, m.Packed)
-	case Q4_0:
-		dequantizeQ4_0(out, m.Packed)
+	case Q8_0, Q4_0:
+		for j := range m.Rows {
+			m.DequantizeRow(j, out[j*m.Cols:(j+1)*m.Cols])
+		}
 	case Int4:
 		dequantizeInt4(out, m)
 	}
 	return out
 }
 
+// DequantizeRow writes the float32 values of row j into dst (Cols values): what Dequantize gives for the row,
+// without widening the rest (an embedding lookup).
+func (m *Matrix) DequantizeRow(j int, dst []float32) {
+	k := m.Cols
+	dst = dst[:k]
+	switch m.Format {
+	case F32:
+		copy(dst, m.F32[j*k:(j+1)*k])
+	case F16:
+		half.F16ToF32Slice(dst, m.Half[j*k:(j+1)*k])
+	case BF16:
+		half.BF16ToF32Slice(dst, m.Half[j*k:(j+1)*k])
+	case Int8:
+		s := m.Scales[j]
+		for p, q := range m.Q[j*k : (j+1)*k] {
+			dst[p] = float32(q) * s
+		}
+	case Q8_0:
+		for p, q := range m.Q[j*k : (j+1)*k] {
+			dst[p] = float32(q) * half.F16ToF32(m.BlockScales[(j*k+p)/BlockSize])
+		}
+	case Q4_0:
+		for p := range dst {
+			q := m.Packed[(j*k+p)/2] >> (4 * (p % 2)) & 0xf
+			dst[p] = float32(int(q)-8) * half.F16ToF32(m.BlockScales[(j*k+p)/BlockSize])
+		}
+	case Int4:
+		row := &Matrix{Format: Int4, Rows: 1, Cols: k, Group: m.Group, Packed: m.Packed[j*k/2 : (j+1)*k/2],
+			Scales: m.Scales[j*k/m.Group : (j+1)*k/m.Group], Zeros: m.Zeros[j*k/m.Group : (j+1)*k/m.Group]}
+		dequantizeInt4(dst, row)
+	}
+}
+
 // Bytes is the storage the matrix needs: its packed values plus scales and zero points.
 func (m *Matrix) Bytes() int {
-	return 4*len(m.F32) + 2*len(m.Half) + len(m.Q) + len(m.Packed) + 4*len(m.Scales) + len(m.Zeros)
+	return 4*len(m.F32) + 2*len(m.Half) + len(m.Q) + len(m.Packed) + 4*len(m.Scales) + len(m.Zeros) + 2*len(m.BlockScales)
 }
 
 // BitsPerWeight is Bytes·8 per weight.

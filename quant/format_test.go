@@ -88,17 +88,16 @@ func stepBound(m *Matrix, i int, v float32) float64 {
 		g := (i/m.Cols)*(m.Cols/m.Group) + i%m.Cols/m.Group
 		return float64(m.Scales[g]) / 2 * slack
 	case Q8_0:
-		return blockD(m.Packed, i, Q8_0BlockBytes)/2*slack + a*math.Ldexp(1, -10)
+		return blockD(m, i)/2*slack + a*math.Ldexp(1, -10)
 	case Q4_0:
-		return blockD(m.Packed, i, Q4_0BlockBytes)*slack + a*math.Ldexp(1, -10)
+		return blockD(m, i)*slack + a*math.Ldexp(1, -10)
 	}
 	panic("unknown format")
 }
 
 // blockD is |d| of the GGUF block holding element i.
-func blockD(packed []byte, i, blockBytes int) float64 {
-	blk := packed[i/BlockSize*blockBytes:]
-	return math.Abs(f16Value(uint16(blk[0]) | uint16(blk[1])<<8))
+func blockD(m *Matrix, i int) float64 {
+	return math.Abs(f16Value(m.BlockScales[i/BlockSize]))
 }
 
 func TestQuantizeErrors(t *testing.T) {

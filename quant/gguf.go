@@ -153,3 +153,102 @@ func truncClamp(v float32, lo, hi int) int {
 	}
 	return int(t)
 }
+
+// RepackQ8_0 returns the [rows, cols] matrix stored in GGUF Q8_0 blocks (rows·cols/32 of them, row after row)
+// in the engine's layout (package doc): the codes as one int8 matrix and the binary16 scales as another, the
+// values bit for bit the blocks' own and the memory the blocks' own (34 bytes a block). Sizes that do not match
+// are an error.
+func RepackQ8_0(blocks []byte, rows, cols int) (*Matrix, error) {
+	if err := checkRepack(Q8_0, len(blocks), rows, cols, Q8_0BlockBytes); err != nil {
+		return nil, err
+	}
+	m := &Matrix{Format: Q8_0, Rows: rows, Cols: cols}
+	m.Q, m.BlockScales = repackQ8_0(blocks)
+	return m, nil
+}
+
+// RepackQ4_0 returns the [rows, cols] matrix stored in GGUF Q4_0 blocks in the engine's layout: the codes
+// packed two a byte in Int4's nibble order (zero point 8) and the binary16 scales, 18 bytes a block as in the
+// file.
+func RepackQ4_0(blocks []byte, rows, cols int) (*Matrix, error) {
+	if err := checkRepack(Q4_0, len(blocks), rows, cols, Q4_0BlockBytes); err != nil {
+		return nil, err
+	}
+	m := &Matrix{Format: Q4_0, Rows: rows, Cols: cols}
+	m.Packed, m.BlockScales = repackQ4_0(blocks)
+	return m, nil
+}
+
+func checkRepack(f Format, got, rows, cols, blockBytes int) error {
+	if err := checkShape(f, rows, cols, 0); err != nil {
+		return err
+	}
+	if want := rows * cols / BlockSize * blockBytes; got != want {
+		return fmt.Errorf("quant: %v: %d bytes for [%d, %d], want %d", f, got, rows, cols, want)
+	}
+	return nil
+}
+
+// Blocks returns a Q8_0 or Q4_0 matrix as GGUF blocks, byte for byte the blocks it was repacked from.
+func (m *Matrix) Blocks() ([]byte, error) {
+	nb := len(m.BlockScales)
+	switch m.Format {
+	case Q8_0:
+		out := make([]byte, nb*Q8_0BlockBytes)
+		for b := range nb {
+			blk := out[b*Q8_0BlockBytes:][:Q8_0BlockBytes]
+			binary.LittleEndian.PutUint16(blk, m.BlockScales[b])
+			for i, q := range m.Q[b*BlockSize : (b+1)*BlockSize] {
+				blk[2+i] = byte(q)
+			}
+		}
+		return out, nil
+	case Q4_0:
+		out := make([]byte, nb*Q4_0BlockBytes)
+		for b := range nb {
+			blk := out[b*Q4_0BlockBytes:][:Q4_0BlockBytes]
+			binary.LittleEndian.PutUint16(blk, m.BlockScales[b])
+			codes := m.Packed[b*BlockSize/2:][:BlockSize/2]
+			for i := range BlockSize {
+				q := codes[i/2] >> (4 * (i % 2)) & 0xf
+				blk[2+i%16] |= q << (4 * (i / 16))
+			}
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("quant: %v has no GGUF blocks", m.Format)
+}
+
+// repackQ8_0 splits whole Q8_0 blocks into their codes and scales.
+func repackQ8_0(blocks []byte) ([]int8, []uint16) {
+	nb := len(blocks) / Q8_0BlockBytes
+	q, d := make([]int8, nb*BlockSize), make([]uint16, nb)
+	for b := range nb {
+		blk := blocks[b*Q8_0BlockBytes:][:Q8_0BlockBytes]
+		d[b] = binary.LittleEndian.Uint16(blk)
+		for i, c := range blk[2:] {
+			q[b*BlockSize+i] = int8(c)
+		}
+	}
+	return q, d
+}
+
+// repackQ4_0 splits whole Q4_0 blocks into their codes, in Int4's nibble order (element 2i low, 2i+1 high), and
+// scales.
+func repackQ4_0(blocks []byte) ([]uint8, []uint16) {
+	nb := len(blocks) / Q4_0BlockBytes
+	w, d := make([]uint8, nb*BlockSize/2), make([]uint16, nb)
+	for b := range nb {
+		blk := blocks[b*Q4_0BlockBytes:][:Q4_0BlockBytes]
+		d[b] = binary.LittleEndian.Uint16(blk)
+		out := w[b*BlockSize/2:][:BlockSize/2]
+		// Elements 2i and 2i+1 are both low nibbles (i < 8) or both high nibbles of bytes 2i%16 and 2i%16+1.
+		for i := range out {
+			e := 2 * i
+			shift := 4 * (e / 16)
+			lo, hi := blk[2+e%16]>>shift&0xf, blk[2+e%16+1]>>shift&0xf
+			out[i] = lo | hi<<4
+		}
+	}
+	return w, d
+}

@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -87,9 +88,10 @@ func TestGolden(t *testing.T) {
 		quantize   func([]byte, []float32)
 		decode     func([]byte) ([]float32, error)
 		gguf       func([]byte) []float64
+		repack     func([]byte, int, int) (*Matrix, error)
 	}{
-		{"q8_0.bin", Q8_0BlockBytes, QuantizeQ8_0, DecodeQ8_0, ggufQ8_0},
-		{"q4_0.bin", Q4_0BlockBytes, QuantizeQ4_0, DecodeQ4_0, ggufQ4_0},
+		{"q8_0.bin", Q8_0BlockBytes, QuantizeQ8_0, DecodeQ8_0, ggufQ8_0, RepackQ8_0},
+		{"q4_0.bin", Q4_0BlockBytes, QuantizeQ4_0, DecodeQ4_0, ggufQ4_0, RepackQ4_0},
 	} {
 		got := make([]byte, len(x)/32*tc.blockBytes)
 		tc.quantize(got, x)
@@ -118,6 +120,20 @@ func TestGolden(t *testing.T) {
 			if float64(dec[i]) != ref[i] {
 				t.Fatalf("%s: value %d decodes to %v, GGUF formula gives %v", tc.name, i, dec[i], ref[i])
 			}
+		}
+		// The golden blocks repacked into the engine's layout (one row) hold the same values and give the same
+		// bytes back.
+		m, err := tc.repack(want, 1, len(x))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, v := range m.Dequantize() {
+			if float64(v) != ref[i] {
+				t.Fatalf("%s repacked: value %d is %v, GGUF formula gives %v", tc.name, i, v, ref[i])
+			}
+		}
+		if back, err := m.Blocks(); err != nil || !bytes.Equal(back, want) {
+			t.Errorf("%s repacked: Blocks differs from the golden file (%v)", tc.name, err)
 		}
 	}
 }
@@ -225,3 +241,86 @@ func fuzzDecode(f *testing.F, blockBytes int, decode func([]byte) ([]float32, er
 
 func FuzzDecodeQ8_0(f *testing.F) { fuzzDecode(f, Q8_0BlockBytes, DecodeQ8_0, ggufQ8_0) }
 func FuzzDecodeQ4_0(f *testing.F) { fuzzDecode(f, Q4_0BlockBytes, DecodeQ4_0, ggufQ4_0) }
+
+// fuzzRepack checks that any whole rows of GGUF blocks repack to a matrix whose values are the GGUF formula's,
+// bit for bit (NaN for NaN), that takes the blocks' bytes and gives them back, and that sizes which are not whole
+// rows of blocks are an error.
+func fuzzRepack(f *testing.F, format Format, blockBytes int, repack func([]byte, int, int) (*Matrix, error), gguf func([]byte) []float64) {
+	x := goldenInputs()
+	q := make([]byte, len(x)/32*blockBytes)
+	if format == Q8_0 {
+		QuantizeQ8_0(q, x)
+	} else {
+		QuantizeQ4_0(q, x)
+	}
+	f.Add(q, 2)
+	f.Add(q[:blockBytes], 1)
+	f.Add(q[:blockBytes+1], 1)
+	f.Add(q, 0)
+	f.Add(q, 3)
+	f.Add(append([]byte{0x01, 0x7c}, q[2:blockBytes]...), 1) // d = NaN
+	f.Fuzz(func(t *testing.T, b []byte, rows int) {
+		if rows <= 0 || len(b) == 0 || len(b)%(rows*blockBytes) != 0 {
+			if _, err := repack(b, rows, 32); err == nil {
+				t.Fatalf("%d bytes as %d rows of one block repacked without error", len(b), rows)
+			}
+			return
+		}
+		cols := len(b) / (rows * blockBytes) * 32
+		m, err := repack(b, rows, cols)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Bytes() != len(b) {
+			t.Fatalf("repacked matrix takes %d bytes, the blocks %d", m.Bytes(), len(b))
+		}
+		back, err := m.Blocks()
+		if err != nil || !bytes.Equal(back, b) {
+			t.Fatalf("Blocks gives other bytes than the repacked ones (%v)", err)
+		}
+		ref, got := gguf(b), m.Dequantize()
+		for i := range ref {
+			if float64(got[i]) != ref[i] && !(math.IsNaN(ref[i]) && math.IsNaN(float64(got[i]))) {
+				t.Fatalf("value %d = %v, want %v", i, got[i], ref[i])
+			}
+		}
+		row := make([]float32, cols)
+		m.DequantizeRow(rows-1, row)
+		if !bytes.Equal(f32Bytes(row), f32Bytes(got[(rows-1)*cols:])) {
+			t.Fatal("DequantizeRow differs from Dequantize's last row")
+		}
+	})
+}
+
+func f32Bytes(x []float32) []byte {
+	var b bytes.Buffer
+	for _, v := range x {
+		u := math.Float32bits(v)
+		b.Write([]byte{byte(u), byte(u >> 8), byte(u >> 16), byte(u >> 24)})
+	}
+	return b.Bytes()
+}
+
+func FuzzRepackQ8_0(f *testing.F) { fuzzRepack(f, Q8_0, Q8_0BlockBytes, RepackQ8_0, ggufQ8_0) }
+func FuzzRepackQ4_0(f *testing.F) { fuzzRepack(f, Q4_0, Q4_0BlockBytes, RepackQ4_0, ggufQ4_0) }
+
+func TestRepackErrors(t *testing.T) {
+	for _, tc := range []struct {
+		n, rows, cols int
+		want          string
+	}{
+		{34, 1, 48, "k=48, want a multiple of 32"},
+		{68, 1, 32, "68 bytes for [1, 32], want 34"},
+		{34, 0, 32, "want positive sizes"},
+	} {
+		if _, err := RepackQ8_0(make([]byte, tc.n), tc.rows, tc.cols); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("RepackQ8_0(%d bytes, %d, %d): %v, want an error containing %q", tc.n, tc.rows, tc.cols, err, tc.want)
+		}
+	}
+	if _, err := RepackQ4_0(make([]byte, 17), 1, 32); err == nil || !strings.Contains(err.Error(), "17 bytes for [1, 32], want 18") {
+		t.Errorf("RepackQ4_0(17 bytes): %v", err)
+	}
+	if _, err := (&Matrix{Format: Int8}).Blocks(); err == nil {
+		t.Error("Blocks of an int8 matrix: no error")
+	}
+}

@@ -50,19 +50,33 @@ func TestLayoutsMatchRef(t *testing.T) {
 	af = f64s(must(DecodeQ8_0(xq)))
 	for _, f := range []Format{Q8_0, Q4_0} {
 		q, _ := Quantize(f, w, n, k, nil)
-		row := len(q.Packed) / n
+		blocks := must(q.Blocks())
+		row := len(blocks) / n
 		for i := range m {
 			for j := range n {
 				x := xq[i*k/32*34 : (i+1)*k/32*34]
 				if f == Q8_0 {
-					c[i*n+j] = ref.DotQ8_0(k, q.Packed[j*row:(j+1)*row], x)
+					c[i*n+j] = ref.DotQ8_0(k, blocks[j*row:(j+1)*row], x)
 				} else {
-					c[i*n+j] = ref.DotQ4_0Q8_0(k, q.Packed[j*row:(j+1)*row], x)
+					c[i*n+j] = ref.DotQ4_0Q8_0(k, blocks[j*row:(j+1)*row], x)
 				}
 			}
 		}
 		check(f.String(), c, q)
 	}
+	// The repacked layout: the kernels of per-token int8 activations read Q and BlockScales (Q8_0), Packed and
+	// BlockScales (Q4_0) as the values Dequantize gives, against the decoded activations.
+	qa, sa := make([]int8, m*k), make([]float64, m)
+	ref.QuantizeRowsInt8(m, k, f64s(a), qa, sa)
+	for i := range af {
+		af[i] = float64(qa[i]) * sa[i/k]
+	}
+	q8, _ := Quantize(Q8_0, w, n, k, nil)
+	ref.GEMMQ8_0A8(m, n, k, qa, sa, q8.Q, q8.BlockScales, c)
+	check("q8_0 repacked", c, q8)
+	q4, _ := Quantize(Q4_0, w, n, k, nil)
+	ref.GEMMQ4_0A8(m, n, k, qa, sa, q4.Packed, q4.BlockScales, c)
+	check("q4_0 repacked", c, q4)
 }
 
 // TestInt8MatchesRef: QuantizeRowsInt8 gives exactly kernels/ref's int8 codes and scales.

@@ -25,7 +25,7 @@ import (
 
 var benchModels sync.Map // shape name -> *Model with every benchmarked format prepared
 
-var benchFormats = []quant.Format{quant.F32, quant.F16, quant.Int8, quant.Int4}
+var benchFormats = []quant.Format{quant.F32, quant.F16, quant.Int8, quant.Int4, quant.Q8_0, quant.Q4_0}
 
 func benchModel(b *testing.B, shape string) *Model {
 	if m, ok := benchModels.Load(shape); ok {
@@ -63,16 +63,20 @@ func setFormat(b *testing.B, m *Model, f quant.Format) {
 func decodeBytes(m *Model) int {
 	n := m.WeightBytes()
 	if !m.outputIsEmbedding() {
-		n -= 4 * len(m.Embedding)
+		n -= m.Embedding.Bytes()
 	}
 	return n
 }
 
 // classifierFormats are the classifier formats benchmarked with each layer format: the F32 classifier, and for
-// the 8- and 4-bit layers an Int8 one too, as llama2.c's runq and llama.cpp's quantized files have.
+// the 8- and 4-bit layers an Int8 one too, as llama2.c's runq has (GGUF's Q8_0 and Q4_0 layers: a classifier of
+// their own format, as llama.cpp's quantized files have).
 func classifierFormats(f quant.Format) []quant.Format {
-	if f == quant.Int8 || f == quant.Int4 {
+	switch f {
+	case quant.Int8, quant.Int4:
 		return []quant.Format{quant.F32, quant.Int8}
+	case quant.Q8_0, quant.Q4_0:
+		return []quant.Format{quant.F32, f}
 	}
 	return []quant.Format{quant.F32}
 }

@@ -69,3 +69,31 @@ func convertTensor(src *Tensor, typ TensorType) (*Tensor, error) {
 	encodeRows(typ, t.Data, x)
 	return t, nil
 }
+
+// ConvertClassifier returns a copy of ck whose classifier (output.weight) is re-encoded as typ, as
+// ConvertLayers re-encodes a layer's matrices. A checkpoint with tied embeddings gets a classifier of its own,
+// made from the token embedding, and is untied; the embedding itself is shared with ck as it is.
+func ConvertClassifier(ck *Checkpoint, typ TensorType) (*Checkpoint, error) {
+	switch typ {
+	case F32, F16, BF16, Q8_0, Q4_0:
+	default:
+		return nil, fmt.Errorf("convert: classifier type %v, want F32, F16, BF16, Q8_0 or Q4_0", typ)
+	}
+	out := &Checkpoint{Config: ck.Config, Tensors: maps.Clone(ck.Tensors), Vocab: ck.Vocab}
+	name := Output
+	if ck.Config.TiedEmbeddings {
+		name = TokenEmbd
+	}
+	src, ok := ck.Tensors[name]
+	if !ok {
+		return nil, fmt.Errorf("convert: tensor %s missing", name)
+	}
+	t, err := convertTensor(src, typ)
+	if err != nil {
+		return nil, fmt.Errorf("convert: classifier %s %v to %v: %w", name, src.Shape, typ, err)
+	}
+	t.Name = Output
+	out.Tensors[Output] = t
+	out.Config.TiedEmbeddings = false
+	return out, nil
+}

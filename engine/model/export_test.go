@@ -85,3 +85,48 @@ func TestConvertLayersErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestConvertClassifier converts the classifier of a tied and an untied checkpoint to Q8_0 and checks that only
+// output.weight changes, to the encoding of the classifier's values (the embedding's, when tied), that the tied
+// one comes out untied and that both round-trip through GGUF and load with a Q8_0 classifier.
+func TestConvertClassifier(t *testing.T) {
+	for _, tied := range []bool{true, false} {
+		src := Synthesize(tinyConfig(tied), 5)
+		out, err := ConvertClassifier(src, Q8_0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		from := src.Tensors[Output]
+		if tied {
+			from = src.Tensors[TokenEmbd]
+		}
+		want := make([]byte, len(out.Tensors[Output].Data))
+		encodeRows(Q8_0, want, from.F32())
+		if o := out.Tensors[Output]; o.Type != Q8_0 || !bytes.Equal(o.Data, want) || out.Config.TiedEmbeddings {
+			t.Errorf("tied=%v: classifier %v, untied=%v; want the Q8_0 encoding, untied", tied, o.Type, !out.Config.TiedEmbeddings)
+		}
+		for name, s := range src.Tensors {
+			if name != Output && out.Tensors[name] != s {
+				t.Errorf("tied=%v: tensor %s was replaced", tied, name)
+			}
+		}
+		var buf bytes.Buffer
+		if err := WriteGGUF(&buf, out); err != nil {
+			t.Fatal(err)
+		}
+		back, err := ParseGGUFCheckpoint("mem", buf.Bytes())
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := FromCheckpoint(back)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Output.Format != quant.Q8_0 || m.Config.TiedEmbeddings {
+			t.Errorf("tied=%v: loaded classifier %v, tied=%v; want q8_0, untied", tied, m.Output.Format, m.Config.TiedEmbeddings)
+		}
+	}
+	if _, err := ConvertClassifier(Synthesize(tinyConfig(true), 5), Q8Group); err == nil {
+		t.Error("ConvertClassifier to Q8Group: no error")
+	}
+}

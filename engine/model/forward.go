@@ -175,9 +175,8 @@ type Workspace struct {
 	tokens                      int
 	x, xb, q, k, v, att, h1, h3 []float32
 	pos, slots                  []int32
-	qa                          []int8 // activations quantized for W8A8 and Q8_0 matmuls
+	qa                          []int8 // activations quantized per token for the integer matmuls
 	sa                          []float32
-	qb                          []byte
 	rows                        []float32
 	w8                          []cpu.W8A8Weights // the matrices of a joint Int8 matmul of several tokens
 	w4                          []cpu.W4A8Weights // and of Int4
@@ -241,7 +240,7 @@ func (m *Model) Forward(b *Batch, cache *KVCache, ws *Workspace, logits []float3
 		}
 	}
 	for t, tok := range b.Tokens {
-		copy(x[t*dim:(t+1)*dim], m.Embedding[int(tok)*dim:])
+		m.Embedding.DequantizeRow(int(tok), x[t*dim:(t+1)*dim])
 	}
 	scale := float32(1 / math.Sqrt(float64(hd)))
 	for l, layer := range m.Layers {
@@ -309,6 +308,8 @@ func (m *Model) Forward(b *Batch, cache *KVCache, ws *Workspace, logits []float3
 // matmul computes y = x·Wᵀ for tokens rows of x with the kernel that runs on w's format. Int8 and Int4 weights run
 // as W8A8 and W4A8 (activations quantized per token, integer dot products), as llama.cpp runs Q8_0 and Q4_0
 // weights with Q8_0 activations: W4A16, which widens every weight to float32, is bound by arithmetic, not memory.
+// Q8_0 and Q4_0 weights run the same way (cpu.GEMMQ8_0A8, GEMMQ4_0A8: their blocks' scales for groups of 32);
+// their products differ from llama.cpp's by the activations' rounding, a token's row here, a block there.
 func (ws *Workspace) matmul(tokens int, x []float32, w *quant.Matrix, y []float32) {
 	n, k := w.Rows, w.Cols
 	x, y = x[:tokens*k], y[:tokens*n]
@@ -323,20 +324,12 @@ func (ws *Workspace) matmul(tokens int, x []float32, w *quant.Matrix, y []float3
 	case quant.Int4:
 		qa, sa := ws.quantizeRows(tokens, k, x)
 		cpu.GEMMW4A8(tokens, n, k, w.Group, qa, sa, w.Packed, w.Scales, w.Zeros, y)
-	case quant.Q8_0, quant.Q4_0:
-		rowBytes := k / quant.BlockSize * quant.Q8_0BlockBytes
-		if len(ws.qb) < rowBytes {
-			ws.qb = make([]byte, rowBytes)
-		}
-		xq := ws.qb[:rowBytes]
-		for t := range tokens {
-			cpu.QuantizeRowQ8_0(x[t*k:(t+1)*k], xq)
-			if w.Format == quant.Q8_0 {
-				cpu.GEMVQ8_0(n, k, w.Packed, xq, y[t*n:(t+1)*n])
-			} else {
-				cpu.GEMVQ4_0(n, k, w.Packed, xq, y[t*n:(t+1)*n])
-			}
-		}
+	case quant.Q8_0:
+		qa, sa := ws.quantizeRows(tokens, k, x)
+		cpu.GEMMQ8_0A8(tokens, n, k, qa, sa, w.Q, w.BlockScales, y)
+	case quant.Q4_0:
+		qa, sa := ws.quantizeRows(tokens, k, x)
+		cpu.GEMMQ4_0A8(tokens, n, k, qa, sa, w.Packed, w.BlockScales, y)
 	default:
 		panic(fmt.Sprintf("model: no kernel for %v weights", w.Format))
 	}
@@ -384,7 +377,7 @@ func (ws *Workspace) matmuls(tokens int, x []float32, mats []*quant.Matrix, ys [
 	}
 	fused := tokens == 1 && same
 	switch f {
-	case quant.F32, quant.F16, quant.Int8, quant.Int4:
+	case quant.F32, quant.F16, quant.Int8, quant.Int4, quant.Q8_0, quant.Q4_0:
 	default:
 		fused = false
 	}
@@ -397,7 +390,7 @@ func (ws *Workspace) matmuls(tokens int, x []float32, mats []*quant.Matrix, ys [
 	x = x[:k]
 	var qa []int8
 	var sa []float32
-	if f == quant.Int8 || f == quant.Int4 {
+	if f != quant.F32 && f != quant.F16 {
 		qa, sa = ws.quantizeRows(1, k, x)
 	}
 	rows := 0
@@ -425,6 +418,10 @@ func (ws *Workspace) matmuls(tokens int, x []float32, mats []*quant.Matrix, ys [
 				gpr := k / w.Group
 				cpu.GEMMW4A8(1, b-a, k, w.Group, qa, sa, w.Packed[a*k/2:b*k/2], w.Scales[a*gpr:b*gpr],
 					w.Zeros[a*gpr:b*gpr], y)
+			case quant.Q8_0:
+				cpu.GEMMQ8_0A8(1, b-a, k, qa, sa, w.Q[a*k:b*k], w.BlockScales[a*k/32:b*k/32], y)
+			case quant.Q4_0:
+				cpu.GEMMQ4_0A8(1, b-a, k, qa, sa, w.Packed[a*k/2:b*k/2], w.BlockScales[a*k/32:b*k/32], y)
 			}
 		}
 	})

@@ -10,11 +10,13 @@ import (
 // Model is a Llama-architecture decoder ready to run: its config, the token embedding, the decoder layers (each
 // holding one or more precision variants, one of them active), the final norm and the classifier.
 type Model struct {
-	Config    Config
-	Embedding []float32 // [VocabSize, Dim]
+	Config Config
+	// Embedding is the token embedding table [VocabSize, Dim], kept in its stored format (a row is widened to
+	// float32 when its token is looked up), so that a quantized file's table costs its own bytes.
+	Embedding *quant.Matrix
 	Layers    []*Layer
 	FinalNorm []float32     // [Dim]
-	Output    *quant.Matrix // [VocabSize, Dim]; F32 over Embedding when the embeddings are tied
+	Output    *quant.Matrix // [VocabSize, Dim]; Embedding itself when the embeddings are tied
 	// SequenceKV is the cache type of the Sequences that NewSequence makes (KVF32 unless set).
 	SequenceKV KVType
 }
@@ -51,9 +53,11 @@ func (w *LayerWeights) Bytes() int {
 // Weights returns the active variant of the layer.
 func (l *Layer) Weights() *LayerWeights { return l.Variants[l.Active] }
 
-// FromCheckpoint builds a runnable model from a checkpoint. Each matrix keeps the checkpoint's storage when a
-// kernel runs on it directly (F32, F16, Q8_0, Q4_0) and is widened to F32 otherwise (BF16, llama2.c Q8Group);
-// the embedding and norms are always F32. The model copies what it keeps, so the checkpoint may be closed after.
+// FromCheckpoint builds a runnable model from a checkpoint. Each matrix, the embedding table included, keeps the
+// checkpoint's storage when a kernel runs on it directly (F32, F16, and Q8_0 and Q4_0, whose blocks are repacked
+// once into the layout of their kernels, byte for byte as large) and is widened to F32 otherwise (BF16, llama2.c
+// Q8Group); norms are F32. The model copies what it keeps, so the checkpoint may be closed after, and holds no
+// float32 copy of a quantized matrix.
 func FromCheckpoint(ck *Checkpoint) (*Model, error) {
 	cfg := ck.Config
 	if err := ck.Check("checkpoint"); err != nil {
@@ -61,14 +65,14 @@ func FromCheckpoint(ck *Checkpoint) (*Model, error) {
 	}
 	m := &Model{Config: cfg}
 	var err error
-	if m.Embedding, err = tensorF32(ck.Tensors[TokenEmbd]); err != nil {
+	if m.Embedding, err = tensorMatrix(ck.Tensors[TokenEmbd]); err != nil {
 		return nil, err
 	}
 	if m.FinalNorm, err = tensorF32(ck.Tensors[OutputNorm]); err != nil {
 		return nil, err
 	}
 	if cfg.TiedEmbeddings {
-		m.Output = &quant.Matrix{Format: quant.F32, Rows: cfg.VocabSize, Cols: cfg.Dim, F32: m.Embedding}
+		m.Output = m.Embedding
 	} else if m.Output, err = tensorMatrix(ck.Tensors[Output]); err != nil {
 		return nil, err
 	}
@@ -145,9 +149,9 @@ func tensorMatrix(t *Tensor) (*quant.Matrix, error) {
 			m.Half[i] = uint16(t.Data[2*i]) | uint16(t.Data[2*i+1])<<8
 		}
 	case Q8_0:
-		m.Format, m.Packed = quant.Q8_0, append([]byte(nil), t.Data...)
+		return quant.RepackQ8_0(t.Data, m.Rows, m.Cols)
 	case Q4_0:
-		m.Format, m.Packed = quant.Q4_0, append([]byte(nil), t.Data...)
+		return quant.RepackQ4_0(t.Data, m.Rows, m.Cols)
 	default:
 		f, err := tensorF32(t)
 		if err != nil {
@@ -254,12 +258,12 @@ func (m *Model) layer(l int) (*Layer, error) {
 
 // SetOutputFormat stores the classifier in format f, rounded to nearest from its current values (Int4 groups
 // as Int4Group gives for quant.DefaultGroup). The embedding table stays as it is: a tied model gets a classifier
-// of its own, and F32 on a tied model makes the classifier the embedding table again. Decoder layers are not
+// of its own, and the table's own format on a tied model makes the classifier the embedding table again. Decoder layers are not
 // touched; morphing swaps those, while the classifier's format is a load-time choice (llama.cpp and llama2.c's
 // runq quantize it too).
 func (m *Model) SetOutputFormat(f quant.Format) error {
-	if f == quant.F32 && m.Config.TiedEmbeddings {
-		m.Output = &quant.Matrix{Format: quant.F32, Rows: m.Config.VocabSize, Cols: m.Config.Dim, F32: m.Embedding}
+	if f == m.Embedding.Format && m.Config.TiedEmbeddings {
+		m.Output = m.Embedding
 		return nil
 	}
 	src := m.Output
@@ -274,15 +278,13 @@ func (m *Model) SetOutputFormat(f quant.Format) error {
 	return nil
 }
 
-// outputIsEmbedding reports whether the classifier is the embedding table itself (tied, F32).
-func (m *Model) outputIsEmbedding() bool {
-	return m.Output.Format == quant.F32 && len(m.Output.F32) > 0 && &m.Output.F32[0] == &m.Embedding[0]
-}
+// outputIsEmbedding reports whether the classifier is the embedding table itself (tied).
+func (m *Model) outputIsEmbedding() bool { return m.Output == m.Embedding }
 
 // WeightBytes is the memory the active weights take: embedding, classifier (unless it is the embedding table),
 // final norm and each layer's active variant.
 func (m *Model) WeightBytes() int {
-	n := 4 * (len(m.Embedding) + len(m.FinalNorm))
+	n := m.Embedding.Bytes() + 4*len(m.FinalNorm)
 	if !m.outputIsEmbedding() {
 		n += m.Output.Bytes()
 	}

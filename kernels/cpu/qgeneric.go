@@ -200,3 +200,55 @@ func qDotQ4_0Q8_0Go(w, x []byte) float32 {
 	}
 	return sum
 }
+
+// qQ8_0A8Go is GEMMQ8_0A8 in pure Go: each output its row's blocks, each block's integer sum exact, then scaled
+// and summed in float32 in block order; rows split across threads.
+func qQ8_0A8Go(m, n, k int, qa []int8, sa []float32, w []int8, d []uint16, c []float32) {
+	nb := k / qBlock
+	Parallel(n, qRowGrain(k), func(lo, hi int) {
+		for j := lo; j < hi; j++ {
+			for i := 0; i < m; i++ {
+				c[i*n+j] = sa[i] * qDotQ8_0A8Go(w[j*k:(j+1)*k], qa[i*k:(i+1)*k], d[j*nb:(j+1)*nb])
+			}
+		}
+	})
+}
+
+// qDotQ8_0A8Go returns Σ_b d[b]·Σ_{p in b} w[p]·a[p] over the blocks of one row.
+func qDotQ8_0A8Go(w, a []int8, d []uint16) float32 {
+	var acc float32
+	for b, h := range d {
+		var s int32
+		for p := b * qBlock; p < (b+1)*qBlock; p++ {
+			s += int32(w[p]) * int32(a[p])
+		}
+		acc += half.F16ToF32(h) * float32(s)
+	}
+	return acc
+}
+
+// qQ4_0A8Go is GEMMQ4_0A8 in pure Go, as qQ8_0A8Go is GEMMQ8_0A8.
+func qQ4_0A8Go(m, n, k int, qa []int8, sa []float32, w []uint8, d []uint16, c []float32) {
+	nb := k / qBlock
+	Parallel(n, qRowGrain(k/2), func(lo, hi int) {
+		for j := lo; j < hi; j++ {
+			for i := 0; i < m; i++ {
+				c[i*n+j] = sa[i] * qDotQ4_0A8Go(w[j*k/2:(j+1)*k/2], qa[i*k:(i+1)*k], d[j*nb:(j+1)*nb])
+			}
+		}
+	})
+}
+
+// qDotQ4_0A8Go returns Σ_b d[b]·Σ_{p in b} (q[p] - 8)·a[p] over the blocks of one row of packed codes w.
+func qDotQ4_0A8Go(w []uint8, a []int8, d []uint16) float32 {
+	var acc float32
+	for b, h := range d {
+		var s int32
+		for p := b * qBlock; p < (b+1)*qBlock; p += 2 {
+			v := w[p/2]
+			s += (int32(v&0xf)-8)*int32(a[p]) + (int32(v>>4)-8)*int32(a[p+1])
+		}
+		acc += half.F16ToF32(h) * float32(s)
+	}
+	return acc
+}

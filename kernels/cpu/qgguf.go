@@ -85,3 +85,33 @@ func GEMVQ4_0(n, k int, w, xq []byte, y []float32) {
 		}
 	})
 }
+
+// GEMMQ8_0A8 computes C = A·Wᵀ from per-token INT8 activations (qa, sa, from QuantizeRowsInt8) and GGUF Q8_0
+// weights repacked for it: w [n, k] the int8 codes row after row, d [n, k/32] the binary16 scale of each block
+// of 32 along a row: c[i*n+j] = sa[i]·Σ_b d[j,b]·Σ_{p in b} w[j,p]·qa[i*k+p], each block's sum exact. It is
+// GEMMW4A8 with int8 codes and blocks for groups: with VNNI, one token streams each row once (VPDPBUSD, a
+// conversion and a multiply-add a block), and from 12 tokens on the rows run in W4A8's GEMM tile (k a multiple of
+// 64, or the pure-Go loop). Q8_0's own dot product (DotQ8_0) quantizes the activations a block at a time instead;
+// its results differ from these by the activations' rounding.
+func GEMMQ8_0A8(m, n, k int, qa []int8, sa []float32, w []int8, d []uint16, c []float32) {
+	shape.GEMM("GEMMQ8_0A8", m, n, k, len(qa), len(w), len(c))
+	shape.Blocks("GEMMQ8_0A8", "k", k, qBlock)
+	shape.Len("GEMMQ8_0A8", "d", len(d), n*k/qBlock, "n*k/32")
+	shape.Len("GEMMQ8_0A8", "sa", len(sa), m, "m")
+	qQ8_0A8(m, n, k, qa, sa, w, d, c)
+}
+
+// GEMMQ4_0A8 computes C = A·Wᵀ from per-token INT8 activations and GGUF Q4_0 weights repacked for it: w [n, k]
+// as 4-bit codes q in GEMMW4A16's layout (element 2i in the low nibble of byte i of its row, 2i+1 in the high
+// one), zero point 8, and d [n, k/32] the binary16 scale of each block of 32:
+// c[i*n+j] = sa[i]·Σ_b d[j,b]·Σ_{p in b} (q[j,p] - 8)·qa[i*k+p], each block's sum exact. It is GEMMW4A8 with
+// group 32, binary16 scales and one zero point, so that the weights take Q4_0's 18 bytes a block: one token
+// streams each row once (k a multiple of 128, with VNNI), 12 tokens or more run W4A8's GEMM tile.
+func GEMMQ4_0A8(m, n, k int, qa []int8, sa []float32, w []uint8, d []uint16, c []float32) {
+	shape.GEMM("GEMMQ4_0A8", m, n, k, len(qa), n*k, len(c))
+	shape.Blocks("GEMMQ4_0A8", "k", k, qBlock)
+	shape.Len("GEMMQ4_0A8", "w", len(w), n*k/2, "n*k/2")
+	shape.Len("GEMMQ4_0A8", "d", len(d), n*k/qBlock, "n*k/32")
+	shape.Len("GEMMQ4_0A8", "sa", len(sa), m, "m")
+	qQ4_0A8(m, n, k, qa, sa, w, d, c)
+}

@@ -642,15 +642,55 @@ func qW4A8(m, n, k, group int, qa []int8, sa []float32, w []uint8, s []float32, 
 	})
 }
 
-// qW4A8Tile is qW4A8 for qW4TileMinM tokens or more, groups of a multiple of 64 and VNNI: a GEMM rather than
-// a GEMV a token. The tiles of all the matrices are ParallelWork's items (qTileRuns); a thread unpacks a tile's
-// qW4TileRows rows of W into bytes q (qW4UnpackAVX512), which the tile kernel broadcasts against panels of
-// qW4TileTokens tokens packed once a call, with each group's sum of the tokens' values: each code is unpacked
-// once a call instead of once a token, and a step does twelve VPDPBUSD against eight loads; the zero point comes
-// off at each group's end, as z·Σ a. Every group's sum is exact; the float32 sums of the group terms differ in
-// their order from the one-token kernel's, so a token's outputs here may differ from its outputs alone by a
-// rounding, and do not depend on which other tokens share the call.
+// qW4A8Tile is qW4A8 for qW4TileMinM tokens or more, groups of a multiple of 64 and VNNI: qGroupTile, each
+// tile's codes unpacked to bytes (qW4UnpackAVX512, which takes whole runs of 64 codes) and its zero points
+// widened to float32, its scales read in place.
 func qW4A8Tile(m, k, group int, qa []int8, sa []float32, mats []W4A8Weights, cs [][]float32) {
+	gpr := k / group
+	src := qTileSource{
+		n: func(i int) int { return mats[i].N },
+		tile: func(i, j0, rows int, cb []byte, zf, part []float32) []float32 {
+			w := mats[i]
+			qW4UnpackAVX512(&cb[0], &w.Packed[j0*k/2], rows*k) // the tile's rows are consecutive, in W and in cb
+			qU8ToF32AVX512(&zf[0], &w.Zeros[j0*gpr : (j0+rows)*gpr][0], rows*gpr)
+			scale := w.Scales[j0*gpr:]
+			if rows < qW4TileRows {
+				clear(part[copy(part, scale[:rows*gpr]):])
+				scale = part
+			}
+			return scale
+		},
+		prefetch: func(i, j0, rows int) (linePrefetch, [2]linePrefetch) {
+			w := mats[i]
+			return lineRange(unsafe.Pointer(&w.Packed[j0*k/2]), rows*k/2),
+				[2]linePrefetch{lineRange(unsafe.Pointer(&w.Scales[j0*gpr]), 4*rows*gpr),
+					lineRange(unsafe.Pointer(&w.Zeros[j0*gpr]), rows*gpr)}
+		},
+	}
+	qGroupTile(m, k, group, qa, sa, len(mats), src, cs)
+}
+
+// qTileSource is what qGroupTile needs of the matrices it runs: each one's rows (n), and for the tile of rows
+// rows from row j0 of matrix i, its codes as unsigned bytes in cb (rows·k, the rows one after another) and its
+// zero points as float32 in zf ([rows][groups]); tile returns the tile's scales, [rows][groups] float32, the
+// weights' own or a copy in part, zero past rows (as zf is, so that missing rows come out zero). prefetch gives
+// the lines of a tile to fetch while the one before it runs: its codes into L2, and two more ranges into L1.
+type qTileSource struct {
+	n        func(i int) int
+	tile     func(i, j0, rows int, cb []byte, zf, part []float32) []float32
+	prefetch func(i, j0, rows int) (linePrefetch, [2]linePrefetch)
+}
+
+// qGroupTile is the GEMM of the group-wise integer formats (W4A8, and GGUF's Q8_0 and Q4_0 repacked) for
+// qW4TileMinM tokens or more, groups of a multiple of 32 and VNNI: a GEMM rather than a GEMV a token. The tiles
+// of all the matrices are ParallelWork's items (qTileRuns); a thread gets a tile's qW4TileRows rows of W as bytes
+// q (src.tile), which the tile kernel broadcasts against panels of qW4TileTokens tokens packed once a call, with
+// each group's sum of the tokens' values: each code is prepared once a call instead of once a token, and a step
+// does twelve VPDPBUSD against eight loads; the zero point comes off at each group's end, as z·Σ a. Every group's
+// sum is exact; the float32 sums of the group terms differ in their order from the one-token kernels', so a
+// token's outputs here may differ from its outputs alone by a rounding, and do not depend on which other tokens
+// share the call.
+func qGroupTile(m, k, group int, qa []int8, sa []float32, mats int, src qTileSource, cs [][]float32) {
 	const rowsT, tokT = qW4TileRows, qW4TileTokens
 	gpr, kq := k/group, k/4
 	panels := (m + tokT - 1) / tokT
@@ -662,7 +702,11 @@ func qW4A8Tile(m, k, group int, qa []int8, sa []float32, mats []W4A8Weights, cs 
 	for p := range panels {
 		qPackRun(tok[p*kq*tokT*4:], qBytes(qa[p*tokT*k:]), min(tokT, m-p*tokT), k, tokT, 0, tsum[p*gpr*tokT:], group)
 	}
-	tiles := newTileList(mats, func(w W4A8Weights) int { return w.N }, rowsT)
+	ns := make([]int, mats)
+	for i := range ns {
+		ns[i] = src.n(i)
+	}
+	tiles := newTileList(ns, func(n int) int { return n }, rowsT)
 	ParallelWork(tiles.total(), qRowGrain(rowsT*k), func(work *Work) {
 		codes, codesBuf := scratchI8(rowsT * k)
 		defer codesBuf.release()
@@ -676,22 +720,14 @@ func qW4A8Tile(m, k, group int, qa []int8, sa []float32, mats []W4A8Weights, cs 
 		var ahead [2]linePrefetch
 		qTileRuns(work, func(b, next int) {
 			i, j0, rows := tiles.at(b)
-			w, c, n := mats[i], cs[i], mats[i].N
-			qW4UnpackAVX512(&cb[0], &w.Packed[j0*k/2], rows*k) // the tile's rows are consecutive, in W and in cb
-			qU8ToF32AVX512(&zf[0], &w.Zeros[j0*gpr : (j0+rows)*gpr][0], rows*gpr)
-			scale := w.Scales[j0*gpr:]
+			c, n := cs[i], ns[i]
 			if rows < rowsT {
 				clear(zf[rows*gpr:])
-				clear(part[copy(part, scale[:rows*gpr]):])
-				scale = part
 			}
+			scale := src.tile(i, j0, rows, cb, zf, part)
 			pf, ahead = linePrefetch{}, [2]linePrefetch{}
 			if next >= 0 {
-				ni, nj, nr := tiles.at(next)
-				nw := mats[ni]
-				pf = lineRange(unsafe.Pointer(&nw.Packed[nj*k/2]), nr*k/2)
-				ahead = [2]linePrefetch{lineRange(unsafe.Pointer(&nw.Scales[nj*gpr]), 4*nr*gpr),
-					lineRange(unsafe.Pointer(&nw.Zeros[nj*gpr]), nr*gpr)}
+				pf, ahead = src.prefetch(tiles.at(next))
 			}
 			for p := range panels {
 				if p == 1 {

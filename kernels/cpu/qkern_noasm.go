@@ -30,3 +30,9 @@ func qGEMMW8(m, n, k int, a []float32, w []int8, sw, c []float32) { qGEMMW8Go(m,
 func qGEMMW4(m, n, k, group int, a []float32, w []uint8, s []float32, z []uint8, c []float32) {
 	qGEMMW4Go(m, n, k, group, a, w, s, z, c)
 }
+func qQ8_0A8(m, n, k int, qa []int8, sa []float32, w []int8, d []uint16, c []float32) {
+	qQ8_0A8Go(m, n, k, qa, sa, w, d, c)
+}
+func qQ4_0A8(m, n, k int, qa []int8, sa []float32, w []uint8, d []uint16, c []float32) {
+	qQ4_0A8Go(m, n, k, qa, sa, w, d, c)
+}

@@ -25,6 +25,8 @@ func BenchmarkQuant(b *testing.B) {
 		b.Run(name+"w4a8", func(b *testing.B) {
 			kerneltest.BenchmarkGEMMW4A8(b, QuantizeRowsInt8, GEMMW4A8, m, n, k, 128)
 		})
+		b.Run(name+"q8_0a8", func(b *testing.B) { kerneltest.BenchmarkGEMMQ8_0A8(b, QuantizeRowsInt8, GEMMQ8_0A8, m, n, k) })
+		b.Run(name+"q4_0a8", func(b *testing.B) { kerneltest.BenchmarkGEMMQ4_0A8(b, QuantizeRowsInt8, GEMMQ4_0A8, m, n, k) })
 		if m == 1 {
 			b.Run(name+"q8_0", func(b *testing.B) { kerneltest.BenchmarkGEMVQ(b, QuantizeRowQ8_0, GEMVQ8_0, n, k, 34) })
 			b.Run(name+"q4_0", func(b *testing.B) { kerneltest.BenchmarkGEMVQ(b, QuantizeRowQ8_0, GEMVQ4_0, n, k, 18) })

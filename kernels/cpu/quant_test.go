@@ -23,6 +23,8 @@ func testQuant(t *testing.T) {
 	t.Run("DotQ4_0Q8_0", func(t *testing.T) { kerneltest.TestDotQ4_0Q8_0(t, DotQ4_0Q8_0) })
 	t.Run("GEMVQ8_0", func(t *testing.T) { kerneltest.TestGEMVQ8_0(t, GEMVQ8_0) })
 	t.Run("GEMVQ4_0", func(t *testing.T) { kerneltest.TestGEMVQ4_0(t, GEMVQ4_0) })
+	t.Run("GEMMQ8_0A8", func(t *testing.T) { kerneltest.TestGEMMQ8_0A8(t, GEMMQ8_0A8) })
+	t.Run("GEMMQ4_0A8", func(t *testing.T) { kerneltest.TestGEMMQ4_0A8(t, GEMMQ4_0A8) })
 }
 
 func TestQuant(t *testing.T) { testQuant(t) }

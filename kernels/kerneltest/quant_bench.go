@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/morphlab/morphlab/kernels/probe"
+	"github.com/morphlab/morphlab/kernels/ref"
 )
 
 // Benchmarks of the quantized kernels. Each reports tokens/s (rows of A a second), GFLOP/s (2·m·n·k, integer ops
@@ -129,4 +130,41 @@ func BenchmarkGEMVQ(b *testing.B, quantize QuantizeRowQ8_0Func, f GEMVQFunc, n, 
 	}
 	qReport(b, 1, n, k)
 	qReportBandwidth(b, len(w))
+}
+
+// BenchmarkGEMMQ8_0A8 measures f on m×k activations, quantized per token (quantize, included), and n×k Q8_0
+// weights repacked (ref.RepackQ8_0).
+func BenchmarkGEMMQ8_0A8(b *testing.B, quantize QuantizeRowsInt8Func, f GEMMQ8_0A8Func, m, n, k int) {
+	r := qRand(6)
+	a, c := qFloats(r, m*k), make([]float32, m*n)
+	qa, sa := make([]int8, m*k), make([]float32, m)
+	w, d := ref.RepackQ8_0(qQ8_0(r, n*k))
+	bytes := len(w) + 2*len(d)
+	probe.Cached()
+	b.SetBytes(int64(bytes))
+	b.ResetTimer()
+	for b.Loop() {
+		quantize(m, k, a, qa, sa)
+		f(m, n, k, qa, sa, w, d, c)
+	}
+	qReport(b, m, n, k)
+	qReportBandwidth(b, bytes)
+}
+
+// BenchmarkGEMMQ4_0A8 is BenchmarkGEMMQ8_0A8 for repacked Q4_0 weights (ref.RepackQ4_0).
+func BenchmarkGEMMQ4_0A8(b *testing.B, quantize QuantizeRowsInt8Func, f GEMMQ4_0A8Func, m, n, k int) {
+	r := qRand(7)
+	a, c := qFloats(r, m*k), make([]float32, m*n)
+	qa, sa := make([]int8, m*k), make([]float32, m)
+	w, d := ref.RepackQ4_0(qQ4_0(r, n*k))
+	bytes := len(w) + 2*len(d)
+	probe.Cached()
+	b.SetBytes(int64(bytes))
+	b.ResetTimer()
+	for b.Loop() {
+		quantize(m, k, a, qa, sa)
+		f(m, n, k, qa, sa, w, d, c)
+	}
+	qReport(b, m, n, k)
+	qReportBandwidth(b, bytes)
 }

@@ -16,3 +16,10 @@ type (
 	// GEMVQFunc is GEMVQ8_0 or GEMVQ4_0: W [n, k] as GGUF blocks, x as k/32 Q8_0 blocks, y [n].
 	GEMVQFunc func(n, k int, w, xq []byte, y []float32)
 )
+
+// GEMMQ8_0A8Func and GEMMQ4_0A8Func are the matmuls of repacked GGUF weights (ref.RepackQ8_0, ref.RepackQ4_0)
+// with per-token INT8 activations.
+type (
+	GEMMQ8_0A8Func func(m, n, k int, qa []int8, sa []float32, w []int8, d []uint16, c []float32)
+	GEMMQ4_0A8Func func(m, n, k int, qa []int8, sa []float32, w []uint8, d []uint16, c []float32)
+)

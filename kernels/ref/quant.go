@@ -248,3 +248,85 @@ func GEMVQ4_0(n, k int, w, xq []byte, y []float64) {
 		y[j] = dotQ4_0Q8_0(k, w[j*row:][:row], xq)
 	}
 }
+
+// GGUF's Q8_0 and Q4_0 repacked for the W8A8/W4A8-style kernels (GEMMQ8_0A8, GEMMQ4_0A8): the blocks' codes as
+// one matrix and their binary16 scales d [n, k/32] as another. Q8_0: w int8 [n, k], value = w·d. Q4_0: w uint8
+// [n, k/2] in the W4A16 nibble order above, zero point 8, value = (q-8)·d. The values are the blocks' own.
+
+// RepackQ8_0 splits rows of Q8_0 blocks into codes and scales (the layout above).
+func RepackQ8_0(blocks []byte) (w []int8, d []uint16) {
+	shape.Blocks("RepackQ8_0", "len(blocks)", len(blocks), Q8_0Bytes)
+	nb := len(blocks) / Q8_0Bytes
+	w, d = make([]int8, nb*QBlock), make([]uint16, nb)
+	for b := range nb {
+		blk := blocks[b*Q8_0Bytes:][:Q8_0Bytes]
+		d[b] = binary.LittleEndian.Uint16(blk)
+		for i := range QBlock {
+			w[b*QBlock+i] = int8(blk[2+i])
+		}
+	}
+	return w, d
+}
+
+// RepackQ4_0 splits rows of Q4_0 blocks into codes, packed in the W4A16 nibble order, and scales.
+func RepackQ4_0(blocks []byte) (w []uint8, d []uint16) {
+	shape.Blocks("RepackQ4_0", "len(blocks)", len(blocks), Q4_0Bytes)
+	nb := len(blocks) / Q4_0Bytes
+	w, d = make([]uint8, nb*QBlock/2), make([]uint16, nb)
+	for b := range nb {
+		blk := blocks[b*Q4_0Bytes:][:Q4_0Bytes]
+		d[b] = binary.LittleEndian.Uint16(blk)
+		for i := range QBlock {
+			q := blk[2+i%16] >> (4 * (i / 16)) & 0xf // element i: low nibbles first, then high
+			w[b*QBlock/2+i/2] |= q << (4 * (i % 2))
+		}
+	}
+	return w, d
+}
+
+// GEMMQ8_0A8 computes C = A·Wᵀ with per-token INT8 activations (qa, sa) and repacked Q8_0 weights (w, d), the
+// integer part of each block exact: c[i*n+j] = sa[i]·Σ_b d[j,b]·Σ_{p in b} w[j*k+p]·qa[i*k+p].
+func GEMMQ8_0A8(m, n, k int, qa []int8, sa []float64, w []int8, d []uint16, c []float64) {
+	shape.GEMM("GEMMQ8_0A8", m, n, k, len(qa), len(w), len(c))
+	shape.Blocks("GEMMQ8_0A8", "k", k, QBlock)
+	shape.Len("GEMMQ8_0A8", "d", len(d), n*k/QBlock, "n*k/32")
+	shape.Len("GEMMQ8_0A8", "sa", len(sa), m, "m")
+	nb := k / QBlock
+	for i := 0; i < m; i++ {
+		for j := 0; j < n; j++ {
+			var acc float64
+			for b := 0; b < nb; b++ {
+				var s int64
+				for p := b * QBlock; p < (b+1)*QBlock; p++ {
+					s += int64(w[j*k+p]) * int64(qa[i*k+p])
+				}
+				acc += float64(half.F16ToF32(d[j*nb+b])) * float64(s)
+			}
+			c[i*n+j] = sa[i] * acc
+		}
+	}
+}
+
+// GEMMQ4_0A8 computes C = A·Wᵀ with per-token INT8 activations and repacked Q4_0 weights, the integer part of
+// each block exact: c[i*n+j] = sa[i]·Σ_b d[j,b]·Σ_{p in b} (q[j,p] - 8)·qa[i*k+p].
+func GEMMQ4_0A8(m, n, k int, qa []int8, sa []float64, w []uint8, d []uint16, c []float64) {
+	shape.GEMM("GEMMQ4_0A8", m, n, k, len(qa), n*k, len(c))
+	shape.Blocks("GEMMQ4_0A8", "k", k, QBlock)
+	shape.Len("GEMMQ4_0A8", "w", len(w), n*k/2, "n*k/2")
+	shape.Len("GEMMQ4_0A8", "d", len(d), n*k/QBlock, "n*k/32")
+	shape.Len("GEMMQ4_0A8", "sa", len(sa), m, "m")
+	nb := k / QBlock
+	for i := 0; i < m; i++ {
+		for j := 0; j < n; j++ {
+			var acc float64
+			for b := 0; b < nb; b++ {
+				var s int64
+				for p := b * QBlock; p < (b+1)*QBlock; p++ {
+					s += (int64(Nibble(w[j*k/2:], p)) - 8) * int64(qa[i*k+p])
+				}
+				acc += float64(half.F16ToF32(d[j*nb+b])) * float64(s)
+			}
+			c[i*n+j] = sa[i] * acc
+		}
+	}
+}

@@ -122,7 +122,9 @@ func finish(r Result, sum float64, start time.Time) (Result, error) {
 // SlidingWindow scores the whole text as one token stream (BOS first), the way Hugging Face's strided
 // perplexity does: windows of window tokens start every stride tokens; each window is fed from position 0 and
 // scores only the tokens that no earlier window scored, so every token after the first is scored once, with up
-// to window-stride tokens of context before the first scored one. window must fit the model's context.
+// to window-stride tokens of context before the first scored one. A window starts at most one token before the
+// first token it scores, so that token has context in it: with stride == window (no overlap) each window starts
+// one token earlier than a stride after the last. window must fit the model's context.
 func SlidingWindow(m *model.Model, vocab *tokenizer.Vocab, text string, window, stride int) (Result, error) {
 	if window < 2 || window > m.Config.SeqLen || stride < 1 || stride > window {
 		return Result{}, fmt.Errorf("window=%d stride=%d, want 2 <= window <= %d (context) and 1 <= stride <= window", window, stride, m.Config.SeqLen)
@@ -137,6 +139,7 @@ func SlidingWindow(m *model.Model, vocab *tokenizer.Vocab, text string, window, 
 	var sum float64
 	scored := 1 // toks[0] (BOS) is never scored
 	for begin := 0; scored < len(toks); begin += stride {
+		begin = min(begin, scored-1)
 		end := min(begin+window, len(toks))
 		seq.Reset()
 		logits, err := seq.Feed(toks[begin:end-1], true)

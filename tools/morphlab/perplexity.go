@@ -38,6 +38,9 @@ func runPerplexity(e *env, args []string) error {
 	if *mode != "paragraph" && *mode != "window" {
 		return usagef("--mode=%q, want paragraph or window", *mode)
 	}
+	if *window < 0 || *stride < 0 || (*window > 0 && *stride > *window) {
+		return usagef("--window=%d --stride=%d, want a window of at least 2 tokens and a stride in 1..window", *window, *stride)
+	}
 	text, err := os.ReadFile(*textPath)
 	if err != nil {
 		return err
@@ -61,6 +64,9 @@ func runPerplexity(e *env, args []string) error {
 		s := *stride
 		if s == 0 {
 			s = max(1, w/2)
+		}
+		if w < 2 || w > m.Config.SeqLen || s > w {
+			return usagef("--window=%d --stride=%d, want 2 <= window <= %d (the model's context) and 1 <= stride <= window", w, s, m.Config.SeqLen)
 		}
 		r, err = eval.SlidingWindow(m, vocab, string(text), w, s)
 	}

@@ -17,9 +17,11 @@ func init() {
 const quantizeHelp = `
 Quantize rewrites a checkpoint (llama2.c .bin or GGUF) as a GGUF file with the weight matrices of the chosen
 decoder layers (--layers, default all) re-encoded in --format: f32, f16, bf16, q8_0 or q4_0, the types a GGUF
-file holds and the engine runs directly (q8_0 and q4_0 byte for byte as ggml's reference quantizers). Norms,
-embedding, classifier and the other layers are copied as they are. Every matrix is widened to f32 first, so
-requantizing a quantized file compounds the two roundings.
+file holds and the engine runs directly (q8_0 and q4_0 byte for byte as ggml's reference quantizers).
+--classifier-format re-encodes the classifier too (a model with tied embeddings gets a classifier of its own,
+made from the embedding, as 'generate --classifier-format' makes one in memory). Norms, embedding and the
+other layers are copied as they are; so is the classifier without the flag. Every matrix is widened to f32
+first, so requantizing a quantized file compounds the two roundings.
 
 The engine's own int8 (per-channel, run as W8A8) and int4 (group, run as W4A8) layouts, and the activation-aware AWQ and
 SmoothQuant variants, have no GGUF type: they are built from a loaded model at run time (engine/model
@@ -32,6 +34,7 @@ func runQuantize(e *env, args []string) error {
 	out := fs.String("out", "", "output GGUF `file`")
 	format := fs.String("format", "", "matrix `format`: f32, f16, bf16, q8_0 or q4_0")
 	layersFlag := fs.String("layers", "", "comma-separated decoder `layers` to convert (default all)")
+	classifier := fs.String("classifier-format", "", "also store the classifier in `format`: f32, f16, bf16, q8_0 or q4_0 (default: as it is)")
 	tokPath := fs.String("tokenizer", "", "llama2.c tokenizer.bin `file` to store in the output (default: the input's vocabulary, if any)")
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
 	if err := e.parse(fs, args); err != nil {
@@ -51,6 +54,12 @@ func runQuantize(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	var ct model.TensorType
+	if *classifier != "" {
+		if ct, err = parseTensorType("--classifier-format", *classifier); err != nil {
+			return err
+		}
+	}
 	start := time.Now()
 	ck, err := model.Load(*in)
 	if err != nil {
@@ -66,21 +75,31 @@ func runQuantize(e *env, args []string) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", *in, err)
 	}
+	if *classifier != "" {
+		if conv, err = model.ConvertClassifier(conv, ct); err != nil {
+			return fmt.Errorf("%s: %w", *in, err)
+		}
+	}
 	size, err := writeCheckpoint(*out, conv)
 	if err != nil {
 		return err
 	}
 	sec := time.Since(start).Seconds()
+	classifierName := *classifier
+	if classifierName == "" {
+		classifierName = "as stored"
+	}
 	n := len(layers)
 	if layers == nil {
 		n = ck.Config.NLayers
 	}
 	if *asJSON {
 		return writeJSON(e.stdout, map[string]any{"model": *in, "out": *out, "format": *format, "layers": n,
-			"bytes": size, "seconds": sec})
+			"classifier_format": classifierName, "bytes": size, "seconds": sec})
 	}
-	return writeTable(e.stdout, []string{"model", "out", "format", "layers", "size", "seconds"}, [][]string{
-		{*in, *out, *format, fmt.Sprintf("%d of %d", n, ck.Config.NLayers), formatValue(float64(size)/(1<<20)) + " MiB", formatValue(sec)}})
+	return writeTable(e.stdout, []string{"model", "out", "format", "layers", "classifier", "size", "seconds"}, [][]string{
+		{*in, *out, *format, fmt.Sprintf("%d of %d", n, ck.Config.NLayers), classifierName,
+			formatValue(float64(size)/(1<<20)) + " MiB", formatValue(sec)}})
 }
 
 // parseLayers reads a comma-separated list of layer indices; "" means all (nil). Ranges are checked against the
