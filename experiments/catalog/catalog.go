@@ -47,6 +47,7 @@ var Models = []Model{
 		SeqLen: 16384, RopeTheta: 1e6, NormEps: 1e-5}, "codellama/CodeLlama-34b-Instruct-hf"},
 	{"stories260K", shape("stories260K"), ""},
 	{"stories15M", shape("stories15M"), ""},
+	{"stories42M", shape("stories42M"), ""},
 	{"stories110M", shape("stories110M"), ""},
 }
 

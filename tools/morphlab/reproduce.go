@@ -141,7 +141,7 @@ func sensitivityTables(e *env, data, dir string) (string, error) {
 	return b.String(), nil
 }
 
-// realPairs replays a small burst on the real CPU engine (stories15M's shape, F16, on the CPU-time clock) under
+// realPairs replays a small burst on the real CPU engine (stories42M's shape, F16, on the CPU-time clock) under
 // fp16 and morph:default, calibrates the simulator on this CPU, and simulates the same runs.
 func realPairs(e *env, dir string) ([]suite.RealPair, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -156,21 +156,21 @@ func realPairs(e *env, dir string) ([]suite.RealPair, error) {
 	if err := writeTraceFile(tracePath, t); err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(e.stderr, "reproduce: calibrating the simulator on this CPU (stories15M)\n")
+	fmt.Fprintf(e.stderr, "reproduce: calibrating the simulator on this CPU (stories42M)\n")
 	calib := filepath.Join(dir, "cpu-calibration.json")
-	if _, err := runQuiet("calibrate", "--model", "stories15M", "--format", "f16,int4", "--kv-type", "f16", "--out", calib); err != nil {
+	if _, err := runQuiet("calibrate", "--model", "stories42M", "--format", "f16,int4", "--kv-type", "f16", "--out", calib); err != nil {
 		return nil, err
 	}
 	var pairs []suite.RealPair
 	for _, p := range []string{"fp16", "morph:default"} {
 		fmt.Fprintf(e.stderr, "reproduce: %s on the real CPU engine and in the simulator\n", p)
 		realDir, simDir := filepath.Join(dir, "cpu-"+dirName(p)), filepath.Join(dir, "sim-"+dirName(p))
-		if _, err := runQuiet("run", "--shape", "stories15M", "--format", "f16", "--kv-type", "f16", "--trace", tracePath,
-			"--clip", "256", "--policy", p, "--kv-blocks", "48", "--max-tokens", "256", "--clock", "cpu", "--out", realDir); err != nil {
+		if _, err := runQuiet("run", "--shape", "stories42M", "--format", "f16", "--kv-type", "f16", "--trace", tracePath,
+			"--policy", p, "--kv-blocks", "48", "--max-tokens", "256", "--clock", "cpu", "--out", realDir); err != nil {
 			return nil, err
 		}
-		if _, err := runQuiet("simulate", "--model", "stories15M", "--gpu", "cpu", "--calibration", calib, "--kv-type", "f16",
-			"--trace", tracePath, "--clip", "256", "--policy", p, "--kv-blocks", "48", "--max-tokens", "256", "--out", simDir); err != nil {
+		if _, err := runQuiet("simulate", "--model", "stories42M", "--gpu", "cpu", "--calibration", calib, "--kv-type", "f16",
+			"--trace", tracePath, "--policy", p, "--kv-blocks", "48", "--max-tokens", "256", "--out", simDir); err != nil {
 			return nil, err
 		}
 		real, err := results.Load(filepath.Join(realDir, "results.json"))

@@ -74,3 +74,15 @@ func TestRunCommand(t *testing.T) {
 		}
 	}
 }
+
+// TestReproduceQuick runs the quick suite with two policies: summary.md and the headline come out.
+func TestReproduceQuick(t *testing.T) {
+	out := t.TempDir()
+	code, stdout, stderr := runCLI("reproduce", "--quick", "--policies", "fp16,morph:default", "--out", out)
+	if code != 0 || !strings.Contains(stdout, "TTFT-SLO violations cut by morph:default") {
+		t.Fatalf("reproduce --quick: exit %d, %q, %q", code, stdout, stderr)
+	}
+	if b, err := os.ReadFile(filepath.Join(out, "summary.md")); err != nil || !strings.Contains(string(b), "## Headline") {
+		t.Fatalf("summary.md: %v", err)
+	}
+}
