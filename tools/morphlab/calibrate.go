@@ -10,6 +10,7 @@ import (
 	"github.com/morphlab/morphlab/engine/exec"
 	"github.com/morphlab/morphlab/engine/exec/costmodel"
 	"github.com/morphlab/morphlab/engine/model"
+	"github.com/morphlab/morphlab/experiments/replay"
 	"github.com/morphlab/morphlab/kernels/cpu"
 	"github.com/morphlab/morphlab/kernels/probe"
 	"github.com/morphlab/morphlab/quant"
@@ -26,11 +27,15 @@ layer and a layer-token for each weight format, a cost an attended key in prompt
 cost a sampled row. --model is a shape name ('morphlab synth --shape': stories110M, ...), timed on
 seeded synthetic weights, or a checkpoint file. The grid: prompt chunks of 16, 64 and 256 tokens (64 also after
 256 cached positions), decode batches of 1, 4 and 12 sequences at 64 and 384 positions, and one mixed
-step (8 decodes beside a 32-token chunk), each with every layer in each --format and with the first and last
+step (8 decodes beside a 32-token chunk), positions scaled down for a model of a shorter context, each with every layer in each --format and with the first and last
 format half and half; each configuration's grid is timed in --reps rounds and each step's fastest time kept
 (on a shared machine a burst of other work then spoils one round, not every run of a step). Four more
 steps of other shapes are timed the same way and left out of the fit, to report its error on steps it did not
-see. About half a minute on stories110M on two cores. The file written (--out) is what the simulator reads for the cpu device.`
+see. About half a minute on stories110M on two cores. The file written (--out) is what the simulator reads for the cpu device.
+
+--clock sets how a step is timed, as 'morphlab run --clock' does: wall (elapsed time) or cpu (the process CPU
+time the step used over the kernel threads). A calibration predicts runs on the same clock: wall for runs on
+the wall clock of an idle machine, cpu for 'run --clock cpu', which a loaded machine skews less.`
 
 // calibrateGrid is one step shape of the grid: decodes sequences at decodeCtx positions beside a prompt chunk of
 // chunk tokens ending at chunkCtx positions (either part may be absent).
@@ -56,7 +61,7 @@ var heldOutCalibrateGrid = []calibrateGrid{
 const calibrateBlock = 16
 
 // timeStep runs b and returns its work and time.
-func timeStep(ex *exec.CPU, b *exec.Batch, layers []costmodel.LayerFormat) (costmodel.Sample, error) {
+func timeStep(ex exec.Executor, b *exec.Batch, layers []costmodel.LayerFormat) (costmodel.Sample, error) {
 	res, err := ex.Step(b)
 	if err != nil {
 		return costmodel.Sample{}, err
@@ -93,6 +98,34 @@ func (g calibrateGrid) batch() *exec.Batch {
 	return b
 }
 
+// fitContext scales the grid's positions (and chunks) to a model whose context is shorter than the grid's
+// longest step, keeping the grid's spread of key counts, so that every step fits and the fit still tells the
+// per-key terms from the per-token ones.
+func fitContext(grid []calibrateGrid, seqLen int) []calibrateGrid {
+	longest := 0
+	for _, g := range defaultCalibrateGrid {
+		longest = max(longest, g.chunkCtx, g.decodeCtx)
+	}
+	for _, g := range heldOutCalibrateGrid {
+		longest = max(longest, g.chunkCtx, g.decodeCtx)
+	}
+	if longest <= seqLen {
+		return grid
+	}
+	scale := func(p int) int {
+		if p == 0 {
+			return 0
+		}
+		return max(1, p*seqLen/longest)
+	}
+	out := make([]calibrateGrid, len(grid))
+	for i, g := range grid {
+		out[i] = calibrateGrid{decodes: g.decodes, decodeCtx: scale(g.decodeCtx), chunkCtx: scale(g.chunkCtx)}
+		out[i].chunk = min(scale(g.chunk), out[i].chunkCtx)
+	}
+	return out
+}
+
 func (g calibrateGrid) blocks() int {
 	return g.decodes*((g.decodeCtx+calibrateBlock-1)/calibrateBlock) + (g.chunkCtx+calibrateBlock-1)/calibrateBlock
 }
@@ -105,6 +138,7 @@ func runCalibrate(e *env, args []string) error {
 	out := fs.String("out", "", "write the calibration JSON to `file`")
 	reps := fs.Int("reps", 3, "timed `rounds` over the grid, the fastest time of each step kept")
 	threads := fs.Int("threads", 0, "kernel threads (default GOMAXPROCS)")
+	clock := fs.String("clock", "wall", "`clock` a step is timed by: wall or cpu (CPU time over the threads)")
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
 	if err := e.parse(fs, args); err != nil {
 		return err
@@ -114,6 +148,9 @@ func runCalibrate(e *env, args []string) error {
 	}
 	if *reps < 1 {
 		return usagef("--reps=%d, want at least 1", *reps)
+	}
+	if *clock != "wall" && *clock != "cpu" {
+		return usagef("--clock %q, want wall or cpu", *clock)
 	}
 	var fmts []quant.Format
 	for _, name := range strings.Split(*formats, ",") {
@@ -144,14 +181,12 @@ func runCalibrate(e *env, args []string) error {
 			}
 		}
 	}
-	grid := defaultCalibrateGrid
+	grid := fitContext(defaultCalibrateGrid, m.Config.SeqLen)
+	heldOutGrid := fitContext(heldOutCalibrateGrid, m.Config.SeqLen)
 	maxTokens, maxBlocks := 0, 0
-	for _, g := range append(slices.Clone(grid), heldOutCalibrateGrid...) {
+	for _, g := range append(slices.Clone(grid), heldOutGrid...) {
 		maxTokens = max(maxTokens, g.decodes+g.chunk)
 		maxBlocks = max(maxBlocks, g.blocks())
-		if g.chunkCtx > m.Config.SeqLen || g.decodeCtx > m.Config.SeqLen {
-			return fmt.Errorf("%s: context of %d positions is shorter than the grid's %d", name, m.Config.SeqLen, max(g.chunkCtx, g.decodeCtx))
-		}
 	}
 	var full int64
 	for _, l := range m.Layers {
@@ -162,6 +197,10 @@ func runCalibrate(e *env, args []string) error {
 	ex, err := exec.NewCPU(m, exec.CPUOptions{Budget: budget, BlockSize: calibrateBlock, MaxTokens: maxTokens, Blocks: maxBlocks, KVType: kv})
 	if err != nil {
 		return err
+	}
+	var timed exec.Executor = ex
+	if *clock == "cpu" {
+		timed = replay.CPUTimed{Executor: ex, Threads: cpu.Threads()}
 	}
 
 	// Layer configurations: every layer in each format, then the first and last half and half (a morphed
@@ -182,7 +221,7 @@ func runCalibrate(e *env, args []string) error {
 	start := time.Now()
 	// Each configuration's steps are timed in --reps rounds over its whole grid, keeping each step's fastest
 	// time: on a shared machine a burst of other work then spoils one round of a step, not all of its runs.
-	all := append(slices.Clone(grid), heldOutCalibrateGrid...)
+	all := append(slices.Clone(grid), heldOutGrid...)
 	done, total := 0, len(configs)*len(all)*(*reps)
 	var samples, heldOut []costmodel.Sample
 	for _, formats := range configs {
@@ -197,7 +236,7 @@ func runCalibrate(e *env, args []string) error {
 		best := make([]costmodel.Sample, len(all))
 		for range *reps {
 			for i, g := range all {
-				s, err := timeStep(ex, g.batch(), layerFormats(formats))
+				s, err := timeStep(timed, g.batch(), layerFormats(formats))
 				if err != nil {
 					return err
 				}
@@ -222,7 +261,7 @@ func runCalibrate(e *env, args []string) error {
 	}
 	c.HeldOutSteps, c.HeldOutMAPE = len(heldOut), costmodel.Median(errs)
 	c.Machine = probe.CPUModel()
-	c.Model, c.Config, c.KV, c.Threads = name, m.Config, kv.String(), cpu.Threads()
+	c.Model, c.Config, c.KV, c.Threads, c.Clock = name, m.Config, kv.String(), cpu.Threads(), *clock
 	if err := c.Save(*out); err != nil {
 		return err
 	}
@@ -230,8 +269,8 @@ func runCalibrate(e *env, args []string) error {
 	if *asJSON {
 		return writeJSON(e.stdout, c)
 	}
-	fmt.Fprintf(e.stdout, "%s on %s (%d threads, %s KV): median error %.1f%% over the %d steps fitted, %.1f%% over %d held out\n\n",
-		name, c.Machine, c.Threads, c.KV, c.MAPE, c.Steps, c.HeldOutMAPE, c.HeldOutSteps)
+	fmt.Fprintf(e.stdout, "%s on %s (%d threads, %s KV, %s clock): median error %.1f%% over the %d steps fitted, %.1f%% over %d held out\n\n",
+		name, c.Machine, c.Threads, c.KV, c.Clock, c.MAPE, c.Steps, c.HeldOutMAPE, c.HeldOutSteps)
 	rows := [][]string{}
 	for _, ft := range c.Formats {
 		rows = append(rows, []string{ft.Format + " a layer", formatValue(ft.Layer * 1e6)}, []string{ft.Format + " a layer-token", formatValue(ft.LayerToken * 1e6)})
