@@ -25,13 +25,13 @@ Calibrate times the CPU executor (the real forward pass) over a grid of batch co
 simulator's step-time model for this CPU to them by least squares (engine/exec/costmodel.Calibration): a cost a
 layer and a layer-token for each weight format, a cost an attended key in prompt chunks and in decode, and a
 cost a sampled row. --model is a shape name ('morphlab synth --shape': stories110M, ...), timed on
-seeded synthetic weights, or a checkpoint file. The grid: prompt chunks of 16, 64 and 256 tokens (64 also after
-256 cached positions), decode batches of 1, 4 and 12 sequences at 64 and 384 positions, and one mixed
+seeded synthetic weights, or a checkpoint file. The grid: prompt chunks of 16, 64, 256 and 512 tokens (64 also after
+256 cached positions, 128 after 512), decode batches of 1, 4 and 12 sequences at 64 and 384 positions, and one mixed
 step (8 decodes beside a 32-token chunk), positions scaled down for a model of a shorter context, each with every layer in each --format and with the first and last
 format half and half; each configuration's grid is timed in --reps rounds and each step's fastest time kept
-(on a shared machine a burst of other work then spoils one round, not every run of a step). Four more
+(on a shared machine a burst of other work then spoils one round, not every run of a step). Six more
 steps of other shapes are timed the same way and left out of the fit, to report its error on steps it did not
-see. About half a minute on stories110M on two cores. The file written (--out) is what the simulator reads for the cpu device.
+see. About a minute on stories110M on two cores. The file written (--out) is what the simulator reads for the cpu device.
 
 --clock sets how a step is timed, as 'morphlab run --clock' does: wall (elapsed time) or cpu (the process CPU
 time the step used over the kernel threads). A calibration predicts runs on the same clock: wall for runs on
@@ -49,13 +49,17 @@ var defaultCalibrateGrid = []calibrateGrid{
 	{decodes: 1, decodeCtx: 64}, {decodes: 4, decodeCtx: 64}, {decodes: 12, decodeCtx: 64},
 	{decodes: 1, decodeCtx: 384}, {decodes: 4, decodeCtx: 384}, {decodes: 12, decodeCtx: 384},
 	{decodes: 8, decodeCtx: 128, chunk: 32, chunkCtx: 32},
+	// Long chunks: a chunk's attention grows with the square of its length, and only chunks of a few hundred
+	// tokens tell that term from the per-token ones (without these, 512-token chunks ran 20% over the fit).
+	{chunk: 512, chunkCtx: 512}, {chunk: 128, chunkCtx: 640},
 }
 
 // heldOutCalibrateGrid are steps timed with the grid but left out of the fit, to report its error on steps it
 // did not see.
 var heldOutCalibrateGrid = []calibrateGrid{
 	{chunk: 128, chunkCtx: 128}, {decodes: 8, decodeCtx: 256}, {decodes: 2, decodeCtx: 320},
-	{decodes: 4, decodeCtx: 96, chunk: 48, chunkCtx: 48},
+	{decodes: 4, decodeCtx: 96, chunk: 48, chunkCtx: 48}, {chunk: 384, chunkCtx: 384},
+	{decodes: 4, decodeCtx: 200, chunk: 256, chunkCtx: 256},
 }
 
 const calibrateBlock = 16

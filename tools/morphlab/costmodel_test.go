@@ -105,12 +105,13 @@ func TestCalibrateGridFitsContext(t *testing.T) {
 		t.Errorf("a 1024-position context: grid %v, want it unchanged", got)
 	}
 	got := fitContext(defaultCalibrateGrid, 256)
-	// The longest step is at 384 positions: each position is scaled by 256/384, rounding down.
+	// The longest step is at 640 positions: each position is scaled by 256/640, rounding down.
 	want := []calibrateGrid{
-		{chunk: 10, chunkCtx: 10}, {chunk: 42, chunkCtx: 42}, {chunk: 42, chunkCtx: 213}, {chunk: 170, chunkCtx: 170},
-		{decodes: 1, decodeCtx: 42}, {decodes: 4, decodeCtx: 42}, {decodes: 12, decodeCtx: 42},
-		{decodes: 1, decodeCtx: 256}, {decodes: 4, decodeCtx: 256}, {decodes: 12, decodeCtx: 256},
-		{decodes: 8, decodeCtx: 85, chunk: 21, chunkCtx: 21},
+		{chunk: 6, chunkCtx: 6}, {chunk: 25, chunkCtx: 25}, {chunk: 25, chunkCtx: 128}, {chunk: 102, chunkCtx: 102},
+		{decodes: 1, decodeCtx: 25}, {decodes: 4, decodeCtx: 25}, {decodes: 12, decodeCtx: 25},
+		{decodes: 1, decodeCtx: 153}, {decodes: 4, decodeCtx: 153}, {decodes: 12, decodeCtx: 153},
+		{decodes: 8, decodeCtx: 51, chunk: 12, chunkCtx: 12},
+		{chunk: 204, chunkCtx: 204}, {chunk: 51, chunkCtx: 256},
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("a 256-position context: grid\n%v\nwant\n%v", got, want)
