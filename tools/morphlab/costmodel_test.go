@@ -122,3 +122,18 @@ func TestCalibrateGridFitsContext(t *testing.T) {
 		}
 	}
 }
+
+// TestCalibrateKeptTime checks which of a step's rounds calibrate keeps: the fastest on the wall clock, the
+// median on the CPU clock.
+func TestCalibrateKeptTime(t *testing.T) {
+	rounds := []costmodel.Sample{{Seconds: 0.012}, {Seconds: 0.010}, {Seconds: 0.015}, {Seconds: 0.011}, {Seconds: 0.013}}
+	if got := keptTime(rounds, "wall").Seconds; got != 0.010 {
+		t.Errorf("wall clock: kept %v, want the fastest 0.010", got)
+	}
+	if got := keptTime(rounds, "cpu").Seconds; got != 0.012 {
+		t.Errorf("cpu clock: kept %v, want the median 0.012", got)
+	}
+	if rounds[2].Seconds != 0.015 {
+		t.Errorf("keptTime reordered its rounds: %v", rounds)
+	}
+}
