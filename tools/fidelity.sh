@@ -7,9 +7,14 @@
 # and prints for each run the P50 and P95 TTFT, the mean TPOT and the output throughput, real beside simulated,
 # with the simulator's error. It exits 1 when an error is over LIMIT percent.
 #
+# Kernels run on THREADS threads (default 1, GOMAXPROCS too): on a machine shared with other jobs a step's CPU
+# time is only load-free on one thread; with two, the kernel pool's caller spins while a descheduled worker
+# finishes its chunk, and that spin, counted as CPU time, grows with the load (two-thread calibrations made an
+# hour apart differed by 10%, and runs made under heavier load than the calibration ran 15-20% slower).
+#
 # Usage: tools/fidelity.sh [OUTDIR]   (default /tmp/morphlab-fidelity)
 # Settings (environment): SHAPE, RATES, POLICIES, DURATION, PROMPT, OUTPUT, MAX_OUTPUT, KV_BLOCKS, MAX_TOKENS,
-# BLOCK_SIZE, REPS (calibration rounds), LIMIT (percent), MORPHLAB (a built binary; default: build one),
+# BLOCK_SIZE, THREADS, REPS (calibration rounds), LIMIT (percent), MORPHLAB (a built binary; default: build one),
 # CALIBRATION (use this calibration file instead of calibrating), REUSE=1 (keep real runs already in OUTDIR).
 # The defaults take about 15 minutes on two cores; SHAPE=stories15M DURATION=20s a minute.
 set -euo pipefail
@@ -27,6 +32,8 @@ MAX_TOKENS=${MAX_TOKENS:-512}
 BLOCK_SIZE=${BLOCK_SIZE:-16}
 REPS=${REPS:-5}
 LIMIT=${LIMIT:-10}
+THREADS=${THREADS:-1}
+export GOMAXPROCS=$THREADS
 
 command -v jq >/dev/null || { echo "fidelity.sh: jq is required" >&2; exit 1; }
 mkdir -p "$out"
@@ -38,8 +45,8 @@ ml() { "$MORPHLAB" "$@"; }
 
 calib=${CALIBRATION:-$out/cpu-$SHAPE.json}
 if [[ -z ${CALIBRATION:-} ]]; then
-	echo "calibrating $SHAPE (f16 and int4 layers, f16 KV, CPU-time clock, $REPS rounds)" >&2
-	ml calibrate --model "$SHAPE" --format f16,int4 --kv-type f16 --clock cpu --reps "$REPS" --out "$calib" >"$out/calibration.txt"
+	echo "calibrating $SHAPE (f16 and int4 layers, f16 KV, CPU-time clock, $THREADS threads, $REPS rounds)" >&2
+	ml calibrate --threads "$THREADS" --model "$SHAPE" --format f16,int4 --kv-type f16 --clock cpu --reps "$REPS" --out "$calib" >"$out/calibration.txt"
 	cat "$out/calibration.txt" >&2
 fi
 
@@ -54,7 +61,7 @@ for rate in $RATES; do
 		real=$out/real-$name sim=$out/sim-$name
 		if [[ ${REUSE:-} != 1 || ! -s $real/results.json ]]; then
 			echo "run $name" >&2
-			ml run --shape "$SHAPE" --format f16 "${budget[@]}" --trace "$trace" --policy "$policy" --clock cpu --out "$real" >/dev/null
+			ml run --threads "$THREADS" --shape "$SHAPE" --format f16 "${budget[@]}" --trace "$trace" --policy "$policy" --clock cpu --out "$real" >/dev/null
 		fi
 		ml simulate --model "$SHAPE" --gpu cpu --calibration "$calib" "${budget[@]}" --trace "$trace" --policy "$policy" --out "$sim" >/dev/null
 		echo
