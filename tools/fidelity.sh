@@ -7,16 +7,17 @@
 # and prints for each run the P50 and P95 TTFT, the mean TPOT and the output throughput, real beside simulated,
 # with the simulator's error. It exits 1 when an error is over LIMIT percent.
 #
-# Kernels run on THREADS threads (default 1, GOMAXPROCS too): on a machine shared with other jobs a step's CPU
-# time is only load-free on one thread; with two, the kernel pool's caller spins while a descheduled worker
-# finishes its chunk, and that spin, counted as CPU time, grows with the load (two-thread calibrations made an
-# hour apart differed by 10%, and runs made under heavier load than the calibration ran 15-20% slower).
+# Kernels run on THREADS threads (default 1, GOMAXPROCS too). The real runs and the calibration all run at once:
+# on a machine shared with other jobs a step's CPU time still moves with their load (they share the core's caches
+# and memory bandwidth; calibrations of the same grid 15 minutes apart differed by 10%), so the calibration is
+# timed over the same minutes, and under the same load, as the runs it predicts, its REPS rounds (default 10)
+# spread over them and each step's median kept.
 #
 # Usage: tools/fidelity.sh [OUTDIR]   (default /tmp/morphlab-fidelity)
 # Settings (environment): SHAPE, RATES, POLICIES, DURATION, PROMPT, OUTPUT, MAX_OUTPUT, KV_BLOCKS, MAX_TOKENS,
 # BLOCK_SIZE, THREADS, REPS (calibration rounds), LIMIT (percent), MORPHLAB (a built binary; default: build one),
 # CALIBRATION (use this calibration file instead of calibrating), REUSE=1 (keep real runs already in OUTDIR).
-# The defaults take about 15 minutes on two cores; SHAPE=stories15M DURATION=20s a minute.
+# The defaults take about 10 minutes on two cores (more when they are busy with other work).
 set -euo pipefail
 
 out=${1:-/tmp/morphlab-fidelity}
@@ -30,7 +31,7 @@ MAX_OUTPUT=${MAX_OUTPUT:-192}
 KV_BLOCKS=${KV_BLOCKS:-48}
 MAX_TOKENS=${MAX_TOKENS:-512}
 BLOCK_SIZE=${BLOCK_SIZE:-16}
-REPS=${REPS:-5}
+REPS=${REPS:-10}
 LIMIT=${LIMIT:-10}
 THREADS=${THREADS:-1}
 export GOMAXPROCS=$THREADS
@@ -44,25 +45,38 @@ fi
 ml() { "$MORPHLAB" "$@"; }
 
 calib=${CALIBRATION:-$out/cpu-$SHAPE.json}
+budget=(--kv-type f16 --kv-blocks "$KV_BLOCKS" --max-tokens "$MAX_TOKENS" --block-size "$BLOCK_SIZE")
+pids=()
 if [[ -z ${CALIBRATION:-} ]]; then
 	echo "calibrating $SHAPE (f16 and int4 layers, f16 KV, CPU-time clock, $THREADS threads, $REPS rounds)" >&2
-	ml calibrate --threads "$THREADS" --model "$SHAPE" --format f16,int4 --kv-type f16 --clock cpu --reps "$REPS" --out "$calib" >"$out/calibration.txt"
-	cat "$out/calibration.txt" >&2
+	ml calibrate --threads "$THREADS" --model "$SHAPE" --format f16,int4 --kv-type f16 --clock cpu --reps "$REPS" \
+		--out "$calib" >"$out/calibration.txt" 2>"$out/calibration.err" &
+	pids+=($!)
 fi
+for rate in $RATES; do
+	ml trace gen --process "poisson:$rate" --duration "$DURATION" --prompt "$PROMPT" --output "$OUTPUT" \
+		--clip 1024 --max-output "$MAX_OUTPUT" --seed 1 --out "$out/trace-$rate.csv" 2>/dev/null
+	for policy in $POLICIES; do
+		name=$rate-${policy//:/-}
+		if [[ ${REUSE:-} != 1 || ! -s $out/real-$name/results.json ]]; then
+			echo "run $name" >&2
+			ml run --threads "$THREADS" --shape "$SHAPE" --format f16 "${budget[@]}" --trace "$out/trace-$rate.csv" \
+				--policy "$policy" --clock cpu --out "$out/real-$name" >"$out/real-$name.txt" 2>&1 &
+			pids+=($!)
+		fi
+	done
+done
+for pid in "${pids[@]}"; do
+	wait "$pid" || { echo "fidelity.sh: a calibration or run failed; see $out/*.txt and $out/calibration.err" >&2; exit 1; }
+done
+if [[ -z ${CALIBRATION:-} ]]; then cat "$out/calibration.txt" >&2; fi
 
-budget=(--kv-type f16 --kv-blocks "$KV_BLOCKS" --max-tokens "$MAX_TOKENS" --block-size "$BLOCK_SIZE")
 fail=0
 for rate in $RATES; do
 	trace=$out/trace-$rate.csv
-	ml trace gen --process "poisson:$rate" --duration "$DURATION" --prompt "$PROMPT" --output "$OUTPUT" \
-		--clip 1024 --max-output "$MAX_OUTPUT" --seed 1 --out "$trace" 2>/dev/null
 	for policy in $POLICIES; do
 		name=$rate-${policy//:/-}
 		real=$out/real-$name sim=$out/sim-$name
-		if [[ ${REUSE:-} != 1 || ! -s $real/results.json ]]; then
-			echo "run $name" >&2
-			ml run --threads "$THREADS" --shape "$SHAPE" --format f16 "${budget[@]}" --trace "$trace" --policy "$policy" --clock cpu --out "$real" >/dev/null
-		fi
 		ml simulate --model "$SHAPE" --gpu cpu --calibration "$calib" "${budget[@]}" --trace "$trace" --policy "$policy" --out "$sim" >/dev/null
 		echo
 		echo "$SHAPE, poisson:$rate for $DURATION, $policy, $KV_BLOCKS KV blocks: $(jq -r '"\(.aggregates.requests) requests, real \(.aggregates.swap_actions) swaps / \(.aggregates.preemptions) preemptions"' "$real/results.json"), sim $(jq -r '"\(.aggregates.swap_actions) / \(.aggregates.preemptions)"' "$sim/results.json")"
@@ -76,7 +90,7 @@ for rate in $RATES; do
 				e = (s - r) / r * 100; a = e < 0 ? -e : e
 				printf "| %s | %.4g | %.4g | %+.1f%%%s |\n", l, r, s, e, (a > lim ? " (over)" : "")
 			}')
-			[[ $row == *"(over)"* ]] && fail=1
+			if [[ $row == *"(over)"* ]]; then fail=1; fi
 			echo "$row"
 		done <<'EOF'
 P50 TTFT (ms)|.aggregates.ttft.median_ms
