@@ -295,7 +295,7 @@ func runCalibrate(e *env, args []string) error {
 // keptTime is the time kept of a step's rounds: on the wall clock the fastest, since other work on the machine
 // only ever adds to a step's elapsed time; on the CPU clock the median, since a run's steps, timed the same way,
 // spread as the rounds do (the cache and memory bandwidth other jobs share slow a step's CPU time, up and down
-// from round to round), and the fastest of five rounds predicted a run's steps 15-20% short.
+// from round to round), so the fastest round would be a time the run's steps seldom see.
 func keptTime(rounds []costmodel.Sample, clock string) costmodel.Sample {
 	if clock == "wall" {
 		return slices.MinFunc(rounds, func(a, b costmodel.Sample) int { return cmp.Compare(a.Seconds, b.Seconds) })
