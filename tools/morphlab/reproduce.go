@@ -158,7 +158,7 @@ func realPairs(e *env, dir string) ([]suite.RealPair, error) {
 	}
 	fmt.Fprintf(e.stderr, "reproduce: calibrating the simulator on this CPU (stories42M)\n")
 	calib := filepath.Join(dir, "cpu-calibration.json")
-	if _, err := runQuiet("calibrate", "--model", "stories42M", "--format", "f16,int4", "--kv-type", "f16", "--out", calib); err != nil {
+	if _, err := runQuiet("calibrate", "--model", "stories42M", "--format", "f16,int4", "--kv-type", "f16", "--clock", "cpu", "--out", calib); err != nil {
 		return nil, err
 	}
 	var pairs []suite.RealPair

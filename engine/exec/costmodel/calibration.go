@@ -33,6 +33,7 @@ type Calibration struct {
 	Config  model.Config `json:"config"`
 	KV      string       `json:"kv"`
 	Threads int          `json:"threads"`
+	Clock   string       `json:"clock,omitempty"` // how steps were timed: wall, or cpu (CPU time over the threads)
 
 	Formats    []FormatTerms `json:"formats"`
 	PrefillKey float64       `json:"prefill_key_s"`

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# fidelity.sh: the simulator against the real CPU engine on one trace.
+#
+# It calibrates the simulator on this CPU ('morphlab calibrate' on the CPU-time clock), draws a synthetic Poisson
+# trace at each rate, replays it on the CPU engine ('morphlab run --clock cpu') and in the simulator ('morphlab
+# simulate --gpu cpu --calibration') under each policy with the same KV budget, step token budget and block size,
+# and prints for each run the P50 and P95 TTFT, the mean TPOT and the output throughput, real beside simulated,
+# with the simulator's error. It exits 1 when an error is over LIMIT percent.
+#
+# Kernels run on THREADS threads (default 1, GOMAXPROCS too). The real runs and the calibration all run at once:
+# on a machine shared with other jobs a step's CPU time still moves with their load (they share the core's caches
+# and memory bandwidth; calibrations of the same grid 15 minutes apart differed by 10%), so the calibration is
+# timed over the same minutes, and under the same load, as the runs it predicts, its REPS rounds (default 10)
+# spread over them and each step's median kept.
+#
+# Usage: tools/fidelity.sh [OUTDIR]   (default /tmp/morphlab-fidelity)
+# Settings (environment): SHAPE, RATES, POLICIES, DURATION, PROMPT, OUTPUT, MAX_OUTPUT, KV_BLOCKS, MAX_TOKENS,
+# BLOCK_SIZE, THREADS, REPS (calibration rounds), LIMIT (percent), MORPHLAB (a built binary; default: build one),
+# CALIBRATION (use this calibration file instead of calibrating), REUSE=1 (keep real runs already in OUTDIR).
+# The defaults take about 10 minutes on two cores (more when they are busy with other work).
+set -euo pipefail
+
+out=${1:-/tmp/morphlab-fidelity}
+SHAPE=${SHAPE:-stories110M}
+RATES=${RATES:-0.6 1.5}
+POLICIES=${POLICIES:-fp16 morph:default}
+DURATION=${DURATION:-120s}
+PROMPT=${PROMPT:-lognormal:120:0.6}
+OUTPUT=${OUTPUT:-lognormal:48:0.6}
+MAX_OUTPUT=${MAX_OUTPUT:-192}
+KV_BLOCKS=${KV_BLOCKS:-48}
+MAX_TOKENS=${MAX_TOKENS:-512}
+BLOCK_SIZE=${BLOCK_SIZE:-16}
+REPS=${REPS:-10}
+LIMIT=${LIMIT:-10}
+THREADS=${THREADS:-1}
+export GOMAXPROCS=$THREADS
+
+command -v jq >/dev/null || { echo "fidelity.sh: jq is required" >&2; exit 1; }
+mkdir -p "$out"
+if [[ -z ${MORPHLAB:-} ]]; then
+	MORPHLAB=$out/morphlab
+	go build -o "$MORPHLAB" "$(dirname "$0")/morphlab"
+fi
+ml() { "$MORPHLAB" "$@"; }
+
+calib=${CALIBRATION:-$out/cpu-$SHAPE.json}
+budget=(--kv-type f16 --kv-blocks "$KV_BLOCKS" --max-tokens "$MAX_TOKENS" --block-size "$BLOCK_SIZE")
+pids=()
+if [[ -z ${CALIBRATION:-} ]]; then
+	echo "calibrating $SHAPE (f16 and int4 layers, f16 KV, CPU-time clock, $THREADS threads, $REPS rounds)" >&2
+	ml calibrate --threads "$THREADS" --model "$SHAPE" --format f16,int4 --kv-type f16 --clock cpu --reps "$REPS" \
+		--out "$calib" >"$out/calibration.txt" 2>"$out/calibration.err" &
+	pids+=($!)
+fi
+for rate in $RATES; do
+	ml trace gen --process "poisson:$rate" --duration "$DURATION" --prompt "$PROMPT" --output "$OUTPUT" \
+		--clip 1024 --max-output "$MAX_OUTPUT" --seed 1 --out "$out/trace-$rate.csv" 2>/dev/null
+	for policy in $POLICIES; do
+		name=$rate-${policy//:/-}
+		if [[ ${REUSE:-} != 1 || ! -s $out/real-$name/results.json ]]; then
+			echo "run $name" >&2
+			ml run --threads "$THREADS" --shape "$SHAPE" --format f16 "${budget[@]}" --trace "$out/trace-$rate.csv" \
+				--policy "$policy" --clock cpu --out "$out/real-$name" >"$out/real-$name.txt" 2>&1 &
+			pids+=($!)
+		fi
+	done
+done
+for pid in "${pids[@]}"; do
+	wait "$pid" || { echo "fidelity.sh: a calibration or run failed; see $out/*.txt and $out/calibration.err" >&2; exit 1; }
+done
+if [[ -z ${CALIBRATION:-} ]]; then cat "$out/calibration.txt" >&2; fi
+
+fail=0
+for rate in $RATES; do
+	trace=$out/trace-$rate.csv
+	for policy in $POLICIES; do
+		name=$rate-${policy//:/-}
+		real=$out/real-$name sim=$out/sim-$name
+		ml simulate --model "$SHAPE" --gpu cpu --calibration "$calib" "${budget[@]}" --trace "$trace" --policy "$policy" --out "$sim" >/dev/null
+		echo
+		echo "$SHAPE, poisson:$rate for $DURATION, $policy, $KV_BLOCKS KV blocks: $(jq -r '"\(.aggregates.requests) requests, real \(.aggregates.swap_actions) swaps / \(.aggregates.preemptions) preemptions"' "$real/results.json"), sim $(jq -r '"\(.aggregates.swap_actions) / \(.aggregates.preemptions)"' "$sim/results.json")"
+		echo
+		echo "| metric | real | sim | error |"
+		echo "|:--|--:|--:|--:|"
+		while IFS='|' read -r label path; do
+			r=$(jq "$path" "$real/results.json")
+			s=$(jq "$path" "$sim/results.json")
+			row=$(awk -v l="$label" -v r="$r" -v s="$s" -v lim="$LIMIT" 'BEGIN {
+				e = (s - r) / r * 100; a = e < 0 ? -e : e
+				printf "| %s | %.4g | %.4g | %+.1f%%%s |\n", l, r, s, e, (a > lim ? " (over)" : "")
+			}')
+			if [[ $row == *"(over)"* ]]; then fail=1; fi
+			echo "$row"
+		done <<'EOF'
+P50 TTFT (ms)|.aggregates.ttft.median_ms
+P95 TTFT (ms)|.aggregates.ttft.p95_ms
+mean TPOT (ms)|.aggregates.tpot.mean_ms
+output throughput (tok/s)|.aggregates.output_throughput
+EOF
+	done
+done
+exit $fail

@@ -1,0 +1,61 @@
+package main
+
+import (
+	"math"
+	"path/filepath"
+	"testing"
+
+	"github.com/morphlab/morphlab/experiments/results"
+)
+
+// TestFidelityPipeline is the short twin of tools/fidelity.sh: stories260K's shape calibrated on the CPU-time
+// clock, a 5-second Poisson trace replayed on the CPU engine (--clock cpu) and in the simulator with that
+// calibration, under fp16 and morph:default with a KV budget that fills. Both sides must serve the same requests
+// with the same output lengths, and the simulator's mean TPOT must be within a factor of 1.5 of the engine's
+// (the bar of 10% is held by the script on stories110M: stories260K's steps take tens of microseconds, where a
+// loaded machine's noise is larger than that). A sim that loses requests fails it, and so, on a loaded machine,
+// does a calibration on the wall clock (it predicted 1.9x the engine's TPOT with two other jobs running).
+func TestFidelityPipeline(t *testing.T) {
+	dir := t.TempDir()
+	calib, trace := filepath.Join(dir, "cpu.json"), filepath.Join(dir, "trace.csv")
+	if code, _, stderr := runCLI("calibrate", "--model", "stories260K", "--format", "f16,int4", "--kv-type", "f16",
+		"--clock", "cpu", "--reps", "2", "--out", calib); code != 0 {
+		t.Fatalf("calibrate: exit %d: %s", code, stderr)
+	}
+	if code, _, stderr := runCLI("trace", "gen", "--process", "poisson:4", "--duration", "5s", "--prompt", "lognormal:60:0.5",
+		"--output", "lognormal:32:0.5", "--max-output", "96", "--seed", "1", "--out", trace); code != 0 {
+		t.Fatalf("trace gen: exit %d: %s", code, stderr)
+	}
+	budget := []string{"--kv-type", "f16", "--kv-blocks", "12", "--max-tokens", "256", "--block-size", "16", "--trace", trace}
+	for _, policy := range []string{"fp16", "morph:default"} {
+		realDir, simDir := filepath.Join(dir, "real-"+dirName(policy)), filepath.Join(dir, "sim-"+dirName(policy))
+		args := append([]string{"run", "--shape", "stories260K", "--format", "f16", "--policy", policy, "--clock", "cpu", "--out", realDir}, budget...)
+		if code, _, stderr := runCLI(args...); code != 0 {
+			t.Fatalf("run %s: exit %d: %s", policy, code, stderr)
+		}
+		args = append([]string{"simulate", "--model", "stories260K", "--gpu", "cpu", "--calibration", calib, "--policy", policy, "--out", simDir}, budget...)
+		if code, _, stderr := runCLI(args...); code != 0 {
+			t.Fatalf("simulate %s: exit %d: %s", policy, code, stderr)
+		}
+		real, err := results.Load(filepath.Join(realDir, "results.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sim, err := results.Load(filepath.Join(simDir, "results.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ra, sa := real.Aggregates, sim.Aggregates
+		if ra.Completed == 0 || ra.Completed != sa.Completed || ra.TotalOutputTokens != sa.TotalOutputTokens || len(real.Requests) != len(sim.Requests) {
+			t.Fatalf("%s: real %d completed, %d output tokens; sim %d, %d", policy, ra.Completed, ra.TotalOutputTokens, sa.Completed, sa.TotalOutputTokens)
+		}
+		for i, r := range real.Requests {
+			if s := sim.Requests[i]; s.ID != r.ID || s.Output != r.Output {
+				t.Errorf("%s: request %d: real %d output tokens, sim request %d %d", policy, r.ID, r.Output, s.ID, s.Output)
+			}
+		}
+		if ratio := sa.TPOT.Mean / ra.TPOT.Mean; !(math.Abs(math.Log(ratio)) < math.Log(1.5)) {
+			t.Errorf("%s: mean TPOT real %v, sim %v: ratio %.2f, want within 1.5x", policy, ra.TPOT.Mean, sa.TPOT.Mean, ratio)
+		}
+	}
+}
