@@ -121,7 +121,7 @@ func sensitivityTables(e *env, data, dir string) (string, error) {
 	fmt.Fprintf(e.stderr, "reproduce: profiling stories260K's layers on %s\n", filepath.Base(text))
 	profile := filepath.Join(dir, "profile-int4-rtn.json")
 	if _, err := runQuiet("profile", "--model", modelPath, "--tokenizer", tok, "--format", "int4", "--method", "rtn",
-		"--calib", text, "--calib-paragraphs", "200", "--calib-tokens", "20000", "--eval", text, "--eval-paragraphs", "300",
+		"--calib", text, "--calib-paragraphs", "100", "--calib-tokens", "10000", "--eval", text, "--eval-paragraphs", "150",
 		"--orders", "lis,front,back,random", "--seeds", "3", "--all-ks", "--out", profile, "--plot", filepath.Join(dir, "curves.png")); err != nil {
 		return "", err
 	}
@@ -141,36 +141,42 @@ func sensitivityTables(e *env, data, dir string) (string, error) {
 	return b.String(), nil
 }
 
-// realPairs replays a small burst on the real CPU engine (stories42M's shape, F16, on the CPU-time clock) under
-// fp16 and morph:default, calibrates the simulator on this CPU, and simulates the same runs.
+// realPairs replays 30 s of Poisson arrivals on the real CPU engine (stories110M's shape, F16 layers and KV, one
+// kernel thread, on the CPU-time clock) under fp16 and morph:default, calibrates the simulator on this CPU the same
+// way, and simulates the same runs (tools/fidelity.sh is the longer comparison).
 func realPairs(e *env, dir string) ([]suite.RealPair, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	t, err := trace.Generate(trace.Spec{Process: trace.OnOff{OnRate: 6, OffRate: 0.5, OnMean: 4, OffMean: 8}, Duration: 40,
-		Lengths: trace.Independent{Prompt: trace.LogNormal{Median: 100, Sigma: 0.6}, Output: trace.LogNormal{Median: 60, Sigma: 0.6}}}, 1)
+	t, err := trace.Generate(trace.Spec{Process: trace.Poisson{PerSecond: 1.5}, Duration: 30,
+		Lengths: trace.Independent{Prompt: trace.LogNormal{Median: 120, Sigma: 0.6}, Output: trace.LogNormal{Median: 48, Sigma: 0.6}}}, 1)
 	if err != nil {
 		return nil, err
 	}
-	tracePath := filepath.Join(dir, "burst.csv")
+	if t, err = trace.Clip(t, trace.Limits{Context: 1024, Output: 192}); err != nil {
+		return nil, err
+	}
+	tracePath := filepath.Join(dir, "poisson.csv")
 	if err := writeTraceFile(tracePath, t); err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(e.stderr, "reproduce: calibrating the simulator on this CPU (stories42M)\n")
+	budget := []string{"--kv-type", "f16", "--kv-blocks", "48", "--max-tokens", "512", "--trace", tracePath}
+	fmt.Fprintf(e.stderr, "reproduce: calibrating the simulator on this CPU (stories110M)\n")
 	calib := filepath.Join(dir, "cpu-calibration.json")
-	if _, err := runQuiet("calibrate", "--model", "stories42M", "--format", "f16,int4", "--kv-type", "f16", "--clock", "cpu", "--out", calib); err != nil {
+	if _, err := runQuiet("calibrate", "--model", "stories110M", "--threads", "1", "--format", "f16,int4", "--kv-type", "f16",
+		"--clock", "cpu", "--out", calib); err != nil {
 		return nil, err
 	}
 	var pairs []suite.RealPair
 	for _, p := range []string{"fp16", "morph:default"} {
 		fmt.Fprintf(e.stderr, "reproduce: %s on the real CPU engine and in the simulator\n", p)
 		realDir, simDir := filepath.Join(dir, "cpu-"+dirName(p)), filepath.Join(dir, "sim-"+dirName(p))
-		if _, err := runQuiet("run", "--shape", "stories42M", "--format", "f16", "--kv-type", "f16", "--trace", tracePath,
-			"--policy", p, "--kv-blocks", "48", "--max-tokens", "256", "--clock", "cpu", "--out", realDir); err != nil {
+		if _, err := runQuiet(append([]string{"run", "--shape", "stories110M", "--threads", "1", "--format", "f16", "--policy", p,
+			"--clock", "cpu", "--out", realDir}, budget...)...); err != nil {
 			return nil, err
 		}
-		if _, err := runQuiet("simulate", "--model", "stories42M", "--gpu", "cpu", "--calibration", calib, "--kv-type", "f16",
-			"--trace", tracePath, "--policy", p, "--kv-blocks", "48", "--max-tokens", "256", "--out", simDir); err != nil {
+		if _, err := runQuiet(append([]string{"simulate", "--model", "stories110M", "--gpu", "cpu", "--calibration", calib,
+			"--policy", p, "--out", simDir}, budget...)...); err != nil {
 			return nil, err
 		}
 		real, err := results.Load(filepath.Join(realDir, "results.json"))
