@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -27,7 +29,9 @@ Serve runs the engine on the CPU behind OpenAI's HTTP API: POST /v1/completions 
 --memory is the memory budget the CPU executor emulates (weights, workspace, and KV blocks in what is left);
 --scheduler picks continuous (iteration-level) batching or the static and dynamic baselines. With --max-queue N
 a request arriving while N wait for their first batch is answered 429 with Retry-After. SIGINT or SIGTERM stops
-admitting, lets running requests finish within --grace, and exits 0. The package doc of engine/server lists the
+admitting, lets running requests finish within --grace, and exits 0. The Go collector's soft memory limit is set
+to the budget (unless GOMEMLIMIT is set), so that under load the heap stays near the budget instead of growing to
+twice what is live before each collection. The package doc of engine/server lists the
 parameters and error answers.`
 
 func runServe(e *env, args []string) error {
@@ -108,6 +112,7 @@ func runServe(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	limitHeap(budget)
 	mem := x.Memory()
 	fmt.Fprintf(e.stderr, "serving %s on http://%s: %s batching, policy %s, %d KV blocks of %d tokens, budget %s (weights %s)\n",
 		*name, ln.Addr(), *policy, spec, mem.Blocks, *blockSize, formatBytes(mem.Budget), formatBytes(mem.Weights))
@@ -126,6 +131,15 @@ func runServe(e *env, args []string) error {
 	<-announced // Serve returns nil only once ctx has ended
 	fmt.Fprintf(e.stderr, "stopped\n")
 	return nil
+}
+
+// limitHeap sets the Go collector's soft memory limit to budget bytes, unless GOMEMLIMIT sets one. Without it
+// the heap of a loaded server grows to twice its live size between collections (GOGC=100): a server holding its
+// budget would use twice the budget.
+func limitHeap(budget int64) {
+	if _, set := os.LookupEnv("GOMEMLIMIT"); !set {
+		debug.SetMemoryLimit(budget)
+	}
 }
 
 // parseBytes reads a size: an integer with an optional unit, B, KiB, MiB, GiB (powers of 1024) or KB, MB, GB

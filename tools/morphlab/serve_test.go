@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"testing"
@@ -96,6 +97,24 @@ func TestServeUsage(t *testing.T) {
 		if code != 2 || stderr != c.want || stdout != "" {
 			t.Errorf("morphlab %s: exit %d, stderr %q; want 2 and %q", strings.Join(c.args, " "), code, stderr, c.want)
 		}
+	}
+}
+
+// TestLimitHeap checks that the budget becomes the collector's soft memory limit, and that GOMEMLIMIT wins.
+func TestLimitHeap(t *testing.T) {
+	old := debug.SetMemoryLimit(-1)
+	defer debug.SetMemoryLimit(old)
+	t.Setenv("GOMEMLIMIT", "") // restored after the test
+	os.Unsetenv("GOMEMLIMIT")
+	limitHeap(256 << 20)
+	if got := debug.SetMemoryLimit(-1); got != 256<<20 {
+		t.Errorf("limit after limitHeap(256 MiB): %d, want %d", got, 256<<20)
+	}
+	t.Setenv("GOMEMLIMIT", "1GiB")
+	debug.SetMemoryLimit(1 << 30)
+	limitHeap(64 << 20)
+	if got := debug.SetMemoryLimit(-1); got != 1<<30 {
+		t.Errorf("limit after limitHeap(64 MiB) with GOMEMLIMIT=1GiB: %d, want GOMEMLIMIT's %d", got, 1<<30)
 	}
 }
 
