@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -13,7 +12,6 @@ import (
 	"github.com/morphlab/morphlab/engine/exec"
 	"github.com/morphlab/morphlab/engine/model"
 	"github.com/morphlab/morphlab/engine/morph"
-	"github.com/morphlab/morphlab/experiments/loadtest"
 	"github.com/morphlab/morphlab/experiments/replay"
 	"github.com/morphlab/morphlab/experiments/results"
 	"github.com/morphlab/morphlab/experiments/trace"
@@ -142,45 +140,32 @@ func runRun(e *env, args []string) error {
 	fs := e.flags("(--model FILE | --shape NAME) --trace FILE --policy P (--memory B | --kv-blocks N) --out DIR [flags]", runHelp)
 	var mf servingModel
 	mf.register(fs)
-	var tf trace.Flags
-	tf.Register(fs)
-	tracePath := fs.String("trace", "", "request trace `file` (any format experiments/trace reads)")
-	policy := fs.String("policy", "fp16", "serving `policy`")
+	var rf replayFlags
+	rf.register(fs)
 	profile := fs.String("profile", "", "layer swap order from a 'morphlab profile' `file`")
 	memory := fs.Int64("memory", 0, "memory budget in `bytes`")
 	kvBlocks := fs.Int("kv-blocks", 0, "budget: full-precision weights, workspace and `N` KV blocks")
 	blockSize := fs.Int("block-size", 16, "KV block size in `tokens`")
 	maxTokens := fs.Int("max-tokens", 512, "tokens a step feeds at most (chunked prefill budget)")
 	maxSeqs := fs.Int("max-seqs", 256, "running requests at most")
-	sloFlag := fs.String("slo", "ttft=2s", "SLO `limits` for violations and goodput: ttft=..,tpot=..,e2el=..")
 	clock := fs.String("clock", "wall", "`clock`: wall or cpu")
 	promptSeed := fs.Uint64("prompt-seed", 1, "`seed` of the prompts' random tokens")
 	keep := fs.Bool("keep-tokens", false, "keep each request's output token ids in results.json (for quality comparisons)")
 	reference := fs.String("reference", "", "a results.json `file` of the same requests, run with --keep-tokens (e.g. under fp16): report the greedy outputs' agreement with it")
-	out := fs.String("out", "", "output `directory`")
-	asJSON := fs.Bool("json", false, "print the aggregates as JSON instead of a table")
 	if err := e.parse(fs, args); err != nil {
 		return err
 	}
-	spec, err := morph.Parse(*policy)
+	spec, slo, err := rf.parse()
 	if err != nil {
-		return usagef("--policy: %v", err)
-	}
-	slo, err := loadtest.ParseSLO(*sloFlag)
-	if err != nil {
-		return usagef("--slo: %v", err)
+		return err
 	}
 	switch {
-	case *tracePath == "":
-		return usagef("--trace is required")
-	case *out == "":
-		return usagef("--out is required")
 	case (*memory > 0) == (*kvBlocks > 0):
 		return usagef("give one of --memory and --kv-blocks")
 	case *clock != "wall" && *clock != "cpu":
 		return usagef("--clock %q, want wall or cpu", *clock)
 	}
-	t, err := tf.Load(*tracePath)
+	t, err := rf.load()
 	if err != nil {
 		return err
 	}
@@ -237,13 +222,5 @@ func runRun(e *env, args []string) error {
 		fmt.Fprintf(e.stderr, "run: against %s, %.1f%% of the requests have the same output, %.1f%% of the tokens agree\n",
 			*reference, 100*q.ExactMatch, 100*q.TokenAgreement)
 	}
-	if err := r.Write(*out, events); err != nil {
-		return err
-	}
-	if *asJSON {
-		enc := json.NewEncoder(e.stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(r.Aggregates)
-	}
-	return results.WriteTable(e.stdout, []*results.Run{r})
+	return rf.write(e, r, events)
 }

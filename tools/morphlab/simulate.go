@@ -2,17 +2,12 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"os"
 	"os/signal"
 
 	"github.com/morphlab/morphlab/engine/model"
-	"github.com/morphlab/morphlab/engine/morph"
 	"github.com/morphlab/morphlab/experiments/catalog"
-	"github.com/morphlab/morphlab/experiments/loadtest"
 	"github.com/morphlab/morphlab/experiments/replay"
-	"github.com/morphlab/morphlab/experiments/results"
-	"github.com/morphlab/morphlab/experiments/trace"
 )
 
 func init() {
@@ -33,8 +28,8 @@ inputs give the same results.json, byte for byte.`
 
 func runSimulate(e *env, args []string) error {
 	fs := e.flags("--model M --gpu G --trace FILE --policy P --out DIR [flags]", simulateHelp)
-	var tf trace.Flags
-	tf.Register(fs)
+	var rf replayFlags
+	rf.register(fs)
 	o := replay.DefaultSim("", "")
 	fs.StringVar(&o.Model, "model", "llama-2-7b", "catalog `model`")
 	fs.StringVar(&o.GPU, "gpu", "l4", "catalog `device` (l4, a40, a100, h100, h200, cpu)")
@@ -48,30 +43,17 @@ func runSimulate(e *env, args []string) error {
 	fs.IntVar(&o.MaxSeqs, "max-seqs", o.MaxSeqs, "running requests at most")
 	fs.BoolVar(&o.Blocking, "blocking-swaps", false, "a swap's transfer blocks the step that applies it (default: overlapped)")
 	fs.Uint64Var(&o.Seed, "sim-seed", o.Seed, "`seed` of the tokens the sim draws")
-	tracePath := fs.String("trace", "", "request trace `file`")
-	policy := fs.String("policy", "fp16", "serving `policy`")
-	sloFlag := fs.String("slo", "ttft=2s", "SLO `limits`: ttft=..,tpot=..,e2el=..")
-	out := fs.String("out", "", "output `directory`")
-	asJSON := fs.Bool("json", false, "print the aggregates as JSON instead of a table")
 	if err := e.parse(fs, args); err != nil {
 		return err
 	}
-	spec, err := morph.Parse(*policy)
+	spec, slo, err := rf.parse()
 	if err != nil {
-		return usagef("--policy: %v", err)
-	}
-	slo, err := loadtest.ParseSLO(*sloFlag)
-	if err != nil {
-		return usagef("--slo: %v", err)
+		return err
 	}
 	if o.KV, err = model.ParseKVType(*kvFlag); err != nil {
 		return usagef("--kv-type: %v", err)
 	}
 	switch {
-	case *tracePath == "":
-		return usagef("--trace is required")
-	case *out == "":
-		return usagef("--out is required")
 	case o.KVBlocks < 0 || o.Memory < 0 || !(o.Utilization > 0 && o.Utilization <= 1):
 		return usagef("--kv-blocks %d, --memory %d, --memory-utilization %g: want >= 0, >= 0 and in (0, 1]", o.KVBlocks, o.Memory, o.Utilization)
 	case o.GPU == "cpu" && o.Calibration == "":
@@ -83,7 +65,7 @@ func runSimulate(e *env, args []string) error {
 	if _, err := catalog.HardwareByName(o.GPU); err != nil {
 		return usagef("--gpu: %v", err)
 	}
-	t, err := tf.Load(*tracePath)
+	t, err := rf.load()
 	if err != nil {
 		return err
 	}
@@ -97,13 +79,5 @@ func runSimulate(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := r.Write(*out, events); err != nil {
-		return err
-	}
-	if *asJSON {
-		enc := json.NewEncoder(e.stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(r.Aggregates)
-	}
-	return results.WriteTable(e.stdout, []*results.Run{r})
+	return rf.write(e, r, events)
 }
