@@ -109,7 +109,7 @@ var Hardware = []costmodel.Hardware{
 	// NVIDIA H200 datasheet (SXM): the H100's compute, 141 GB HBM3e at 4.8 TB/s, PCIe Gen5 x16.
 	{Name: "h200", F16FLOPS: 989.4 * tera, Int8OPS: 1979 * tera, F32FLOPS: 67 * tera, VectorFLOPS: 133.8 * tera, Bandwidth: 4800 * giga,
 		Memory: 143771 * mib, HostLink: pcieGen5, ActBytes: 2},
-	// This machine, from `morphlab probe` (kernels/probe, 2 threads, 2026-12-01): "Intel(R) Xeon(R) Processor"
+	// This machine, from `morphlab probe` (kernels/probe, 2 threads): "Intel(R) Xeon(R) Processor"
 	// under KVM, 2 logical CPUs with AVX-512 VNNI; f32 FMA peak 460 GFLOP/s, int8 dot peak 1,850 GOP/s, read
 	// bandwidth 33.5 GB/s at a 256 MiB working set (DRAM), 23 GiB of memory (free -g). The CPU executor widens
 	// F16 weights to f32 in its kernels, so they compute at the FMA peak; activations are float32. Its step times
