@@ -14,16 +14,7 @@ import (
 )
 
 func synthModel(t *testing.T) *model.Model {
-	t.Helper()
-	cfg, err := model.ShapeByName("stories260K")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := model.FromCheckpoint(model.Synthesize(cfg, 11))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
+	return modeltest.Synthetic(t, "stories260K", 11)
 }
 
 func prepare(t *testing.T, m *model.Model, formats ...quant.Format) {

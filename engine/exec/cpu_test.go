@@ -6,28 +6,13 @@ import (
 	"time"
 
 	"github.com/morphlab/morphlab/engine/model"
+	"github.com/morphlab/morphlab/engine/model/modeltest"
 	"github.com/morphlab/morphlab/engine/sample"
 	"github.com/morphlab/morphlab/quant"
 )
 
 func synthModel(t *testing.T) *model.Model {
-	t.Helper()
-	cfg, err := model.ShapeByName("stories260K")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := model.FromCheckpoint(model.Synthesize(cfg, 1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for l := range m.Layers {
-		for _, f := range []quant.Format{quant.Int8, quant.Int4} {
-			if _, err := m.AddVariant(l, f); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	return m
+	return modeltest.Synthetic(t, "stories260K", 1, quant.Int8, quant.Int4)
 }
 
 // TestStepMatchesSequence: a step over two sequences (one prompt, one prompt chunk that does not sample) picks the

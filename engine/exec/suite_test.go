@@ -7,28 +7,13 @@ import (
 	"github.com/morphlab/morphlab/engine/exec/costmodel"
 	"github.com/morphlab/morphlab/engine/exec/exectest"
 	"github.com/morphlab/morphlab/engine/model"
+	"github.com/morphlab/morphlab/engine/model/modeltest"
 	"github.com/morphlab/morphlab/quant"
 )
 
 // suiteModel is stories260K's shape with seeded weights and Int8 and Int4 variants of every layer.
 func suiteModel(t *testing.T) *model.Model {
-	t.Helper()
-	cfg, err := model.ShapeByName("stories260K")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := model.FromCheckpoint(model.Synthesize(cfg, 1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for l := range m.Layers {
-		for _, f := range []quant.Format{quant.Int8, quant.Int4} {
-			if _, err := m.AddVariant(l, f); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	return m
+	return modeltest.Synthetic(t, "stories260K", 1, quant.Int8, quant.Int4)
 }
 
 func TestCPUSuite(t *testing.T) {

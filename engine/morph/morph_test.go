@@ -348,14 +348,7 @@ func TestOscillation(t *testing.T) {
 // float sums differently (kernels/cpu GEMMW4A8), which on real weights flips a near-tie now and then. So the Int4
 // runs keep steps under 12 tokens and the Int8 runs take full 64-token steps.
 func TestStatePreservation(t *testing.T) {
-	cfg, err := model.ShapeByName("stories260K")
-	if err != nil {
-		t.Fatal(err)
-	}
-	synth, err := model.FromCheckpoint(model.Synthesize(cfg, 5))
-	if err != nil {
-		t.Fatal(err)
-	}
+	synth := modeltest.Synthetic(t, "stories260K", 5)
 	for _, c := range []struct {
 		tier      string
 		maxTokens int

@@ -72,3 +72,25 @@ func Reference(tb testing.TB, m *model.Model, prompt []int32, steps []RefStep) [
 	}
 	return tokens[len(prompt):]
 }
+
+// Synthetic returns a model of the named shape (model.ShapeByName) with seeded random weights and, for every
+// layer, the variants in the formats given.
+func Synthetic(tb testing.TB, shape string, seed uint64, variants ...quant.Format) *model.Model {
+	tb.Helper()
+	cfg, err := model.ShapeByName(shape)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	m, err := model.FromCheckpoint(model.Synthesize(cfg, seed))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for l := range m.Layers {
+		for _, f := range variants {
+			if _, err := m.AddVariant(l, f); err != nil {
+				tb.Fatal(err)
+			}
+		}
+	}
+	return m
+}
