@@ -212,6 +212,9 @@ func sameState(a, b Point) bool {
 	return a.Quantized == b.Quantized && a.KVTotal == b.KVTotal && a.KVUsed == b.KVUsed && a.Waiting == b.Waiting && a.Running == b.Running
 }
 
+// Layers is the number of decoder layers recorded.
+func (r *Recorder) Layers() int { return len(r.base) }
+
 // Mix returns, for request id, the output tokens generated with k quantized layers at index k.
 func (r *Recorder) Mix(id kv.SeqID) []int {
 	if m := r.mix[id]; m != nil {

@@ -105,13 +105,14 @@ type CPUTimed struct {
 
 // Step runs the step and times it by CPU time.
 func (c CPUTimed) Step(b *exec.Batch) (exec.Result, error) {
-	u := processCPU()
+	u := ProcessCPU()
 	r, err := c.Executor.Step(b)
-	r.Duration = (processCPU() - u) / time.Duration(max(1, c.Threads))
+	r.Duration = (ProcessCPU() - u) / time.Duration(max(1, c.Threads))
 	return r, err
 }
 
-func processCPU() time.Duration {
+// ProcessCPU is the CPU time (user and system) the process has used.
+func ProcessCPU() time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		panic(err)

@@ -108,8 +108,7 @@ func Build(meta Meta, reqs []engine.TimedRequest, res []engine.Result, c *morph.
 	r := &Run{Schema: Schema, Meta: meta, Timeline: c.Recorder.Timeline}
 	lt := &loadtest.Result{}
 	var first, last time.Duration = -1, 0
-	layers := len(c.Recorder.Mix(-1)) - 1
-	r.Aggregates.TokensByLayers = make([]int, layers+1)
+	r.Aggregates.TokensByLayers = make([]int, c.Recorder.Layers()+1)
 	for i, res := range res {
 		tl := res.Timeline
 		rec := Request{ID: int(res.ID), Arrival: reqs[i].Arrival.Seconds(), Prompt: len(reqs[i].Prompt),

@@ -155,7 +155,7 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 					return nil, fmt.Errorf("%s, %s, %s: %w", s.Name, w.Name, spec, err)
 				}
 				c.Workload = w.Name
-				if err := c.Run.Write(filepath.Join(opt.Out, s.Name, w.Name, dirName(spec.String())), nil); err != nil {
+				if err := c.Run.Write(filepath.Join(opt.Out, s.Name, w.Name, DirName(spec.String())), nil); err != nil {
 					return nil, err
 				}
 				r.Cells = append(r.Cells, c)
@@ -206,8 +206,8 @@ func usesInt8(spec morph.Spec) bool {
 	return false
 }
 
-// dirName is a policy's directory name: its name with ':' and '=' and ',' made safe.
-func dirName(policy string) string {
+// DirName is a policy's directory name: its name with ':' and '=' and ',' made safe.
+func DirName(policy string) string {
 	return strings.NewReplacer(":", "_", "=", "-", ",", "+").Replace(policy)
 }
 

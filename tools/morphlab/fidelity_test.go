@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/morphlab/morphlab/experiments/results"
+	"github.com/morphlab/morphlab/experiments/suite"
 )
 
 // TestFidelityPipeline is the short twin of tools/fidelity.sh: stories260K's shape calibrated on the CPU-time
@@ -26,7 +27,7 @@ func TestFidelityPipeline(t *testing.T) {
 	}
 	budget := []string{"--kv-type", "f16", "--kv-blocks", "12", "--max-tokens", "256", "--block-size", "16", "--trace", trace}
 	for _, policy := range []string{"fp16", "morph:default"} {
-		realDir, simDir := filepath.Join(dir, "real-"+dirName(policy)), filepath.Join(dir, "sim-"+dirName(policy))
+		realDir, simDir := filepath.Join(dir, "real-"+suite.DirName(policy)), filepath.Join(dir, "sim-"+suite.DirName(policy))
 		args := append([]string{"run", "--shape", "stories260K", "--format", "f16", "--policy", policy, "--clock", "cpu", "--out", realDir}, budget...)
 		if code, _, stderr := runCLI(args...); code != 0 {
 			t.Fatalf("run %s: exit %d: %s", policy, code, stderr)

@@ -170,7 +170,7 @@ func realPairs(e *env, dir string) ([]suite.RealPair, error) {
 	var pairs []suite.RealPair
 	for _, p := range []string{"fp16", "morph:default"} {
 		fmt.Fprintf(e.stderr, "reproduce: %s on the real CPU engine and in the simulator\n", p)
-		realDir, simDir := filepath.Join(dir, "cpu-"+dirName(p)), filepath.Join(dir, "sim-"+dirName(p))
+		realDir, simDir := filepath.Join(dir, "cpu-"+suite.DirName(p)), filepath.Join(dir, "sim-"+suite.DirName(p))
 		if _, err := runQuiet(append([]string{"run", "--shape", "stories110M", "--threads", "1", "--format", "f16", "--policy", p,
 			"--clock", "cpu", "--out", realDir}, budget...)...); err != nil {
 			return nil, err
@@ -190,10 +190,6 @@ func realPairs(e *env, dir string) ([]suite.RealPair, error) {
 		pairs = append(pairs, suite.RealPair{Policy: p, Real: real, Sim: sim})
 	}
 	return pairs, nil
-}
-
-func dirName(policy string) string {
-	return strings.NewReplacer(":", "_", "=", "-", ",", "+").Replace(policy)
 }
 
 func writeTraceFile(path string, t *trace.Trace) error {

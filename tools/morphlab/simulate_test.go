@@ -7,9 +7,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/morphlab/morphlab/engine/morph"
 	"github.com/morphlab/morphlab/experiments/loadtest"
@@ -114,7 +112,7 @@ func BenchmarkSimulateAzure(b *testing.B) {
 				b.Fatal(err)
 			}
 			var heap uint64
-			cpu0 := processCPU()
+			cpu0 := replay.ProcessCPU()
 			for range b.N {
 				s, err := replay.NewSim(spec, replay.DefaultSim("llama-2-7b", "a100"))
 				if err != nil {
@@ -128,17 +126,9 @@ func BenchmarkSimulateAzure(b *testing.B) {
 				runtime.ReadMemStats(&ms)
 				heap = max(heap, ms.HeapInuse)
 			}
-			b.ReportMetric((processCPU()-cpu0).Seconds()/float64(b.N), "cpu-s/op")
+			b.ReportMetric((replay.ProcessCPU()-cpu0).Seconds()/float64(b.N), "cpu-s/op")
 			b.ReportMetric(float64(len(tr.Requests))*float64(b.N)/b.Elapsed().Seconds(), "req/s")
 			b.ReportMetric(float64(heap)/(1<<20), "MiB-heap")
 		})
 	}
-}
-
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		panic(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
