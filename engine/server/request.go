@@ -30,6 +30,7 @@ type apiRequest struct {
 	Stop         []string
 	Stream       bool
 	IncludeUsage bool
+	IgnoreEOS    bool // vLLM's ignore_eos: EOS and BOS do not end the request
 }
 
 // apiError is an error answered in OpenAI's shape: {"error": {"message", "type", "param", "code"}}.
@@ -68,8 +69,8 @@ var noops = map[string][]string{
 
 // fields lists the parameters each endpoint reads.
 var fields = map[bool][]string{
-	false: {"model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "n", "stream", "stream_options", "user"},
-	true:  {"model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "seed", "stop", "n", "stream", "stream_options", "user"},
+	false: {"model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "n", "stream", "stream_options", "user", "ignore_eos"},
+	true:  {"model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "seed", "stop", "n", "stream", "stream_options", "user", "ignore_eos"},
 }
 
 // maxStops is how many stop strings a request may give (OpenAI's limit).
@@ -174,7 +175,7 @@ func parseRequest(body []byte, chat bool) (*apiRequest, *apiError) {
 		return nil, badRequest("n", "n=%d, only n=1 is supported", *n)
 	}
 	var user string
-	if err := firstErr(field(obj, "stream", &r.Stream), field(obj, "user", &user)); err != nil {
+	if err := firstErr(field(obj, "stream", &r.Stream), field(obj, "user", &user), field(obj, "ignore_eos", &r.IgnoreEOS)); err != nil {
 		return nil, err
 	}
 	if raw := obj["stream_options"]; !isNull(raw) {

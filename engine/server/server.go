@@ -22,7 +22,8 @@
 // prompt (a string, or an array of token ids, which are used as they are; a text prompt is encoded with BOS),
 // messages (chat), max_tokens (max_completion_tokens in chat; default: the context the prompt leaves), temperature
 // (default 1; 0 is greedy), top_p, top_k (-1 or 0: all), seed (default: random when sampling), stop (up to 4
-// strings), n (1 only), stream, stream_options.include_usage, user (ignored). Parameters the server does not
+// strings), n (1 only), stream, stream_options.include_usage, user (ignored), and vLLM's ignore_eos (EOS and BOS
+// do not end the request, which then runs to max_tokens or a stop string, as load tests ask). Parameters the server does not
 // implement are a 400 naming them, except at their no-op values (presence_penalty 0, logprobs null, ...), which
 // clients send by default. Generation ends at EOS or BOS (the llama2.c models end a story with BOS), at max_tokens
 // or at the context (finish_reason "length"), or at a stop string (finish_reason "stop", the stop string not part
@@ -355,7 +356,10 @@ func (s *Server) prepare(r *apiRequest) (*job, *apiError) {
 		return nil, badRequest(r.MaxName, "%s=%d with a prompt of %d tokens exceeds the model's context of %d tokens (at most %d)",
 			r.MaxName, maxTokens, len(prompt), ctx, ctx-len(prompt))
 	}
-	stops := append([]int32(nil), s.ends...)
+	var stops []int32
+	if !r.IgnoreEOS {
+		stops = append(stops, s.ends...)
+	}
 	for _, str := range r.Stop {
 		stops = append(stops, s.byText[str]...)
 	}

@@ -157,6 +157,12 @@ func post(t testing.TB, url, body string) (int, http.Header, []byte) {
 // n tokens or the first end token (EOS or BOS, which it includes).
 func greedy(t *testing.T, m *model.Model, vocab *tokenizer.Vocab, prompt []int32, n int) []int32 {
 	t.Helper()
+	return greedyTo(t, m, vocab, prompt, n, false)
+}
+
+// greedyTo is greedy, or with ignoreEOS n tokens whatever they are.
+func greedyTo(t *testing.T, m *model.Model, vocab *tokenizer.Vocab, prompt []int32, n int, ignoreEOS bool) []int32 {
+	t.Helper()
 	seq, err := model.NewSequence(m, len(prompt)+n)
 	if err != nil {
 		t.Fatal(err)
@@ -169,7 +175,7 @@ func greedy(t *testing.T, m *model.Model, vocab *tokenizer.Vocab, prompt []int32
 	for len(out) < n {
 		next := int32(sample.Argmax(logits))
 		out = append(out, next)
-		if int(next) == vocab.EOS || int(next) == vocab.BOS || len(out) == n {
+		if !ignoreEOS && (int(next) == vocab.EOS || int(next) == vocab.BOS) || len(out) == n {
 			break
 		}
 		if logits, err = seq.Feed([]int32{next}, false); err != nil {
@@ -427,6 +433,38 @@ func TestStopStrings(t *testing.T) {
 	got, reason, u := complete(t, ts.url, body, false)
 	if want := jsonRoundTrip(string(raw[:starts[k]])); got != want || reason != "stop" || u.CompletionTokens != k+1 {
 		t.Errorf("one-token stop %q (token %d): %q, %s, %d tokens; want %q, stop, %d tokens", stop, k, got, reason, u.CompletionTokens, want, k+1)
+	}
+}
+
+// TestIgnoreEOS: a greedy completion that ends at an end token without ignore_eos runs on to max_tokens with it,
+// as the model's continuation past the end token, streamed or not.
+func TestIgnoreEOS(t *testing.T) {
+	ts := newTestServer(t, nil)
+	const n = 24
+	var prompt, short []int32
+	for a := int32(3); a < int32(len(ts.vocab.Pieces)) && prompt == nil; a++ {
+		p := []int32{1, a}
+		if out := greedy(t, ts.m, ts.vocab, p, n); len(out) < n {
+			prompt, short = p, out
+		}
+	}
+	if prompt == nil {
+		t.Fatal("no two-token prompt whose greedy continuation ends within 24 tokens")
+	}
+	full := greedyTo(t, ts.m, ts.vocab, prompt, n, true)
+	for _, stream := range []bool{false, true} {
+		for _, ignore := range []bool{false, true} {
+			want, wantReason := short, "stop"
+			if ignore {
+				want, wantReason = full, "length"
+			}
+			body := fmt.Sprintf(`{"model": %q, "prompt": %s, "max_tokens": %d, "temperature": 0, "ignore_eos": %v, "stream": %v}`,
+				testModel, tokenJSON(prompt), n, ignore, stream)
+			got, reason, u := complete(t, ts.url, body, stream)
+			if wantText := text(ts.vocab, prompt, want); got != wantText || reason != wantReason || u != nil && u.CompletionTokens != len(want) {
+				t.Errorf("ignore_eos %v, stream %v: %q, %s, usage %+v; want %q, %s, %d tokens", ignore, stream, got, reason, u, wantText, wantReason, len(want))
+			}
+		}
 	}
 }
 

@@ -56,6 +56,9 @@ type Config struct {
 	MaxConcurrency int           // requests in flight at most; 0 for no limit. A request waits for a slot before it is sent
 	Timeout        time.Duration // per request, and the drain after the last arrival; 0 means DefaultTimeout
 	Client         *http.Client  // nil for one that follows no redirects and uses no proxy
+	// IgnoreEOS sends vLLM's ignore_eos with every request, so that each one generates its max tokens (what
+	// vLLM's benchmark_serving --ignore-eos does); the server must know the parameter.
+	IgnoreEOS bool
 	// Progress, when set, is called after each request ends with the count ended so far and the total, one call
 	// at a time (for a progress bar).
 	Progress func(done, total int)
@@ -243,16 +246,16 @@ func sleepUntil(ctx context.Context, t time.Time) bool {
 }
 
 // requestBody is the JSON body of r: greedy sampling (temperature 0, as vLLM's benchmark sends), streamed, with
-// usage asked for.
+// usage asked for, and ignore_eos when cfg asks for it.
 func requestBody(cfg Config, r Request) ([]byte, error) {
 	zero := 0.0
 	so := &openai.StreamOptions{IncludeUsage: true}
 	if cfg.Chat {
 		return json.Marshal(openai.ChatRequest{Model: cfg.Model, Messages: []openai.Message{{Role: "user", Content: r.Prompt.Text}},
-			MaxTokens: &r.MaxTokens, Temperature: &zero, Stream: true, StreamOptions: so})
+			MaxTokens: &r.MaxTokens, Temperature: &zero, Stream: true, StreamOptions: so, IgnoreEOS: cfg.IgnoreEOS})
 	}
 	return json.Marshal(openai.CompletionRequest{Model: cfg.Model, Prompt: r.Prompt, MaxTokens: &r.MaxTokens,
-		Temperature: &zero, Stream: true, StreamOptions: so})
+		Temperature: &zero, Stream: true, StreamOptions: so, IgnoreEOS: cfg.IgnoreEOS})
 }
 
 // send sends one request and reads its stream.

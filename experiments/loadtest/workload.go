@@ -87,6 +87,30 @@ func randomTokens(rng *rand.Rand, n, vocab int) []int {
 	return ids
 }
 
+// RandomLengths returns n prompt and n output lengths as vLLM's random dataset draws them with
+// --random-range-ratio: each uniform over the integers from int(length x (1 - ratio)) to int(length x (1 + ratio)),
+// seeded. Ratio 0 gives every request exactly the given lengths; ratio must be below 1, so that no length is 0.
+func RandomLengths(n, promptTokens, outputTokens int, ratio float64, seed uint64) (prompt, output []int, err error) {
+	switch {
+	case n < 1:
+		return nil, nil, fmt.Errorf("%d requests, want at least 1", n)
+	case promptTokens < 1 || outputTokens < 1:
+		return nil, nil, fmt.Errorf("%d prompt and %d output tokens, want at least 1 of each", promptTokens, outputTokens)
+	case !(ratio >= 0 && ratio < 1):
+		return nil, nil, fmt.Errorf("range ratio %v, want 0 or more and below 1", ratio)
+	}
+	rng := rand.New(rand.NewPCG(seed, 0x6c656e73))
+	draw := func(length int) int {
+		lo, hi := int(float64(length)*(1-ratio)), int(float64(length)*(1+ratio))
+		return max(1, lo+rng.IntN(hi-lo+1))
+	}
+	prompt, output = make([]int, n), make([]int, n)
+	for i := range n {
+		prompt[i], output[i] = draw(promptTokens), draw(outputTokens)
+	}
+	return prompt, output, nil
+}
+
 // LengthWorkload returns requests at the given arrivals whose prompts are random token ids of the given lengths
 // (drawn from [3, vocab) with a seed) and whose max tokens are the given output lengths: what a trace of request
 // lengths (Azure, Mooncake) replays as. The three slices have one entry per request.

@@ -87,6 +87,55 @@ func TestLengthWorkload(t *testing.T) {
 	}
 }
 
+// TestRandomLengths: ratio 0 gives the lengths themselves; ratio 0.5 of 64 and 10 covers exactly [32, 96] and
+// [5, 15], every integer of them, with the mean of the range; the same seed repeats.
+func TestRandomLengths(t *testing.T) {
+	p, o, err := RandomLengths(5, 64, 10, 0, 1)
+	if err != nil || !reflect.DeepEqual(p, []int{64, 64, 64, 64, 64}) || !reflect.DeepEqual(o, []int{10, 10, 10, 10, 10}) {
+		t.Errorf("ratio 0: %v, %v, %v; want 64s and 10s", p, o, err)
+	}
+	const n = 20000
+	p, o, err = RandomLengths(n, 64, 10, 0.5, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name   string
+		got    []int
+		lo, hi int
+	}{{"prompt", p, 32, 96}, {"output", o, 5, 15}} {
+		seen := map[int]int{}
+		sum := 0
+		for _, v := range c.got {
+			seen[v]++
+			sum += v
+		}
+		for v := range seen {
+			if v < c.lo || v > c.hi {
+				t.Errorf("%s length %d outside [%d, %d]", c.name, v, c.lo, c.hi)
+			}
+		}
+		if len(seen) != c.hi-c.lo+1 {
+			t.Errorf("%s lengths take %d values, want all %d of [%d, %d]", c.name, len(seen), c.hi-c.lo+1, c.lo, c.hi)
+		}
+		if mean, want := float64(sum)/n, float64(c.lo+c.hi)/2; math.Abs(mean-want) > 0.01*want {
+			t.Errorf("%s mean %.2f, want %.1f within 1%%", c.name, mean, want)
+		}
+	}
+	p2, o2, _ := RandomLengths(n, 64, 10, 0.5, 1)
+	if !reflect.DeepEqual(p, p2) || !reflect.DeepEqual(o, o2) {
+		t.Error("the same seed gave other lengths")
+	}
+	for _, bad := range []struct {
+		n, p, o int
+		r       float64
+	}{{0, 1, 1, 0}, {1, 0, 1, 0}, {1, 1, 0, 0}, {1, 1, 1, 1}, {1, 1, 1, -0.1}, {1, 1, 1, math.NaN()}} {
+		if _, _, err := RandomLengths(bad.n, bad.p, bad.o, bad.r, 1); err == nil {
+			t.Errorf("RandomLengths(%d, %d, %d, %v) gave no error", bad.n, bad.p, bad.o, bad.r)
+		}
+	}
+}
+
 func TestSyntheticPrompts(t *testing.T) {
 	ps, err := SyntheticPrompts(3, 50, 10, 1)
 	if err != nil {

@@ -81,6 +81,8 @@ type CompletionRequest struct {
 	N             *int           `json:"n,omitempty"`
 	Stream        bool           `json:"stream,omitempty"`
 	StreamOptions *StreamOptions `json:"stream_options,omitempty"`
+	// IgnoreEOS is vLLM's extension: generate max_tokens tokens whatever the model's end-of-sequence tokens.
+	IgnoreEOS bool `json:"ignore_eos,omitempty"`
 }
 
 // Message is one turn of a chat.
@@ -102,6 +104,8 @@ type ChatRequest struct {
 	N             *int           `json:"n,omitempty"`
 	Stream        bool           `json:"stream,omitempty"`
 	StreamOptions *StreamOptions `json:"stream_options,omitempty"`
+	// IgnoreEOS is vLLM's extension: generate max_tokens tokens whatever the model's end-of-sequence tokens.
+	IgnoreEOS bool `json:"ignore_eos,omitempty"`
 }
 
 // Usage counts the tokens of one request.

@@ -32,7 +32,9 @@ Arrivals are open-loop: round(rate x duration) requests whose gaps are drawn fro
 --burstiness and mean 1/rate (1 is Poisson), seeded, as vLLM draws them. The achieved arrival rate is measured
 and a warning printed when it is more than 5% off the asked rate. Prompts come from --prompts (JSONL with
 turns[0], prompt or text, or one per line), else are --prompt-tokens random token ids below --vocab. Each request
-asks for --output-tokens tokens at temperature 0.
+asks for --output-tokens tokens at temperature 0. --range-ratio R draws each synthetic request's prompt and output
+lengths uniformly from L x (1-R) to L x (1+R), as vLLM's random dataset does; --ignore-eos asks the server to
+generate all max_tokens of every request.
 
 --trace replays a trace instead (any format experiments/trace reads, transformed by --window, --busiest,
 --time-scale, ... as in 'morphlab run'): each request at its own arrival, asking for its own output tokens, with
@@ -68,6 +70,8 @@ func runLoadtest(e *env, args []string) error {
 	promptTokens := fs.Int("prompt-tokens", 128, "synthetic prompt length in `tokens`")
 	vocab := fs.Int("vocab", 256, "synthetic token ids are below `N` (at most the model's vocabulary)")
 	outputTokens := fs.Int("output-tokens", 128, "max_tokens of each request (`N`)")
+	rangeRatio := fs.Float64("range-ratio", 0, "draw each synthetic request's prompt and output lengths uniformly within `R` (0 <= R < 1) of --prompt-tokens and --output-tokens, as vLLM's --random-range-ratio")
+	ignoreEOS := fs.Bool("ignore-eos", false, "send ignore_eos (vLLM's extension) so that every request generates its max_tokens")
 	maxConc := fs.Int("max-concurrency", 0, "requests in flight at most (`N`); 0 for no limit")
 	timeout := fs.Duration("timeout", loadtest.DefaultTimeout, "limit per request, and the drain after the last arrival (`duration`)")
 	sloFlag := fs.String("slo", "", "goodput `limits`, such as ttft=500ms,tpot=50ms,e2el=2s (bare numbers are ms)")
@@ -103,7 +107,7 @@ func runLoadtest(e *env, args []string) error {
 	}
 	var rates []float64
 	if *tracePath != "" {
-		for _, name := range []string{"rate", "sweep", "duration", "burstiness", "prompt-tokens", "output-tokens"} {
+		for _, name := range []string{"rate", "sweep", "duration", "burstiness", "prompt-tokens", "output-tokens", "range-ratio"} {
 			if set[name] {
 				return usagef("--%s does not apply to --trace, whose requests have their own arrivals and lengths", name)
 			}
@@ -127,6 +131,12 @@ func runLoadtest(e *env, args []string) error {
 	}
 	if *outputTokens < 1 {
 		return usagef("--output-tokens=%d, want at least 1", *outputTokens)
+	}
+	if !(*rangeRatio >= 0 && *rangeRatio < 1) {
+		return usagef("--range-ratio=%v, want 0 or more and below 1", *rangeRatio)
+	}
+	if *rangeRatio > 0 && *promptsFile != "" {
+		return usagef("--range-ratio draws the lengths of synthetic prompts, not of --prompts")
 	}
 	if *maxConc < 0 {
 		return usagef("--max-concurrency=%d, want 0 (no limit) or more", *maxConc)
@@ -191,12 +201,19 @@ func runLoadtest(e *env, args []string) error {
 			if err != nil {
 				return nil, err
 			}
+			if *rangeRatio > 0 {
+				pl, ol, err := loadtest.RandomLengths(n, *promptTokens, *outputTokens, *rangeRatio, *seed)
+				if err != nil {
+					return nil, err
+				}
+				return loadtest.LengthWorkload(at, pl, ol, *vocab, *seed)
+			}
 			return loadtest.Workload(at, prompts, *outputTokens), nil
 		}
 	}
 	bar := newProgress(e.stderr, "loadtest: requests")
 	defer bar.clear()
-	cfg := loadtest.Config{URL: *url, Model: *modelName, Chat: *chat, MaxConcurrency: *maxConc, Timeout: *timeout, Progress: bar.set}
+	cfg := loadtest.Config{URL: *url, Model: *modelName, Chat: *chat, MaxConcurrency: *maxConc, Timeout: *timeout, IgnoreEOS: *ignoreEOS, Progress: bar.set}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
@@ -205,7 +222,8 @@ func runLoadtest(e *env, args []string) error {
 			return usagef("rate %v: %v", r, err)
 		}
 	}
-	report := loadtestReport{URL: *url, Model: *modelName, Burstiness: *burstiness, DurationS: duration.Seconds(), Seed: *seed, KneeTarget: knee}
+	report := loadtestReport{URL: *url, Model: *modelName, Burstiness: *burstiness, DurationS: duration.Seconds(), Seed: *seed,
+		RangeRatio: *rangeRatio, IgnoreEOS: *ignoreEOS, KneeTarget: knee}
 	if *tracePath == "" {
 		fmt.Fprintf(e.stderr, "loadtest: %s, model %s, %d rate(s) for %v each\n", *url, *modelName, len(rates), *duration)
 	}
@@ -274,6 +292,8 @@ type loadtestReport struct {
 	Burstiness float64              `json:"burstiness"`
 	DurationS  float64              `json:"duration_s"`
 	Seed       uint64               `json:"seed"`
+	RangeRatio float64              `json:"range_ratio,omitempty"`
+	IgnoreEOS  bool                 `json:"ignore_eos,omitempty"`
 	Runs       []loadtest.Point     `json:"runs"`
 	KneeTarget *loadtest.KneeTarget `json:"knee_target,omitempty"`
 	Knee       *loadtest.Point      `json:"knee,omitempty"`

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/morphlab/morphlab/experiments/loadtest"
 	"github.com/morphlab/morphlab/internal/openai/openaitest"
 )
 
@@ -66,6 +67,42 @@ func TestLoadtestSweepJSON(t *testing.T) {
 			t.Errorf("plot %s: %v", f, err)
 		}
 	}
+}
+
+// TestLoadtestRangeRatio: with --range-ratio the requests carry the lengths RandomLengths draws with the seed (the
+// fake counts prompt token ids and generates max_tokens), and --ignore-eos reaches every request.
+func TestLoadtestRangeRatio(t *testing.T) {
+	s := openaitest.NewServer(openaitest.Options{Model: "m"})
+	defer s.Close()
+	code, stdout, stderr := runCLI("loadtest", "--url", s.URL, "--model", "m", "--rate", "40", "--duration", "500ms",
+		"--prompt-tokens", "16", "--output-tokens", "8", "--range-ratio", "0.5", "--ignore-eos", "--seed", "3", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+	var r loadtestReport
+	if err := json.Unmarshal([]byte(stdout), &r); err != nil {
+		t.Fatal(err)
+	}
+	pl, ol, err := loadtest.RandomLengths(20, 16, 8, 0.5, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := r.Runs[0].Metrics
+	if m.Requests != 20 || m.Completed != 20 || m.TotalInputTokens != sum(pl) || m.TotalOutputTokens != sum(ol) {
+		t.Errorf("%d requests, %d completed, %d prompt and %d output tokens; want 20, 20, %d and %d",
+			m.Requests, m.Completed, m.TotalInputTokens, m.TotalOutputTokens, sum(pl), sum(ol))
+	}
+	if s.IgnoredEOS() != 20 || r.RangeRatio != 0.5 || !r.IgnoreEOS {
+		t.Errorf("%d requests with ignore_eos, report range ratio %v and ignore_eos %v; want 20, 0.5, true", s.IgnoredEOS(), r.RangeRatio, r.IgnoreEOS)
+	}
+}
+
+func sum(xs []int) int {
+	n := 0
+	for _, x := range xs {
+		n += x
+	}
+	return n
 }
 
 // TestLoadtestTrace replays a Vidur-format trace, stretched 2x by --time-scale: each request at its own time with
@@ -153,6 +190,8 @@ func TestLoadtestErrors(t *testing.T) {
 		{append(base, "--rate", "1", "--knee", "p50=1s"), 2, "--knee: "},
 		{append(base, "--rate", "1", "--target-rps", "5"), 2, "need --knee"},
 		{append(base, "--rate", "1", "--chat"), 2, "--chat needs --prompts"},
+		{append(base, "--rate", "1", "--range-ratio", "1"), 2, "--range-ratio=1, want 0 or more and below 1"},
+		{append(base, "--rate", "1", "--range-ratio", "0.5", "--prompts", "p.txt"), 2, "--range-ratio draws the lengths of synthetic prompts"},
 		{[]string{"loadtest", "--compare", "a=x.json"}, 2, "--compare needs --knee"},
 		{[]string{"loadtest", "--compare", "a=x.json", "--knee", "e2el=1s", "--rate", "1"}, 2, "--rate does not apply to --compare"},
 		{[]string{"loadtest", "--compare", "x.json", "--knee", "e2el=1s"}, 2, "want LABEL=FILE"},

@@ -54,8 +54,9 @@ type Options struct {
 // Server is a running fake server. URL is its root, such as http://127.0.0.1:38211.
 type Server struct {
 	*httptest.Server
-	opts     Options
-	requests atomic.Int64 // generation requests received
+	opts      Options
+	requests  atomic.Int64 // generation requests received
+	ignoreEOS atomic.Int64 // those of them with ignore_eos
 }
 
 // NewServer starts a server on a loopback port. Close it when done.
@@ -79,6 +80,9 @@ func NewServer(opts Options) *Server {
 // Requests returns how many generation requests the server has received.
 func (s *Server) Requests() int { return int(s.requests.Load()) }
 
+// IgnoredEOS returns how many of them asked for ignore_eos (the fake generates max_tokens tokens either way).
+func (s *Server) IgnoredEOS() int { return int(s.ignoreEOS.Load()) }
+
 // generation is what the two endpoints share once their bodies are read.
 type generation struct {
 	id           string
@@ -95,6 +99,9 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 	var req openai.CompletionRequest
 	if !s.decode(w, r, &req) {
 		return
+	}
+	if req.IgnoreEOS {
+		s.ignoreEOS.Add(1)
 	}
 	if req.Prompt.Tokens == nil && req.Prompt.Text == "" {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "prompt", "prompt is empty")
@@ -132,6 +139,9 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	var req openai.ChatRequest
 	if !s.decode(w, r, &req) {
 		return
+	}
+	if req.IgnoreEOS {
+		s.ignoreEOS.Add(1)
 	}
 	if len(req.Messages) == 0 {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "messages", "messages is empty")
