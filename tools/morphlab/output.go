@@ -104,7 +104,7 @@ func formatBytes(n int64) string {
 		v /= 1024
 		i++
 	}
-	return strconv.FormatFloat(v, 'f', -1, 64) + " " + units[i]
+	return strconv.FormatFloat(math.Round(v*100)/100, 'f', -1, 64) + " " + units[i]
 }
 
 // createFile creates path and its parent directories.

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -26,11 +27,14 @@ func init() {
 const serveHelp = `
 Serve runs the engine on the CPU behind OpenAI's HTTP API: POST /v1/completions and /v1/chat/completions (SSE with
 "stream": true), GET /v1/models, /health and /metrics (Prometheus, vLLM's metric names with the morphlab: prefix).
---memory is the memory budget the CPU executor emulates (weights, workspace, and KV blocks in what is left);
+--memory is the process's memory budget: the CPU executor gets what the process itself (the binary and runtime,
+measured once the model is loaded) and a reserve for HTTP leave, and holds the weights, its workspace and KV
+blocks in it (without --memory: the weights, the workspace and 32 full-context sequences of KV, and no bound on
+the process);
 --scheduler picks continuous (iteration-level) batching or the static and dynamic baselines. With --max-queue N
 a request arriving while N wait for their first batch is answered 429 with Retry-After. SIGINT or SIGTERM stops
 admitting, lets running requests finish within --grace, and exits 0. The Go collector's soft memory limit is set
-to the budget (unless GOMEMLIMIT is set), so that under load the heap stays near the budget instead of growing to
+to the budget less the binary's mapped pages (unless GOMEMLIMIT is set), so that under load the heap stays near the budget instead of growing to
 twice what is live before each collection. The package doc of engine/server lists the
 parameters and error answers.`
 
@@ -39,7 +43,7 @@ func runServe(e *env, args []string) error {
 	var mf modelFlags
 	mf.register(fs)
 	name := fs.String("served-model-name", "", "the model `name` clients ask for (default: the checkpoint's file name without extension)")
-	memory := fs.String("memory", "", "memory `budget` the CPU executor emulates, e.g. 64MiB or 2GiB (default: weights, workspace and 32 full-context sequences of KV)")
+	memory := fs.String("memory", "", "the process's memory `budget`, e.g. 256MiB or 2GiB, the engine's share what the process and HTTP leave (default: weights, workspace and 32 full-context sequences of KV for the engine)")
 	policy := fs.String("scheduler", "continuous", "batching: continuous, dynamic or static")
 	blockSize := fs.Int("block-size", 16, "KV block size in `tokens`")
 	stepTokens := fs.Int("max-num-batched-tokens", 256, "tokens one iteration feeds at most (the workspace is sized for it)")
@@ -83,9 +87,19 @@ func runServe(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	limit := budget
 	if budget == 0 {
 		blocks := 32 * ((m.Config.SeqLen + *blockSize - 1) / *blockSize)
 		budget = budgetFor(m, base, m.SequenceKV, *blockSize, *stepTokens, blocks)
+		limit = budget
+	} else {
+		own := measureProcess()
+		if budget, err = engineBudget(budget, own, int64(m.WeightBytes())); err != nil {
+			return usagef("--memory: %v", err)
+		}
+		limit -= own.file
+		fmt.Fprintf(e.stderr, "memory: %s for the process: %s resident after loading less the weights, %s kept for HTTP, %s for the engine\n",
+			*memory, formatBytes(own.resident-int64(m.WeightBytes())), formatBytes(serveReserve), formatBytes(budget))
 	}
 	controller := morph.NewController(spec, order, base)
 	bound := false
@@ -112,7 +126,7 @@ func runServe(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	limitHeap(budget)
+	limitHeap(limit)
 	mem := x.Memory()
 	fmt.Fprintf(e.stderr, "serving %s on http://%s: %s batching, policy %s, %d KV blocks of %d tokens, budget %s (weights %s)\n",
 		*name, ln.Addr(), *policy, spec, mem.Blocks, *blockSize, formatBytes(mem.Budget), formatBytes(mem.Weights))
@@ -131,6 +145,44 @@ func runServe(e *env, args []string) error {
 	<-announced // Serve returns nil only once ctx has ended
 	fmt.Fprintf(e.stderr, "stopped\n")
 	return nil
+}
+
+// serveReserve is what --memory keeps for answering HTTP beside the engine: connection buffers, handler goroutines'
+// stacks, request bodies and streams. The overload check of tools/loadbench/batching.sh (4x the knee rate for 60 s
+// with --max-queue 32) holds its peak resident set within --memory with it.
+const serveReserve = 16 << 20
+
+// processMemory is the process's resident memory once the model is loaded, and the part of it that maps files
+// (the binary's pages), which the Go collector's limit does not cover.
+type processMemory struct{ resident, file int64 }
+
+// measureProcess collects the garbage of loading, returns it to the OS and reads the resident set from
+// /proc/self/statm; where there is none (not Linux) it counts the memory the Go runtime holds from the OS.
+func measureProcess() processMemory {
+	runtime.GC()
+	debug.FreeOSMemory()
+	if b, err := os.ReadFile("/proc/self/statm"); err == nil {
+		var size, resident, shared int64
+		if _, err := fmt.Sscan(string(b), &size, &resident, &shared); err == nil {
+			page := int64(os.Getpagesize())
+			return processMemory{resident: resident * page, file: shared * page}
+		}
+	}
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return processMemory{resident: int64(ms.Sys - ms.HeapReleased)}
+}
+
+// engineBudget splits a process budget of total bytes: the engine (weights, workspace, KV blocks) gets what is left
+// once the process's own memory (resident after loading, less the weights, which the engine counts) and
+// serveReserve are set aside.
+func engineBudget(total int64, own processMemory, weights int64) (int64, error) {
+	overhead := max(0, own.resident-weights) + serveReserve
+	if total <= overhead+weights {
+		return 0, fmt.Errorf("%s leaves nothing for KV blocks: the weights take %s, the process %s and HTTP %s",
+			formatBytes(total), formatBytes(weights), formatBytes(overhead-serveReserve), formatBytes(serveReserve))
+	}
+	return total - overhead, nil
 }
 
 // limitHeap sets the Go collector's soft memory limit to budget bytes, unless GOMEMLIMIT sets one. Without it

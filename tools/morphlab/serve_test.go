@@ -118,6 +118,25 @@ func TestLimitHeap(t *testing.T) {
 	}
 }
 
+// TestEngineBudget: the engine gets the process budget less the process's own resident memory beyond the weights
+// and the HTTP reserve; a budget that leaves no room past the weights is refused, naming the shares.
+func TestEngineBudget(t *testing.T) {
+	const mib = 1 << 20
+	own := processMemory{resident: 90 * mib, file: 20 * mib}
+	got, err := engineBudget(256*mib, own, 60*mib)
+	if want := int64(256*mib - 30*mib - serveReserve); err != nil || got != want {
+		t.Errorf("engineBudget(256 MiB, 90 MiB resident, 60 MiB weights) = %d, %v; want %d", got, err, want)
+	}
+	// Weights larger than the resident set (not yet touched): no negative overhead.
+	if got, err := engineBudget(256*mib, processMemory{resident: 40 * mib}, 60*mib); err != nil || got != 256*mib-serveReserve {
+		t.Errorf("resident below the weights: %d, %v; want %d", got, err, 256*mib-serveReserve)
+	}
+	_, err = engineBudget(100*mib, own, 60*mib)
+	if want := "100 MiB leaves nothing for KV blocks: the weights take 60 MiB, the process 30 MiB and HTTP 16 MiB"; err == nil || err.Error() != want {
+		t.Errorf("engineBudget(100 MiB): %v, want %q", err, want)
+	}
+}
+
 func TestParseBytes(t *testing.T) {
 	for s, want := range map[string]int64{"512MiB": 512 << 20, "2GiB": 2 << 30, "1.5KiB": 1536, "1000000": 1e6, "3MB": 3e6, "64B": 64} {
 		if got, err := parseBytes(s); got != want || err != nil {
