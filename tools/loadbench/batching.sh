@@ -4,18 +4,21 @@
 #   tools/loadbench/batching.sh RESULTS_DIR
 #
 # 1. Sweep: for each of static, dynamic and continuous batching in turn, start 'morphlab serve --scheduler S' on
-#    its own loopback port, run the same 'morphlab loadtest --sweep' against it (synthetic prompts of $PROMPT
-#    token ids, $OUTPUT output tokens, Poisson arrivals, seeded), save the sweep as S.json and stop the server.
+#    its own loopback port, run the same 'morphlab loadtest --sweep' against it (synthetic prompts of about
+#    $PROMPT token ids and about $OUTPUT output tokens, each length drawn uniformly within $RANGE_RATIO of it as
+#    vLLM's random dataset draws them, every request generating its max_tokens (--ignore-eos), Poisson arrivals,
+#    seeded), save the sweep as S.json and stop the server.
 #    Then 'morphlab loadtest --compare' draws the three P95 curves on one plot (batching.png, batching.svg) and
 #    tabulates each scheduler's knee for every target in $KNEES (batching.md, batching-KNEE.json).
 # 2. Overload: a continuous-batching server with --max-queue $MAX_QUEUE takes $OVERLOAD_X times the continuous
 #    knee's rate (the first of $KNEES) for $OVERLOAD_S seconds while the server's peak RSS is sampled and, every
 #    few seconds, a streaming client disconnects mid-stream. Then /health, one new request and the KV usage
-#    metric are checked. overload.json is the load test's report, overload.md the verdict.
+#    metric are checked. overload.json is the load test's report, overload.md the verdict. With KNEE_RATE set,
+#    step 1 is skipped and the overload takes $OVERLOAD_X times KNEE_RATE.
 #
 # The environment overrides the setup: MORPHLAB (binary; built with go build when missing), MODEL (default:
 # stories15M with seeded random weights, synthesized into RESULTS_DIR), MEMORY, THREADS, RATES, DURATION,
-# PROMPT, OUTPUT, BATCH and MAX_DELAY (static and dynamic batching), KNEES, PORT (the first of four), TIMEOUT,
+# PROMPT, OUTPUT, RANGE_RATIO, BATCH and MAX_DELAY (static and dynamic batching), KNEES, PORT (the first of four), TIMEOUT,
 # MAX_QUEUE, OVERLOAD_X, OVERLOAD_S. Everything listens on 127.0.0.1 only; every run is bounded by
 # --duration and --timeout, and a server that does not come up within 60 s fails the script.
 set -eu
@@ -30,10 +33,11 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 MORPHLAB=${MORPHLAB:-$root/morphlab}
 MEMORY=${MEMORY:-256MiB}
 THREADS=${THREADS:-2}
-RATES=${RATES:-1,2,4,6,8,10,12,16,20}
+RATES=${RATES:-2,4,8,12,16,20,24,28,32,40,48,56,64}
 DURATION=${DURATION:-20s}
 PROMPT=${PROMPT:-64}
 OUTPUT=${OUTPUT:-64}
+RANGE_RATIO=${RANGE_RATIO:-0.9}
 BATCH=${BATCH:-16}
 MAX_DELAY=${MAX_DELAY:-50ms}
 KNEES=${KNEES:-ttft=1s e2el=4s}
@@ -95,11 +99,14 @@ peak_rss() {
 	awk '/^VmHWM:/ { print $2 }' "/proc/$1/status" 2>/dev/null || echo 0
 }
 
-loadflags="--model $name --prompt-tokens $PROMPT --output-tokens $OUTPUT --vocab 32000 --timeout $TIMEOUT --seed 1"
+loadflags="--model $name --prompt-tokens $PROMPT --output-tokens $OUTPUT --range-ratio $RANGE_RATIO --ignore-eos"
+loadflags="$loadflags --vocab 32000 --timeout $TIMEOUT --seed 1"
 
 # 1. The sweep, one scheduler after another.
 p=$PORT
-for s in static dynamic continuous; do
+schedulers="static dynamic continuous"
+[ -z "${KNEE_RATE:-}" ] || schedulers=
+for s in $schedulers; do
 	case $s in
 	static) flags="--scheduler static --batch-size $BATCH" ;;
 	dynamic) flags="--scheduler dynamic --batch-size $BATCH --max-delay $MAX_DELAY" ;;
@@ -117,48 +124,54 @@ for s in static dynamic continuous; do
 	p=$((p + 1))
 done
 
-curves="static=$out/static.json,dynamic=$out/dynamic.json,continuous=$out/continuous.json"
-{
-	echo "# Batching through the server"
-	echo
-	echo "Model $MODEL, --memory $MEMORY, --threads $THREADS; static --batch-size $BATCH; dynamic --batch-size"
-	echo "$BATCH --max-delay $MAX_DELAY; continuous as default. Loadtest: $loadflags, Poisson arrivals,"
-	echo "--sweep $RATES --duration $DURATION. Machine: $(nproc) CPUs, $(uname -sm)."
-	echo
-} >"$out/batching.md"
-first=
-for k in $KNEES; do
-	metric_name=${k%%=*}
-	[ -n "$first" ] || first=$metric_name
-	echo "## Knee at P95 $k" >>"$out/batching.md"
-	echo >>"$out/batching.md"
-	"$MORPHLAB" loadtest --compare "$curves" --knee "$k" --plot "$out/batching" >>"$out/batching.md"
-	echo >>"$out/batching.md"
-	"$MORPHLAB" loadtest --compare "$curves" --knee "$k" --plot "$out/batching" --json >"$out/batching-$metric_name.json"
+# sweep_report tabulates the three sweeps' knees (batching.md) and sets knee to the continuous knee's asked rate.
+sweep_report() {
+	curves="static=$out/static.json,dynamic=$out/dynamic.json,continuous=$out/continuous.json"
 	{
-		echo "| P95 $k | static | dynamic | continuous | continuous / static | continuous / dynamic |"
-		echo "|:--|--:|--:|--:|--:|--:|"
-		awk -v k="$k" '
-			/"label":/ { gsub(/[",]/, "", $2); label = $2; inknee = 0 }
-			/"knee": \{/ { inknee = 1 }
-			inknee && /"request_throughput":/ { gsub(/,/, "", $2); rps[label] = $2; inknee = 0 }
-			function f(x) { return x == "" ? "none" : sprintf("%.2f", x) }
-			function r(a, b) { return (a == "" || b == "") ? "-" : sprintf("%.2fx", a / b) }
-			END {
-				printf "| knee (req/s) | %s | %s | %s | %s | %s |\n", f(rps["static"]), f(rps["dynamic"]),
-					f(rps["continuous"]), r(rps["continuous"], rps["static"]), r(rps["continuous"], rps["dynamic"])
-			}' "$out/batching-$metric_name.json"
+		echo "# Batching through the server"
 		echo
-	} >>"$out/batching.md"
-done
+		echo "Model $MODEL, --memory $MEMORY, --threads $THREADS; static --batch-size $BATCH; dynamic --batch-size"
+		echo "$BATCH --max-delay $MAX_DELAY; continuous as default. Loadtest: $loadflags, Poisson arrivals,"
+		echo "--sweep $RATES --duration $DURATION. Machine: $(nproc) CPUs, $(uname -sm)."
+		echo
+	} >"$out/batching.md"
+	first=
+	for k in $KNEES; do
+		metric_name=${k%%=*}
+		[ -n "$first" ] || first=$metric_name
+		echo "## Knee at P95 $k" >>"$out/batching.md"
+		echo >>"$out/batching.md"
+		"$MORPHLAB" loadtest --compare "$curves" --knee "$k" --plot "$out/batching" >>"$out/batching.md"
+		echo >>"$out/batching.md"
+		"$MORPHLAB" loadtest --compare "$curves" --knee "$k" --plot "$out/batching" --json >"$out/batching-$metric_name.json"
+		{
+			echo "| P95 $k | static | dynamic | continuous | continuous / static | continuous / dynamic |"
+			echo "|:--|--:|--:|--:|--:|--:|"
+			awk -v k="$k" '
+				/"label":/ { gsub(/[",]/, "", $2); label = $2; inknee = 0 }
+				/"knee": \{/ { inknee = 1 }
+				inknee && /"request_throughput":/ { gsub(/,/, "", $2); rps[label] = $2; inknee = 0 }
+				function f(x) { return x == "" ? "none" : sprintf("%.2f", x) }
+				function r(a, b) { return (a == "" || b == "") ? "-" : sprintf("%.2fx", a / b) }
+				END {
+					printf "| knee (req/s) | %s | %s | %s | %s | %s |\n", f(rps["static"]), f(rps["dynamic"]),
+						f(rps["continuous"]), r(rps["continuous"], rps["static"]), r(rps["continuous"], rps["dynamic"])
+				}' "$out/batching-$metric_name.json"
+			echo
+		} >>"$out/batching.md"
+	done
 
-# The continuous knee's asked rate under the first target: the rate after "label": "continuous" in its JSON.
-knee=$(awk '/"label": "continuous"/ { c = 1; next } c && /"label"/ { exit } c && /"knee": \{/ { k = 1; next }
-	k && /"rate":/ { gsub(/[",]/, "", $2); print $2; exit }' "$out/batching-$first.json")
-if [ -z "$knee" ]; then
-	echo "batching.sh: continuous batching has no knee under ${KNEES%% *}; no overload run" >&2
-	exit 1
-fi
+	# The continuous knee's asked rate under the first target: the rate after "label": "continuous" in its JSON.
+	knee=$(awk '/"label": "continuous"/ { c = 1; next } c && /"label"/ { exit } c && /"knee": \{/ { k = 1; next }
+		k && /"rate":/ { gsub(/[",]/, "", $2); print $2; exit }' "$out/batching-$first.json")
+	if [ -z "$knee" ]; then
+		echo "batching.sh: continuous batching has no knee under ${KNEES%% *}; no overload run" >&2
+		exit 1
+	fi
+}
+
+knee=${KNEE_RATE:-}
+[ -n "$knee" ] || sweep_report
 
 # 2. Overload.
 rate=$(awk -v k="$knee" -v x="$OVERLOAD_X" 'BEGIN { print k * x }')
@@ -233,5 +246,6 @@ verdict=pass
 	echo "| server peak RSS / --memory | $((rss / 1024)) MiB / $((budget_kib / 1024)) MiB |"
 	echo "| verdict | $verdict |"
 } >"$out/overload.md"
-cat "$out/batching.md" "$out/overload.md"
+[ -n "${KNEE_RATE:-}" ] || cat "$out/batching.md"
+cat "$out/overload.md"
 [ "$verdict" = pass ]
