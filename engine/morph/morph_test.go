@@ -531,6 +531,34 @@ func TestPredictTTFT(t *testing.T) {
 	}
 }
 
+// TestSLOLayers: morph:slo quantizes the fewest layers that meet the target; all it may when more blocks shorten
+// the predicted wait without meeting it or it has no bound; none when they do not shorten it (the queue waits for
+// compute).
+func TestSLOLayers(t *testing.T) {
+	target := time.Second
+	for _, c := range []struct {
+		name    string
+		predict func(j int) time.Duration
+		want    int
+	}{
+		{"met at 3", func(j int) time.Duration { return time.Duration(4-j) * 700 * time.Millisecond }, 3},
+		{"met at 1", func(j int) time.Duration { return time.Duration(2-j) * time.Second }, 1},
+		{"shortened, never met", func(j int) time.Duration { return time.Duration(10-j) * time.Second }, 6},
+		{"unbounded until 5, never met", func(j int) time.Duration {
+			if j < 5 {
+				return unbounded
+			}
+			return 3 * time.Second
+		}, 6},
+		{"compute-bound", func(int) time.Duration { return 3 * time.Second }, 0},
+		{"unbounded throughout", func(int) time.Duration { return unbounded }, 6},
+	} {
+		if got := sloLayers(c.predict, 6, target); got != c.want {
+			t.Errorf("%s: %d layers, want %d", c.name, got, c.want)
+		}
+	}
+}
+
 // TestSLOPolicy: on the oscillating burst, morph:slo keeps the TTFT SLO as well as morph:default with no more
 // layers quantized on average.
 func TestSLOPolicy(t *testing.T) {
