@@ -13,6 +13,7 @@ import (
 
 	"github.com/morphlab/morphlab/engine"
 	"github.com/morphlab/morphlab/engine/tokenizer"
+	"github.com/morphlab/morphlab/internal/openai"
 )
 
 // generate submits a prepared request, cancelled with ctx (the client's connection), and writes its tokens to
@@ -56,7 +57,7 @@ func (s *Server) generate(ctx context.Context, j *job, out output) {
 	}
 	res := st.Wait()
 	leave()
-	u := usage{PromptTokens: len(j.req.Prompt), CompletionTokens: tokens, TotalTokens: len(j.req.Prompt) + tokens}
+	u := openai.Usage{PromptTokens: len(j.req.Prompt), CompletionTokens: tokens, TotalTokens: len(j.req.Prompt) + tokens}
 	switch {
 	case stopped:
 		s.metrics.request(res, len(j.req.Prompt), "stop")
@@ -155,16 +156,10 @@ func (d *decoder) flush() string { return d.take(len(d.text)) }
 
 // output is where a request's answer goes: a JSON response or an event stream.
 type output interface {
-	start()                         // the engine accepted the request
-	text(delta string) error        // more text
-	finish(reason string, u usage)  // the request ended with its finish reason
-	fail(e *apiError, started bool) // the request ended without finishing
-}
-
-type usage struct {
-	PromptTokens     int `json:"prompt_tokens"`
-	CompletionTokens int `json:"completion_tokens"`
-	TotalTokens      int `json:"total_tokens"`
+	start()                               // the engine accepted the request
+	text(delta string) error              // more text
+	finish(reason string, u openai.Usage) // the request ended with its finish reason
+	fail(e *apiError, started bool)       // the request ended without finishing
 }
 
 type message struct {
@@ -182,12 +177,12 @@ type choice struct {
 }
 
 type response struct {
-	ID      string   `json:"id"`
-	Object  string   `json:"object"`
-	Created int64    `json:"created"`
-	Model   string   `json:"model"`
-	Choices []choice `json:"choices"`
-	Usage   *usage   `json:"usage,omitempty"`
+	ID      string        `json:"id"`
+	Object  string        `json:"object"`
+	Created int64         `json:"created"`
+	Model   string        `json:"model"`
+	Choices []choice      `json:"choices"`
+	Usage   *openai.Usage `json:"usage,omitempty"`
 }
 
 func (j *job) response(model string, chunk bool) response {
@@ -213,7 +208,7 @@ func (o *jsonOutput) start()                   {}
 func (o *jsonOutput) text(delta string) error  { o.sb.WriteString(delta); return nil }
 func (o *jsonOutput) fail(e *apiError, _ bool) { writeError(o.w, e) }
 
-func (o *jsonOutput) finish(reason string, u usage) {
+func (o *jsonOutput) finish(reason string, u openai.Usage) {
 	r := o.j.response(o.model, false)
 	text := o.sb.String()
 	c := choice{FinishReason: &reason}
@@ -258,7 +253,7 @@ func (o *sseOutput) text(delta string) error {
 	return o.err
 }
 
-func (o *sseOutput) finish(reason string, u usage) {
+func (o *sseOutput) finish(reason string, u openai.Usage) {
 	c := choice{FinishReason: &reason}
 	if o.j.Chat {
 		c.Delta = &message{}

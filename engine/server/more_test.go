@@ -10,6 +10,7 @@ import (
 
 	"github.com/morphlab/morphlab/engine"
 	"github.com/morphlab/morphlab/engine/exec"
+	"github.com/morphlab/morphlab/internal/openai"
 	"github.com/morphlab/morphlab/quant"
 )
 
@@ -42,7 +43,7 @@ func TestPoolTooSmall(t *testing.T) {
 		x.Executor = cx
 	})
 	code, _, b := post(t, ts.url+"/v1/completions", fmt.Sprintf(`{"model": %q, "prompt": %s, "max_tokens": 100}`, testModel, tokenJSON(testPrompt)))
-	var e errorResponse
+	var e openai.ErrorResponse
 	if err := json.Unmarshal(b, &e); code != 400 || err != nil || e.Error.Param == nil || *e.Error.Param != "max_tokens" ||
 		!strings.Contains(e.Error.Message, "KV blocks, the pool has") {
 		t.Errorf("a request of 108 tokens over a pool of 4 blocks of 16: %d %s, want a 400 on max_tokens with the pool's size", code, b)
@@ -58,7 +59,7 @@ func TestEngineFailure(t *testing.T) {
 	ts := newTestServer(t, func(x *testExec, _ *Config) { x.delay = time.Millisecond })
 	ts.x.fail.Store(true)
 	code, _, b := post(t, ts.url+"/v1/completions", fmt.Sprintf(`{"model": %q, "prompt": "Once", "max_tokens": 8}`, testModel))
-	var e errorResponse
+	var e openai.ErrorResponse
 	if err := json.Unmarshal(b, &e); code != 500 || err != nil || e.Error.Type != "server_error" || !strings.Contains(e.Error.Message, "device lost") {
 		t.Errorf("a request whose step fails: %d %s, want a 500 server_error saying why", code, b)
 	}

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/morphlab/morphlab/internal/openai"
 )
 
 // nodeClientDir holds the script that drives the official OpenAI Node client (npm package openai, pinned in its
@@ -51,12 +53,12 @@ func TestOpenAINodeClient(t *testing.T) {
 		t.Fatalf("node client.mjs: %v\n%s", err, stderr.String())
 	}
 	type answer struct {
-		Text         string `json:"text"`
-		Role         string `json:"role"`
-		FinishReason string `json:"finish_reason"`
-		Usage        *usage `json:"usage"`
-		Object       string `json:"object"`
-		Chunks       int    `json:"chunks"`
+		Text         string        `json:"text"`
+		Role         string        `json:"role"`
+		FinishReason string        `json:"finish_reason"`
+		Usage        *openai.Usage `json:"usage"`
+		Object       string        `json:"object"`
+		Chunks       int           `json:"chunks"`
 	}
 	var got struct {
 		Completion       answer   `json:"completion"`

@@ -67,6 +67,7 @@ import (
 	"github.com/morphlab/morphlab/engine/exec"
 	"github.com/morphlab/morphlab/engine/sample"
 	"github.com/morphlab/morphlab/engine/tokenizer"
+	"github.com/morphlab/morphlab/internal/openai"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -279,26 +280,16 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	enc.Encode(v)
 }
 
-// errorBody is OpenAI's error shape.
-type errorBody struct {
-	Error struct {
-		Message string  `json:"message"`
-		Type    string  `json:"type"`
-		Param   *string `json:"param"`
-		Code    *string `json:"code"`
-	} `json:"error"`
-}
-
-func (e *apiError) body() errorBody {
-	var b errorBody
-	b.Error.Message, b.Error.Type = e.Message, e.Type
+// body is e in OpenAI's error shape: a null param and code when e has none.
+func (e *apiError) body() openai.ErrorResponse {
+	b := openai.ErrorBody{Message: e.Message, Type: e.Type}
 	if e.Param != "" {
-		b.Error.Param = &e.Param
+		b.Param = &e.Param
 	}
 	if e.Code != "" {
-		b.Error.Code = &e.Code
+		b.Code = e.Code
 	}
-	return b
+	return openai.ErrorResponse{Error: b}
 }
 
 func writeError(w http.ResponseWriter, e *apiError) {

@@ -20,6 +20,7 @@ import (
 	"github.com/morphlab/morphlab/engine/model"
 	"github.com/morphlab/morphlab/engine/sample"
 	"github.com/morphlab/morphlab/engine/tokenizer"
+	"github.com/morphlab/morphlab/internal/openai"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	prommodel "github.com/prometheus/common/model"
@@ -225,7 +226,7 @@ type completion struct {
 		Delta        *struct{ Role, Content *string }
 		FinishReason *string `json:"finish_reason"`
 	} `json:"choices"`
-	Usage *usage `json:"usage"`
+	Usage *openai.Usage `json:"usage"`
 }
 
 // TestCompletion: a greedy completion of a token prompt is the model's greedy continuation, with its usage, and the
@@ -255,7 +256,7 @@ func TestCompletion(t *testing.T) {
 	if ch.Text == nil || *ch.Text != wantText || ch.FinishReason == nil || *ch.FinishReason != wantReason {
 		t.Errorf("choice %s, want text %q and finish_reason %s", b, wantText, wantReason)
 	}
-	if u := c.Usage; u == nil || *u != (usage{len(testPrompt), len(want), len(testPrompt) + len(want)}) {
+	if u := c.Usage; u == nil || *u != (openai.Usage{PromptTokens: len(testPrompt), CompletionTokens: len(want), TotalTokens: len(testPrompt) + len(want)}) {
 		t.Errorf("usage %+v, want %d prompt and %d completion tokens", u, len(testPrompt), len(want))
 	}
 
@@ -492,7 +493,7 @@ func containsAll(have, want []int32) bool {
 
 // complete runs a completion, streamed or not, and returns its text, finish reason and usage (nil when streamed
 // without include_usage).
-func complete(t *testing.T, url, body string, stream bool) (string, string, *usage) {
+func complete(t *testing.T, url, body string, stream bool) (string, string, *openai.Usage) {
 	t.Helper()
 	if !stream {
 		code, _, b := post(t, url+"/v1/completions", body)
@@ -567,15 +568,6 @@ func TestDecoderHoldsBack(t *testing.T) {
 	}
 }
 
-type errorResponse struct {
-	Error struct {
-		Message string  `json:"message"`
-		Type    string  `json:"type"`
-		Param   *string `json:"param"`
-		Code    *string `json:"code"`
-	} `json:"error"`
-}
-
 // TestErrors: every error path answers OpenAI's error shape with the status, type and field expected.
 func TestErrors(t *testing.T) {
 	ts := newTestServer(t, nil)
@@ -632,7 +624,7 @@ func TestErrors(t *testing.T) {
 	} {
 		body := strings.Replace(c.body, `"model": "M"`, `"model": "`+testModel+`"`, 1)
 		code, hdr, b := post(t, ts.url+c.path, body)
-		var e errorResponse
+		var e openai.ErrorResponse
 		dec := json.NewDecoder(bytes.NewReader(b))
 		dec.DisallowUnknownFields()
 		err := dec.Decode(&e)
@@ -655,7 +647,7 @@ func TestErrors(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var e errorResponse
+		var e openai.ErrorResponse
 		err = json.NewDecoder(resp.Body).Decode(&e)
 		resp.Body.Close()
 		if resp.StatusCode != c.status || err != nil || e.Error.Message == "" {
@@ -770,7 +762,7 @@ func TestMetrics(t *testing.T) {
 		body := fmt.Sprintf(`{"model": %q, "prompt": %s, "max_tokens": %d, "temperature": 0, "stream": %v}`, testModel, tokenJSON(testPrompt[:3+i]), n, i == 1)
 		_, _, u := complete(t, ts.url, body, i == 1)
 		if u == nil {
-			u = &usage{PromptTokens: 3 + i, CompletionTokens: n} // streamed without usage: greedy runs to max_tokens or stops earlier
+			u = &openai.Usage{PromptTokens: 3 + i, CompletionTokens: n} // streamed without usage: greedy runs to max_tokens or stops earlier
 		}
 		prompt += u.PromptTokens
 		gen += u.CompletionTokens
@@ -821,7 +813,7 @@ func TestQueueFull(t *testing.T) {
 	send(1)
 	waitFor(t, func() bool { return ts.queued.Load() == 1 })
 	code, hdr, b := post(t, ts.url+"/v1/completions", body)
-	var e errorResponse
+	var e openai.ErrorResponse
 	if err := json.Unmarshal(b, &e); code != 429 || err != nil || hdr.Get("Retry-After") != "1" || e.Error.Type != "rate_limit_error" {
 		t.Errorf("third request: %d, Retry-After %q, %s; want 429, 1 and a rate_limit_error", code, hdr.Get("Retry-After"), b)
 	}
