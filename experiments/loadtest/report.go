@@ -3,12 +3,12 @@ package loadtest
 import (
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 
+	"github.com/morphlab/morphlab/internal/numfmt"
 	"github.com/olekukonko/tablewriter"
 	"github.com/olekukonko/tablewriter/renderer"
 	"github.com/olekukonko/tablewriter/tw"
@@ -58,23 +58,6 @@ func WriteTables(w io.Writer, tables ...Table) error {
 	return nil
 }
 
-// num formats a figure with about four significant digits and no exponent: 12345, 1234, 123.4, 12.35, 1.235,
-// 0.1235.
-func num(v float64) string {
-	switch a := math.Abs(v); {
-	case a >= 1000 || v == 0:
-		return strconv.FormatFloat(v, 'f', 0, 64)
-	case a >= 100:
-		return strconv.FormatFloat(v, 'f', 1, 64)
-	case a >= 10:
-		return strconv.FormatFloat(v, 'f', 2, 64)
-	case a >= 1:
-		return strconv.FormatFloat(v, 'f', 3, 64)
-	default:
-		return strconv.FormatFloat(v, 'g', 4, 64)
-	}
-}
-
 // MetricsTables lays out a run's metrics as two tables: counts and throughputs, then the latencies.
 func MetricsTables(m Metrics) []Table {
 	counts := Table{Header: []string{"metric", "value"}, Rows: [][]string{
@@ -82,26 +65,26 @@ func MetricsTables(m Metrics) []Table {
 		{"completed", strconv.Itoa(m.Completed)},
 		{"rejected (429)", strconv.Itoa(m.Rejected)},
 		{"failed", strconv.Itoa(m.Failed)},
-		{"duration (s)", num(m.DurationS)},
-		{"asked arrival rate (req/s)", num(m.AskedRate)},
-		{"achieved arrival rate (req/s)", num(m.ArrivalRate)},
+		{"duration (s)", numfmt.Figure(m.DurationS)},
+		{"asked arrival rate (req/s)", numfmt.Figure(m.AskedRate)},
+		{"achieved arrival rate (req/s)", numfmt.Figure(m.ArrivalRate)},
 		{"total input tokens", strconv.Itoa(m.TotalInputTokens)},
 		{"total output tokens", strconv.Itoa(m.TotalOutputTokens)},
-		{"request throughput (req/s)", num(m.RequestThroughput)},
+		{"request throughput (req/s)", numfmt.Figure(m.RequestThroughput)},
 	}}
 	if !m.SLO.IsZero() {
-		counts.Rows = append(counts.Rows, []string{"request goodput (req/s)", num(m.RequestGoodput)})
+		counts.Rows = append(counts.Rows, []string{"request goodput (req/s)", numfmt.Figure(m.RequestGoodput)})
 	}
 	counts.Rows = append(counts.Rows,
-		[]string{"output token throughput (tok/s)", num(m.OutputThroughput)},
-		[]string{"total token throughput (tok/s)", num(m.TotalTokenThroughput)})
+		[]string{"output token throughput (tok/s)", numfmt.Figure(m.OutputThroughput)},
+		[]string{"total token throughput (tok/s)", numfmt.Figure(m.TotalTokenThroughput)})
 	lat := Table{Header: []string{"latency (ms)", "n", "mean", "std", "median", "P90", "P95", "P99"}}
 	for _, l := range []struct {
 		name string
 		s    Summary
 	}{{"TTFT", m.TTFT}, {"TPOT", m.TPOT}, {"ITL", m.ITL}, {"E2EL", m.E2EL}} {
 		s := l.s
-		lat.Rows = append(lat.Rows, []string{l.name, strconv.Itoa(s.N), num(s.Mean), num(s.Std), num(s.Median), num(s.P90), num(s.P95), num(s.P99)})
+		lat.Rows = append(lat.Rows, []string{l.name, strconv.Itoa(s.N), numfmt.Figure(s.Mean), numfmt.Figure(s.Std), numfmt.Figure(s.Median), numfmt.Figure(s.P90), numfmt.Figure(s.P95), numfmt.Figure(s.P99)})
 	}
 	return []Table{counts, lat}
 }
@@ -115,8 +98,8 @@ func SweepTable(points []Point, knee *Point) Table {
 		if knee != nil && p.Rate == knee.Rate {
 			mark = "*"
 		}
-		t.Rows = append(t.Rows, []string{num(p.Rate), num(m.ArrivalRate), num(m.RequestThroughput), num(m.OutputThroughput),
-			num(m.TTFT.Median), num(m.TTFT.P95), num(m.E2EL.Median), num(m.E2EL.P95),
+		t.Rows = append(t.Rows, []string{numfmt.Figure(p.Rate), numfmt.Figure(m.ArrivalRate), numfmt.Figure(m.RequestThroughput), numfmt.Figure(m.OutputThroughput),
+			numfmt.Figure(m.TTFT.Median), numfmt.Figure(m.TTFT.P95), numfmt.Figure(m.E2EL.Median), numfmt.Figure(m.E2EL.P95),
 			strconv.Itoa(m.Completed), strconv.Itoa(m.Rejected), strconv.Itoa(m.Failed), mark})
 	}
 	return t
@@ -138,9 +121,9 @@ func CompareTable(curves []Curve, target KneeTarget) Table {
 		}
 		ratio := ""
 		if first > 0 {
-			ratio = num(k.Metrics.RequestThroughput / first)
+			ratio = numfmt.Figure(k.Metrics.RequestThroughput / first)
 		}
-		t.Rows = append(t.Rows, []string{c.Label, strconv.Itoa(len(c.Points)), num(k.Rate), num(k.Metrics.RequestThroughput), num(target.P95(k.Metrics)), ratio})
+		t.Rows = append(t.Rows, []string{c.Label, strconv.Itoa(len(c.Points)), numfmt.Figure(k.Rate), numfmt.Figure(k.Metrics.RequestThroughput), numfmt.Figure(target.P95(k.Metrics)), ratio})
 	}
 	return t
 }
@@ -148,12 +131,12 @@ func CompareTable(curves []Curve, target KneeTarget) Table {
 // CapacityTable lays out a capacity plan.
 func CapacityTable(c Capacity) Table {
 	return Table{Header: []string{"capacity", "value"}, Rows: [][]string{
-		{"target (req/s)", num(c.TargetRPS)},
-		{"one instance at the knee (req/s)", num(c.KneeRPS)},
+		{"target (req/s)", numfmt.Figure(c.TargetRPS)},
+		{"one instance at the knee (req/s)", numfmt.Figure(c.KneeRPS)},
 		{"instances", strconv.Itoa(c.Instances)},
-		{"cost per instance-hour", num(c.CostPerInstance)},
-		{"cost per hour", num(c.CostPerHour)},
-		{"cost per million output tokens", num(c.CostPerMillionOutputTokens)},
+		{"cost per instance-hour", numfmt.Figure(c.CostPerInstance)},
+		{"cost per hour", numfmt.Figure(c.CostPerHour)},
+		{"cost per million output tokens", numfmt.Figure(c.CostPerMillionOutputTokens)},
 	}}
 }
 

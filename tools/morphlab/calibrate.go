@@ -12,6 +12,7 @@ import (
 	"github.com/morphlab/morphlab/engine/exec/costmodel"
 	"github.com/morphlab/morphlab/engine/model"
 	"github.com/morphlab/morphlab/experiments/replay"
+	"github.com/morphlab/morphlab/internal/numfmt"
 	"github.com/morphlab/morphlab/kernels/cpu"
 	"github.com/morphlab/morphlab/kernels/probe"
 	"github.com/morphlab/morphlab/quant"
@@ -281,10 +282,10 @@ func runCalibrate(e *env, args []string) error {
 		name, c.Machine, c.Threads, c.KV, c.Clock, c.MAPE, c.Steps, c.HeldOutMAPE, c.HeldOutSteps)
 	rows := [][]string{}
 	for _, ft := range c.Formats {
-		rows = append(rows, []string{ft.Format + " a layer", formatValue(ft.Layer * 1e6)}, []string{ft.Format + " a layer-token", formatValue(ft.LayerToken * 1e6)})
+		rows = append(rows, []string{ft.Format + " a layer", numfmt.Figure(ft.Layer * 1e6)}, []string{ft.Format + " a layer-token", numfmt.Figure(ft.LayerToken * 1e6)})
 	}
-	rows = append(rows, []string{"a prompt key a layer", formatValue(c.PrefillKey * 1e6)},
-		[]string{"a decode key a layer", formatValue(c.DecodeKey * 1e6)}, []string{"a sampled row", formatValue(c.Sampled * 1e6)})
+	rows = append(rows, []string{"a prompt key a layer", numfmt.Figure(c.PrefillKey * 1e6)},
+		[]string{"a decode key a layer", numfmt.Figure(c.DecodeKey * 1e6)}, []string{"a sampled row", numfmt.Figure(c.Sampled * 1e6)})
 	t := markdownTable(e.stdout, "term", "µs")
 	if err := t.Bulk(rows); err != nil {
 		return err

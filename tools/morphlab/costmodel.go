@@ -11,6 +11,7 @@ import (
 	"github.com/morphlab/morphlab/engine/exec/costmodel"
 	"github.com/morphlab/morphlab/engine/model"
 	"github.com/morphlab/morphlab/experiments/catalog"
+	"github.com/morphlab/morphlab/internal/numfmt"
 	"github.com/morphlab/morphlab/quant"
 )
 
@@ -113,14 +114,14 @@ func runCostModel(e *env, args []string) error {
 		if layerOp(op.Op) {
 			per = fmt.Sprintf("%d × %d layers", op.Count, m.Config.NLayers)
 		}
-		if err := t.Append([]string{op.Op, formatValue(op.Seconds * 1e3), formatValue(op.FLOPs / 1e9), formatValue(op.Bytes / 1e6), per}); err != nil {
+		if err := t.Append([]string{op.Op, numfmt.Figure(op.Seconds * 1e3), numfmt.Figure(op.FLOPs / 1e9), numfmt.Figure(op.Bytes / 1e6), per}); err != nil {
 			return err
 		}
 	}
 	if err := t.Render(); err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stdout, "\nstep: prompt chunk %s ms, decode batch %s ms\n", formatValue(out.PrefillStepSeconds*1e3), formatValue(out.DecodeStepSeconds*1e3))
+	fmt.Fprintf(e.stdout, "\nstep: prompt chunk %s ms, decode batch %s ms\n", numfmt.Figure(out.PrefillStepSeconds*1e3), numfmt.Figure(out.DecodeStepSeconds*1e3))
 	return nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"strconv"
 
 	"github.com/morphlab/morphlab/internal/datafetch"
+	"github.com/morphlab/morphlab/internal/numfmt"
 )
 
 func init() {
@@ -125,7 +126,7 @@ func listData(e *env, files []datafetch.File, asJSON bool) error {
 // fileSize formats a file size with about four digits, in KiB below a MiB: 6.081 KiB, 1.008 MiB.
 func fileSize(n int64) string {
 	if n < 1<<20 {
-		return formatValue(float64(n)/(1<<10)) + " KiB"
+		return numfmt.Figure(float64(n)/(1<<10)) + " KiB"
 	}
-	return formatValue(float64(n)/(1<<20)) + " MiB"
+	return numfmt.Figure(float64(n)/(1<<20)) + " MiB"
 }

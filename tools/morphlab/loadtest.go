@@ -15,6 +15,7 @@ import (
 
 	"github.com/morphlab/morphlab/experiments/loadtest"
 	"github.com/morphlab/morphlab/experiments/trace"
+	"github.com/morphlab/morphlab/internal/numfmt"
 	"github.com/morphlab/morphlab/internal/openai"
 )
 
@@ -413,7 +414,7 @@ func printLoadtest(e *env, r loadtestReport, sweep bool) error {
 			fmt.Fprintf(e.stdout, "knee: no rate meets %v with every request completed\n", r.KneeTarget)
 		} else {
 			m := r.Knee.Metrics
-			fmt.Fprintf(e.stdout, "knee: %s req/s achieved at rate %v (%v: %s ms)\n", formatValue(m.RequestThroughput), r.Knee.Rate, r.KneeTarget, formatValue(r.KneeTarget.P95(m)))
+			fmt.Fprintf(e.stdout, "knee: %s req/s achieved at rate %v (%v: %s ms)\n", numfmt.Figure(m.RequestThroughput), r.Knee.Rate, r.KneeTarget, numfmt.Figure(r.KneeTarget.P95(m)))
 		}
 	}
 	if r.Capacity != nil {

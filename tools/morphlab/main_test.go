@@ -114,12 +114,6 @@ func TestProbeTableAndFailure(t *testing.T) {
 }
 
 func TestFormat(t *testing.T) {
-	for v, want := range map[float64]string{0: "0", 12345678: "12345678", 1234.4: "1234", 123.44: "123.4",
-		12.344: "12.34", 1.2344: "1.234", 0.12344: "0.1234", -5.5: "-5.500"} {
-		if got := formatValue(v); got != want {
-			t.Errorf("formatValue(%v) = %q, want %q", v, got, want)
-		}
-	}
 	for n, want := range map[int64]string{512: "512 B", 32 << 10: "32 KiB", 3 << 19: "1.5 MiB", 256 << 20: "256 MiB", 2 << 30: "2 GiB"} {
 		if got := formatBytes(n); got != want {
 			t.Errorf("formatBytes(%d) = %q, want %q", n, got, want)

@@ -79,23 +79,6 @@ func (t *table) flush() error {
 	return writeTable(t.w, t.header, t.rows)
 }
 
-// formatValue formats a measurement with about four significant digits and no exponent for large values:
-// 12345678, 1234, 123.4, 12.35, 1.235, 0.1235.
-func formatValue(v float64) string {
-	switch a := math.Abs(v); {
-	case a >= 1000 || v == 0:
-		return strconv.FormatFloat(v, 'f', 0, 64)
-	case a >= 100:
-		return strconv.FormatFloat(v, 'f', 1, 64)
-	case a >= 10:
-		return strconv.FormatFloat(v, 'f', 2, 64)
-	case a >= 1:
-		return strconv.FormatFloat(v, 'f', 3, 64)
-	default:
-		return strconv.FormatFloat(v, 'g', 4, 64)
-	}
-}
-
 // formatBytes formats a size in binary units: 32 KiB, 1 MiB, 1.5 GiB.
 func formatBytes(n int64) string {
 	units := []string{"B", "KiB", "MiB", "GiB", "TiB"}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/morphlab/morphlab/internal/numfmt"
 	"github.com/morphlab/morphlab/profiling/eval"
 )
 
@@ -81,5 +82,5 @@ func runPerplexity(e *env, args []string) error {
 			"seconds": r.Seconds, "tokens_per_second": r.TokensPerSecond()})
 	}
 	return writeTable(e.stdout, []string{"mode", "tokens", "NLL", "PPL", "tok/s"}, [][]string{
-		{*mode, fmt.Sprint(r.Tokens), fmt.Sprintf("%.6f", r.NLL), fmt.Sprintf("%.4f", r.PPL), formatValue(r.TokensPerSecond())}})
+		{*mode, fmt.Sprint(r.Tokens), fmt.Sprintf("%.6f", r.NLL), fmt.Sprintf("%.4f", r.PPL), numfmt.Figure(r.TokensPerSecond())}})
 }

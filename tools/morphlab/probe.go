@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strings"
 
+	"github.com/morphlab/morphlab/internal/numfmt"
 	"github.com/morphlab/morphlab/kernels/probe"
 )
 
@@ -75,11 +76,11 @@ func runProbe(e *env, args []string) error {
 func printCeilings(e *env, c probe.Ceilings) error {
 	fmt.Fprintf(e.stdout, "cpu:      %s (%d logical CPUs, measured on %d threads)\n", c.CPU, c.Cores, c.Threads)
 	fmt.Fprintf(e.stdout, "features: %s\n", strings.Join(c.Features, " "))
-	fmt.Fprintf(e.stdout, "f32 FMA peak:  %s GFLOP/s (%s)\n", formatValue(c.FMAPeakGFLOPS), c.FMAKernel)
-	fmt.Fprintf(e.stdout, "int8 dot peak: %s GOP/s (%s)\n\n", formatValue(c.Int8DotPeakGOPS), c.Int8Kernel)
+	fmt.Fprintf(e.stdout, "f32 FMA peak:  %s GFLOP/s (%s)\n", numfmt.Figure(c.FMAPeakGFLOPS), c.FMAKernel)
+	fmt.Fprintf(e.stdout, "int8 dot peak: %s GOP/s (%s)\n\n", numfmt.Figure(c.Int8DotPeakGOPS), c.Int8Kernel)
 	var rows [][]string
 	for _, p := range c.Bandwidth {
-		rows = append(rows, []string{formatBytes(p.Bytes), formatValue(p.GBps), formatBytes(p.Bytes / int64(c.Threads))})
+		rows = append(rows, []string{formatBytes(p.Bytes), numfmt.Figure(p.GBps), formatBytes(p.Bytes / int64(c.Threads))})
 	}
 	if err := writeTable(e.stdout, []string{"working set", "read GB/s", "per thread"}, rows); err != nil {
 		return err

@@ -8,6 +8,7 @@ import (
 
 	"github.com/morphlab/morphlab/engine/model"
 	"github.com/morphlab/morphlab/engine/tokenizer"
+	"github.com/morphlab/morphlab/internal/numfmt"
 )
 
 func init() {
@@ -99,7 +100,7 @@ func runQuantize(e *env, args []string) error {
 	}
 	return writeTable(e.stdout, []string{"model", "out", "format", "layers", "classifier", "size", "seconds"}, [][]string{
 		{*in, *out, *format, fmt.Sprintf("%d of %d", n, ck.Config.NLayers), classifierName,
-			formatValue(float64(size)/(1<<20)) + " MiB", formatValue(sec)}})
+			numfmt.Figure(float64(size)/(1<<20)) + " MiB", numfmt.Figure(sec)}})
 }
 
 // parseLayers reads a comma-separated list of layer indices; "" means all (nil). Ranges are checked against the

@@ -8,6 +8,7 @@ import (
 
 	"github.com/morphlab/morphlab/engine/model"
 	"github.com/morphlab/morphlab/engine/tokenizer"
+	"github.com/morphlab/morphlab/internal/numfmt"
 )
 
 func init() {
@@ -109,7 +110,7 @@ func runSynth(e *env, args []string) error {
 			"params": cfg.Params(), "bytes": size, "synth_seconds": synthSec, "write_seconds": writeSec})
 	}
 	return writeTable(e.stdout, []string{"shape", "type", "params", "file", "size", "synth s", "write s"}, [][]string{
-		{*shape, *typ, formatCount(cfg.Params()), *out, formatValue(float64(size)/(1<<20)) + " MiB", formatValue(synthSec), formatValue(writeSec)}})
+		{*shape, *typ, formatCount(cfg.Params()), *out, numfmt.Figure(float64(size)/(1<<20)) + " MiB", numfmt.Figure(synthSec), numfmt.Figure(writeSec)}})
 }
 
 // checkOutName accepts a .gguf file of any type, or a .bin file (llama2.c v0) of f32.

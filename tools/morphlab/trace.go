@@ -16,6 +16,7 @@ import (
 	"github.com/olekukonko/tablewriter/tw"
 
 	"github.com/morphlab/morphlab/experiments/trace"
+	"github.com/morphlab/morphlab/internal/numfmt"
 )
 
 func init() {
@@ -203,11 +204,11 @@ func timed(s traceSummary, v float64) string {
 	if s.Stats.NoArrivals {
 		return "-"
 	}
-	return formatValue(v)
+	return numfmt.Figure(v)
 }
 
 func quantiles(l trace.LengthStats) string {
-	return fmt.Sprintf("%d / %s / %d / %d", l.P50, formatValue(l.Mean), l.P90, l.P99)
+	return fmt.Sprintf("%d / %s / %d / %d", l.P50, numfmt.Figure(l.Mean), l.P90, l.P99)
 }
 
 const traceConvertHelp = `
