@@ -48,11 +48,11 @@ func predictTTFT(s Signals, free int, release, prefill float64) time.Duration {
 // decideSLO is morph:slo's rule: with the prefill rate and the block release rate measured on the executor as it
 // runs (its own step times are the calibration), it predicts the queue's TTFT (predictTTFT) for each number of
 // layers it could quantize further, each adding the blocks a layer frees, and swaps the fewest that bring the
-// prediction under Margin of the TTFT SLO. When none does, it swaps all it may if more blocks shorten the
-// predicted wait at all (or the wait has no bound: blocks are short and none come back), and none if they do not
-// (the queue waits for compute, not memory: quantizing would cost quality for nothing). It restores, last action first, once the
-// queue has been empty and the pool without the last region would keep the restore margin free, for the restore
-// persistence and hold. There is no threshold on usage or delay: the SLO is the only target.
+// prediction under Margin of the TTFT SLO (sloLayers). When none does, it swaps all it may if more blocks shorten
+// the predicted wait at all (or the wait has no bound: blocks are short and none come back), and none if they do
+// not (the queue waits for compute, not memory: quantizing would cost quality for nothing). It restores, last
+// action first, once the queue has been empty and the pool without the last region would keep the restore margin
+// free, for the restore persistence and hold. There is no threshold on usage or delay: the SLO is the only target.
 func (c *Controller) decideSLO(s Signals, info engine.StepInfo) {
 	p := c.Spec.Params
 	if info.PrefillTokens > 0 && info.Duration > 0 {
@@ -61,14 +61,12 @@ func (c *Controller) decideSLO(s Signals, info engine.StepInfo) {
 	release := c.Monitor.ReleaseRate(c.blockSize)
 	target := time.Duration(p.Margin * float64(p.TTFT))
 	var why []string
-	need := 0
 	per := c.act.BlocksPerLayer()
 	predict := func(j int) time.Duration { return predictTTFT(s, s.Free+int(float64(j)*per), release, c.rates.prefill) }
-	if pred := predict(0); pred > target {
-		need = sloLayers(predict, c.act.Headroom(), target)
-		if need > 0 {
-			why = append(why, fmt.Sprintf("predicted TTFT %v > %v (%.0f%% of the %v SLO): %d more layers for %v", shown(pred), target, 100*p.Margin, p.TTFT, need, shown(predict(need))))
-		}
+	need := sloLayers(predict, c.act.Headroom(), target)
+	if need > 0 {
+		why = append(why, fmt.Sprintf("predicted TTFT %v > %v (%.0f%% of the %v SLO): %d more layers for %v",
+			shown(predict(0)), target, 100*p.Margin, p.TTFT, need, shown(predict(need))))
 	}
 	top := c.act.TopBlocks()
 	calm := s.Waiting == 0 && c.act.Actions() > 0 && float64(s.Free-top) >= p.RestoreMargin*float64(s.Total-top)
@@ -76,10 +74,14 @@ func (c *Controller) decideSLO(s Signals, info engine.StepInfo) {
 }
 
 // sloLayers is how many more layers morph:slo quantizes, of the left it may, given predict(j), the predicted TTFT
-// with j more: the fewest whose prediction is within target; when none is, all of them if any j shortens the
-// prediction at all or it has no bound (blocks are short and none come back), and none otherwise.
+// with j more: none when the prediction is within target already; else the fewest whose prediction is; when none
+// is, all of them if any j shortens the prediction at all or it has no bound (blocks are short and none come
+// back), and none otherwise.
 func sloLayers(predict func(j int) time.Duration, left int, target time.Duration) int {
 	none := predict(0)
+	if none <= target {
+		return 0
+	}
 	helps := none == unbounded
 	for j := 1; j <= left; j++ {
 		t := predict(j)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net"
@@ -34,9 +35,9 @@ the process);
 --scheduler picks continuous (iteration-level) batching or the static and dynamic baselines. With --max-queue N
 a request arriving while N wait for their first batch is answered 429 with Retry-After. SIGINT or SIGTERM stops
 admitting, lets running requests finish within --grace, and exits 0. The Go collector's soft memory limit is set
-to the budget less the binary's mapped pages (unless GOMEMLIMIT is set), so that under load the heap stays near the budget instead of growing to
-twice what is live before each collection. The package doc of engine/server lists the
-parameters and error answers.`
+to the budget less the binary's mapped pages (unless GOMEMLIMIT is set), so that under load the heap stays near
+the budget instead of growing to twice what is live before each collection. The package doc of engine/server
+lists the parameters and error answers.`
 
 func runServe(e *env, args []string) error {
 	fs := e.flags("--model FILE [flags]", serveHelp)
@@ -87,19 +88,18 @@ func runServe(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	limit := budget
+	var heapLimit int64 // with --memory: the process's budget less its mapped files
 	if budget == 0 {
 		blocks := 32 * ((m.Config.SeqLen + *blockSize - 1) / *blockSize)
 		budget = budgetFor(m, base, m.SequenceKV, *blockSize, *stepTokens, blocks)
-		limit = budget
 	} else {
-		own := measureProcess()
-		if budget, err = engineBudget(budget, own, int64(m.WeightBytes())); err != nil {
+		own, total := measureProcess(), budget
+		if budget, err = engineBudget(total, own, int64(m.WeightBytes())); err != nil {
 			return usagef("--memory: %v", err)
 		}
-		limit -= own.file
+		heapLimit = total - own.file
 		fmt.Fprintf(e.stderr, "memory: %s for the process: %s resident after loading less the weights, %s kept for HTTP, %s for the engine\n",
-			*memory, formatBytes(own.resident-int64(m.WeightBytes())), formatBytes(serveReserve), formatBytes(budget))
+			*memory, formatBytes(total-budget-serveReserve), formatBytes(serveReserve), formatBytes(budget))
 	}
 	controller := morph.NewController(spec, order, base)
 	bound := false
@@ -126,7 +126,7 @@ func runServe(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	limitHeap(limit)
+	limitHeap(cmp.Or(heapLimit, budget))
 	mem := x.Memory()
 	fmt.Fprintf(e.stderr, "serving %s on http://%s: %s batching, policy %s, %d KV blocks of %d tokens, budget %s (weights %s)\n",
 		*name, ln.Addr(), *policy, spec, mem.Blocks, *blockSize, formatBytes(mem.Budget), formatBytes(mem.Weights))
