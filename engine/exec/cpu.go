@@ -2,7 +2,6 @@ package exec
 
 import (
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
@@ -49,17 +48,8 @@ type CPU struct {
 
 	mu      sync.Mutex // guards the fields below, which SetLayerPrecision, AttachKV and Memory touch
 	formats []quant.Format
-	pending map[int]pendingSwap
+	swaps   swapQueue
 	blocks  int
-	link    time.Duration // when the host link is next free (overlapped transfers go one after another)
-	lastEnd time.Duration // when the last step ended, on the engine's clock
-}
-
-// pendingSwap is a precision asked for and not yet applied.
-type pendingSwap struct {
-	f        quant.Format
-	transfer time.Duration
-	ready    time.Duration // overlapped: the step boundary from which it may apply
 }
 
 // NewCPU returns an executor over m with opt's budget. It fails when the budget does not hold the weights, the
@@ -68,7 +58,7 @@ func NewCPU(m *model.Model, opt CPUOptions) (*CPU, error) {
 	if opt.BlockSize <= 0 || opt.MaxTokens <= 0 {
 		return nil, fmt.Errorf("exec: block size %d and max tokens %d, want > 0", opt.BlockSize, opt.MaxTokens)
 	}
-	e := &CPU{m: m, opt: opt, pending: map[int]pendingSwap{}}
+	e := &CPU{m: m, opt: opt, swaps: newSwapQueue(opt.Swap)}
 	for _, l := range m.Layers {
 		e.formats = append(e.formats, l.Active)
 	}
@@ -120,18 +110,13 @@ func (e *CPU) memoryLocked() Memory {
 	cfg := e.m.Config
 	bb := int64(e.opt.KVType.BytesPerBlock(cfg, e.opt.BlockSize))
 	return Memory{
-		Budget:    e.opt.Budget,
-		Weights:   e.weightBytes(func(l int) quant.Format { return e.formats[l] }),
-		KV:        int64(e.blocks) * bb,
-		Workspace: WorkspaceBytes(cfg, e.opt.MaxTokens),
-		PendingWeights: e.weightBytes(func(l int) quant.Format {
-			if p, ok := e.pending[l]; ok {
-				return p.f
-			}
-			return e.formats[l]
-		}),
-		BlockBytes: bb,
-		Blocks:     e.blocks,
+		Budget:         e.opt.Budget,
+		Weights:        e.weightBytes(func(l int) quant.Format { return e.formats[l] }),
+		KV:             int64(e.blocks) * bb,
+		Workspace:      WorkspaceBytes(cfg, e.opt.MaxTokens),
+		PendingWeights: e.weightBytes(func(l int) quant.Format { return e.swaps.format(l, e.formats[l]) }),
+		BlockBytes:     bb,
+		Blocks:         e.blocks,
 	}
 }
 
@@ -152,27 +137,7 @@ func (e *CPU) SetLayerPrecision(layer int, f quant.Format) error {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	old, had := e.pending[layer]
-	e.pending[layer] = pendingSwap{f: f}
-	if mem := e.memoryLocked(); mem.PendingWeights > mem.Budget-mem.KV-mem.Workspace {
-		if had {
-			e.pending[layer] = old
-		} else {
-			delete(e.pending, layer)
-		}
-		return fmt.Errorf("exec: layer %d in %v needs %d bytes more than the budget has free; detach KV first",
-			layer, f, mem.PendingWeights-(mem.Budget-mem.KV-mem.Workspace))
-	}
-	p := pendingSwap{f: f}
-	if bw := e.opt.Swap.HostLink; bw > 0 {
-		p.transfer = time.Duration(float64(e.m.Layers[layer].Variants[f].Bytes()) / bw * float64(time.Second))
-		if !e.opt.Swap.Blocking {
-			e.link = max(e.link, e.lastEnd) + p.transfer
-			p.ready = e.link
-		}
-	}
-	e.pending[layer] = p
-	return nil
+	return e.swaps.ask(layer, f, int64(e.m.Layers[layer].Variants[f].Bytes()), e.memoryLocked)
 }
 
 // AttachKV grows the attached KV blocks; see Executor.
@@ -203,21 +168,13 @@ func (e *CPU) DetachKV(blocks int) error {
 func (e *CPU) applyPending(now time.Duration) ([]quant.Format, int, []int, time.Duration) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	var swapped []int
-	var transfer time.Duration
-	for l, p := range e.pending {
-		if p.ready > now {
-			continue // an overlapped transfer still in flight
-		}
-		if err := e.m.SetPrecision(l, p.f); err != nil {
+	swapped, formats, transfer := e.swaps.due(now)
+	for i, l := range swapped {
+		if err := e.m.SetPrecision(l, formats[i]); err != nil {
 			panic(err) // SetLayerPrecision checked the variant exists
 		}
-		e.formats[l] = p.f
-		swapped = append(swapped, l)
-		transfer += p.transfer
-		delete(e.pending, l)
+		e.formats[l] = formats[i]
 	}
-	slices.Sort(swapped)
 	return append([]quant.Format(nil), e.formats...), e.blocks, swapped, transfer
 }
 
@@ -287,7 +244,7 @@ func (e *CPU) Step(b *Batch) (Result, error) {
 
 func (e *CPU) setLastEnd(t time.Duration) {
 	e.mu.Lock()
-	e.lastEnd = max(e.lastEnd, t)
+	e.swaps.lastEnd = max(e.swaps.lastEnd, t)
 	e.mu.Unlock()
 }
 

@@ -64,17 +64,8 @@ type Sim struct {
 
 	formats []quant.Format // never changed once published in a Result: a swap makes a new slice
 	counts  []costmodel.LayerFormat
-	pending map[int]simSwap
+	swaps   swapQueue
 	blocks  int
-
-	lastEnd  time.Duration // when the last step ended, on the engine's clock
-	linkFree time.Duration // when the host link is next free
-}
-
-type simSwap struct {
-	format   quant.Format
-	ready    time.Duration // overlapped: when its transfer has finished, the boundary from which it may apply
-	transfer time.Duration
 }
 
 // NewSim returns a simulated executor. It fails when the options are inconsistent or the budget does not hold
@@ -99,7 +90,7 @@ func NewSim(opt SimOptions) (*Sim, error) {
 	if opt.Outer != quant.F32 && opt.Outer != quant.F16 {
 		return nil, fmt.Errorf("exec: embedding format %v, want f32 or f16", opt.Outer)
 	}
-	e := &Sim{opt: opt, cfg: cfg, layerBytes: map[quant.Format]int64{}, outer: costmodel.OuterBytes(cfg, opt.Outer), pending: map[int]simSwap{}}
+	e := &Sim{opt: opt, cfg: cfg, layerBytes: map[quant.Format]int64{}, outer: costmodel.OuterBytes(cfg, opt.Outer), swaps: newSwapQueue(opt.Swap)}
 	for _, f := range opt.Formats {
 		if _, err := quant.ParseFormat(f.String()); err != nil {
 			return nil, fmt.Errorf("exec: sim: %v", err)
@@ -168,18 +159,13 @@ func (e *Sim) weights(format func(l int) quant.Format) int64 {
 func (e *Sim) Memory() Memory {
 	bb := int64(e.opt.Cost.KV.BytesPerBlock(e.cfg, e.opt.BlockSize))
 	return Memory{
-		Budget:    e.opt.Budget,
-		Weights:   e.weights(func(l int) quant.Format { return e.formats[l] }),
-		KV:        int64(e.blocks) * bb,
-		Workspace: WorkspaceBytes(e.cfg, e.opt.MaxTokens),
-		PendingWeights: e.weights(func(l int) quant.Format {
-			if s, ok := e.pending[l]; ok {
-				return s.format
-			}
-			return e.formats[l]
-		}),
-		BlockBytes: bb,
-		Blocks:     e.blocks,
+		Budget:         e.opt.Budget,
+		Weights:        e.weights(func(l int) quant.Format { return e.formats[l] }),
+		KV:             int64(e.blocks) * bb,
+		Workspace:      WorkspaceBytes(e.cfg, e.opt.MaxTokens),
+		PendingWeights: e.weights(func(l int) quant.Format { return e.swaps.format(l, e.formats[l]) }),
+		BlockBytes:     bb,
+		Blocks:         e.blocks,
 	}
 }
 
@@ -191,31 +177,11 @@ func (e *Sim) SetLayerPrecision(layer int, f quant.Format) error {
 	if _, ok := e.layerBytes[f]; !ok {
 		return fmt.Errorf("exec: layer %d has no %v variant prepared", layer, f)
 	}
-	old, had := e.pending[layer]
 	if f == e.formats[layer] {
-		delete(e.pending, layer)
+		delete(e.swaps.pending, layer)
 		return nil
 	}
-	e.pending[layer] = simSwap{format: f}
-	if mem := e.Memory(); mem.PendingWeights > mem.Budget-mem.KV-mem.Workspace {
-		if had {
-			e.pending[layer] = old
-		} else {
-			delete(e.pending, layer)
-		}
-		return fmt.Errorf("exec: layer %d in %v needs %d bytes more than the budget has free; detach KV first",
-			layer, f, mem.PendingWeights-(mem.Budget-mem.KV-mem.Workspace))
-	}
-	sw := simSwap{format: f}
-	if bw := e.opt.Swap.HostLink; bw > 0 {
-		sw.transfer = time.Duration(float64(e.layerBytes[f]) / bw * float64(time.Second))
-		if !e.opt.Swap.Blocking {
-			e.linkFree = max(e.linkFree, e.lastEnd) + sw.transfer
-			sw.ready = e.linkFree
-		}
-	}
-	e.pending[layer] = sw
-	return nil
+	return e.swaps.ask(layer, f, e.layerBytes[f], e.Memory)
 }
 
 // AttachKV grows the attached KV blocks; see Executor.
@@ -240,25 +206,13 @@ func (e *Sim) DetachKV(blocks int) error {
 // applySwaps makes the swaps due at a step starting at now active (all of them when swaps block or are free),
 // and returns the layers swapped, their transfer time and the part of it that blocks this step.
 func (e *Sim) applySwaps(now time.Duration) (swapped []int, transfer, blocking time.Duration) {
-	if len(e.pending) == 0 {
-		return nil, 0, 0
-	}
-	for l, s := range e.pending {
-		if s.ready > now {
-			continue // an overlapped transfer still in flight
-		}
-		swapped = append(swapped, l)
-	}
+	swapped, to, transfer := e.swaps.due(now)
 	if len(swapped) == 0 {
 		return nil, 0, 0
 	}
-	slices.Sort(swapped)
 	formats := slices.Clone(e.formats)
-	for _, l := range swapped {
-		s := e.pending[l]
-		formats[l] = s.format
-		transfer += s.transfer
-		delete(e.pending, l)
+	for i, l := range swapped {
+		formats[l] = to[i]
 	}
 	e.formats = formats
 	e.recount()
@@ -273,7 +227,7 @@ func (e *Sim) applySwaps(now time.Duration) (swapped []int, transfer, blocking t
 func (e *Sim) Step(b *Batch) (Result, error) {
 	swapped, transfer, blocking := e.applySwaps(b.Now)
 	res := Result{Formats: e.formats, Swapped: swapped, SwapTime: transfer}
-	defer func() { e.lastEnd = b.Now + res.Duration }()
+	defer func() { e.swaps.lastEnd = b.Now + res.Duration }()
 	n := len(b.Seqs)
 	if n == 0 {
 		return res, fmt.Errorf("exec: empty batch")
