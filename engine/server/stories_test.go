@@ -7,8 +7,7 @@ import (
 	"time"
 
 	"github.com/morphlab/morphlab/engine/exec"
-	"github.com/morphlab/morphlab/engine/model"
-	"github.com/morphlab/morphlab/engine/tokenizer"
+	"github.com/morphlab/morphlab/engine/model/modeltest"
 	"github.com/morphlab/morphlab/internal/datadir"
 )
 
@@ -16,23 +15,8 @@ import (
 // time" is the start of llama2.c's own greedy output (stories260K_expected_t0_n200.txt), and a stop string "."
 // ends it at the first sentence. Its twin on generated data is TestCompletion.
 func TestStories260K(t *testing.T) {
-	ckPath := datadir.ForTest(t, "models/stories260K.bin")
-	tokPath := datadir.ForTest(t, "models/tok512.bin")
-	wantPath := datadir.ForTest(t, "models/stories260K_expected_t0_n200.txt")
-	expected, err := os.ReadFile(wantPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ck, err := model.Load(ckPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ck.Close()
-	m, err := model.FromCheckpoint(ck)
-	if err != nil {
-		t.Fatal(err)
-	}
-	vocab, err := tokenizer.LoadBin(tokPath)
+	m, vocab := modeltest.Stories260K(t)
+	expected, err := os.ReadFile(datadir.ForTest(t, "models/stories260K_expected_t0_n200.txt"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/morphlab/morphlab/engine/model"
+	"github.com/morphlab/morphlab/engine/model/modeltest"
 	"github.com/morphlab/morphlab/engine/tokenizer"
 	"github.com/morphlab/morphlab/internal/datadir"
 	"github.com/morphlab/morphlab/profiling/eval"
@@ -296,23 +297,8 @@ func TestLoadRejects(t *testing.T) {
 // TestStories260K profiles the real stories260K in Int4 RTN on the first paragraphs of the TinyStories
 // validation text and evaluates on later ones.
 func TestStories260K(t *testing.T) {
-	mp := datadir.ForTest(t, "models/stories260K.bin")
-	tp := datadir.ForTest(t, "models/tok512.bin")
-	vp := datadir.ForTest(t, "eval/tinystories_val.txt")
-	ck, err := model.LoadLlama2c(mp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ck.Close()
-	m, err := model.FromCheckpoint(ck)
-	if err != nil {
-		t.Fatal(err)
-	}
-	vocab, err := tokenizer.LoadBin(tp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	text, err := os.ReadFile(vp)
+	m, vocab := modeltest.Stories260K(t)
+	text, err := os.ReadFile(datadir.ForTest(t, "eval/tinystories_val.txt"))
 	if err != nil {
 		t.Fatal(err)
 	}
