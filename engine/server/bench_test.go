@@ -5,8 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"os"
+	osexec "os/exec"
 	"runtime"
 	"slices"
 	"strings"
@@ -20,15 +23,18 @@ import (
 )
 
 // BenchmarkHTTPOverhead compares, at batch 1, the TTFT and TPOT a client sees through the server (a streamed
-// completion over loopback HTTP) with those a client of the engine in the same process sees (Submit and the
-// stream's events), on two identical engines over a synthetic stories15M. Each iteration runs one request each
-// way, in alternating order, so that the machine's drift falls on both alike. TTFT is from sending to the first
-// token; TPOT is (last token - first token) / (tokens - 1), as vLLM's benchmark defines it. It reports the
-// medians and their ratios (HTTP / in-process), for prompts of 32 and 128 tokens and 32 output tokens.
+// completion over loopback HTTP, from a client in a process of its own, as a real client is) with those a client
+// of the engine in the same process sees (Submit and the stream's events), on two identical engines over a
+// synthetic stories15M. Each iteration runs one request each way, in alternating order, so that the machine's
+// drift falls on both alike. TTFT is from sending to the first token; TPOT is (last token - first token) /
+// (tokens - 1), as vLLM's benchmark defines it. It reports the medians and their ratios (HTTP / in-process), for
+// prompts of 32 and 128 tokens and 32 output tokens.
 //
-// threads is the kernels' thread count. With every core (threads=GOMAXPROCS) a step's kernels hold all of them
-// and the handler that streams a token waits for the next step to yield; a server leaves its front end a core,
-// as vLLM runs its API server in a process of its own, which threads=GOMAXPROCS-1 measures.
+// threads is the kernels' thread count: threads=GOMAXPROCS gives the kernels every core, threads=GOMAXPROCS-1
+// leaves the front end one, as vLLM runs its API server in a process of its own. The client is not in the
+// server's process because there it would measure Go's scheduler rather than the server: while the kernels hold
+// every P, the runtime polls the network only every 10 ms (sysmon), so an in-process client learns of a streamed
+// token up to 10 ms late, which a client in another process, woken by the OS, does not.
 func BenchmarkHTTPOverhead(b *testing.B) {
 	procs := runtime.GOMAXPROCS(0)
 	for _, threads := range slices.Compact([]int{max(1, procs-1), procs}) {
@@ -84,8 +90,6 @@ func benchOverhead(b *testing.B, promptLen int) {
 	url := "http://" + ln.Addr().String() + "/v1/completions"
 	body := fmt.Sprintf(`{"model": "bench", "prompt": %s, "max_tokens": %d, "temperature": 0, "stop": [], "stream": true, "stream_options": {"include_usage": true}}`,
 		tokenJSON(prompt), outLen)
-	client := &http.Client{}
-
 	inProcess := func() (ttft, tpot time.Duration) {
 		start := time.Now()
 		st := eng.Submit(engine.Request{Prompt: prompt, MaxTokens: outLen})
@@ -105,40 +109,7 @@ func benchOverhead(b *testing.B, promptLen int) {
 		}
 		return first.Sub(start), last.Sub(first) / time.Duration(n-1)
 	}
-	overHTTP := func() (ttft, tpot time.Duration) {
-		start := time.Now()
-		resp, err := client.Post(url, "application/json", strings.NewReader(body))
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var first, last time.Time
-		tokens := 0
-		sc := bufio.NewScanner(resp.Body)
-		for sc.Scan() {
-			data, ok := strings.CutPrefix(sc.Text(), "data: ")
-			if !ok || data == "[DONE]" {
-				continue
-			}
-			var c completion
-			if err := json.Unmarshal([]byte(data), &c); err != nil {
-				b.Fatal(err)
-			}
-			if c.Usage != nil {
-				tokens = c.Usage.CompletionTokens
-			}
-			if len(c.Choices) == 1 && c.Choices[0].Text != nil && *c.Choices[0].Text != "" {
-				last = time.Now()
-				if first.IsZero() {
-					first = last
-				}
-			}
-		}
-		if tokens != outLen || first.IsZero() {
-			b.Fatalf("over HTTP: %d tokens, want %d", tokens, outLen)
-		}
-		return first.Sub(start), last.Sub(first) / time.Duration(tokens-1)
-	}
+	overHTTP := startClientProcess(b, url, body, outLen)
 	inProcess()
 	overHTTP()
 	var ttftE, tpotE, ttftH, tpotH []time.Duration
@@ -162,6 +133,113 @@ func benchOverhead(b *testing.B, promptLen int) {
 	b.ReportMetric(ms(median(tpotH)), "http-tpot-ms")
 	b.ReportMetric(float64(median(ttftH))/float64(median(ttftE)), "ttft-ratio")
 	b.ReportMetric(float64(median(tpotH))/float64(median(tpotE)), "tpot-ratio")
+}
+
+// clientEnv, set in a child process of the test binary, makes it the benchmark's HTTP client (see TestMain).
+const clientEnv = "MORPHLAB_BENCH_CLIENT"
+
+// TestMain lets BenchmarkHTTPOverhead run its HTTP client in a child process: with clientEnv set to a URL and
+// the request body in MORPHLAB_BENCH_BODY, the test binary sends one streamed request per line of its standard
+// input and answers each with a line "TTFT-ns TPOT-ns tokens", or "error: ..." and exits 1.
+func TestMain(m *testing.M) {
+	if url := os.Getenv(clientEnv); url != "" {
+		os.Exit(clientProcess(url, os.Getenv("MORPHLAB_BENCH_BODY"), os.Stdin, os.Stdout))
+	}
+	os.Exit(m.Run())
+}
+
+func clientProcess(url, body string, in io.Reader, out io.Writer) int {
+	client := &http.Client{}
+	lines := bufio.NewScanner(in)
+	for lines.Scan() {
+		ttft, tpot, tokens, err := streamTimings(client, url, body)
+		if err != nil {
+			fmt.Fprintf(out, "error: %v\n", err)
+			return 1
+		}
+		fmt.Fprintf(out, "%d %d %d\n", ttft, tpot, tokens)
+	}
+	return 0
+}
+
+// streamTimings sends one streamed completion and times it as vLLM's benchmark does: TTFT from sending to the
+// first token, TPOT (last token - first token) / (tokens - 1).
+func streamTimings(client *http.Client, url, body string) (ttft, tpot time.Duration, tokens int, err error) {
+	start := time.Now()
+	resp, err := client.Post(url, "application/json", strings.NewReader(body))
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	defer resp.Body.Close()
+	var first, last time.Time
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		data, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok || data == "[DONE]" {
+			continue
+		}
+		var c completion
+		if err := json.Unmarshal([]byte(data), &c); err != nil {
+			return 0, 0, 0, err
+		}
+		if c.Usage != nil {
+			tokens = c.Usage.CompletionTokens
+		}
+		if len(c.Choices) == 1 && c.Choices[0].Text != nil && *c.Choices[0].Text != "" {
+			last = time.Now()
+			if first.IsZero() {
+				first = last
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, 0, 0, err
+	}
+	if tokens < 2 || first.IsZero() {
+		return 0, 0, 0, fmt.Errorf("%d tokens streamed, want at least 2", tokens)
+	}
+	return first.Sub(start), last.Sub(first) / time.Duration(tokens-1), tokens, nil
+}
+
+// startClientProcess starts the test binary as the HTTP client (clientEnv) and returns a function that has it
+// send one request and returns the timings it measured; the process ends with the benchmark.
+func startClientProcess(b *testing.B, url, body string, want int) func() (ttft, tpot time.Duration) {
+	cmd := osexec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), clientEnv+"="+url, "MORPHLAB_BENCH_BODY="+body)
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	outPipe, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		in.Close()
+		cmd.Wait()
+	})
+	out := bufio.NewReader(outPipe)
+	return func() (ttft, tpot time.Duration) {
+		if _, err := io.WriteString(in, "go\n"); err != nil {
+			b.Fatal(err)
+		}
+		line, err := out.ReadString('\n')
+		if err != nil {
+			b.Fatalf("HTTP client process: %v", err)
+		}
+		var tokens int
+		if _, err := fmt.Sscanf(line, "%d %d %d", &ttft, &tpot, &tokens); err != nil {
+			b.Fatalf("HTTP client process: %s", strings.TrimSpace(line))
+		}
+		if tokens != want {
+			b.Fatalf("over HTTP: %d tokens, want %d", tokens, want)
+		}
+		return ttft, tpot
+	}
 }
 
 func median(ds []time.Duration) time.Duration {
