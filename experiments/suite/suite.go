@@ -7,8 +7,8 @@
 // Llama-3-8B on an L4 and CodeLlama-34B on an A100 (1024/512), each with the paper's FP16 KV pool in blocks of 16
 // (958, 958, 2,599, 3,435). Workloads: the Azure 2023 conversation trace's busiest 72 s and the code trace's 72 s
 // from second 1,073 (the window a third party matched to the paper's, 443 requests), both stretched 4.75x as the
-// paper "downscales" them; the Mooncake conversation trace's busiest 72 s stretched 1.75x (the factor the paper
-// gives its second trace, BurstGPT, which is not in the shared data); and a seeded on/off burst. Where a trace file
+// paper "downscales" them; the Mooncake conversation trace's busiest 72 s, stretched 4.75x too (it stands in for
+// the paper's second trace, BurstGPT, which is not in the shared data); and a seeded on/off burst. Where a trace file
 // is missing, a seeded synthetic stand-in of the same rate and lengths replays instead, and the report says so.
 // TTFT SLO 2 s. Every policy's parameters are fixed in engine/morph before any run: nothing is tuned per trace.
 //
