@@ -14,6 +14,7 @@ import (
 
 	"github.com/morphlab/morphlab/engine"
 	"github.com/morphlab/morphlab/engine/exec"
+	"github.com/morphlab/morphlab/engine/exec/costmodel"
 	"github.com/morphlab/morphlab/engine/morph"
 	"github.com/morphlab/morphlab/experiments/results"
 	"github.com/morphlab/morphlab/experiments/trace"
@@ -47,6 +48,7 @@ type Config struct {
 	Engine     engine.Options // its Clock chooses the run's clock; its OnStep is the controller's
 	Meta       results.Meta   // what the results say was run; Policy, Params, KV and block size are filled in
 	KeepTokens bool           // keep each request's output tokens in the results
+	KeepSteps  bool           // keep every step's work, layer formats and time in the results (Run.Steps)
 }
 
 // Run replays reqs on x and returns the results and the engine's lifecycle and control events (no tokens).
@@ -56,8 +58,12 @@ func Run(ctx context.Context, x exec.Executor, cfg Config, reqs []engine.TimedRe
 	var events []engine.Event
 	var cursor uint64
 	opt := cfg.Engine
+	var steps []costmodel.Sample
 	opt.OnStep = func(info engine.StepInfo) {
 		c.OnStep(info)
+		if cfg.KeepSteps && !info.Idle {
+			steps = append(steps, StepSample(info))
+		}
 		evs, next := e.LogSince(cursor)
 		cursor = next
 		for _, ev := range evs {
@@ -92,7 +98,18 @@ func Run(ctx context.Context, x exec.Executor, cfg Config, reqs []engine.TimedRe
 	if meta.KVBlocksFull == 0 {
 		meta.KVBlocksFull = blocks
 	}
-	return results.Build(meta, reqs, res, c, cfg.KeepTokens), events, nil
+	r := results.Build(meta, reqs, res, c, cfg.KeepTokens)
+	r.Steps = steps
+	return r, events, nil
+}
+
+// StepSample is a step's work, its layers' formats and the executor's time for it, as the CPU calibration fits them.
+func StepSample(info engine.StepInfo) costmodel.Sample {
+	s := costmodel.Sample{Layers: costmodel.CountFormats(info.Formats), Seconds: info.Duration.Seconds()}
+	for _, w := range info.Work {
+		s.Work.AddSeq(w.Tokens, w.Start+w.Tokens, w.Sample)
+	}
+	return s
 }
 
 // CPUTimed is an executor whose steps take the process CPU time they used divided by threads, instead of their

@@ -9,6 +9,7 @@ package results
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -21,6 +22,7 @@ import (
 	"github.com/olekukonko/tablewriter/tw"
 
 	"github.com/morphlab/morphlab/engine"
+	"github.com/morphlab/morphlab/engine/exec/costmodel"
 	"github.com/morphlab/morphlab/engine/morph"
 	"github.com/morphlab/morphlab/experiments/loadtest"
 )
@@ -100,6 +102,9 @@ type Run struct {
 	Quality    *Quality      `json:"quality,omitempty"`
 	Requests   []Request     `json:"requests"`
 	Timeline   []morph.Point `json:"timeline"`
+	// Steps, when the replay kept them, are every step's work, layer formats and time; Write puts them in
+	// steps.jsonl (costmodel.WriteSteps), the input of 'morphlab calibrate --steps'.
+	Steps []costmodel.Sample `json:"-"`
 }
 
 // Build assembles the results of replaying reqs, whose results are res, under the controller c; tokens keeps the
@@ -187,6 +192,15 @@ func (r *Run) Write(dir string, events []engine.Event) error {
 	}
 	if err := writeEvents(filepath.Join(dir, "events.jsonl"), events); err != nil {
 		return err
+	}
+	if len(r.Steps) > 0 {
+		var b bytes.Buffer
+		if err := costmodel.WriteSteps(&b, r.Steps); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, "steps.jsonl"), b.Bytes(), 0o644); err != nil {
+			return err
+		}
 	}
 	f, err := os.Create(filepath.Join(dir, "table.md"))
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"math"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -38,7 +39,13 @@ see. About a minute on stories110M on two cores. The file written (--out) is wha
 
 --clock sets how a step is timed, as 'morphlab run --clock' does: wall (elapsed time) or cpu (the process CPU
 time the step used over the kernel threads). A calibration predicts runs on the same clock: wall for runs on
-the wall clock of an idle machine, cpu for 'run --clock cpu', which a loaded machine skews less.`
+the wall clock of an idle machine, cpu for 'run --clock cpu', which a loaded machine skews less.
+
+--steps fits the model to the steps of real runs instead of timing a grid: steps.jsonl files that 'morphlab run
+--steps' wrote (comma-separated), every fifth step held out. Those steps ran as a run runs them (sequences of
+every length side by side, KV blocks wherever the pool had them, the engine's own work between steps), which a
+grid timed on its own does not reproduce. --model, --kv-type, --threads and --clock then say what the runs were,
+for the file.`
 
 // calibrateGrid is one step shape of the grid: decodes sequences at decodeCtx positions beside a prompt chunk of
 // chunk tokens ending at chunkCtx positions (either part may be absent).
@@ -147,6 +154,7 @@ func runCalibrate(e *env, args []string) error {
 	threads := fs.Int("threads", 0, "kernel threads (default GOMAXPROCS)")
 	clock := fs.String("clock", "wall", "`clock` a step is timed by: wall or cpu (CPU time over the threads)")
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
+	stepFiles := fs.String("steps", "", "fit the steps.jsonl `files` of real runs (comma-separated) instead of timing a grid")
 	if err := e.parse(fs, args); err != nil {
 		return err
 	}
@@ -177,6 +185,9 @@ func runCalibrate(e *env, args []string) error {
 		return usagef("--kv-type: %v", err)
 	}
 	cpu.SetThreads(*threads)
+	if *stepFiles != "" {
+		return calibrateFromSteps(e, strings.Split(*stepFiles, ","), *modelFlag, kv, *clock, *out, *asJSON)
+	}
 	m, name, err := calibrationModel(*modelFlag)
 	if err != nil {
 		return err
@@ -243,7 +254,7 @@ func runCalibrate(e *env, args []string) error {
 		rounds := make([][]costmodel.Sample, len(all))
 		for range *reps {
 			for i, g := range all {
-				s, err := timeStep(timed, g.batch(), layerFormats(formats))
+				s, err := timeStep(timed, g.batch(), costmodel.CountFormats(formats))
 				if err != nil {
 					return err
 				}
@@ -264,18 +275,72 @@ func runCalibrate(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	errs := make([]float64, len(heldOut))
-	for i, s := range heldOut {
-		errs[i] = math.Abs(c.StepTime(s.Work, s.Layers, n).Seconds()/s.Seconds-1) * 100
-	}
-	c.HeldOutSteps, c.HeldOutMAPE = len(heldOut), costmodel.Median(errs)
+	c.HeldOutSteps, c.HeldOutMAPE = len(heldOut), heldOutError(c, heldOut, n)
 	c.Machine = probe.CPUModel()
 	c.Model, c.Config, c.KV, c.Threads, c.Clock = name, m.Config, kv.String(), cpu.Threads(), *clock
 	if err := c.Save(*out); err != nil {
 		return err
 	}
 	fmt.Fprintf(e.stderr, "timed %d steps in %s; wrote %s\n", done, time.Since(start).Round(time.Second), *out)
-	if *asJSON {
+	return reportCalibration(e, c, name, *asJSON)
+}
+
+// calibrateFromSteps fits the calibration to the steps of real runs (steps.jsonl files), holding every fifth out.
+func calibrateFromSteps(e *env, files []string, modelArg string, kv model.KVType, clock, out string, asJSON bool) error {
+	cfg, err := model.ShapeByName(modelArg)
+	if err != nil {
+		ck, lerr := model.Load(modelArg)
+		if lerr != nil {
+			return fmt.Errorf("--model %s: not a shape name (%v) nor a checkpoint: %v", modelArg, shapeNames(), lerr)
+		}
+		cfg = ck.Config
+		ck.Close()
+	}
+	var samples, heldOut []costmodel.Sample
+	for _, path := range files {
+		f, err := os.Open(path)
+		if err != nil {
+			return err
+		}
+		steps, err := costmodel.ReadSteps(f, path, cfg.NLayers)
+		f.Close()
+		if err != nil {
+			return err
+		}
+		for i, s := range steps {
+			if i%5 == 4 {
+				heldOut = append(heldOut, s)
+			} else {
+				samples = append(samples, s)
+			}
+		}
+	}
+	c, err := costmodel.FitCalibration(samples, cfg.NLayers)
+	if err != nil {
+		return err
+	}
+	c.HeldOutSteps, c.HeldOutMAPE = len(heldOut), heldOutError(c, heldOut, cfg.NLayers)
+	c.Machine = probe.CPUModel()
+	c.Model, c.Config, c.KV, c.Threads, c.Clock = modelArg, cfg, kv.String(), cpu.Threads(), clock
+	if err := c.Save(out); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stderr, "fitted %d steps of %d runs; wrote %s\n", len(samples)+len(heldOut), len(files), out)
+	return reportCalibration(e, c, modelArg, asJSON)
+}
+
+// heldOutError is the calibration's median absolute percentage error on steps it was not fitted to.
+func heldOutError(c *costmodel.Calibration, heldOut []costmodel.Sample, nLayers int) float64 {
+	errs := make([]float64, len(heldOut))
+	for i, s := range heldOut {
+		errs[i] = math.Abs(c.StepTime(s.Work, s.Layers, nLayers).Seconds()/s.Seconds-1) * 100
+	}
+	return costmodel.Median(errs)
+}
+
+// reportCalibration prints the calibration's fit and terms (a table, or JSON).
+func reportCalibration(e *env, c *costmodel.Calibration, name string, asJSON bool) error {
+	if asJSON {
 		return writeJSON(e.stdout, c)
 	}
 	fmt.Fprintf(e.stdout, "%s on %s (%d threads, %s KV, %s clock): median error %.1f%% over the %d steps fitted, %.1f%% over %d held out\n\n",
@@ -334,18 +399,4 @@ func shapeNames() string {
 		names = append(names, s.Name)
 	}
 	return strings.Join(names, ", ")
-}
-
-// layerFormats counts the layers in each format, in the order the formats first appear.
-func layerFormats(fs []quant.Format) []costmodel.LayerFormat {
-	var out []costmodel.LayerFormat
-	for _, f := range fs {
-		i := slices.IndexFunc(out, func(lf costmodel.LayerFormat) bool { return lf.Format == f })
-		if i < 0 {
-			out = append(out, costmodel.LayerFormat{Format: f})
-			i = len(out) - 1
-		}
-		out[i].Layers++
-	}
-	return out
 }

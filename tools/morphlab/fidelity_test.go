@@ -1,11 +1,16 @@
 package main
 
 import (
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
+	"github.com/morphlab/morphlab/engine/exec/costmodel"
+	"github.com/morphlab/morphlab/engine/model"
 	"github.com/morphlab/morphlab/experiments/results"
 	"github.com/morphlab/morphlab/experiments/suite"
+	"github.com/morphlab/morphlab/quant"
 )
 
 // TestFidelityPipeline is the short twin of tools/fidelity.sh: stories260K's shape calibrated on the CPU-time
@@ -26,9 +31,11 @@ func TestFidelityPipeline(t *testing.T) {
 		t.Fatalf("trace gen: exit %d: %s", code, stderr)
 	}
 	budget := []string{"--kv-type", "f16", "--kv-blocks", "12", "--max-tokens", "256", "--block-size", "16", "--trace", trace}
+	var steps []string
+	stepCount := 0
 	for _, policy := range []string{"fp16", "morph:default"} {
 		realDir, simDir := filepath.Join(dir, "real-"+suite.DirName(policy)), filepath.Join(dir, "sim-"+suite.DirName(policy))
-		args := append([]string{"run", "--shape", "stories260K", "--format", "f16", "--policy", policy, "--clock", "cpu", "--out", realDir}, budget...)
+		args := append([]string{"run", "--shape", "stories260K", "--format", "f16", "--policy", policy, "--clock", "cpu", "--steps", "--out", realDir}, budget...)
 		if code, _, stderr := runCLI(args...); code != 0 {
 			t.Fatalf("run %s: exit %d: %s", policy, code, stderr)
 		}
@@ -54,5 +61,52 @@ func TestFidelityPipeline(t *testing.T) {
 			}
 		}
 		t.Logf("%s: mean TPOT real %.3f ms, sim %.3f ms (ratio %.2f)", policy, ra.TPOT.Mean, sa.TPOT.Mean, sa.TPOT.Mean/ra.TPOT.Mean)
+		stepCount += checkSteps(t, filepath.Join(realDir, "steps.jsonl"), real)
+		steps = append(steps, filepath.Join(realDir, "steps.jsonl"))
 	}
+	fromRuns := filepath.Join(dir, "from-runs.json")
+	if code, _, stderr := runCLI("calibrate", "--model", "stories260K", "--kv-type", "f16", "--clock", "cpu", "--steps", strings.Join(steps, ","), "--out", fromRuns); code != 0 {
+		t.Fatalf("calibrate --steps: exit %d: %s", code, stderr)
+	}
+	c, err := costmodel.LoadCalibration(fromRuns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, _ := model.ShapeByName("stories260K")
+	if c.Steps+c.HeldOutSteps != stepCount || c.HeldOutSteps != stepCount/5 || c.Check(cfg, []quant.Format{quant.F16, quant.Int4}) != nil {
+		t.Errorf("calibrate --steps: %d steps fitted and %d held out, formats %+v; want %d steps of f16 and int4 layers, a fifth held out",
+			c.Steps, c.HeldOutSteps, c.Formats, stepCount)
+	}
+}
+
+// checkSteps checks a run's steps.jsonl against its results (with no preemption every served request's prompt
+// tokens are fed once, and its output tokens but the last once more to decode the next; a preemption feeds what
+// it recomputes again) and returns how many steps it holds.
+func checkSteps(t *testing.T, path string, r *results.Run) int {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	samples, err := costmodel.ReadSteps(f, path, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fed, want := 0, 0
+	for _, s := range samples {
+		fed += s.Work.Tokens
+	}
+	for _, q := range r.Requests {
+		if q.Output > 0 { // a rejected request is never fed
+			want += q.Prompt + q.Output - 1
+		}
+	}
+	switch preempted := r.Aggregates.Preemptions > 0; {
+	case !preempted && fed != want:
+		t.Errorf("%s: %d steps fed %d tokens, want the prompts and all but each last output token, %d", path, len(samples), fed, want)
+	case preempted && fed <= want:
+		t.Errorf("%s: %d steps fed %d tokens after %d preemptions, want more than %d (recomputed tokens)", path, len(samples), fed, r.Aggregates.Preemptions, want)
+	}
+	return len(samples)
 }

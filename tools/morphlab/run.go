@@ -35,7 +35,8 @@ The budget is --memory bytes, or --kv-blocks: the bytes that hold the full-preci
 that many KV blocks. --clock wall replays in real time; --clock cpu replays in virtual time advanced by each
 step's CPU time over the kernel threads, which a loaded machine does not skew. Policies: fp16, static:int8,
 static:int4, selective:N[:int8|int4], morph:accuracy|default|performance|predictive[:k=v...] (engine/morph's
-package doc); --profile takes the swap order from a 'morphlab profile' file, else front to back.`
+package doc); --profile takes the swap order from a 'morphlab profile' file, else front to back. --steps also
+writes steps.jsonl, each step's work, layer formats and time, which 'morphlab calibrate --steps' fits.`
 
 // servingModel are the flags that pick the model a serving command runs.
 type servingModel struct {
@@ -151,6 +152,7 @@ func runRun(e *env, args []string) error {
 	clock := fs.String("clock", "wall", "`clock`: wall or cpu")
 	promptSeed := fs.Uint64("prompt-seed", 1, "`seed` of the prompts' random tokens")
 	keep := fs.Bool("keep-tokens", false, "keep each request's output token ids in results.json (for quality comparisons)")
+	steps := fs.Bool("steps", false, "write every step's work, layer formats and time to steps.jsonl (what 'morphlab calibrate --steps' fits)")
 	reference := fs.String("reference", "", "a results.json `file` of the same requests, run with --keep-tokens (e.g. under fp16): report the greedy outputs' agreement with it")
 	if err := e.parse(fs, args); err != nil {
 		return err
@@ -205,7 +207,8 @@ func runRun(e *env, args []string) error {
 		Trace: results.TraceInfo{Source: t.Source, Format: t.Format, Transforms: slices.Clone(t.Transforms), Requests: len(t.Requests)}}
 	fmt.Fprintf(e.stderr, "run: %d requests, policy %s, budget %d bytes (%d KV blocks at full precision, %d attached), clock %s\n",
 		len(reqs), spec, budget, fullBlocks, cx.Memory().Blocks, *clock)
-	r, events, err := replay.Run(ctx, x, replay.Config{Policy: spec, Order: order, Base: base, Engine: opt, Meta: meta, KeepTokens: *keep || *reference != ""}, reqs)
+	r, events, err := replay.Run(ctx, x, replay.Config{Policy: spec, Order: order, Base: base, Engine: opt, Meta: meta,
+		KeepTokens: *keep || *reference != "", KeepSteps: *steps}, reqs)
 	if err != nil {
 		return err
 	}

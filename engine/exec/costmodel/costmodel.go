@@ -255,16 +255,16 @@ func OuterBytes(cfg model.Config, f quant.Format) int64 {
 
 // Work is one iteration's work in the aggregates its cost depends on.
 type Work struct {
-	Tokens  int // tokens fed
-	Sampled int // sequences whose next token is sampled (rows of logits)
+	Tokens  int `json:"tokens"`  // tokens fed
+	Sampled int `json:"sampled"` // sequences whose next token is sampled (rows of logits)
 	// Prompt chunks (sequences fed more than one token): their tokens, the causal keys those tokens attend
 	// (a chunk of q tokens ending at position L attends q·L − q(q−1)/2 keys) and the cache positions they read.
-	PrefillTokens  int
-	PrefillKeys    int64
-	PrefillContext int64
+	PrefillTokens  int   `json:"prefill_tokens"`
+	PrefillKeys    int64 `json:"prefill_keys"`
+	PrefillContext int64 `json:"prefill_context"`
 	// Decoding sequences (fed one token): how many and the keys they attend (their lengths, summed).
-	DecodeSeqs int
-	DecodeKeys int64
+	DecodeSeqs int   `json:"decode_seqs"`
+	DecodeKeys int64 `json:"decode_keys"`
 }
 
 // AddSeq adds one sequence fed tokens tokens whose cache then holds seqLen positions.
