@@ -13,10 +13,16 @@
 # timed over the same minutes, and under the same load, as the runs it predicts, its REPS rounds (default 10)
 # spread over them and each step's median kept.
 #
+# CALIBRATE=steps fits the calibration to the steps of two more real runs instead ('calibrate --steps'): a trace
+# of the same kind drawn with another seed at CAL_RATE req/s (default 1), served under fp16 and static:int4, run
+# beside the others. Their steps are timed as the compared runs' are, with the engine's own work between them,
+# sequences of every length side by side and KV blocks wherever the pool had them.
+#
 # Usage: tools/fidelity.sh [OUTDIR]   (default /tmp/morphlab-fidelity)
 # Settings (environment): SHAPE, RATES, POLICIES, DURATION, PROMPT, OUTPUT, MAX_OUTPUT, KV_BLOCKS, MAX_TOKENS,
 # BLOCK_SIZE, THREADS, REPS (calibration rounds), LIMIT (percent), MORPHLAB (a built binary; default: build one),
-# CALIBRATION (use this calibration file instead of calibrating), REUSE=1 (keep real runs already in OUTDIR).
+# CALIBRATION (use this calibration file instead of calibrating), CALIBRATE (grid or steps), CAL_RATE,
+# REUSE=1 (keep real runs already in OUTDIR).
 # The defaults take about 10 minutes on two cores (more when they are busy with other work).
 set -euo pipefail
 
@@ -34,6 +40,8 @@ BLOCK_SIZE=${BLOCK_SIZE:-16}
 REPS=${REPS:-10}
 LIMIT=${LIMIT:-10}
 THREADS=${THREADS:-1}
+CALIBRATE=${CALIBRATE:-grid}
+CAL_RATE=${CAL_RATE:-1}
 export GOMAXPROCS=$THREADS
 
 command -v jq >/dev/null || { echo "fidelity.sh: jq is required" >&2; exit 1; }
@@ -47,7 +55,19 @@ ml() { "$MORPHLAB" "$@"; }
 calib=${CALIBRATION:-$out/cpu-$SHAPE.json}
 budget=(--kv-type f16 --kv-blocks "$KV_BLOCKS" --max-tokens "$MAX_TOKENS" --block-size "$BLOCK_SIZE")
 pids=()
-if [[ -z ${CALIBRATION:-} ]]; then
+calsteps=()
+if [[ -z ${CALIBRATION:-} && $CALIBRATE == steps ]]; then
+	echo "calibration runs: $SHAPE, poisson:$CAL_RATE (seed 2) under fp16 and static:int4, CPU-time clock, $THREADS threads" >&2
+	ml trace gen --process "poisson:$CAL_RATE" --duration "$DURATION" --prompt "$PROMPT" --output "$OUTPUT" \
+		--clip 1024 --max-output "$MAX_OUTPUT" --seed 2 --out "$out/trace-calibration.csv" 2>/dev/null
+	for policy in fp16 static:int4; do
+		dir=$out/calibration-${policy//:/-}
+		ml run --threads "$THREADS" --shape "$SHAPE" --format f16 "${budget[@]}" --trace "$out/trace-calibration.csv" \
+			--policy "$policy" --clock cpu --steps --out "$dir" >"$dir.txt" 2>&1 &
+		pids+=($!)
+		calsteps+=("$dir/steps.jsonl")
+	done
+elif [[ -z ${CALIBRATION:-} ]]; then
 	echo "calibrating $SHAPE (f16 and int4 layers, f16 KV, CPU-time clock, $THREADS threads, $REPS rounds)" >&2
 	ml calibrate --threads "$THREADS" --model "$SHAPE" --format f16,int4 --kv-type f16 --clock cpu --reps "$REPS" \
 		--out "$calib" >"$out/calibration.txt" 2>"$out/calibration.err" &
@@ -69,6 +89,10 @@ done
 for pid in "${pids[@]}"; do
 	wait "$pid" || { echo "fidelity.sh: a calibration or run failed; see $out/*.txt and $out/calibration.err" >&2; exit 1; }
 done
+if ((${#calsteps[@]})); then
+	ml calibrate --threads "$THREADS" --model "$SHAPE" --kv-type f16 --clock cpu --steps "$(IFS=,; echo "${calsteps[*]}")" \
+		--out "$calib" >"$out/calibration.txt" 2>"$out/calibration.err"
+fi
 if [[ -z ${CALIBRATION:-} ]]; then cat "$out/calibration.txt" >&2; fi
 
 fail=0
