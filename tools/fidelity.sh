@@ -13,16 +13,16 @@
 # timed over the same minutes, and under the same load, as the runs it predicts, its REPS rounds (default 10)
 # spread over them and each step's median kept.
 #
-# CALIBRATE=steps fits the calibration to the steps of two more real runs instead ('calibrate --steps'): a trace
-# of the same kind drawn with another seed at CAL_RATE req/s (default 1), served under fp16 and static:int4, run
-# beside the others. Their steps are timed as the compared runs' are, with the engine's own work between them,
+# CALIBRATE=steps fits the calibration to the steps of more real runs instead ('calibrate --steps'): a trace of
+# the same kind drawn with another seed at CAL_RATE req/s (default 1), served under each of CAL_POLICIES (default
+# fp16 and static:int4, so that both layer formats are timed), run beside the others. Their steps are timed as the compared runs' are, with the engine's own work between them,
 # sequences of every length side by side and KV blocks wherever the pool had them.
 #
 # Usage: tools/fidelity.sh [OUTDIR]   (default /tmp/morphlab-fidelity)
 # Settings (environment): SHAPE, RATES, POLICIES, DURATION, PROMPT, OUTPUT, MAX_OUTPUT, KV_BLOCKS, MAX_TOKENS,
 # BLOCK_SIZE, THREADS, REPS (calibration rounds), LIMIT (percent), MORPHLAB (a built binary; default: build one),
 # CALIBRATION (use this calibration file instead of calibrating), CALIBRATE (grid or steps), CAL_RATE,
-# REUSE=1 (keep real runs already in OUTDIR).
+# CAL_POLICIES, REUSE=1 (keep real runs already in OUTDIR).
 # The defaults take about 10 minutes on two cores (more when they are busy with other work).
 set -euo pipefail
 
@@ -42,6 +42,7 @@ LIMIT=${LIMIT:-10}
 THREADS=${THREADS:-1}
 CALIBRATE=${CALIBRATE:-grid}
 CAL_RATE=${CAL_RATE:-1}
+CAL_POLICIES=${CAL_POLICIES:-fp16 static:int4}
 export GOMAXPROCS=$THREADS
 
 command -v jq >/dev/null || { echo "fidelity.sh: jq is required" >&2; exit 1; }
@@ -57,10 +58,10 @@ budget=(--kv-type f16 --kv-blocks "$KV_BLOCKS" --max-tokens "$MAX_TOKENS" --bloc
 pids=()
 calsteps=()
 if [[ -z ${CALIBRATION:-} && $CALIBRATE == steps ]]; then
-	echo "calibration runs: $SHAPE, poisson:$CAL_RATE (seed 2) under fp16 and static:int4, CPU-time clock, $THREADS threads" >&2
+	echo "calibration runs: $SHAPE, poisson:$CAL_RATE (seed 2) under $CAL_POLICIES, CPU-time clock, $THREADS threads" >&2
 	ml trace gen --process "poisson:$CAL_RATE" --duration "$DURATION" --prompt "$PROMPT" --output "$OUTPUT" \
 		--clip 1024 --max-output "$MAX_OUTPUT" --seed 2 --out "$out/trace-calibration.csv" 2>/dev/null
-	for policy in fp16 static:int4; do
+	for policy in $CAL_POLICIES; do
 		dir=$out/calibration-${policy//:/-}
 		ml run --threads "$THREADS" --shape "$SHAPE" --format f16 "${budget[@]}" --trace "$out/trace-calibration.csv" \
 			--policy "$policy" --clock cpu --steps --out "$dir" >"$dir.txt" 2>&1 &
