@@ -196,3 +196,34 @@ func TestCalibrationFit(t *testing.T) {
 		t.Error("fewer samples than terms were accepted")
 	}
 }
+
+// TestCalibrationFitUnbiased: on steps with multiplicative noise of mean 1 the fitted times add up to the measured
+// ones (a fit weighted by 1/measured alone comes out several percent low).
+func TestCalibrationFitUnbiased(t *testing.T) {
+	truth := Calibration{Formats: []FormatTerms{{"f16", 5e-4, 2.8e-4}}, PrefillKey: 3e-6, DecodeKey: 1.5e-5, Sampled: 1.7e-3}
+	layers := []LayerFormat{{quant.F16, 12}}
+	noise := []float64{0.6, 0.8, 0.9, 1, 1.1, 1.2, 1.4} // mean 1
+	var samples []Sample
+	for i := range 700 {
+		var w Work
+		for s := range 1 + i%7 {
+			w.AddSeq(1, 50+37*s+i%200, true)
+		}
+		if i%5 == 0 {
+			w.AddSeq(16+i%96, 16+i%96+i%300, true)
+		}
+		samples = append(samples, Sample{Work: w, Layers: layers, Seconds: truth.seconds(w, layers, 12) * noise[(i/7)%len(noise)]})
+	}
+	c, err := FitCalibration(samples, 12)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var measured, predicted float64
+	for _, s := range samples {
+		measured += s.Seconds
+		predicted += c.seconds(s.Work, s.Layers, 12)
+	}
+	if r := predicted / measured; math.Abs(r-1) > 0.01 {
+		t.Errorf("fitted times add up to %.4f of the measured ones, want within 1%%", r)
+	}
+}
