@@ -81,7 +81,7 @@ for rate in $RATES; do
 		name=$rate-${policy//:/-}
 		if [[ ${REUSE:-} != 1 || ! -s $out/real-$name/results.json ]]; then
 			echo "run $name" >&2
-			ml run --threads "$THREADS" --shape "$SHAPE" --format f16 "${budget[@]}" --trace "$out/trace-$rate.csv" \
+			ml run --threads "$THREADS" --shape "$SHAPE" --format f16 "${budget[@]}" --trace "$out/trace-$rate.csv" --steps \
 				--policy "$policy" --clock cpu --out "$out/real-$name" >"$out/real-$name.txt" 2>&1 &
 			pids+=($!)
 		fi

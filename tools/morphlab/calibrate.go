@@ -347,7 +347,8 @@ func reportCalibration(e *env, c *costmodel.Calibration, name string, asJSON boo
 		name, c.Machine, c.Threads, c.KV, c.Clock, c.MAPE, c.Steps, c.HeldOutMAPE, c.HeldOutSteps)
 	rows := [][]string{}
 	for _, ft := range c.Formats {
-		rows = append(rows, []string{ft.Format + " a layer", numfmt.Figure(ft.Layer * 1e6)}, []string{ft.Format + " a layer-token", numfmt.Figure(ft.LayerToken * 1e6)})
+		rows = append(rows, []string{ft.Format + " a layer", numfmt.Figure(ft.Layer * 1e6)}, []string{ft.Format + " a layer-token", numfmt.Figure(ft.LayerToken * 1e6)},
+			[]string{ft.Format + " a layer, one-token step", numfmt.Figure(ft.OneToken * 1e6)})
 	}
 	rows = append(rows, []string{"a prompt key a layer", numfmt.Figure(c.PrefillKey * 1e6)},
 		[]string{"a decode key a layer", numfmt.Figure(c.DecodeKey * 1e6)}, []string{"a sampled row", numfmt.Figure(c.Sampled * 1e6)})

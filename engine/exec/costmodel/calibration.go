@@ -19,13 +19,16 @@ const CalibrationVersion = 1
 
 // Calibration is a step-time model of one model shape on one CPU, fitted to the CPU executor's measured steps:
 //
-//	t = Σ_f layers_f·(Layer_f + LayerToken_f·tokens) + layers·(PrefillKey·prefill keys + DecodeKey·decode keys) + Sampled·sampled
+//	t = Σ_f layers_f·(Layer_f + LayerToken_f·tokens + OneToken_f·[tokens = 1])
+//	    + layers·(PrefillKey·prefill keys + DecodeKey·decode keys) + Sampled·sampled
 //
 // where layers_f counts the decoder layers in format f: a layer reads its weights once a step (Layer_f) and
-// multiplies every token by them (LayerToken_f); attention costs each attended key (prompt chunks and decode
-// differ: one is a tiled matrix product, the other a stream over the cache); the classifier costs each sampled
-// row. A step's fixed overhead has no term of its own: the layers always add up to the model's, so it cannot be
-// told from the per-layer costs and is spread over them.
+// multiplies every token by them (LayerToken_f); a step of one token runs the kernels' matrix-vector loops rather
+// than their matrix products, whose fixed cost differs (OneToken_f; without AVX-512 a step of two tokens packs
+// every F16 weight for the products and took three times one token's); attention costs each attended key (prompt
+// chunks and decode differ: one is a tiled matrix product, the other a stream over the cache); the classifier
+// costs each sampled row. A step's fixed overhead has no term of its own: the layers always add up to the
+// model's, so it cannot be told from the per-layer costs and is spread over them.
 type Calibration struct {
 	Version int          `json:"version"`
 	Machine string       `json:"machine"` // the CPU's model name, as probe reports it
@@ -53,6 +56,7 @@ type FormatTerms struct {
 	Format     string  `json:"format"`
 	Layer      float64 `json:"layer_s"`
 	LayerToken float64 `json:"layer_token_s"`
+	OneToken   float64 `json:"one_token_s,omitempty"` // added to Layer in a step of one token (0 when not fitted)
 }
 
 // Sample is one measured step: its work, its layers' formats and its time.
@@ -79,6 +83,9 @@ func (c *Calibration) seconds(w Work, layers []LayerFormat, nLayers int) float64
 	for _, lf := range layers {
 		ft, _ := c.terms(lf.Format)
 		t += float64(lf.Layers) * (ft.Layer + ft.LayerToken*float64(w.Tokens))
+		if w.Tokens == 1 {
+			t += float64(lf.Layers) * ft.OneToken
+		}
 	}
 	return t
 }
@@ -121,8 +128,17 @@ func FitCalibration(samples []Sample, nLayers int) (*Calibration, error) {
 		}
 	}
 	slices.Sort(formats)
-	// Columns: per format (layer, layer·token), prefill key, decode key, sampled.
-	cols := 2*len(formats) + 3
+	// The one-token terms are fitted only when the steps feed one token and more, to tell them apart.
+	oneTokens, more := false, false
+	for _, s := range samples {
+		oneTokens, more = oneTokens || s.Work.Tokens == 1, more || s.Work.Tokens > 1
+	}
+	per := 2 // columns per format: layer, layer·token, and layer·[one token] when fitted
+	if oneTokens && more {
+		per = 3
+	}
+	// Columns: per format, then prefill key, decode key, sampled.
+	cols := per*len(formats) + 3
 	if len(samples) < cols {
 		return nil, fmt.Errorf("costmodel: %d measured steps for %d terms, want at least as many", len(samples), cols)
 	}
@@ -133,11 +149,14 @@ func FitCalibration(samples []Sample, nLayers int) (*Calibration, error) {
 		}
 		row := make([]float64, cols)
 		for _, lf := range s.Layers {
-			j := 2 * slices.Index(formats, lf.Format)
+			j := per * slices.Index(formats, lf.Format)
 			row[j] += float64(lf.Layers)
 			row[j+1] += float64(lf.Layers) * float64(s.Work.Tokens)
+			if per == 3 && s.Work.Tokens == 1 {
+				row[j+2] += float64(lf.Layers)
+			}
 		}
-		k := 2 * len(formats)
+		k := per * len(formats)
 		row[k] = float64(nLayers) * float64(s.Work.PrefillKeys)
 		row[k+1] = float64(nLayers) * float64(s.Work.DecodeKeys)
 		row[k+2] = float64(s.Work.Sampled)
@@ -171,9 +190,13 @@ func FitCalibration(samples []Sample, nLayers int) (*Calibration, error) {
 	}
 	c := &Calibration{Version: CalibrationVersion, Steps: len(samples)}
 	for i, f := range formats {
-		c.Formats = append(c.Formats, FormatTerms{Format: f.String(), Layer: x.AtVec(2 * i), LayerToken: x.AtVec(2*i + 1)})
+		ft := FormatTerms{Format: f.String(), Layer: x.AtVec(per * i), LayerToken: x.AtVec(per*i + 1)}
+		if per == 3 {
+			ft.OneToken = x.AtVec(per*i + 2)
+		}
+		c.Formats = append(c.Formats, ft)
 	}
-	k := 2 * len(formats)
+	k := per * len(formats)
 	c.PrefillKey, c.DecodeKey, c.Sampled = x.AtVec(k), x.AtVec(k+1), x.AtVec(k+2)
 	errs := make([]float64, len(samples))
 	for i, s := range samples {

@@ -155,10 +155,11 @@ func TestFitRecovers(t *testing.T) {
 	}
 }
 
-// TestCalibrationFit: least squares recovers the terms that generated the samples, and the file round-trips.
+// TestCalibrationFit: least squares recovers the terms that generated the samples (one-token steps' included),
+// and the file round-trips.
 func TestCalibrationFit(t *testing.T) {
 	cfg, _ := model.ShapeByName("stories15M")
-	want := Calibration{Formats: []FormatTerms{{"f32", 2e-3, 1e-4}, {"int8", 1e-3, 4e-5}}, PrefillKey: 3e-8, DecodeKey: 5e-7, Sampled: 9e-4}
+	want := Calibration{Formats: []FormatTerms{{"f32", 2e-3, 1e-4, -5e-4}, {"int8", 1e-3, 4e-5, 3e-4}}, PrefillKey: 3e-8, DecodeKey: 5e-7, Sampled: 9e-4}
 	var samples []Sample
 	for _, layers := range [][]LayerFormat{{{quant.F32, 6}}, {{quant.Int8, 6}}, {{quant.F32, 3}, {quant.Int8, 3}}} {
 		for _, shape := range [][2]int{{16, 16}, {64, 64}, {64, 200}, {1, 50}, {1, 200}} {
@@ -177,6 +178,7 @@ func TestCalibrationFit(t *testing.T) {
 	}
 	close := func(a, b float64) bool { return math.Abs(a-b) <= 1e-6*math.Abs(b) }
 	if len(c.Formats) != 2 || !close(c.Formats[0].LayerToken, 1e-4) || !close(c.Formats[1].Layer, 1e-3) ||
+		!close(c.Formats[0].OneToken, -5e-4) || !close(c.Formats[1].OneToken, 3e-4) ||
 		!close(c.PrefillKey, 3e-8) || !close(c.DecodeKey, 5e-7) || !close(c.Sampled, 9e-4) || c.MAPE > 1e-6 {
 		t.Fatalf("fit %+v, want %+v", c, want)
 	}
@@ -200,7 +202,7 @@ func TestCalibrationFit(t *testing.T) {
 // TestCalibrationFitUnbiased: on steps with multiplicative noise of mean 1 the fitted times add up to the measured
 // ones (a fit weighted by 1/measured alone comes out several percent low).
 func TestCalibrationFitUnbiased(t *testing.T) {
-	truth := Calibration{Formats: []FormatTerms{{"f16", 5e-4, 2.8e-4}}, PrefillKey: 3e-6, DecodeKey: 1.5e-5, Sampled: 1.7e-3}
+	truth := Calibration{Formats: []FormatTerms{{"f16", 5e-4, 2.8e-4, 1e-3}}, PrefillKey: 3e-6, DecodeKey: 1.5e-5, Sampled: 1.7e-3}
 	layers := []LayerFormat{{quant.F16, 12}}
 	noise := []float64{0.6, 0.8, 0.9, 1, 1.1, 1.2, 1.4} // mean 1
 	var samples []Sample
