@@ -26,8 +26,8 @@ func init() {
 const calibrateHelp = `
 Calibrate times the CPU executor (the real forward pass) over a grid of batch compositions and fits the
 simulator's step-time model for this CPU to them by least squares (engine/exec/costmodel.Calibration): a cost a
-layer and a layer-token for each weight format, a cost an attended key in prompt chunks and in decode, and a
-cost a sampled row. --model is a shape name ('morphlab synth --shape': stories110M, ...), timed on
+layer, a layer-token and a layer in a one-token step for each weight format, a cost an attended key in prompt
+chunks and in decode, and a cost a sampled row. --model is a shape name ('morphlab synth --shape': stories110M, ...), timed on
 seeded synthetic weights, or a checkpoint file. The grid: prompt chunks of 16, 64, 256 and 512 tokens (64 also after
 256 cached positions, 128 after 512), decode batches of 1, 4 and 12 sequences at 64 and 384 positions, and one mixed
 step (8 decodes beside a 32-token chunk), positions scaled down for a model of a shorter context, each with every layer in each --format and with the first and last
