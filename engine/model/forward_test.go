@@ -166,8 +166,8 @@ func TestBatchMatchesSingle(t *testing.T) {
 
 // TestKVReduced serves sequences over binary16 and int8 caches, on stories260K and on a synthetic model of its
 // shape: batched they get bit for bit the logits each gets alone over the same cache type (attention over
-// binary16 values, or int8 codes times their scales, is exact in float32), and their logits stay within a bound
-// of those over a float32 cache.
+// binary16 values, or int8 codes times their scales, is exact in float32) where the matrix products are
+// token-invariant (cpu.TokenInvariant), and their logits stay within a bound of those over a float32 cache.
 func TestKVReduced(t *testing.T) {
 	s260, err := ShapeByName("stories260K")
 	if err != nil {
@@ -184,6 +184,12 @@ func TestKVReduced(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 10))
 	seqs := [][]int32{randomTokens(rng, 40, 512), randomTokens(rng, 23, 512), randomTokens(rng, 9, 512)}
 	steps := []step{{17, 5, 0}, {20, 18, 0}, {1, 0, 7}, {1, 0, 2}, {1, 0, 0}}
+	// Where the matrix products are not token-invariant (no AVX-512: their tiles sum in an order that depends on
+	// the tokens sharing a call), batched and alone agree to float32 rounding of the logits instead.
+	sameAlone := 0.0
+	if !cpu.TokenInvariant() {
+		sameAlone = 2e-5
+	}
 	for _, c := range []struct {
 		kv    KVType
 		bound float64
@@ -199,8 +205,8 @@ func TestKVReduced(t *testing.T) {
 					}
 				}
 				alone := runBatchedKV(t, m, [][]int32{s}, own, 16, c.kv)[0]
-				if d := maxAbsDiff(batched[i], alone); d != 0 || len(batched[i]) != len(alone) {
-					t.Errorf("%s, sequence %d: max |batched - alone| = %g over an %v cache, want 0", name, i, d, c.kv)
+				if d := maxAbsDiff(batched[i], alone); d > sameAlone || len(batched[i]) != len(alone) {
+					t.Errorf("%s, sequence %d: max |batched - alone| = %g over an %v cache, want <= %g", name, i, d, c.kv, sameAlone)
 				}
 				d := maxAbsDiff(batched[i], exact[i])
 				t.Logf("%s, sequence %d: max |%v cache - f32 cache| = %.3g", name, i, c.kv, d)

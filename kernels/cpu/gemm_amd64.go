@@ -669,3 +669,12 @@ func gemvF16(n, k int, w []uint16, x, y []float32) {
 		gemvF16Go(rest, k, w[r*groups*k:], x, y[r*groups:])
 	}
 }
+
+// TokenInvariant reports whether GEMM and GEMMF16 give each token of a call of up to 64 tokens, bit for bit, the
+// outputs it gets alone: true where they run as few-token GEMVs (AVX-512). Elsewhere the packed products' tiles
+// sum a token's rows in an order that depends on how many tokens share the call, and the outputs agree to
+// rounding.
+func TokenInvariant() bool {
+	g := gemvActive
+	return gemmActive == nil || (g != nil && g.tokens32 != nil && g.tokens16 != nil)
+}
