@@ -287,11 +287,13 @@ func runCalibrate(e *env, args []string) error {
 
 // calibrateFromSteps fits the calibration to the steps of real runs (steps.jsonl files), holding every fifth out.
 func calibrateFromSteps(e *env, files []string, modelArg string, kv model.KVType, clock, out string, asJSON bool) error {
-	cfg, err := model.ShapeByName(modelArg)
-	if err != nil {
-		ck, lerr := model.Load(modelArg)
-		if lerr != nil {
-			return fmt.Errorf("--model %s: not a shape name (%v) nor a checkpoint: %v", modelArg, shapeNames(), lerr)
+	var cfg model.Config
+	if shape, err := model.ShapeByName(modelArg); err == nil {
+		cfg = shape
+	} else {
+		ck, err := loadCalibrationCheckpoint(modelArg)
+		if err != nil {
+			return err
 		}
 		cfg = ck.Config
 		ck.Close()
@@ -382,9 +384,9 @@ func calibrationModel(arg string) (*model.Model, string, error) {
 		m, err := model.FromCheckpoint(model.Synthesize(cfg, 1))
 		return m, arg, err
 	}
-	ck, err := model.Load(arg)
+	ck, err := loadCalibrationCheckpoint(arg)
 	if err != nil {
-		return nil, "", fmt.Errorf("--model %s: not a shape name (%v) nor a checkpoint: %v", arg, shapeNames(), err)
+		return nil, "", err
 	}
 	defer ck.Close()
 	m, err := model.FromCheckpoint(ck)
@@ -392,6 +394,15 @@ func calibrationModel(arg string) (*model.Model, string, error) {
 		return nil, "", fmt.Errorf("%s: %w", arg, err)
 	}
 	return m, arg, nil
+}
+
+// loadCalibrationCheckpoint loads --model when it names no shape.
+func loadCalibrationCheckpoint(arg string) (*model.Checkpoint, error) {
+	ck, err := model.Load(arg)
+	if err != nil {
+		return nil, fmt.Errorf("--model %s: not a shape name (%v) nor a checkpoint: %v", arg, shapeNames(), err)
+	}
+	return ck, nil
 }
 
 func shapeNames() string {

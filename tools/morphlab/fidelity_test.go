@@ -89,7 +89,8 @@ func checkSteps(t *testing.T, path string, r *results.Run) int {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	samples, err := costmodel.ReadSteps(f, path, 5)
+	cfg, _ := model.ShapeByName("stories260K")
+	samples, err := costmodel.ReadSteps(f, path, cfg.NLayers)
 	if err != nil {
 		t.Fatal(err)
 	}

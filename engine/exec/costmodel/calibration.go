@@ -113,11 +113,10 @@ func (c *Calibration) Check(cfg model.Config, formats []quant.Format) error {
 //
 // The error is relative to the fitted time, not to the measured one: weighting each row by 1/measured gives a
 // step that ran slow (a burst of other work, a cache miss) less weight than one that ran fast, which biases every
-// term low. On a real run's steps (stories110M, 13% median error) that fit under-predicted their sum by 5%, and
-// the simulator a replay's TPOT by 13% (BENCHMARKS.md, the simulator's fidelity). So the fit is iterated
-// (iteratively reweighted least squares, as a Gamma GLM is fitted): the first pass weights by 1/measured, each
-// next one by 1/its predecessor's prediction, which leaves the prediction unbiased in the mean when the noise is
-// multiplicative.
+// term low, and a replay simulated with such terms runs short of the real one (TestCalibrationFitUnbiased shows
+// the bias on steps with multiplicative noise). So the fit is iterated (iteratively reweighted least squares, as
+// a Gamma GLM is fitted): the first pass weights by 1/measured, each next one by 1/its predecessor's prediction,
+// which leaves the prediction unbiased in the mean when the noise is multiplicative.
 func FitCalibration(samples []Sample, nLayers int) (*Calibration, error) {
 	var formats []quant.Format
 	for _, s := range samples {
@@ -142,12 +141,12 @@ func FitCalibration(samples []Sample, nLayers int) (*Calibration, error) {
 	if len(samples) < cols {
 		return nil, fmt.Errorf("costmodel: %d measured steps for %d terms, want at least as many", len(samples), cols)
 	}
-	rows := make([][]float64, len(samples))
+	raw := mat.NewDense(len(samples), cols, nil) // the terms' coefficients, unweighted
 	for i, s := range samples {
 		if !(s.Seconds > 0) {
 			return nil, fmt.Errorf("costmodel: measured step %d took %g s, want > 0", i, s.Seconds)
 		}
-		row := make([]float64, cols)
+		row := raw.RawRowView(i)
 		for _, lf := range s.Layers {
 			j := per * slices.Index(formats, lf.Format)
 			row[j] += float64(lf.Layers)
@@ -160,18 +159,17 @@ func FitCalibration(samples []Sample, nLayers int) (*Calibration, error) {
 		row[k] = float64(nLayers) * float64(s.Work.PrefillKeys)
 		row[k+1] = float64(nLayers) * float64(s.Work.DecodeKeys)
 		row[k+2] = float64(s.Work.Sampled)
-		rows[i] = row
 	}
 	scale := make([]float64, len(samples)) // the time each row's error is relative to
 	for i, s := range samples {
 		scale[i] = s.Seconds
 	}
-	var x mat.VecDense
+	var x, pred mat.VecDense
+	a := mat.NewDense(len(samples), cols, nil)
+	b := mat.NewVecDense(len(samples), nil)
 	for pass := range calibrationPasses {
-		a := mat.NewDense(len(samples), cols, nil)
-		b := mat.NewVecDense(len(samples), nil)
-		for i, row := range rows {
-			for j, v := range row {
+		for i := range samples {
+			for j, v := range raw.RawRowView(i) {
 				a.Set(i, j, v/scale[i])
 			}
 			b.SetVec(i, samples[i].Seconds/scale[i])
@@ -182,8 +180,9 @@ func FitCalibration(samples []Sample, nLayers int) (*Calibration, error) {
 		if pass == calibrationPasses-1 {
 			break
 		}
-		for i, row := range rows {
-			if p := mat.Dot(mat.NewVecDense(cols, row), &x); p > 0 {
+		pred.MulVec(raw, &x)
+		for i := range scale {
+			if p := pred.AtVec(i); p > 0 {
 				scale[i] = p // a row predicted at 0 or below keeps its previous scale
 			}
 		}
