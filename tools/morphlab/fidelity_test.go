@@ -32,7 +32,7 @@ func TestFidelityPipeline(t *testing.T) {
 	}
 	budget := []string{"--kv-type", "f16", "--kv-blocks", "12", "--max-tokens", "256", "--block-size", "16", "--trace", trace}
 	var steps []string
-	stepCount := 0
+	stepCount, heldOut := 0, 0 // every fifth step of each file is held out
 	for _, policy := range []string{"fp16", "morph:default"} {
 		realDir, simDir := filepath.Join(dir, "real-"+suite.DirName(policy)), filepath.Join(dir, "sim-"+suite.DirName(policy))
 		args := append([]string{"run", "--shape", "stories260K", "--format", "f16", "--policy", policy, "--clock", "cpu", "--steps", "--out", realDir}, budget...)
@@ -61,7 +61,8 @@ func TestFidelityPipeline(t *testing.T) {
 			}
 		}
 		t.Logf("%s: mean TPOT real %.3f ms, sim %.3f ms (ratio %.2f)", policy, ra.TPOT.Mean, sa.TPOT.Mean, sa.TPOT.Mean/ra.TPOT.Mean)
-		stepCount += checkSteps(t, filepath.Join(realDir, "steps.jsonl"), real)
+		n := checkSteps(t, filepath.Join(realDir, "steps.jsonl"), real)
+		stepCount, heldOut = stepCount+n, heldOut+n/5
 		steps = append(steps, filepath.Join(realDir, "steps.jsonl"))
 	}
 	fromRuns := filepath.Join(dir, "from-runs.json")
@@ -73,9 +74,9 @@ func TestFidelityPipeline(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg, _ := model.ShapeByName("stories260K")
-	if c.Steps+c.HeldOutSteps != stepCount || c.HeldOutSteps != stepCount/5 || c.Check(cfg, []quant.Format{quant.F16, quant.Int4}) != nil {
-		t.Errorf("calibrate --steps: %d steps fitted and %d held out, formats %+v; want %d steps of f16 and int4 layers, a fifth held out",
-			c.Steps, c.HeldOutSteps, c.Formats, stepCount)
+	if c.Steps+c.HeldOutSteps != stepCount || c.HeldOutSteps != heldOut || c.Check(cfg, []quant.Format{quant.F16, quant.Int4}) != nil {
+		t.Errorf("calibrate --steps: %d steps fitted and %d held out, formats %+v; want %d steps of f16 and int4 layers, %d held out",
+			c.Steps, c.HeldOutSteps, c.Formats, stepCount, heldOut)
 	}
 }
 
