@@ -8,7 +8,9 @@
 // (958, 958, 2,599, 3,435). Workloads: the Azure 2023 conversation trace's busiest 72 s and the code trace's 72 s
 // from second 1,073 (the window a third party matched to the paper's, 443 requests), both stretched 4.75x as the
 // paper "downscales" them; the Mooncake conversation trace's busiest 72 s, stretched 4.75x too (it stands in for
-// the paper's second trace, BurstGPT, which is not in the shared data); and a seeded on/off burst. Where a trace file
+// the paper's second trace, BurstGPT, which is not in the shared data), its whole-second timestamps spread over
+// their second first (trace.Spread: tens of requests share each, and replayed as one instant they are a prefill
+// burst no weight format serves); and a seeded on/off burst. Where a trace file
 // is missing, a seeded synthetic stand-in of the same rate and lengths replays instead, and the report says so.
 // TTFT SLO 2 s. Every policy's parameters are fixed in engine/morph before any run: nothing is tuned per trace.
 //

@@ -28,7 +28,13 @@ var snippets = []snippet{
 		trace.Spec{Process: trace.Gamma{PerSecond: 6.15, Burstiness: 0.5}, Duration: 72,
 			Lengths: trace.Independent{Prompt: trace.LogNormal{Median: 1469, Sigma: 0.9}, Output: trace.LogNormal{Median: 13, Sigma: 1.2}}}},
 	{"mooncake-conv", "traces/mooncake/conversation_trace.jsonl",
-		func(t *trace.Trace) (*trace.Trace, error) { return trace.Busiest(t, 72, trace.ByRequests) }, 4.75,
+		func(t *trace.Trace) (*trace.Trace, error) {
+			t, err := trace.Spread(t, 1)
+			if err != nil {
+				return nil, err
+			}
+			return trace.Busiest(t, 72, trace.ByRequests)
+		}, 4.75,
 		trace.Spec{Process: trace.Gamma{PerSecond: 5, Burstiness: 0.5}, Duration: 72,
 			Lengths: trace.Independent{Prompt: trace.LogNormal{Median: 8000, Sigma: 0.8}, Output: trace.LogNormal{Median: 300, Sigma: 0.8}}}},
 }

@@ -66,7 +66,9 @@
 //
 // # Transforms
 //
-// Window, Busiest, TimeScale, Thin, Clip and LengthScale return a new trace and never change their input. The
+// Spread, Window, Busiest, TimeScale, Thin, Clip and LengthScale return a new trace and never change their input.
+// Spread undoes a coarse clock (Mooncake's whole seconds) by spreading the requests that share a timestamp evenly
+// over the interval it stands for, so that a replay does not turn them into one simultaneous burst. The
 // busiest window of a length, by requests or by prompt plus output tokens, is how a "representative snippet" is
 // picked. TimeScale multiplies every inter-arrival time by a factor: the MorphServe paper's "arrival rate
 // downscaled 4.75x" is stretching the inter-arrival times by 4.75, TimeScale(t, 4.75), which divides the rate by

@@ -13,15 +13,16 @@ import (
 // transforms to apply. Register adds them to a flag set; Apply applies the ones given, always in this order,
 // whatever the order on the command line:
 //
-//	--window, --busiest (with --busiest-by), --thin, --time-scale, --length-scale, --clip/--max-prompt/--max-output
+//	--spread, --window, --busiest (with --busiest-by), --thin, --time-scale, --length-scale, --clip/--max-prompt/--max-output
 //
 // so a snippet is picked on the trace's own clock and then stretched: "--busiest 72s --time-scale 4.75" replays
-// the busiest 72 s of the trace over 342 s. The loading flags are --trace-format and --sort-arrivals, so that
+// the busiest 72 s of the trace over 342 s, and --spread first refines the file's own clock. The loading flags are --trace-format and --sort-arrivals, so that
 // they do not clash with a command's own --format (a layer format, for instance).
 type Flags struct {
 	Format      string  // --trace-format: force a format instead of detecting it
 	Sort        bool    // --sort-arrivals: sort out-of-order records instead of failing
 	KeepFailed  bool    // --keep-failed: keep BurstGPT's failed requests
+	Spread      float64 // --spread RESOLUTION, seconds; 0 for none
 	Window      string  // --window OFFSET+DURATION
 	Busiest     float64 // --busiest DURATION, seconds; 0 for none
 	BusiestBy   string  // --busiest-by requests|tokens
@@ -39,6 +40,7 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&f.Format, "trace-format", "", "read the trace as `format` (azure, mooncake, vidur, lengths, burstgpt) instead of detecting it")
 	fs.BoolVar(&f.Sort, "sort-arrivals", false, "sort records whose timestamps go backwards instead of failing on them")
 	fs.BoolVar(&f.KeepFailed, "keep-failed", false, "keep BurstGPT's failed requests (0 response tokens) instead of skipping them")
+	fs.Var((*secondsFlag)(&f.Spread), "spread", "take arrivals as recorded at a `RESOLUTION` (e.g. 1s, Mooncake's clock) and spread the requests sharing one evenly over it")
 	fs.StringVar(&f.Window, "window", "", "keep the requests in `OFFSET+DURATION` (e.g. 10s+72s; plain numbers are seconds)")
 	fs.Var((*secondsFlag)(&f.Busiest), "busiest", "keep the busiest window of `DURATION` (e.g. 72s), by --busiest-by")
 	fs.StringVar(&f.BusiestBy, "busiest-by", ByRequests, "measure of the busiest window: requests or tokens (prompt plus output)")
@@ -79,6 +81,9 @@ func (f *Flags) Apply(t *Trace) (*Trace, error) {
 			return
 		}
 		t = out
+	}
+	if f.Spread != 0 {
+		step("spread", func() (*Trace, error) { return Spread(t, f.Spread) })
 	}
 	if f.Window != "" {
 		step("window", func() (*Trace, error) {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 )
 
@@ -167,3 +168,30 @@ func needArrivals(t *Trace, transform string) error {
 
 // seconds formats a time for a transform record: "72s", "1073.5s".
 func seconds(s float64) string { return ftoa(s) + "s" }
+
+// Spread undoes a coarse clock: it takes each arrival as recorded at a resolution of res seconds, rounds it to
+// the nearest multiple of res, and spreads the n requests that share one evenly over the interval that follows,
+// res/n apart, in file order. Mooncake's timestamps are whole seconds (a few a millisecond early), so tens of
+// requests can share one; Spread(t, 1) gives them the one-second interval they were recorded in instead of a
+// single instant. Arrival order is kept.
+func Spread(t *Trace, res float64) (*Trace, error) {
+	if err := needArrivals(t, "spread"); err != nil {
+		return nil, err
+	}
+	if !(res > 0) || math.IsInf(res, 0) {
+		return nil, fmt.Errorf("spread %gs: want a resolution > 0", res)
+	}
+	reqs := slices.Clone(t.Requests)
+	for i := 0; i < len(reqs); {
+		tick := math.Round(reqs[i].Arrival / res)
+		j := i + 1
+		for j < len(reqs) && math.Round(reqs[j].Arrival/res) == tick {
+			j++
+		}
+		for k := i; k < j; k++ {
+			reqs[k].Arrival = (tick + float64(k-i)/float64(j-i)) * res
+		}
+		i = j
+	}
+	return t.derive("spread="+seconds(res), reqs), nil
+}

@@ -169,12 +169,75 @@ func TestClipAndLengthScale(t *testing.T) {
 
 // TestFlags parses a command line and checks the transforms applied, in the documented order whatever the
 // order of the flags.
+func TestSpread(t *testing.T) {
+	// A one-second clock: three requests at 10 s (one recorded a millisecond early), one at 11 s, two at 13 s.
+	tr := &Trace{Source: "coarse", Format: Mooncake}
+	for i, a := range []float64{9.999, 10, 10, 11, 13, 13} {
+		tr.Requests = append(tr.Requests, Request{Arrival: a, PromptTokens: i + 1, OutputTokens: 1})
+	}
+	in := *tr
+	in.Requests = slices.Clone(tr.Requests)
+	s, err := Spread(tr, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(tr, &in) {
+		t.Error("Spread changed its input trace")
+	}
+	var got []float64
+	for i, r := range s.Requests {
+		got = append(got, r.Arrival)
+		if r.PromptTokens != i+1 {
+			t.Errorf("request %d has prompt %d: Spread reordered the requests", i, r.PromptTokens)
+		}
+	}
+	if want := []float64{10, 10 + 1.0/3, 10 + 2.0/3, 11, 13, 13.5}; !slices.Equal(got, want) {
+		t.Errorf("arrivals %v, want %v", got, want)
+	}
+	if !slices.Equal(s.Transforms, []string{"spread=1s"}) {
+		t.Errorf("Transforms = %q", s.Transforms)
+	}
+	for _, bad := range []float64{0, -1, math.Inf(1), math.NaN()} {
+		if _, err := Spread(tr, bad); err == nil {
+			t.Errorf("Spread(%v) accepted", bad)
+		}
+	}
+}
+
+// TestSpreadMooncake: the Mooncake trace's clock is whole seconds, so tens of its requests share one instant;
+// spread, no two arrive together and none moves by more than its second.
+func TestSpreadMooncake(t *testing.T) {
+	tr, err := Load(datadir.ForTest(t, "traces/mooncake/conversation_trace.jsonl"), LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Spread(tr, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	same := 0
+	for i, r := range s.Requests {
+		if i > 0 && tr.Requests[i].Arrival == tr.Requests[i-1].Arrival {
+			same++
+		}
+		if i > 0 && r.Arrival <= s.Requests[i-1].Arrival {
+			t.Fatalf("spread arrivals %d and %d: %g then %g", i-1, i, s.Requests[i-1].Arrival, r.Arrival)
+		}
+		if d := r.Arrival - tr.Requests[i].Arrival; d < -0.5 || d >= 1.5 {
+			t.Fatalf("request %d moved %g s", i, d)
+		}
+	}
+	if same < len(tr.Requests)/2 {
+		t.Errorf("only %d of %d Mooncake requests share their predecessor's timestamp; want most", same, len(tr.Requests))
+	}
+}
+
 func TestFlags(t *testing.T) {
 	var f Flags
 	fs := flag.NewFlagSet("test", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	f.Register(fs)
-	err := fs.Parse([]string{"--clip", "64", "--time-scale", "2", "--window", "5s+40", "--busiest", "10s", "--thin", "0.999", "--length-scale", "0.5"})
+	err := fs.Parse([]string{"--clip", "64", "--time-scale", "2", "--window", "5s+40", "--busiest", "10s", "--thin", "0.999", "--length-scale", "0.5", "--spread", "0.5s"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +247,7 @@ func TestFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	unchanged(t, in)
-	wantT := []string{"window=5s+40s", "busiest=10s/requests", "window=0s+10s", "thin=0.999/seed=1", "time-scale=2", "length-scale=0.5", "clip=prompt:0,output:0,context:64"}
+	wantT := []string{"spread=0.5s", "window=5s+40s", "busiest=10s/requests", "window=0s+10s", "thin=0.999/seed=1", "time-scale=2", "length-scale=0.5", "clip=prompt:0,output:0,context:64"}
 	if !slices.Equal(out.Transforms, wantT) {
 		t.Errorf("Transforms =\n %q, want\n %q", out.Transforms, wantT)
 	}
@@ -204,6 +267,7 @@ func TestFlags(t *testing.T) {
 		{[]string{"--time-scale", "-1"}, "--time-scale: time-scale -1: want a factor > 0"},
 		{[]string{"--length-scale", "x"}, "--length-scale: \"x\": want a factor"},
 		{[]string{"--clip", "1"}, "--clip: clip"},
+		{[]string{"--spread", "-1s"}, "--spread: spread -1s: want a resolution > 0"},
 	} {
 		var f Flags
 		fs := flag.NewFlagSet("test", flag.ContinueOnError)
