@@ -4,11 +4,15 @@ import (
 	"bytes"
 	"context"
 	"image/png"
+	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/morphlab/morphlab/experiments/results"
 )
 
 // TestSuite runs a reduced suite twice (one setup, three policies, the quick workloads and sweep, stand-in traces):
@@ -94,3 +98,26 @@ func TestUserTrace(t *testing.T) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// TestHeadlineBound: a cell where static:int4 misses the SLO as often as fp16 is reported as precision-bound and
+// left out of the cut over the other cells, but not out of the pooled cut.
+func TestHeadlineBound(t *testing.T) {
+	cell := func(setup, workload, policy string, violations int) *Cell {
+		run := &results.Run{}
+		run.Aggregates.SLOViolations = violations
+		run.Aggregates.TTFT.P95 = 1000
+		return &Cell{Setup: Setup{Name: setup}, Workload: workload, Policy: policy, Run: run, Loss: math.NaN()}
+	}
+	r := &Report{Cells: []*Cell{
+		cell("a", "w1", "fp16", 40), cell("a", "w1", "static:int4", 0), cell("a", "w1", "morph:default", 4),
+		cell("a", "w2", "fp16", 60), cell("a", "w2", "static:int4", 61), cell("a", "w2", "morph:default", 60),
+		cell("b", "w1", "fp16", 0), cell("b", "w1", "static:int4", 0), cell("b", "w1", "morph:default", 0),
+	}}
+	h := r.Headline()
+	if !slices.Equal(h.Bound, []string{"a/w2"}) || h.BoundViolations != 60 || h.FP16Violations != 100 {
+		t.Errorf("bound %v with %d of %d fp16 violations, want [a/w2] with 60 of 100", h.Bound, h.BoundViolations, h.FP16Violations)
+	}
+	if math.Abs(h.ViolationCut-0.36) > 1e-12 || math.Abs(h.CutElsewhere-0.9) > 1e-12 {
+		t.Errorf("cut %g pooled, %g elsewhere; want 0.36 and 0.9", h.ViolationCut, h.CutElsewhere)
+	}
+}

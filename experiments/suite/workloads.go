@@ -39,13 +39,9 @@ var snippets = []snippet{
 			Lengths: trace.Independent{Prompt: trace.LogNormal{Median: 8000, Sigma: 0.8}, Output: trace.LogNormal{Median: 300, Sigma: 0.8}}}},
 }
 
-// burst is the synthetic on/off workload: 72 s alternating 6 req/s and 0.5 req/s states (mean 6 s and 12 s), with
-// ShareGPT-like log-normal lengths, seed 1.
-var burst = trace.Spec{Process: trace.OnOff{OnRate: 6, OffRate: 0.5, OnMean: 6, OffMean: 12}, Duration: 72,
-	Lengths: trace.Independent{Prompt: trace.LogNormal{Median: 250, Sigma: 1}, Output: trace.LogNormal{Median: 200, Sigma: 0.8}}}
-
 // Workloads returns the suite's workloads: the user's trace alone, or the paper's snippets (or their stand-ins)
-// and the burst; Quick keeps the Azure conversation snippet and the burst.
+// and the burst, which has no trace of its own (each setup replays one sized to it: Run); Quick keeps the Azure
+// conversation snippet and the burst.
 func Workloads(opt Options) ([]Workload, error) {
 	if opt.TraceFile != "" {
 		t, err := trace.Load(opt.TraceFile, trace.LoadOptions{SortArrivals: true})
@@ -85,9 +81,5 @@ func Workloads(opt Options) ([]Workload, error) {
 		w.Trace = t
 		out = append(out, w)
 	}
-	t, err := trace.Generate(burst, 1)
-	if err != nil {
-		return nil, err
-	}
-	return append(out, Workload{Name: "burst", Trace: t}), nil
+	return append(out, Workload{Name: "burst", PerSetup: true}), nil
 }
