@@ -21,7 +21,13 @@ var (
 	// qAVX512 selects the float kernels of W8A16, W4A16 and the quantizer (AVX-512 F, and VL for the 128- and
 	// 256-bit EVEX forms of their reductions).
 	qAVX512 = xcpu.X86.HasAVX512F && xcpu.X86.HasAVX512VL
+	// qAVX2 selects the AVX2 twins (qkern_avx2_amd64.s) where AVX-512 VNNI is missing: AVX2 and FMA.
+	qAVX2 = xcpu.X86.HasAVX2 && xcpu.X86.HasFMA
 )
+
+//go:noescape
+func qDotW4A8Rows32AVX2(w *uint8, k int, xr *int8, xs *int32, s *float32, z *uint8, groups, chunks, rows int,
+	sa float32, y *float32)
 
 //go:noescape
 func qDotI8x4VNNI(w *int8, k int, a *int8, acc *[4]int32)
@@ -593,6 +599,10 @@ func qW4A8(m, n, k, group int, qa []int8, sa []float32, w []uint8, s []float32, 
 		chunk, rowsKernel = 32, qDotW4A8Rows32VNNI
 	}
 	if !qVNNI || group%chunk != 0 {
+		if qAVX2 && group%32 == 0 {
+			qW4A8AVX2(m, n, k, group, qa, sa, w, s, z, c)
+			return
+		}
 		qW4A8Go(m, n, k, group, qa, sa, w, s, z, c)
 		return
 	}
@@ -637,6 +647,36 @@ func qW4A8(m, n, k, group int, qa []int8, sa []float32, w []uint8, s []float32, 
 					rowsKernel(&w[j*k/2], k, &xr[i*k], &xs[i*gpr], &s[j*gpr], &z[j*gpr], gpr, group/chunk, rows-r4,
 						sa[i], &c[i*n+j])
 				}
+			}
+		}
+	})
+}
+
+// qW4A8AVX2 is qW4A8 on AVX2 (groups of a multiple of 32): the tokens rearranged in chunks of 32 and their group
+// sums taken once, then blocks of qW4A8Rows rows of W serve every token while they are in cache, each a call of
+// qDotW4A8Rows32AVX2 a token.
+func qW4A8AVX2(m, n, k, group int, qa []int8, sa []float32, w []uint8, s []float32, z []uint8, c []float32) {
+	gpr := k / group
+	xr, xrBuf := scratchI8(m * k)
+	defer xrBuf.release()
+	xs, xsBuf := scratchI32(m * gpr)
+	defer xsBuf.release()
+	for c := 0; c < m*k; c += 32 {
+		qDeinterleave(xr[c:c+32], qa[c:c+32])
+	}
+	for i := 0; i < m; i++ {
+		a := qa[i*k : (i+1)*k]
+		for g := 0; g < gpr; g++ {
+			xs[i*gpr+g] = qSumI8Go(a[g*group : (g+1)*group])
+		}
+	}
+	Parallel((n+qW4A8Rows-1)/qW4A8Rows, 1, func(lo, hi int) {
+		for b := lo; b < hi; b++ {
+			j0 := b * qW4A8Rows
+			rows := min(qW4A8Rows, n-j0)
+			for i := 0; i < m; i++ {
+				qDotW4A8Rows32AVX2(&w[j0*k/2], k, &xr[i*k], &xs[i*gpr], &s[j0*gpr], &z[j0*gpr], gpr, group/32, rows,
+					sa[i], &c[i*n+j0])
 			}
 		}
 	})

@@ -12,14 +12,26 @@ import (
 
 // qWithoutAsm runs f with the quantized assembly switched off.
 func qWithoutAsm(f func()) {
-	vnni, avx := qVNNI, qAVX512
-	qVNNI, qAVX512 = false, false
-	defer func() { qVNNI, qAVX512 = vnni, avx }()
+	vnni, avx, avx2 := qVNNI, qAVX512, qAVX2
+	qVNNI, qAVX512, qAVX2 = false, false, false
+	defer func() { qVNNI, qAVX512, qAVX2 = vnni, avx, avx2 }()
 	f()
 }
 
 // TestQuantGo runs the conformance suite on the pure-Go paths of this build.
 func TestQuantGo(t *testing.T) { qWithoutAsm(func() { testQuant(t) }) }
+
+// TestQuantAVX2 runs the conformance suite with AVX-512 switched off, on the AVX2 kernels that a machine without
+// it takes.
+func TestQuantAVX2(t *testing.T) {
+	if !qAVX2 {
+		t.Skip("no AVX2 and FMA")
+	}
+	vnni, avx := qVNNI, qAVX512
+	qVNNI, qAVX512 = false, false
+	defer func() { qVNNI, qAVX512 = vnni, avx }()
+	testQuant(t)
+}
 
 // TestQuantAsmMatchesGo compares the assembly with the pure-Go loops on the same inputs: integer results
 // exactly, float results within 2^-20·Σ|terms| (both are sums of the same float32 products in different orders;
