@@ -93,6 +93,12 @@ func gemvFarAVX512(rows, k int, w, x, y *float32)
 //go:noescape
 func gemvF16AVX2(rows, k int, w *uint16, x, y *float32)
 
+//go:noescape
+func gemvTokensAVX2(rows, k int, w, x, y *float32, tokens, ldy int)
+
+//go:noescape
+func gemvTokensF16AVX2(rows, k int, w *uint16, x, y *float32, tokens, ldy int)
+
 // Cache blocking, for Zen 4/5 and recent Intel cores (48 KiB L1D, 1-2 MiB L2 per core). A W panel, gemmKC×32
 // floats (32 KiB), stays in L1 while up to gemmMC rows of A (gemmMC×gemmKC floats, under 512 KiB) come from L2;
 // a packed block of W, gemmKC×gemmNC floats (2 MiB), comes from L3.
@@ -139,7 +145,7 @@ type gemvArch struct {
 var (
 	gemvAVX512Arch = gemvArch{gemvAVX512, gemvFarAVX512, gemvF16AVX512, 1, 0, gemvTokensAVX512,
 		gemvTokensF16AVX512, gemvTiles8AVX512, gemvTiles8F16AVX512}
-	gemvAVX2Arch = gemvArch{gemvAVX2, nil, gemvF16AVX2, 4, 7, nil, nil, nil, nil}
+	gemvAVX2Arch = gemvArch{gemvAVX2, nil, gemvF16AVX2, 4, 7, gemvTokensAVX2, gemvTokensF16AVX2, nil, nil}
 )
 
 // gemmActive and gemvActive are the kernels GEMM and GEMV use (nil: the pure-Go loops). Tests switch them to
@@ -220,6 +226,10 @@ func gemm(m, n, k int, a, w, c []float32) {
 		return
 	}
 	if g := gemvActive; g != nil && g.tokens32 != nil && m <= gemvTokensMaxM {
+		if m == 1 && g.rows > 1 {
+			gemv(n, k, w, a, c) // the kernel of several rows at once, the same sums
+			return
+		}
 		gemvTokens(g, m, k, a, []GEMMWeights{{N: n, F32: w}}, [][]float32{c})
 		return
 	}
@@ -239,6 +249,10 @@ func gemmF16(m, n, k int, a []float32, w []uint16, c []float32) {
 		return
 	}
 	if g := gemvActive; g != nil && g.tokens16 != nil && m <= gemvTokensMaxM {
+		if m == 1 && g.rows > 1 {
+			gemvF16(n, k, w, a, c)
+			return
+		}
 		gemvTokens(g, m, k, a, []GEMMWeights{{N: n, F16: w}}, [][]float32{c})
 		return
 	}
@@ -290,11 +304,12 @@ func gemms(m, k int, a []float32, ws []GEMMWeights, cs [][]float32) bool {
 // (gemvTokensRows rows of one matrix) are ParallelWork's items, and the tile kernels run each against each group
 // of eight tokens in turn (the block's last rows short of a tile on the row-at-a-time kernel), from cache, and
 // prefetch the next block of the thread's run, spread over this block's steps: W is read from memory once,
-// mostly ahead of its products.
+// mostly ahead of its products. Without tile kernels (AVX2) the row-at-a-time kernel runs each block against
+// every four tokens in turn, the block in cache after the first.
 func gemvTokens(g *gemvArch, m, k int, a []float32, ws []GEMMWeights, cs [][]float32) {
 	blocks := newTileList(ws, func(w GEMMWeights) int { return w.N }, gemvTokensRows)
 	grain := (gemmMinWork/(m*k) + gemvTokensRows) / gemvTokensRows // blocks
-	if m <= 4 {
+	if m <= 4 || g.tiles32 == nil {
 		Parallel(blocks.total(), grain, func(lo, hi int) {
 			for b := lo; b < hi; b++ {
 				i, j, n := blocks.at(b)
@@ -421,6 +436,25 @@ func (w GEMMWeights) gemvRows(g *gemvArch, rows, k, j int, x, y []float32, token
 			g.tokens32(rows, k, &w.F32[j*k], &x[t*k], &y[t*ldy], n, ldy)
 		} else {
 			g.tokens16(rows, k, &w.F16[j*k], &x[t*k], &y[t*ldy], n, ldy)
+		}
+	}
+	if kk := k &^ g.rest; kk < k {
+		for t := 0; t < tokens; t++ {
+			w.gemvTail(rows, k, kk, j, x[t*k:(t+1)*k], y[t*ldy:])
+		}
+	}
+}
+
+// gemvTail adds the last steps from kk of rows rows of W from row j against x to y, as gemv and gemvF16 do
+// after a kernel that leaves them.
+func (w GEMMWeights) gemvTail(rows, k, kk, j int, x, y []float32) {
+	for r := 0; r < rows; r++ {
+		if w.F32 != nil {
+			y[r] += gemmDot(w.F32[(j+r)*k+kk:(j+r+1)*k], x[kk:])
+			continue
+		}
+		for p := kk; p < k; p++ {
+			y[r] += half.F16ToF32(w.F16[(j+r)*k+p]) * x[p]
 		}
 	}
 }
@@ -644,6 +678,10 @@ func gemv(n, k int, w, x, y []float32) {
 			y[j] += gemmDot(w[j*k+kk:(j+1)*k], x[kk:])
 		}
 	})
+	if rest := n - r*groups; rest > 0 && g.tokens32 != nil {
+		GEMMWeights{N: n, F32: w}.gemvRows(g, rest, k, r*groups, x, y[r*groups:], 1, n)
+		return
+	}
 	for j := r * groups; j < n; j++ {
 		y[j] = gemmDot(w[j*k:(j+1)*k], x)
 	}
@@ -665,15 +703,19 @@ func gemvF16(n, k int, w []uint16, x, y []float32) {
 			}
 		}
 	})
+	if rest := n - r*groups; rest > 0 && g.tokens16 != nil {
+		GEMMWeights{N: n, F16: w}.gemvRows(g, rest, k, r*groups, x, y[r*groups:], 1, n)
+		return
+	}
 	if rest := n - r*groups; rest > 0 {
 		gemvF16Go(rest, k, w[r*groups*k:], x, y[r*groups:])
 	}
 }
 
 // TokenInvariant reports whether GEMM and GEMMF16 give each token of a call of up to 64 tokens, bit for bit, the
-// outputs it gets alone: true where they run as few-token GEMVs (AVX-512). Elsewhere the packed products' tiles
-// sum a token's rows in an order that depends on how many tokens share the call, and the outputs agree to
-// rounding.
+// outputs it gets alone: true where they run as few-token GEMVs (AVX-512, AVX2). Elsewhere (the pure-Go loops)
+// the packed products' tiles sum a token's rows in an order that depends on how many tokens share the call, and
+// the outputs agree to rounding.
 func TokenInvariant() bool {
 	g := gemvActive
 	return gemmActive == nil || (g != nil && g.tokens32 != nil && g.tokens16 != nil)
