@@ -30,6 +30,10 @@ func qDotW4A8Rows32AVX2(w *uint8, k int, xr *int8, xs *int32, s *float32, z *uin
 	sa float32, y *float32)
 
 //go:noescape
+func qDotW4A8Rows32x4AVX2(w *uint8, k int, xr *int8, xs *int32, s *float32, z *uint8, groups, chunks, rows int,
+	sa *float32, y *float32, ldy int)
+
+//go:noescape
 func qDotI8x4VNNI(w *int8, k int, a *int8, acc *[4]int32)
 
 //go:noescape
@@ -653,8 +657,9 @@ func qW4A8(m, n, k, group int, qa []int8, sa []float32, w []uint8, s []float32, 
 }
 
 // qW4A8AVX2 is qW4A8 on AVX2 (groups of a multiple of 32): the tokens rearranged in chunks of 32 and their group
-// sums taken once, then blocks of qW4A8Rows rows of W serve every token while they are in cache, each a call of
-// qDotW4A8Rows32AVX2 a token.
+// sums taken once, then blocks of qW4A8Rows rows of W serve every token while they are in cache, four tokens a
+// call of qDotW4A8Rows32x4AVX2 and the rest one a call of qDotW4A8Rows32AVX2. Both add a token's sums in the same
+// order, so its outputs do not depend on the tokens beside it.
 func qW4A8AVX2(m, n, k, group int, qa []int8, sa []float32, w []uint8, s []float32, z []uint8, c []float32) {
 	gpr := k / group
 	xr, xrBuf := scratchI8(m * k)
@@ -674,7 +679,12 @@ func qW4A8AVX2(m, n, k, group int, qa []int8, sa []float32, w []uint8, s []float
 		for b := lo; b < hi; b++ {
 			j0 := b * qW4A8Rows
 			rows := min(qW4A8Rows, n-j0)
-			for i := 0; i < m; i++ {
+			i := 0
+			for ; i+4 <= m; i += 4 {
+				qDotW4A8Rows32x4AVX2(&w[j0*k/2], k, &xr[i*k], &xs[i*gpr], &s[j0*gpr], &z[j0*gpr], gpr, group/32, rows,
+					&sa[i], &c[i*n+j0], n)
+			}
+			for ; i < m; i++ {
 				qDotW4A8Rows32AVX2(&w[j0*k/2], k, &xr[i*k], &xs[i*gpr], &s[j0*gpr], &z[j0*gpr], gpr, group/32, rows,
 					sa[i], &c[i*n+j0])
 			}

@@ -324,3 +324,45 @@ func TestQDeinterleave(t *testing.T) {
 		t.Fatalf("qDeinterleave(0..5) = %v, want [0 2 4 1 3 5]", r2)
 	}
 }
+
+// TestW4A8AVX2Tokens checks that the AVX2 W4A8 kernels give a token, bit for bit, the same outputs among four, or
+// five, or nine tokens as alone, over groups of one, two, three and four chunks.
+func TestW4A8AVX2Tokens(t *testing.T) {
+	if !qAVX2 {
+		t.Skip("no AVX2 and FMA")
+	}
+	vnni, avx := qVNNI, qAVX512
+	qVNNI, qAVX512 = false, false
+	defer func() { qVNNI, qAVX512 = vnni, avx }()
+	r := rand.New(rand.NewPCG(31, 32))
+	for _, tc := range []struct{ m, n, k, group int }{{4, 70, 256, 32}, {5, 67, 384, 64}, {9, 130, 768, 128}, {6, 3, 192, 96}} {
+		m, n, k, g := tc.m, tc.n, tc.k, tc.group
+		qa := make([]int8, m*k)
+		for i := range qa {
+			qa[i] = int8(r.IntN(256) - 128)
+		}
+		sa := make([]float32, m)
+		for i := range sa {
+			sa[i] = r.Float32() + 0.5
+		}
+		w := make([]uint8, n*k/2)
+		for i := range w {
+			w[i] = uint8(r.IntN(256))
+		}
+		s, z := make([]float32, n*k/g), make([]uint8, n*k/g)
+		for i := range s {
+			s[i], z[i] = r.Float32()/64, uint8(r.IntN(16))
+		}
+		all := make([]float32, m*n)
+		GEMMW4A8(m, n, k, g, qa, sa, w, s, z, all)
+		for i := range m {
+			one := make([]float32, n)
+			GEMMW4A8(1, n, k, g, qa[i*k:(i+1)*k], sa[i:i+1], w, s, z, one)
+			for j := range n {
+				if math.Float32bits(all[i*n+j]) != math.Float32bits(one[j]) {
+					t.Fatalf("m=%d n=%d k=%d group=%d: token %d, C[%d] = %v among the others, %v alone", m, n, k, g, i, j, all[i*n+j], one[j])
+				}
+			}
+		}
+	}
+}
