@@ -21,10 +21,10 @@ TEXT ·qDotW4A8Rows32AVX2(SB), NOSPLIT, $0-88
 	MOVQ         rows+64(FP), R13
 	MOVQ         y+80(FP), DX
 	MOVL         $0x0f0f0f0f, AX
-	MOVQ         AX, X15
+	VMOVD        AX, X15
 	VPBROADCASTD X15, Y15 // the nibble mask
 	MOVL         $0x00010001, AX
-	MOVQ         AX, X14
+	VMOVD        AX, X14
 	VPBROADCASTD X14, Y14 // int16 ones
 
 w4row:
@@ -127,10 +127,10 @@ TEXT ·qDotW4A8Rows32x4AVX2(SB), NOSPLIT, $0-96
 	MOVQ         rows+64(FP), R13
 	MOVQ         y+80(FP), DX
 	MOVL         $0x0f0f0f0f, AX
-	MOVQ         AX, X15
+	VMOVD        AX, X15
 	VPBROADCASTD X15, Y15
 	MOVL         $0x00010001, AX
-	MOVQ         AX, X14
+	VMOVD        AX, X14
 	VPBROADCASTD X14, Y14
 
 x4row:
@@ -177,7 +177,7 @@ x4chunk:
 	LEAQ         (AX)(AX*2), AX
 	VPINSRD      $3, (R10)(AX*1), X12, X12
 	MOVBLZX      (R9), AX
-	MOVQ         AX, X13
+	VMOVD        AX, X13
 	VPBROADCASTD X13, X13
 	VPMULLD      X13, X12, X12
 	VCVTDQ2PS    X12, X12
