@@ -225,7 +225,7 @@ func gemm(m, n, k int, a, w, c []float32) {
 		gemmGo(m, n, k, a, w, c)
 		return
 	}
-	if g := gemvActive; g != nil && g.tokens32 != nil && m <= gemvTokensMaxM {
+	if g := gemvActive; g.takesTokens(m, k) {
 		if m == 1 && g.rows > 1 {
 			gemv(n, k, w, a, c) // the kernel of several rows at once, the same sums
 			return
@@ -248,7 +248,7 @@ func gemmF16(m, n, k int, a []float32, w []uint16, c []float32) {
 		gemmF16Go(m, n, k, a, w, c)
 		return
 	}
-	if g := gemvActive; g != nil && g.tokens16 != nil && m <= gemvTokensMaxM {
+	if g := gemvActive; g.takesTokens(m, k) {
 		if m == 1 && g.rows > 1 {
 			gemvF16(n, k, w, a, c)
 			return
@@ -283,6 +283,20 @@ const gemvTileRows, gemvTileTokens = 3, 8
 // bit a single call).
 const gemvTileK = 1024
 
+// takesTokens reports whether GEMM of m tokens over k steps runs as few-token GEMVs (gemvTokens). Without tile
+// kernels (AVX2) that is up to four tokens, and up to gemvTokensMaxM where four tokens' x, over k <= gemvTileK
+// steps, stays in L1: past it the packed products (gemmFew) are faster.
+func (g *gemvArch) takesTokens(m, k int) bool {
+	if g == nil || g.tokens32 == nil || m > gemvTokensMaxM {
+		return false
+	}
+	return g.tiles32 != nil || m <= 4 || k <= gemvTileK
+}
+
+// gemvRowsL2 is the bytes of a block of W (as float32) that gemvTokens runs against every four tokens in turn
+// where there are no tile kernels: a share of L2 that the block stays in from the first four tokens to the last.
+const gemvRowsL2 = 128 << 10
+
 // gemvTokensRows is the rows of W that gemvTokens runs against all the tokens before it moves on, while the
 // kernels prefetch the next as many: 63, whole tiles.
 const gemvTokensRows = 64 / gemvTileRows * gemvTileRows
@@ -290,7 +304,7 @@ const gemvTokensRows = 64 / gemvTileRows * gemvTileRows
 // gemms runs GEMMs as one gemvTokens call where GEMM would run the few-token GEMVs, and reports whether it did.
 func gemms(m, k int, a []float32, ws []GEMMWeights, cs [][]float32) bool {
 	g := gemvActive
-	if gemmActive == nil || g == nil || g.tokens32 == nil || m > gemvTokensMaxM {
+	if gemmActive == nil || !g.takesTokens(m, k) {
 		return false
 	}
 	gemvTokens(g, m, k, a, ws, cs)
@@ -304,12 +318,24 @@ func gemms(m, k int, a []float32, ws []GEMMWeights, cs [][]float32) bool {
 // (gemvTokensRows rows of one matrix) are ParallelWork's items, and the tile kernels run each against each group
 // of eight tokens in turn (the block's last rows short of a tile on the row-at-a-time kernel), from cache, and
 // prefetch the next block of the thread's run, spread over this block's steps: W is read from memory once,
-// mostly ahead of its products. Without tile kernels (AVX2) the row-at-a-time kernel runs each block against
-// every four tokens in turn, the block in cache after the first.
+// mostly ahead of its products. Without tile kernels (AVX2) the row-at-a-time kernel runs each block, of
+// gemvRowsL2 bytes, against every four tokens in turn, the block in L2 after the first.
 func gemvTokens(g *gemvArch, m, k int, a []float32, ws []GEMMWeights, cs [][]float32) {
+	if m > 4 && g.tiles32 == nil {
+		// Each four tokens read the block again: it must stay in L2 for them.
+		rows := min(max(gemvRowsL2/(4*k), 4), gemvTokensRows)
+		blocks := newTileList(ws, func(w GEMMWeights) int { return w.N }, rows)
+		Parallel(blocks.total(), (gemmMinWork/(m*k)+rows)/rows, func(lo, hi int) {
+			for b := lo; b < hi; b++ {
+				i, j, n := blocks.at(b)
+				ws[i].gemvRows(g, n, k, j, a, cs[i][j:], m, ws[i].N)
+			}
+		})
+		return
+	}
 	blocks := newTileList(ws, func(w GEMMWeights) int { return w.N }, gemvTokensRows)
 	grain := (gemmMinWork/(m*k) + gemvTokensRows) / gemvTokensRows // blocks
-	if m <= 4 || g.tiles32 == nil {
+	if m <= 4 {
 		Parallel(blocks.total(), grain, func(lo, hi int) {
 			for b := lo; b < hi; b++ {
 				i, j, n := blocks.at(b)
@@ -713,10 +739,10 @@ func gemvF16(n, k int, w []uint16, x, y []float32) {
 }
 
 // TokenInvariant reports whether GEMM and GEMMF16 give each token of a call of up to 64 tokens, bit for bit, the
-// outputs it gets alone: true where they run as few-token GEMVs (AVX-512, AVX2). Elsewhere (the pure-Go loops)
-// the packed products' tiles sum a token's rows in an order that depends on how many tokens share the call, and
-// the outputs agree to rounding.
+// outputs it gets alone: true where they run as few-token GEMVs (AVX-512). Elsewhere the packed products' tiles
+// sum a token's rows in an order that depends on how many tokens share the call, and the outputs agree to
+// rounding: on AVX2 that is above four tokens over more than gemvTileK steps (takesTokens).
 func TokenInvariant() bool {
 	g := gemvActive
-	return gemmActive == nil || (g != nil && g.tokens32 != nil && g.tokens16 != nil)
+	return gemmActive == nil || (g != nil && g.tokens32 != nil && g.tokens16 != nil && g.tiles32 != nil)
 }
