@@ -12,11 +12,21 @@ import (
 // it to check the pure-Go path on the same machine.
 var attnAVX512 = xcpu.X86.HasAVX512F && xcpu.X86.HasAVX512DQ && xcpu.X86.HasBMI2
 
+// attnAVX2 selects the AVX2 twins of attn_avx2_amd64.s where AVX-512 is missing: QK, PV, the keys' dot products
+// and the values' axpys, for head dims of a multiple of 8 (QK: any). The softmax and the fused decode stay Go's
+// there.
+var attnAVX2 = xcpu.X86.HasAVX2 && xcpu.X86.HasFMA && xcpu.X86.HasF16C
+
 // The wrappers check in Go the extents the assembly will touch, so that a bad call panics instead of reading
 // or writing out of bounds.
 
 func attnQK(s, q, kt []float32, hd int) {
 	if !attnAVX512 {
+		if attnAVX2 && hd > 0 {
+			_, _, _ = s[attnRows*attnCols-1], q[attnRows*hd-1], kt[hd*attnCols-1]
+			attnQKAVX2(&s[0], &q[0], &kt[0], hd)
+			return
+		}
 		attnQKGo(s, q, kt, hd)
 		return
 	}
@@ -42,11 +52,16 @@ func attnSoftmax(s, m, l, alpha []float32, cnt []int32, rows int) {
 }
 
 func attnPV(o, p, v []float32, vStride, nk, hd int, alpha []float32) {
+	hdPad := (hd + attnCols - 1) / attnCols * attnCols
 	if !attnAVX512 {
+		if attnAVX2 && hd%8 == 0 && hd > 0 && nk > 0 {
+			_, _, _, _ = o[(attnRows-1)*hdPad+hd-1], p[attnRows*attnCols-1], v[(nk-1)*vStride+hd-1], alpha[attnRows-1]
+			attnPVAVX2(&o[0], &p[0], &v[0], vStride, nk, hd, hdPad, &alpha[0])
+			return
+		}
 		attnPVGo(o, p, v, vStride, nk, hd, alpha)
 		return
 	}
-	hdPad := (hd + attnCols - 1) / attnCols * attnCols
 	_, _, _, _ = o[attnRows*hdPad-1], p[attnRows*attnCols-1], v[(nk-1)*vStride+hd-1], alpha[attnRows-1]
 	attnPVAVX512(&o[0], &p[0], &v[0], vStride, nk, hd, &alpha[0])
 }
@@ -58,6 +73,11 @@ const attnKeysDotRows = 4
 
 func attnKeys(s, q, k []float32, kStride, nk, rows, hd int) {
 	if !attnAVX512 {
+		if attnAVX2 && hd%8 == 0 && hd > 0 && nk > 0 && rows >= 1 && rows <= attnKeysDotRows && kStride >= hd {
+			_, _, _ = s[(rows-1)*attnCols+nk-1], q[(rows-1)*attnRound16(hd)+hd-1], k[(nk-1)*kStride+hd-1]
+			attnKeysAVX2(&s[0], &q[0], &k[0], kStride, nk, rows, hd)
+			return
+		}
 		attnKeysGo(s, q, k, kStride, nk, rows, hd)
 		return
 	}
@@ -76,6 +96,11 @@ func attnKeys(s, q, k []float32, kStride, nk, rows, hd int) {
 // as it loads them.
 func attnKeysF16(s, q []float32, k []uint16, kStride, nk, rows, hd int) {
 	if !attnAVX512 {
+		if attnAVX2 && hd%8 == 0 && hd > 0 && nk > 0 && rows >= 1 && rows <= attnKeysDotRows && kStride >= hd {
+			_, _, _ = s[(rows-1)*attnCols+nk-1], q[(rows-1)*attnRound16(hd)+hd-1], k[(nk-1)*kStride+hd-1]
+			attnKeysF16AVX2(&s[0], &q[0], &k[0], kStride, nk, rows, hd)
+			return
+		}
 		attnKeysF16Go(s, q, k, kStride, nk, rows, hd)
 		return
 	}
@@ -89,6 +114,11 @@ func attnKeysF16(s, q []float32, k []uint16, kStride, nk, rows, hd int) {
 // attnAxpysF16 is attnAxpys over binary16 value rows.
 func attnAxpysF16(o, p []float32, v []uint16, vStride int, alpha float32) {
 	if !attnAVX512 || len(p) == 0 {
+		if attnAVX2 && len(p) > 0 && len(o)%8 == 0 && len(o) > 0 {
+			_ = v[(len(p)-1)*vStride+len(o)-1]
+			attnAxpysF16AVX2(&o[0], &p[0], &v[0], vStride, len(p), len(o), alpha)
+			return
+		}
 		attnAxpysF16Go(o, p, v, vStride, alpha)
 		return
 	}
@@ -98,6 +128,11 @@ func attnAxpysF16(o, p []float32, v []uint16, vStride int, alpha float32) {
 
 func attnAxpys(o, p, v []float32, vStride int, alpha float32) {
 	if !attnAVX512 || len(p) == 0 {
+		if attnAVX2 && len(p) > 0 && len(o)%8 == 0 && len(o) > 0 {
+			_ = v[(len(p)-1)*vStride+len(o)-1]
+			attnAxpysAVX2(&o[0], &p[0], &v[0], vStride, len(p), len(o), alpha)
+			return
+		}
 		attnAxpysGo(o, p, v, vStride, alpha)
 		return
 	}
@@ -165,6 +200,24 @@ func attnDecode(c pagedCache, q []float32, off, kvRow, nt, heads, group, hd int,
 }
 
 // The AVX-512 twins of the attn*Go loops (same docs), on the first elements of the slices.
+
+//go:noescape
+func attnQKAVX2(s, q, kt *float32, hd int)
+
+//go:noescape
+func attnPVAVX2(o, p, v *float32, vStride, nk, hd, hdPad int, alpha *float32)
+
+//go:noescape
+func attnKeysAVX2(s, q, k *float32, kStride, nk, rows, hd int)
+
+//go:noescape
+func attnKeysF16AVX2(s, q *float32, k *uint16, kStride, nk, rows, hd int)
+
+//go:noescape
+func attnAxpysAVX2(o, p, v *float32, vStride, n, hd int, alpha float32)
+
+//go:noescape
+func attnAxpysF16AVX2(o, p *float32, v *uint16, vStride, n, hd int, alpha float32)
 
 //go:noescape
 func attnQKAVX512(s, q, kt *float32, hd int)

@@ -11,19 +11,21 @@ import (
 	"github.com/morphlab/morphlab/kernels/half"
 )
 
-// attnAsmPaths lists the micro-kernel sets the attention tests run: the Go loops, and AVX-512 where available.
+// attnAsmPaths lists the micro-kernel sets the attention tests run: the Go loops, and the assembly (AVX-512, or
+// AVX2 without it) where available.
 func attnAsmPaths() []bool {
-	if attnAVX512 {
+	if attnAVX512 || attnAVX2 {
 		return []bool{false, true}
 	}
 	return []bool{false}
 }
 
-// attnUseAsm switches the AVX-512 attention micro-kernels on or off and returns the function that restores it.
+// attnUseAsm switches the attention micro-kernels' assembly on (as the machine has it) or off and returns the
+// function that restores it.
 func attnUseAsm(on bool) (restore func()) {
-	prev := attnAVX512
-	attnAVX512 = on
-	return func() { attnAVX512 = prev }
+	prev, prev2 := attnAVX512, attnAVX2
+	attnAVX512, attnAVX2 = on && prev, on && prev2
+	return func() { attnAVX512, attnAVX2 = prev, prev2 }
 }
 
 // TestAttnDecode checks the fused decode kernel against attnDecodeGo, tile after tile (the online softmax's state
