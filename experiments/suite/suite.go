@@ -36,6 +36,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/morphlab/morphlab/engine"
 	"github.com/morphlab/morphlab/engine/morph"
 	"github.com/morphlab/morphlab/experiments/loadtest"
 	"github.com/morphlab/morphlab/experiments/replay"
@@ -101,6 +102,8 @@ type Cell struct {
 	Run      *results.Run `json:"-"`
 	// Loss is the token-weighted relative perplexity increase (NaN without a published curve: INT8 layers).
 	Loss float64 `json:"quality_loss"`
+	// events are the run's engine events until Run writes them to events.jsonl.
+	events []engine.Event
 }
 
 // Report is what a suite run produced.
@@ -176,9 +179,10 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 					return nil, fmt.Errorf("%s, %s, %s: %w", s.Name, w.Name, spec, err)
 				}
 				c.Workload = w.Name
-				if err := c.Run.Write(filepath.Join(opt.Out, s.Name, w.Name, DirName(spec.String())), nil); err != nil {
+				if err := c.Run.Write(filepath.Join(opt.Out, s.Name, w.Name, DirName(spec.String())), c.events); err != nil {
 					return nil, err
 				}
+				c.events = nil
 				r.Cells = append(r.Cells, c)
 				runs = append(runs, c.Run)
 				step()
@@ -221,11 +225,11 @@ func simulate(ctx context.Context, s Setup, spec morph.Spec, t *trace.Trace) (*C
 	if err != nil {
 		return nil, err
 	}
-	run, _, err := sim.Replay(ctx, t, SLO)
+	run, events, err := sim.Replay(ctx, t, SLO)
 	if err != nil {
 		return nil, err
 	}
-	c := &Cell{Setup: s, Policy: spec.String(), Run: run, Loss: math.NaN()}
+	c := &Cell{Setup: s, Policy: spec.String(), Run: run, Loss: math.NaN(), events: events}
 	if curve, ok := PaperCurves[s.Model]; ok && !usesInt8(spec) {
 		if c.Loss, err = curve.Loss(run.Aggregates.TokensByLayers); err != nil {
 			return nil, err

@@ -71,6 +71,10 @@ func TestSuite(t *testing.T) {
 	if f == nil || m == nil || f.Run.Aggregates.SLOViolations == 0 || m.Run.Aggregates.SLOViolations >= f.Run.Aggregates.SLOViolations {
 		t.Errorf("burst: fp16 and morph:default cells %v %v: want fp16 violations that morphing cuts", f, m)
 	}
+	if ev, err := os.ReadFile(filepath.Join(a, "llama-2-7b-l4", "burst", "morph_default", "events.jsonl")); err != nil ||
+		!strings.Contains(string(ev), `"kind":"swap"`) || !strings.Contains(string(ev), `"kind":"finished"`) {
+		t.Errorf("burst, morph:default: events.jsonl without its swaps and requests (%v)", err)
+	}
 	if s := r.Cell("llama-2-7b-l4", "burst", "static:int4"); s == nil || s.Loss <= m.Loss || m.Loss <= 0 {
 		t.Errorf("quality: static:int4 %v, morph:default %v; want 0 < morph < static", s, m)
 	}
