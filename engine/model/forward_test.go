@@ -184,8 +184,8 @@ func TestKVReduced(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 10))
 	seqs := [][]int32{randomTokens(rng, 40, 512), randomTokens(rng, 23, 512), randomTokens(rng, 9, 512)}
 	steps := []step{{17, 5, 0}, {20, 18, 0}, {1, 0, 7}, {1, 0, 2}, {1, 0, 0}}
-	// Where the matrix products are not token-invariant (no AVX-512: their tiles sum in an order that depends on
-	// the tokens sharing a call), batched and alone agree to float32 rounding of the logits instead.
+	// Where the matrix products are not token-invariant (packed tiles, which sum in an order that depends on the
+	// tokens sharing a call: cpu.TokenInvariant), batched and alone agree to float32 rounding of the logits.
 	sameAlone := 0.0
 	if !cpu.TokenInvariant() {
 		sameAlone = 2e-5

@@ -38,25 +38,31 @@ const capacityProbe = 300
 // its P95 TTFT stays within the SLO over a 300-s run, simulated. From 1 req/s the rate is doubled or halved
 // until one rate passes and another fails, and then bisected to 1%.
 func Capacity(ctx context.Context, s Setup) (float64, error) {
+	return search(s.Name, func(rate float64) (bool, error) {
+		p95, err := probeP95(ctx, s, rate)
+		return p95 <= 1000*SLO.TTFT.Seconds(), err
+	})
+}
+
+// probeP95 is fp16's P95 TTFT in milliseconds on the setup under a capacityProbe-second Poisson run of the
+// burst's lengths at rate requests per second.
+func probeP95(ctx context.Context, s Setup, rate float64) (float64, error) {
 	spec, err := morph.Parse("fp16")
 	if err != nil {
 		return 0, err
 	}
-	meets := func(rate float64) (bool, error) {
-		t, err := trace.Generate(trace.Spec{Process: trace.Poisson{PerSecond: rate}, Duration: capacityProbe, Lengths: burstLengths(s)}, burstSeed)
-		if err != nil {
-			return false, err
-		}
-		if t, err = trace.Clip(t, trace.Limits{Prompt: s.MaxPrompt, Output: s.MaxOutput}); err != nil {
-			return false, err
-		}
-		c, err := simulate(ctx, s, spec, t)
-		if err != nil {
-			return false, fmt.Errorf("%s capacity at %.3g req/s: %w", s.Name, rate, err)
-		}
-		return c.Run.Aggregates.TTFT.P95 <= 1000*SLO.TTFT.Seconds(), nil
+	t, err := trace.Generate(trace.Spec{Process: trace.Poisson{PerSecond: rate}, Duration: capacityProbe, Lengths: burstLengths(s)}, burstSeed)
+	if err != nil {
+		return 0, err
 	}
-	return search(s.Name, meets)
+	if t, err = trace.Clip(t, trace.Limits{Prompt: s.MaxPrompt, Output: s.MaxOutput}); err != nil {
+		return 0, err
+	}
+	c, err := simulate(ctx, s, spec, t)
+	if err != nil {
+		return 0, fmt.Errorf("%s capacity at %.3g req/s: %w", s.Name, rate, err)
+	}
+	return c.Run.Aggregates.TTFT.P95, nil
 }
 
 // search returns the highest rate that meets (within 1%), given that meets holds below some rate in

@@ -3,9 +3,6 @@ package suite
 import (
 	"context"
 	"testing"
-
-	"github.com/morphlab/morphlab/engine/morph"
-	"github.com/morphlab/morphlab/experiments/trace"
 )
 
 func TestSearch(t *testing.T) {
@@ -37,17 +34,11 @@ func TestCapacity(t *testing.T) {
 		t.Fatal(err)
 	}
 	p95 := func(rate float64) float64 {
-		tr, err := trace.Generate(trace.Spec{Process: trace.Poisson{PerSecond: rate}, Duration: capacityProbe, Lengths: burstLengths(s)}, burstSeed)
+		v, err := probeP95(context.Background(), s, rate)
 		if err != nil {
 			t.Fatal(err)
 		}
-		tr, _ = trace.Clip(tr, trace.Limits{Prompt: s.MaxPrompt, Output: s.MaxOutput})
-		spec, _ := morph.Parse("fp16")
-		cell, err := simulate(context.Background(), s, spec, tr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return cell.Run.Aggregates.TTFT.P95
+		return v
 	}
 	slo := 1000 * SLO.TTFT.Seconds()
 	if at, over := p95(c), p95(1.02*c); at > slo || over <= slo {

@@ -13,11 +13,13 @@ import (
 // transforms to apply. Register adds them to a flag set; Apply applies the ones given, always in this order,
 // whatever the order on the command line:
 //
-//	--spread, --window, --busiest (with --busiest-by), --thin, --time-scale, --length-scale, --clip/--max-prompt/--max-output
+//	--spread, --window, --busiest (with --busiest-by), --thin, --time-scale, --length-scale,
+//	--clip/--max-prompt/--max-output
 //
 // so a snippet is picked on the trace's own clock and then stretched: "--busiest 72s --time-scale 4.75" replays
-// the busiest 72 s of the trace over 342 s, and --spread first refines the file's own clock. The loading flags are --trace-format and --sort-arrivals, so that
-// they do not clash with a command's own --format (a layer format, for instance).
+// the busiest 72 s of the trace over 342 s, and --spread first refines the file's own clock. The loading flags
+// are --trace-format and --sort-arrivals, so that they do not clash with a command's own --format (a layer
+// format, for instance).
 type Flags struct {
 	Format      string  // --trace-format: force a format instead of detecting it
 	Sort        bool    // --sort-arrivals: sort out-of-order records instead of failing

@@ -199,7 +199,7 @@ func attnDecode(c pagedCache, q []float32, off, kvRow, nt, heads, group, hd int,
 	attnDecodeAVX512(&q[0], &c.k[off], &c.v[off], 4*kvRow, nt, nq, hd, &m[0], &l[0], &o[0], pf, group)
 }
 
-// The AVX-512 twins of the attn*Go loops (same docs), on the first elements of the slices.
+// The AVX2 and AVX-512 twins of the attn*Go loops (same docs), on the first elements of the slices.
 
 //go:noescape
 func attnQKAVX2(s, q, kt *float32, hd int)

@@ -226,10 +226,6 @@ func gemm(m, n, k int, a, w, c []float32) {
 		return
 	}
 	if g := gemvActive; g.takesTokens(m, k) {
-		if m == 1 && g.rows > 1 {
-			gemv(n, k, w, a, c) // the kernel of several rows at once, the same sums
-			return
-		}
 		gemvTokens(g, m, k, a, []GEMMWeights{{N: n, F32: w}}, [][]float32{c})
 		return
 	}
@@ -249,10 +245,6 @@ func gemmF16(m, n, k int, a []float32, w []uint16, c []float32) {
 		return
 	}
 	if g := gemvActive; g.takesTokens(m, k) {
-		if m == 1 && g.rows > 1 {
-			gemvF16(n, k, w, a, c)
-			return
-		}
 		gemvTokens(g, m, k, a, []GEMMWeights{{N: n, F16: w}}, [][]float32{c})
 		return
 	}
@@ -319,23 +311,28 @@ func gemms(m, k int, a []float32, ws []GEMMWeights, cs [][]float32) bool {
 // of eight tokens in turn (the block's last rows short of a tile on the row-at-a-time kernel), from cache, and
 // prefetch the next block of the thread's run, spread over this block's steps: W is read from memory once,
 // mostly ahead of its products. Without tile kernels (AVX2) the row-at-a-time kernel runs each block, of
-// gemvRowsL2 bytes, against every four tokens in turn, the block in L2 after the first.
+// gemvRowsL2 bytes, against every four tokens in turn, the block in L2 after the first; one token runs GEMV's
+// kernel of several rows at once.
 func gemvTokens(g *gemvArch, m, k int, a []float32, ws []GEMMWeights, cs [][]float32) {
-	if m > 4 && g.tiles32 == nil {
-		// Each four tokens read the block again: it must stay in L2 for them.
-		rows := min(max(gemvRowsL2/(4*k), 4), gemvTokensRows)
-		blocks := newTileList(ws, func(w GEMMWeights) int { return w.N }, rows)
-		Parallel(blocks.total(), (gemmMinWork/(m*k)+rows)/rows, func(lo, hi int) {
-			for b := lo; b < hi; b++ {
-				i, j, n := blocks.at(b)
-				ws[i].gemvRows(g, n, k, j, a, cs[i][j:], m, ws[i].N)
+	if m == 1 && g.rows > 1 {
+		// One token: the kernel of several rows at once (AVX2), the same sums.
+		for i, w := range ws {
+			if w.F32 != nil {
+				gemv(w.N, k, w.F32, a, cs[i])
+			} else {
+				gemvF16(w.N, k, w.F16, a, cs[i])
 			}
-		})
+		}
 		return
 	}
-	blocks := newTileList(ws, func(w GEMMWeights) int { return w.N }, gemvTokensRows)
-	grain := (gemmMinWork/(m*k) + gemvTokensRows) / gemvTokensRows // blocks
-	if m <= 4 {
+	rows := gemvTokensRows
+	if m > 4 && g.tiles32 == nil {
+		// Each four tokens read the block again: it must stay in L2 for them.
+		rows = min(max(gemvRowsL2/(4*k), 4), gemvTokensRows)
+	}
+	blocks := newTileList(ws, func(w GEMMWeights) int { return w.N }, rows)
+	grain := (gemmMinWork/(m*k) + rows) / rows // blocks
+	if m <= 4 || g.tiles32 == nil {
 		Parallel(blocks.total(), grain, func(lo, hi int) {
 			for b := lo; b < hi; b++ {
 				i, j, n := blocks.at(b)

@@ -8,8 +8,9 @@
 // horizontal adds, so a token's outputs do not depend on the tokens beside it. The last k%8 steps are the Go
 // caller's, as they are gemv's.
 
-// TOKEN_PTRS points DI, R9, R10, R11 at the four tokens' x (k floats apart), the missing ones at the first.
-#define TOKEN_PTRS \
+// TOKENS_SETUP points DI, R9, R10, R11 at the four tokens' x (k floats apart; the missing ones at the first),
+// and loads k (BX), rows (R13), w (SI), y (DX) and ldy in bytes (R12).
+#define TOKENS_SETUP \
 	MOVQ x+24(FP), DI; \
 	MOVQ k+8(FP), BX; \
 	MOVQ tokens+40(FP), CX; \
@@ -25,7 +26,12 @@
 	CMPQ CX, $4; \
 	JLT  ptrsdone; \
 	LEAQ (R10)(BX*4), R11; \
-ptrsdone:
+ptrsdone: \
+	MOVQ rows+0(FP), R13; \
+	MOVQ w+16(FP), SI; \
+	MOVQ y+32(FP), DX; \
+	MOVQ ldy+48(FP), R12; \
+	SHLQ $2, R12
 
 // TOKENS_ROW_START clears the eight sums and points R8 at the row, AX at step 0, CX at the 16-step count.
 #define TOKENS_ROW_START \
@@ -90,12 +96,7 @@ stored: \
 // func gemvTokensAVX2(rows, k int, w, x, y *float32, tokens, ldy int)
 // y[t*ldy+j] = Σ_{p < k&^7} w[j*k+p]·x[t*k+p] for rows j and tokens t < tokens <= 4.
 TEXT ·gemvTokensAVX2(SB), NOSPLIT, $0-56
-	TOKEN_PTRS
-	MOVQ rows+0(FP), R13
-	MOVQ w+16(FP), SI
-	MOVQ y+32(FP), DX
-	MOVQ ldy+48(FP), R12
-	SHLQ $2, R12
+	TOKENS_SETUP
 
 row32:
 	TOKENS_ROW_START
@@ -127,12 +128,7 @@ sum32:
 // func gemvTokensF16AVX2(rows, k int, w *uint16, x, y *float32, tokens, ldy int)
 // gemvTokensAVX2 with binary16 weights, widened by VCVTPH2PS 8 at a time.
 TEXT ·gemvTokensF16AVX2(SB), NOSPLIT, $0-56
-	TOKEN_PTRS
-	MOVQ rows+0(FP), R13
-	MOVQ w+16(FP), SI
-	MOVQ y+32(FP), DX
-	MOVQ ldy+48(FP), R12
-	SHLQ $2, R12
+	TOKENS_SETUP
 
 row16:
 	TOKENS_ROW_START

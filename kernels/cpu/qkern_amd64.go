@@ -615,24 +615,8 @@ func qW4A8(m, n, k, group int, qa []int8, sa []float32, w []uint8, s []float32, 
 		return
 	}
 	gpr := k / group
-	xr, xrBuf := scratchI8(m * k)
-	defer xrBuf.release()
-	xs, xsBuf := scratchI32(m * gpr)
-	defer xsBuf.release()
-	// k is a multiple of chunk, so the tokens' chunks follow one another.
-	if chunk == 128 {
-		qDeinterleaveAVX512(&xr[0], &qa[0], m*k)
-	} else {
-		for c := 0; c < m*k; c += chunk {
-			qDeinterleave(xr[c:c+chunk], qa[c:c+chunk])
-		}
-	}
-	for i := 0; i < m; i++ {
-		a := qa[i*k : (i+1)*k]
-		for g := 0; g < gpr; g++ {
-			xs[i*gpr+g] = qSumI8(a[g*group : (g+1)*group])
-		}
-	}
+	xr, xs, release := qW4A8Tokens(m, k, group, chunk, qa)
+	defer release()
 	Parallel((n+qW4A8Rows-1)/qW4A8Rows, 1, func(lo, hi int) {
 		for b := lo; b < hi; b++ {
 			j0 := b * qW4A8Rows
@@ -656,25 +640,38 @@ func qW4A8(m, n, k, group int, qa []int8, sa []float32, w []uint8, s []float32, 
 	})
 }
 
-// qW4A8AVX2 is qW4A8 on AVX2 (groups of a multiple of 32): the tokens rearranged in chunks of 32 and their group
-// sums taken once, then blocks of qW4A8Rows rows of W serve every token while they are in cache, four tokens a
-// call of qDotW4A8Rows32x4AVX2 and the rest one a call of qDotW4A8Rows32AVX2. Both add a token's sums in the same
-// order, so its outputs do not depend on the tokens beside it.
-func qW4A8AVX2(m, n, k, group int, qa []int8, sa []float32, w []uint8, s []float32, z []uint8, c []float32) {
+// qW4A8Tokens prepares the m tokens of qa for the W4A8 row kernels: each rearranged per chunk of chunk values
+// (its even values, then its odd ones: the order of the packed codes' low and high nibbles) into xr, and the sums
+// of its groups into xs. release gives the scratch back.
+func qW4A8Tokens(m, k, group, chunk int, qa []int8) (xr []int8, xs []int32, release func()) {
 	gpr := k / group
 	xr, xrBuf := scratchI8(m * k)
-	defer xrBuf.release()
 	xs, xsBuf := scratchI32(m * gpr)
-	defer xsBuf.release()
-	for c := 0; c < m*k; c += 32 {
-		qDeinterleave(xr[c:c+32], qa[c:c+32])
+	// k is a multiple of chunk, so the tokens' chunks follow one another.
+	if chunk == 128 && qAVX512 {
+		qDeinterleaveAVX512(&xr[0], &qa[0], m*k)
+	} else {
+		for c := 0; c < m*k; c += chunk {
+			qDeinterleave(xr[c:c+chunk], qa[c:c+chunk])
+		}
 	}
 	for i := 0; i < m; i++ {
 		a := qa[i*k : (i+1)*k]
 		for g := 0; g < gpr; g++ {
-			xs[i*gpr+g] = qSumI8Go(a[g*group : (g+1)*group])
+			xs[i*gpr+g] = qSumI8(a[g*group : (g+1)*group])
 		}
 	}
+	return xr, xs, func() { xsBuf.release(); xrBuf.release() }
+}
+
+// qW4A8AVX2 is qW4A8 on AVX2 (groups of a multiple of 32): the tokens prepared once (qW4A8Tokens, chunks of 32),
+// then blocks of qW4A8Rows rows of W serve every token while they are in cache, four tokens a call of
+// qDotW4A8Rows32x4AVX2 and the rest one a call of qDotW4A8Rows32AVX2. Both add a token's sums in the same order,
+// so its outputs do not depend on the tokens beside it.
+func qW4A8AVX2(m, n, k, group int, qa []int8, sa []float32, w []uint8, s []float32, z []uint8, c []float32) {
+	gpr := k / group
+	xr, xs, release := qW4A8Tokens(m, k, group, 32, qa)
+	defer release()
 	Parallel((n+qW4A8Rows-1)/qW4A8Rows, 1, func(lo, hi int) {
 		for b := lo; b < hi; b++ {
 			j0 := b * qW4A8Rows

@@ -7,6 +7,33 @@
 // adjacent products into int16 lanes; a code is at most 15 and an activation at least -128, so a pair is within
 // ±3,840 and never saturates. VPMADDWD by ones then adds adjacent int16 lanes into int32 lanes, exactly.
 
+// W4_SETUP loads what stays for the call (SI w, R8 s, R9 z, R13 rows, DX y), the nibble mask into Y15 and int16
+// ones into Y14. The macros are defined before any TEXT, so that vet checks their argument names against the two
+// functions that use them, which share these arguments' offsets.
+#define W4_SETUP \
+	MOVQ         w+0(FP), SI; \
+	MOVQ         s+32(FP), R8; \
+	MOVQ         z+40(FP), R9; \
+	MOVQ         rows+64(FP), R13; \
+	MOVQ         y+80(FP), DX; \
+	MOVL         $0x0f0f0f0f, AX; \
+	VMOVD        AX, X15; \
+	VPBROADCASTD X15, Y15; \
+	MOVL         $0x00010001, AX; \
+	VMOVD        AX, X14; \
+	VPBROADCASTD X14, Y14
+
+// W4X4_TOKEN adds one chunk of a token, its activations at mem, to the int32 sums Vacc (codes in Y4).
+#define W4X4_TOKEN(mem, Vacc) \
+	VPMADDUBSW mem, Y4, Y5; \
+	VPMADDWD   Y14, Y5, Y5; \
+	VPADDD     Y5, Vacc, Vacc
+
+// W4X4_SCALE converts a token's group sums Vacc and adds them, scaled by the group's scale in Y11, to Vf.
+#define W4X4_SCALE(Vacc, Vf) \
+	VCVTDQ2PS   Vacc, Vacc; \
+	VFMADD231PS Vacc, Y11, Vf
+
 // func qDotW4A8Rows32AVX2(w *uint8, k int, xr *int8, xs *int32, s *float32, z *uint8, groups, chunks, rows int,
 //	sa float32, y *float32)
 // y[r] = sa·Σ_g s[g]·(Σ_{p in g} q[p]·x[p] - z[g]·xs[g]) for the rows r < rows (qDotW4A8Go), chunks of 16 packed
@@ -15,17 +42,7 @@
 // number of chunks. The lane sums are added ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)), as qDotW4A8Rows32x4AVX2 adds
 // them, so that a token's outputs are the same alone and among others.
 TEXT ·qDotW4A8Rows32AVX2(SB), NOSPLIT, $0-88
-	MOVQ         w+0(FP), SI
-	MOVQ         s+32(FP), R8
-	MOVQ         z+40(FP), R9
-	MOVQ         rows+64(FP), R13
-	MOVQ         y+80(FP), DX
-	MOVL         $0x0f0f0f0f, AX
-	VMOVD        AX, X15
-	VPBROADCASTD X15, Y15 // the nibble mask
-	MOVL         $0x00010001, AX
-	VMOVD        AX, X14
-	VPBROADCASTD X14, Y14 // int16 ones
+	W4_SETUP
 
 w4row:
 	MOVQ   xr+16(FP), BX
@@ -102,36 +119,15 @@ w4groupend:
 	VZEROUPPER
 	RET
 
-// W4X4_TOKEN adds one chunk of a token, its activations at mem, to the int32 sums Vacc (codes in Y4).
-#define W4X4_TOKEN(mem, Vacc) \
-	VPMADDUBSW mem, Y4, Y5; \
-	VPMADDWD   Y14, Y5, Y5; \
-	VPADDD     Y5, Vacc, Vacc
-
-// W4X4_SCALE converts a token's group sums Vacc and adds them, scaled by the group's scale in Y11, to Vf.
-#define W4X4_SCALE(Vacc, Vf) \
-	VCVTDQ2PS   Vacc, Vacc; \
-	VFMADD231PS Vacc, Y11, Vf
-
 // func qDotW4A8Rows32x4AVX2(w *uint8, k int, xr *int8, xs *int32, s *float32, z *uint8, groups, chunks, rows int,
 //	sa *float32, y *float32, ldy int)
 // qDotW4A8Rows32AVX2 for four tokens at once, each chunk of codes unpacked once for the four: token t's
 // activations at xr + t·k, its group sums at xs + t·groups, its scale sa[t], its outputs at y + t·ldy. Each
 // token's outputs are bit for bit what qDotW4A8Rows32AVX2 gives it.
 TEXT ·qDotW4A8Rows32x4AVX2(SB), NOSPLIT, $0-96
-	MOVQ         w+0(FP), SI
-	MOVQ         k+8(FP), R12
-	LEAQ         (R12)(R12*2), DI // 3k
-	MOVQ         s+32(FP), R8
-	MOVQ         z+40(FP), R9
-	MOVQ         rows+64(FP), R13
-	MOVQ         y+80(FP), DX
-	MOVL         $0x0f0f0f0f, AX
-	VMOVD        AX, X15
-	VPBROADCASTD X15, Y15
-	MOVL         $0x00010001, AX
-	VMOVD        AX, X14
-	VPBROADCASTD X14, Y14
+	W4_SETUP
+	MOVQ k+8(FP), R12
+	LEAQ (R12)(R12*2), DI // 3k
 
 x4row:
 	MOVQ   xs+24(FP), R10

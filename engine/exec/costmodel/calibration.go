@@ -24,11 +24,11 @@ const CalibrationVersion = 1
 //
 // where layers_f counts the decoder layers in format f: a layer reads its weights once a step (Layer_f) and
 // multiplies every token by them (LayerToken_f); a step of one token runs the kernels' matrix-vector loops rather
-// than their matrix products, whose fixed cost differs (OneToken_f; without AVX-512 a step of two tokens packs
-// every F16 weight for the products and took three times one token's); attention costs each attended key (prompt
-// chunks and decode differ: one is a tiled matrix product, the other a stream over the cache); the classifier
-// costs each sampled row. A step's fixed overhead has no term of its own: the layers always add up to the
-// model's, so it cannot be told from the per-layer costs and is spread over them.
+// than their matrix products, whose fixed cost differs (OneToken_f; where a few tokens run the packed products, a
+// step of two tokens widens and packs every F16 weight and costs several times one token's); attention costs each
+// attended key (prompt chunks and decode differ: one is a tiled matrix product, the other a stream over the cache);
+// the classifier costs each sampled row. A step's fixed overhead has no term of its own: the layers always add up
+// to the model's, so it cannot be told from the per-layer costs and is spread over them.
 type Calibration struct {
 	Version int          `json:"version"`
 	Machine string       `json:"machine"` // the CPU's model name, as probe reports it
