@@ -25,6 +25,11 @@ const (
 	attnCols = 32 // keys in a tile
 )
 
+// attnKeysDotRows is the most query rows for which attnKeys sums per-key dot products with a reduction tree
+// (attnKeysDotAVX512, attnKeysAVX2) instead of transposing the keys: its shuffles grow with the rows, the
+// transpose's with the head dim.
+const attnKeysDotRows = 4
+
 // attnRound16 rounds n up to a multiple of 16, the floats in a vector register.
 func attnRound16(n int) int { return (n + 15) &^ 15 }
 
@@ -599,6 +604,16 @@ func pagedAttention(out, q []float32, cache pagedCache, qStart, seqLens, blockTa
 			if !direct {
 				kt, vt, stride = cache.tile(tile+g0*hd, nt, len(blocks)*hd, kvRow, sc2.kt, sc2.vt)
 			}
+			// Blocks of attnRows rows that see none of the tile's keys (a causal prompt's rows before s0) are
+			// neither scored nor updated. The scoring kernel is still chosen by the sequence's rows, so that a
+			// row's scores are the same bits whichever rows are skipped.
+			from := 0
+			if rows > attnKeysDotRows {
+				for from+attnRows < rows && blocks[0].limit[from+attnRows-1] <= s0 {
+					from += attnRows
+				}
+				from = min(from, (rows-attnKeysDotRows-1)/attnRows*attnRows)
+			}
 			for gi, b := range blocks {
 				for c := gi * share; c < min(n1, (gi+1)*share); c++ {
 					cache.prefetch(o1+c*kvRow, len(blocks)*hd)
@@ -608,9 +623,9 @@ func pagedAttention(out, q []float32, cache pagedCache, qStart, seqLens, blockTa
 					off = tile + (g0+gi)*hd
 					attnKeysF16(sp, sc2.q[gi*rowsMax*hd16:], cache.k16[off:], kvRow, nt, rows, hd)
 				} else {
-					attnKeys(sp, sc2.q[gi*rowsMax*hd16:], kt[off:], stride, nt, rows, hd)
+					attnKeys(sp[from*attnCols:], sc2.q[(gi*rowsMax+from)*hd16:], kt[off:], stride, nt, rows-from, hd)
 				}
-				for r0 := 0; r0 < rows; r0 += attnRows {
+				for r0 := from; r0 < rows; r0 += attnRows {
 					if b.tileCounts(r0, s0) == 0 {
 						continue
 					}

@@ -66,11 +66,6 @@ func attnPV(o, p, v []float32, vStride, nk, hd int, alpha []float32) {
 	attnPVAVX512(&o[0], &p[0], &v[0], vStride, nk, hd, &alpha[0])
 }
 
-// attnKeysDotRows is the most query rows for which attnKeys sums per-key dot products with a reduction tree
-// (attnKeysDotAVX512) instead of transposing the keys: its shuffles grow with the rows, the transpose's with
-// the head dim.
-const attnKeysDotRows = 4
-
 func attnKeys(s, q, k []float32, kStride, nk, rows, hd int) {
 	if !attnAVX512 {
 		if attnAVX2 && hd%8 == 0 && hd > 0 && nk > 0 && rows >= 1 && rows <= attnKeysDotRows && kStride >= hd {
