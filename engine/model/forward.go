@@ -21,6 +21,25 @@ type KVCache struct {
 	KS, VS               [][]float32
 }
 
+// commit writes every element of the cache once, so that its pages are faulted in now rather than by the first
+// forward pass that stores into them (llama.cpp likewise clears a context's KV buffer when it makes it).
+func (c *KVCache) commit() {
+	for l := range c.K {
+		clear(c.K[l])
+		clear(c.V[l])
+	}
+	for l := range c.K16 {
+		clear(c.K16[l])
+		clear(c.V16[l])
+	}
+	for l := range c.K8 {
+		clear(c.K8[l])
+		clear(c.V8[l])
+		clear(c.KS[l])
+		clear(c.VS[l])
+	}
+}
+
 // Type is the cache's element type.
 func (c *KVCache) Type() KVType {
 	switch {

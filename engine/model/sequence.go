@@ -28,6 +28,7 @@ func NewSequence(m *Model, maxLen int) (*Sequence, error) {
 	for i := range s.table {
 		s.table[i] = int32(i)
 	}
+	s.cache.commit()
 	return s, nil
 }
 
