@@ -695,6 +695,9 @@ func pagedAttention(out, q []float32, cache pagedCache, qStart, seqLens, blockTa
 				var l float32
 				for pi := firstItem[i]; pi < firstItem[i+1]; pi++ {
 					p := part(pi)
+					if p[hdPad+1] == 0 {
+						continue // a part whose keys the row does not see: its sums are zero
+					}
 					w := float32(math.Exp2(float64(p[hdPad] - mx)))
 					l += w * p[hdPad+1]
 					for d := range acc {
