@@ -11,10 +11,15 @@ import (
 //go:noescape
 func qDotQ8_0RowsVNNI(w *int8, k int, a *int8, corr *int32, d *uint16, rows int, sa float32, y *float32)
 
-// qFlipAVX512 sets dst[i] = src[i]^0x80 for n bytes, a multiple of 64.
-//
 //go:noescape
-func qFlipAVX512(dst, src *byte, n int)
+func qGGUFTileVNNI(w *int8, k int, tok *uint8, blocks int, corr *int32, scale *float32, gs int, sa *float32,
+	mask uint64, c *float32, ldc int, pf *linePrefetch, next *[2]linePrefetch)
+
+//go:noescape
+func qQ4_0UnpackAVX512(dst *int8, w *uint8, n int, corr *int32)
+
+//go:noescape
+func qQ8_0CorrAVX512(corr *int32, w *int8, n int)
 
 //go:noescape
 func qDotQ8_0Rows4VNNI(w *int8, k int, a *int8, corr *int32, d *uint16, rows int, sa float32, y *float32)
@@ -36,22 +41,19 @@ func qQ8_0A8(m, n, k int, qa []int8, sa []float32, w []int8, d []uint16, c []flo
 	}
 	nb := k / qBlock
 	if m >= qW4TileMinM {
-		src := qTileSource{
-			n: func(int) int { return n },
-			tile: func(_, j0, rows int, cb []byte, zf, part []float32) []float32 {
-				_ = w[(j0+rows)*k-1]
-				qFlipAVX512(&cb[0], (*byte)(unsafe.Pointer(&w[j0*k])), rows*k)
-				qFill(zf[:rows*nb], 128)
-				clear(part[rows*nb:])
-				half.F16ToF32Slice(part[:rows*nb], d[j0*nb:(j0+rows)*nb])
-				return part
+		qBlockTile(m, n, k, qa, sa, c, qBlockSource{
+			tile: func(j0, rows int, cb []int8, corr []int32, scale []float32) []int8 {
+				wt := qTileRows(w, j0, rows, qW4TileRows, k, cb)
+				qQ8_0CorrAVX512(&corr[0], &wt[0], qW4TileRows*k)
+				clear(scale[rows*nb:])
+				half.F16ToF32Slice(scale[:rows*nb], d[j0*nb:(j0+rows)*nb])
+				return wt
 			},
-			prefetch: func(_, j0, rows int) (linePrefetch, [2]linePrefetch) {
+			prefetch: func(j0, rows int) (linePrefetch, [2]linePrefetch) {
 				return lineRange(unsafe.Pointer(&w[j0*k]), rows*k),
 					[2]linePrefetch{lineRange(unsafe.Pointer(&d[j0*nb]), 2*rows*nb)}
 			},
-		}
-		qGroupTile(m, k, qBlock, qa, sa, 1, src, [][]float32{c})
+		})
 		return
 	}
 	corr, corrBuf := scratchI32(m * k / 4)
@@ -95,21 +97,19 @@ func qQ4_0A8(m, n, k int, qa []int8, sa []float32, w []uint8, d []uint16, c []fl
 	}
 	nb := k / qBlock
 	if m >= qW4TileMinM {
-		src := qTileSource{
-			n: func(int) int { return n },
-			tile: func(_, j0, rows int, cb []byte, zf, part []float32) []float32 {
-				qW4UnpackAVX512(&cb[0], &w[j0*k/2], rows*k)
-				qFill(zf[:rows*nb], 8)
-				clear(part[rows*nb:])
-				half.F16ToF32Slice(part[:rows*nb], d[j0*nb:(j0+rows)*nb])
-				return part
+		qBlockTile(m, n, k, qa, sa, c, qBlockSource{
+			tile: func(j0, rows int, cb []int8, corr []int32, scale []float32) []int8 {
+				qQ4_0UnpackAVX512(&cb[0], &w[j0*k/2], rows*k, &corr[0])
+				clear(corr[rows*nb:])
+				clear(scale[rows*nb:])
+				half.F16ToF32Slice(scale[:rows*nb], d[j0*nb:(j0+rows)*nb])
+				return cb
 			},
-			prefetch: func(_, j0, rows int) (linePrefetch, [2]linePrefetch) {
+			prefetch: func(j0, rows int) (linePrefetch, [2]linePrefetch) {
 				return lineRange(unsafe.Pointer(&w[j0*k/2]), rows*k/2),
 					[2]linePrefetch{lineRange(unsafe.Pointer(&d[j0*nb]), 2*rows*nb)}
 			},
-		}
-		qGroupTile(m, k, qBlock, qa, sa, 1, src, [][]float32{c})
+		})
 		return
 	}
 	xr, xrBuf := scratchI8(m * k)
@@ -140,9 +140,67 @@ func qQ4_0A8(m, n, k int, qa []int8, sa []float32, w []uint8, d []uint16, c []fl
 	})
 }
 
-// qFill sets every x[i] = v.
-func qFill(x []float32, v float32) {
-	for i := range x {
-		x[i] = v
+// qBlockSource gives qBlockTile the tiles of one repacked GGUF matrix. tile prepares rows rows of W from row j0
+// (at most qW4TileRows): it returns their codes as signed bytes, [qW4TileRows][k] (W's own where they already are),
+// and fills corr and scale, [qW4TileRows][k/32], with each block's correction -128·Σ q and its scale, zero past
+// rows. prefetch gives the lines of a tile's codes (prefetched into L2 over the tile before) and of its scales
+// (into L1 as the tile before starts).
+type qBlockSource struct {
+	tile     func(j0, rows int, cb []int8, corr []int32, scale []float32) []int8
+	prefetch func(j0, rows int) (linePrefetch, [2]linePrefetch)
+}
+
+// qBlockTile is the GEMM of the repacked GGUF matrices for qW4TileMinM tokens or more: qGroupTile's scheme, with
+// the codes signed and the tokens packed once a call offset by 128 (unsigned), so that the offset comes off as
+// each block's correction -128·Σ q, the start of its int32 sums (qGGUFTileVNNI), which needs no per-token sums
+// and no float operation at the block's end beyond the conversion and the multiply-add with its scale. Every
+// block's sum is exact, so C is bit for bit what qGroupTile gives with zero points.
+func qBlockTile(m, n, k int, qa []int8, sa []float32, c []float32, src qBlockSource) {
+	const rowsT, tokT = qW4TileRows, qW4TileTokens
+	nb, kq := k/qBlock, k/4
+	panels := (m + tokT - 1) / tokT
+	tokI8, tokBuf := scratchI8(panels * kq * tokT * 4)
+	defer tokBuf.release()
+	tok := qBytes(tokI8)
+	for p := range panels {
+		qPackRun(tok[p*kq*tokT*4:], qBytes(qa[p*tokT*k:]), min(tokT, m-p*tokT), k, tokT, 0x80808080, nil, 0)
 	}
+	tiles := newTileList([]int{n}, func(n int) int { return n }, rowsT)
+	ParallelWork(tiles.total(), qRowGrain(rowsT*k), func(work *Work) {
+		codes, codesBuf := scratchI8(rowsT * k)
+		defer codesBuf.release()
+		corr, corrBuf := scratchI32(rowsT * nb)
+		defer corrBuf.release()
+		buf, bufBuf := scratchF32(tokT*rowsT + rowsT*nb)
+		defer bufBuf.release()
+		out, scale := buf[:tokT*rowsT], buf[tokT*rowsT:] // out: a partial tile, [tokT][rowsT] as C's layout
+		var pf linePrefetch
+		var ahead [2]linePrefetch
+		qTileRuns(work, func(b, next int) {
+			_, j0, rows := tiles.at(b)
+			wt := src.tile(j0, rows, codes, corr, scale)
+			pf, ahead = linePrefetch{}, [2]linePrefetch{}
+			if next >= 0 {
+				_, nj, nr := tiles.at(next)
+				pf, ahead = src.prefetch(nj, nr)
+			}
+			for p := range panels {
+				if p == 1 {
+					ahead = [2]linePrefetch{}
+				}
+				t0 := p * tokT
+				tn := min(tokT, m-t0)
+				pt, mask := &tok[p*kq*tokT*4], uint64(1)<<tn-1
+				if rows == rowsT && tn == tokT {
+					qGGUFTileVNNI(&wt[0], k, pt, nb, &corr[0], &scale[0], 4*nb, &sa[t0], mask, &c[t0*n+j0], 4*n, &pf,
+						&ahead)
+					continue
+				}
+				qGGUFTileVNNI(&wt[0], k, pt, nb, &corr[0], &scale[0], 4*nb, &sa[t0], mask, &out[0], 4*rowsT, &pf, &ahead)
+				for t := range tn {
+					copy(c[(t0+t)*n+j0:][:rows], out[t*rowsT:])
+				}
+			}
+		})
+	})
 }

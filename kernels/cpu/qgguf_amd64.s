@@ -378,23 +378,3 @@ q8r4chunk:
 	JNZ  q8r4rows
 	VZEROUPPER
 	RET
-
-// func qFlipAVX512(dst, src *byte, n int)
-// dst[i] = src[i]^0x80 for n bytes (a multiple of 64): int8 codes made unsigned, offset by 128.
-TEXT ·qFlipAVX512(SB), NOSPLIT, $0-24
-	MOVQ         dst+0(FP), DI
-	MOVQ         src+8(FP), SI
-	MOVQ         n+16(FP), CX
-	SHRQ         $6, CX
-	MOVL         $0x80, AX
-	VPBROADCASTB AX, Z31
-
-flip:
-	VPXORD    (SI), Z31, Z0
-	VMOVDQU32 Z0, (DI)
-	ADDQ      $64, SI
-	ADDQ      $64, DI
-	DECQ      CX
-	JNZ       flip
-	VZEROUPPER
-	RET

@@ -1712,6 +1712,253 @@ w4tpfdone:
 	VZEROUPPER
 	RET
 
+// GGT_GROUP ends a block for a row of qGGUFTileVNNI: convert its exact sums and multiply-add them with the block's
+// scale (at saddr) into the row's float sums Zf0, Zf1.
+#define GGT_GROUP(saddr, Zi0, Zi1, Zf0, Zf1) \
+	VCVTDQ2PS        Zi0, Zi0 ; \
+	VCVTDQ2PS        Zi1, Zi1 ; \
+	VFMADD231PS.BCST saddr, Zi0, Zf0 ; \
+	VFMADD231PS.BCST saddr, Zi1, Zf1
+
+// GGT_SIX is W4T_SIX at a fixed step of a block: the codes off bytes into the rows, the tokens toff bytes on.
+#define GGT_SIX(off, toff) \
+	VMOVDQU32 toff(DI), Z24 ; \
+	VMOVDQU32 toff+64(DI), Z25 ; \
+	W4T_STEP(off(SI), Z26, Z0, Z1) ; \
+	W4T_STEP(off(SI)(R8*1), Z27, Z2, Z3) ; \
+	W4T_STEP(off(SI)(R8*2), Z26, Z4, Z5) ; \
+	W4T_STEP(off(SI)(R9*1), Z27, Z6, Z7) ; \
+	W4T_STEP(off(SI)(R8*4), Z26, Z8, Z9) ; \
+	W4T_STEP(off(R10), Z27, Z10, Z11)
+
+// GGT_INIT starts a block for a row: both int32 sums from the row's block correction at addr.
+#define GGT_INIT(addr, Zi0, Zi1) \
+	VPBROADCASTD addr, Zi0 ; \
+	VPBROADCASTD addr, Zi1
+
+// func qGGUFTileVNNI(w *int8, k int, tok *uint8, blocks int, corr *int32, scale *float32, gs int, sa *float32,
+//	mask uint64, c *float32, ldc int, pf *linePrefetch, next *[2]linePrefetch)
+// The tile micro-kernel of the repacked GGUF matmuls: six rows of W's codes, signed (rows k bytes apart), against
+// a panel of 32 tokens packed by qPackW offset by 128 (unsigned, [k/4][32][4]), in blocks of 32 values. A block's
+// int32 sums start from its correction c = -128·Σ q (corr: a [6][blocks] table, rows gs bytes apart, as the scales
+// are), so that eight steps of VPDPBUSD leave the exact Σ q·a; the block's end converts them and multiply-adds them
+// with its scale into the row's float sums (GGT_GROUP). The end is qW4A8TileVNNI's: the sums times sa[t] in the
+// lanes set in mask, stored in C's layout (token t's six outputs at c + t·ldc bytes). Z0-Z11 hold the int32 sums,
+// Z12-Z23 the float sums. A block's eight steps are unrolled (GGT_SIX), so that little but the loads and the
+// VPDPBUSD take the front end; each block prefetches four lines of pf's stream (R11, R12: a tile of six rows of
+// W's codes a tile ahead); next's lines go to L1 first.
+TEXT ·qGGUFTileVNNI(SB), NOSPLIT, $0-104
+	MOVQ next+96(FP), AX
+	LEAQ 48(AX), BX
+
+ggtnext:
+	MOVQ 0(AX), R11
+	MOVQ 8(AX), R12
+
+ggtline:
+	TESTQ      R12, R12
+	JZ         ggtnextdone
+	PREFETCHT0 (R11)
+	ADDQ       $64, R11
+	DECQ       R12
+	JMP        ggtline
+
+ggtnextdone:
+	ADDQ $24, AX
+	CMPQ AX, BX
+	JB   ggtnext
+	MOVQ w+0(FP), SI
+	MOVQ k+8(FP), R8
+	MOVQ tok+16(FP), DI
+	MOVQ blocks+24(FP), CX
+	MOVQ corr+32(FP), BX
+	MOVQ scale+40(FP), DX
+	MOVQ gs+48(FP), R13
+	LEAQ (R13)(R13*2), R14
+	LEAQ (R13)(R13*4), R15
+	W4T_ROWS
+	MOVQ pf+88(FP), AX
+	MOVQ 0(AX), R11
+	MOVQ 8(AX), R12
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	VPXORD Z22, Z22, Z22
+	VPXORD Z23, Z23, Z23
+
+ggtblock:
+	GGT_INIT((BX), Z0, Z1)
+	GGT_INIT((BX)(R13*1), Z2, Z3)
+	GGT_INIT((BX)(R13*2), Z4, Z5)
+	GGT_INIT((BX)(R14*1), Z6, Z7)
+	GGT_INIT((BX)(R13*4), Z8, Z9)
+	GGT_INIT((BX)(R15*1), Z10, Z11)
+	GGT_SIX(0, 0)
+	GGT_SIX(4, 128)
+	GGT_SIX(8, 256)
+	GGT_SIX(12, 384)
+	GGT_SIX(16, 512)
+	GGT_SIX(20, 640)
+	GGT_SIX(24, 768)
+	GGT_SIX(28, 896)
+	TESTQ      R12, R12
+	JZ         ggtnopf
+	PREFETCHT1 (R11)
+	PREFETCHT1 64(R11)
+	PREFETCHT1 128(R11)
+	PREFETCHT1 192(R11)
+	ADDQ       $256, R11
+	SUBQ       $4, R12
+	JA         ggtnopf
+	XORQ       R12, R12
+
+ggtnopf:
+	ADDQ $32, SI
+	ADDQ $32, R10
+	ADDQ $1024, DI
+	GGT_GROUP((DX), Z0, Z1, Z12, Z13)
+	GGT_GROUP((DX)(R13*1), Z2, Z3, Z14, Z15)
+	GGT_GROUP((DX)(R13*2), Z4, Z5, Z16, Z17)
+	GGT_GROUP((DX)(R14*1), Z6, Z7, Z18, Z19)
+	GGT_GROUP((DX)(R13*4), Z8, Z9, Z20, Z21)
+	GGT_GROUP((DX)(R15*1), Z10, Z11, Z22, Z23)
+	ADDQ $4, BX
+	ADDQ $4, DX
+	DECQ CX
+	JNZ  ggtblock
+
+	MOVQ pf+88(FP), AX
+	CMPQ R12, 8(AX)
+	JEQ  ggtpfdone
+	MOVQ R11, 0(AX)
+	MOVQ R12, 8(AX)
+
+ggtpfdone:
+	MOVQ sa+56(FP), BX
+	MOVQ mask+64(FP), AX
+	W4T_SA(BX)
+	W4T_SCALE(Z12, Z13)
+	W4T_SCALE(Z14, Z15)
+	W4T_SCALE(Z16, Z17)
+	W4T_SCALE(Z18, Z19)
+	W4T_SCALE(Z20, Z21)
+	W4T_SCALE(Z22, Z23)
+	MOVQ c+72(FP), AX
+	MOVQ ldc+80(FP), BX
+	W4T_STORE
+	VZEROUPPER
+	RET
+
+// func qQ4_0UnpackAVX512(dst *int8, w *uint8, n int, corr *int32)
+// Unpacks n Q4_0 codes (a multiple of 128), packed two a byte as qW4UnpackAVX512 takes them, to dst in their
+// natural order as signed bytes q - 8, and writes each block of 32's correction -128·Σ (q - 8) = 32768 - 128·Σ q
+// to corr. Per 64 packed bytes (four blocks): the two nibbles of each byte added, VPSADBW's eight sums of 16
+// codes, each 128-bit lane's two added (a block's sum), and VPERMD gathering the four (qBlockSums).
+TEXT ·qQ4_0UnpackAVX512(SB), NOSPLIT, $0-32
+	MOVQ         dst+0(FP), DI
+	MOVQ         w+8(FP), SI
+	MOVQ         n+16(FP), CX
+	MOVQ         corr+24(FP), DX
+	SHRQ         $7, CX
+	MOVL         $0x000f000f, AX
+	VPBROADCASTD AX, Z4
+	MOVL         $0x0f000f00, AX
+	VPBROADCASTD AX, Z5
+	MOVL         $0x0f0f0f0f, AX
+	VPBROADCASTD AX, Z6
+	MOVL         $0x08080808, AX
+	VPBROADCASTD AX, Z7
+	MOVL         $32768, AX
+	VPBROADCASTD AX, X8
+	VPXORD       Z9, Z9, Z9
+	VMOVDQU32    qBlockSums<>(SB), Z10
+
+q40chunk:
+	VMOVDQU64 (SI), Z0
+	VPANDD    Z6, Z0, Z1
+	VPSRLW    $4, Z0, Z2
+	VPANDD    Z6, Z2, Z2
+	VPADDB    Z2, Z1, Z1
+	VPSADBW   Z9, Z1, Z1
+	VPSHUFD   $0x4e, Z1, Z2
+	VPADDQ    Z2, Z1, Z1
+	VPERMD    Z1, Z10, Z1
+	VPSLLD    $7, X1, X1
+	VPSUBD    X1, X8, X1
+	VMOVDQU   X1, (DX)
+	VPMOVZXBW (SI), Z2
+	VPSLLW    $4, Z2, Z3
+	VPANDD    Z4, Z2, Z2
+	VPANDD    Z5, Z3, Z3
+	VPORD     Z3, Z2, Z2
+	VPSUBB    Z7, Z2, Z2
+	VMOVDQU64 Z2, (DI)
+	VPMOVZXBW 32(SI), Z2
+	VPSLLW    $4, Z2, Z3
+	VPANDD    Z4, Z2, Z2
+	VPANDD    Z5, Z3, Z3
+	VPORD     Z3, Z2, Z2
+	VPSUBB    Z7, Z2, Z2
+	VMOVDQU64 Z2, 64(DI)
+	ADDQ      $64, SI
+	ADDQ      $128, DI
+	ADDQ      $16, DX
+	DECQ      CX
+	JNZ       q40chunk
+	VZEROUPPER
+	RET
+
+// qBlockSums picks dword 0 of each 128-bit lane: the VPERMD indices that gather four blocks' sums.
+DATA qBlockSums<>+0(SB)/4, $0
+DATA qBlockSums<>+4(SB)/4, $4
+DATA qBlockSums<>+8(SB)/4, $8
+DATA qBlockSums<>+12(SB)/4, $12
+GLOBL qBlockSums<>(SB), RODATA|NOPTR, $64
+
+// func qQ8_0CorrAVX512(corr *int32, w *int8, n int)
+// Writes the correction -128·Σ q of each block of 32 of the n Q8_0 codes at w (a multiple of 128) to corr:
+// 524288 - 128·Σ (q + 128). Per 128 codes (four blocks): VPSADBW's sums of the codes made unsigned eight at a
+// time, each block's four brought into one 128-bit lane (VSHUFI64X2) and added, VPERMD gathering the four.
+TEXT ·qQ8_0CorrAVX512(SB), NOSPLIT, $0-24
+	MOVQ         corr+0(FP), DX
+	MOVQ         w+8(FP), SI
+	MOVQ         n+16(FP), CX
+	SHRQ         $7, CX
+	MOVL         $0x80808080, AX
+	VPBROADCASTD AX, Z6
+	MOVL         $524288, AX
+	VPBROADCASTD AX, X8
+	VPXORD       Z9, Z9, Z9
+	VMOVDQU32    qBlockSums<>(SB), Z10
+
+q80chunk:
+	VPXORD     (SI), Z6, Z0
+	VPXORD     64(SI), Z6, Z1
+	VPSADBW    Z9, Z0, Z0
+	VPSADBW    Z9, Z1, Z1
+	VSHUFI64X2 $0x88, Z1, Z0, Z2
+	VSHUFI64X2 $0xdd, Z1, Z0, Z3
+	VPADDQ     Z3, Z2, Z2
+	VPSHUFD    $0x4e, Z2, Z3
+	VPADDQ     Z3, Z2, Z2
+	VPERMD     Z2, Z10, Z2
+	VPSLLD     $7, X2, X2
+	VPSUBD     X2, X8, X2
+	VMOVDQU    X2, (DX)
+	ADDQ       $128, SI
+	ADDQ       $16, DX
+	DECQ       CX
+	JNZ        q80chunk
+	VZEROUPPER
+	RET
+
 // func qW8A8TileVNNI(w *int8, k int, tok *uint8, steps int, bias *int32, sw, sa *float32, mask uint64, c *float32,
 //	ldc int, pf *prefetchStream)
 // The W8A8 tile micro-kernel for a few tokens: six rows of W, read in place (signed, k bytes apart), against a
