@@ -30,10 +30,10 @@ func qDotQ4_0RowsVNNI(w *uint8, k int, xr *int8, corr *int32, d *uint16, rows in
 //go:noescape
 func qDotQ4_0Rows4VNNI(w *uint8, k int, xr *int8, corr *int32, d *uint16, rows int, sa float32, y *float32)
 
-// qQ8_0A8 is GEMMQ8_0A8. With VNNI and k a multiple of 64, qW4TileMinM tokens or more run qGroupTile, each tile's
-// codes made unsigned (q^0x80 = q+128) with zero point 128; fewer run qDotQ8_0RowsVNNI a token at a time, over
-// blocks of qW4A8Rows rows that serve every token while they are in L2, with each token's block corrections
-// (-128·Σ a a block: in lanes 0 and 8 of every 16 int32) made once. Other shapes run the pure-Go loop.
+// qQ8_0A8 is GEMMQ8_0A8. With VNNI and k a multiple of 64, qW4TileMinM tokens or more run qBlockTile on the codes
+// in place; fewer run qDotQ8_0RowsVNNI a token at a time, over blocks of qW4A8Rows rows that serve every token
+// while they are in L2, with each token's block corrections (-128·Σ a a block: in lanes 0 and 8 of every 16
+// int32) made once. Other shapes run the pure-Go loop.
 func qQ8_0A8(m, n, k int, qa []int8, sa []float32, w []int8, d []uint16, c []float32) {
 	if !qVNNI || k%64 != 0 {
 		qQ8_0A8Go(m, n, k, qa, sa, w, d, c)
@@ -85,11 +85,11 @@ func qQ8_0A8(m, n, k int, qa []int8, sa []float32, w []int8, d []uint16, c []flo
 	})
 }
 
-// qQ4_0A8 is GEMMQ4_0A8. With VNNI and k a multiple of 128, qW4TileMinM tokens or more run qGroupTile, each
-// tile's codes unpacked to bytes with zero point 8; fewer run qDotQ4_0RowsVNNI a token at a time as qQ8_0A8 runs
-// its row kernel, each token rearranged for it (qDeinterleaveAVX512) and its block corrections (-8·Σ a a block:
-// in lanes 0, 4, 8 and 12 of every 16 int32) made once; blocks of four rows share each load of the token
-// (qDotQ4_0Rows4VNNI). Other shapes run the pure-Go loop.
+// qQ4_0A8 is GEMMQ4_0A8. With VNNI and k a multiple of 128, qW4TileMinM tokens or more run qBlockTile, each
+// tile's codes unpacked to signed bytes q - 8 (qQ4_0UnpackAVX512); fewer run qDotQ4_0RowsVNNI a token at a time
+// as qQ8_0A8 runs its row kernel, each token rearranged for it (qDeinterleaveAVX512) and its block corrections
+// (-8·Σ a a block: in lanes 0, 4, 8 and 12 of every 16 int32) made once; blocks of four rows share each load of
+// the token (qDotQ4_0Rows4VNNI). Other shapes run the pure-Go loop.
 func qQ4_0A8(m, n, k int, qa []int8, sa []float32, w []uint8, d []uint16, c []float32) {
 	if !qVNNI || k%128 != 0 {
 		qQ4_0A8Go(m, n, k, qa, sa, w, d, c)

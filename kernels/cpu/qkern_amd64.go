@@ -728,10 +728,9 @@ type qTileSource struct {
 	prefetch func(i, j0, rows int) (linePrefetch, [2]linePrefetch)
 }
 
-// qGroupTile is the GEMM of the group-wise integer formats (W4A8, and GGUF's Q8_0 and Q4_0 repacked) for
-// qW4TileMinM tokens or more, groups of a multiple of 32 and VNNI: a GEMM rather than a GEMV a token. The tiles
-// of all the matrices are ParallelWork's items (qTileRuns); a thread gets a tile's qW4TileRows rows of W as bytes
-// q (src.tile), which the tile kernel broadcasts against panels of qW4TileTokens tokens packed once a call, with
+// qGroupTile is the GEMM of W4A8 (groups with zero points) for qW4TileMinM tokens or more, groups of a multiple
+// of 32 and VNNI: a GEMM rather than a GEMV a token. The tiles of all the matrices are ParallelWork's items
+// (qTileRuns); a thread gets a tile's qW4TileRows rows of W as bytes q (src.tile), which the tile kernel broadcasts against panels of qW4TileTokens tokens packed once a call, with
 // each group's sum of the tokens' values: each code is prepared once a call instead of once a token, and a step
 // does twelve VPDPBUSD against eight loads; the zero point comes off at each group's end, as z·Σ a. Every group's
 // sum is exact; the float32 sums of the group terms differ in their order from the one-token kernels', so a
