@@ -728,14 +728,14 @@ type qTileSource struct {
 	prefetch func(i, j0, rows int) (linePrefetch, [2]linePrefetch)
 }
 
-// qGroupTile is the GEMM of W4A8 (groups with zero points) for qW4TileMinM tokens or more, groups of a multiple
-// of 32 and VNNI: a GEMM rather than a GEMV a token. The tiles of all the matrices are ParallelWork's items
-// (qTileRuns); a thread gets a tile's qW4TileRows rows of W as bytes q (src.tile), which the tile kernel broadcasts against panels of qW4TileTokens tokens packed once a call, with
-// each group's sum of the tokens' values: each code is prepared once a call instead of once a token, and a step
-// does twelve VPDPBUSD against eight loads; the zero point comes off at each group's end, as z·Σ a. Every group's
-// sum is exact; the float32 sums of the group terms differ in their order from the one-token kernels', so a
-// token's outputs here may differ from its outputs alone by a rounding, and do not depend on which other tokens
-// share the call.
+// qGroupTile is the GEMM of W4A8 (groups with zero points) for qW4TileMinM tokens or more, groups of a multiple of
+// 32 and VNNI: a GEMM rather than a GEMV a token. The tiles of all the matrices are ParallelWork's items
+// (qTileRuns); a thread gets a tile's qW4TileRows rows of W as bytes q (src.tile), which the tile kernel broadcasts
+// against panels of qW4TileTokens tokens packed once a call, with each group's sum of the tokens' values: each code
+// is prepared once a call instead of once a token, and a step does twelve VPDPBUSD against eight loads; the zero
+// point comes off at each group's end, as z·Σ a. Every group's sum is exact; the float32 sums of the group terms
+// differ in their order from the one-token kernels', so a token's outputs here may differ from its outputs alone by
+// a rounding, and do not depend on which other tokens share the call.
 func qGroupTile(m, k, group int, qa []int8, sa []float32, mats int, src qTileSource, cs [][]float32) {
 	const rowsT, tokT = qW4TileRows, qW4TileTokens
 	gpr, kq := k/group, k/4
