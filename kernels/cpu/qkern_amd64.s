@@ -1492,27 +1492,30 @@ deinterleave:
 	VPDPBUSD     Z24, Zb, Zi0 ; \
 	VPDPBUSD     Z25, Zb, Zi1
 
-// W4T_SIX and W4T_SIXU are a step of the tile kernels' six rows (W4T_STEP, W4T_STEPU) against the 32 tokens'
-// four bytes at DI; W4T_NEXT moves to the next step.
-#define W4T_SIX \
-	VMOVDQU32 (DI), Z24 ; \
-	VMOVDQU32 64(DI), Z25 ; \
-	W4T_STEP((SI), Z26, Z0, Z1) ; \
-	W4T_STEP((SI)(R8*1), Z27, Z2, Z3) ; \
-	W4T_STEP((SI)(R8*2), Z26, Z4, Z5) ; \
-	W4T_STEP((SI)(R9*1), Z27, Z6, Z7) ; \
-	W4T_STEP((SI)(R8*4), Z26, Z8, Z9) ; \
-	W4T_STEP((R10), Z27, Z10, Z11)
+// W4T_SIX_AT and W4T_SIXU_AT are a step of the tile kernels' six rows (W4T_STEP, W4T_STEPU) against the 32
+// tokens' four bytes at toff(DI), the codes off bytes into the rows; W4T_SIX is the step at DI and the rows' start,
+// and W4T_NEXT moves to the next step. The kernels over groups of 32 unroll a group's eight steps at fixed offsets.
+#define W4T_SIX_AT(off, toff) \
+	VMOVDQU32 toff(DI), Z24 ; \
+	VMOVDQU32 toff+64(DI), Z25 ; \
+	W4T_STEP(off(SI), Z26, Z0, Z1) ; \
+	W4T_STEP(off(SI)(R8*1), Z27, Z2, Z3) ; \
+	W4T_STEP(off(SI)(R8*2), Z26, Z4, Z5) ; \
+	W4T_STEP(off(SI)(R9*1), Z27, Z6, Z7) ; \
+	W4T_STEP(off(SI)(R8*4), Z26, Z8, Z9) ; \
+	W4T_STEP(off(R10), Z27, Z10, Z11)
 
-#define W4T_SIXU \
-	VMOVDQU32 (DI), Z24 ; \
-	VMOVDQU32 64(DI), Z25 ; \
-	W4T_STEPU((SI), Z26, Z0, Z1) ; \
-	W4T_STEPU((SI)(R8*1), Z27, Z2, Z3) ; \
-	W4T_STEPU((SI)(R8*2), Z26, Z4, Z5) ; \
-	W4T_STEPU((SI)(R9*1), Z27, Z6, Z7) ; \
-	W4T_STEPU((SI)(R8*4), Z26, Z8, Z9) ; \
-	W4T_STEPU((R10), Z27, Z10, Z11)
+#define W4T_SIX W4T_SIX_AT(0, 0)
+
+#define W4T_SIXU_AT(off, toff) \
+	VMOVDQU32 toff(DI), Z24 ; \
+	VMOVDQU32 toff+64(DI), Z25 ; \
+	W4T_STEPU(off(SI), Z26, Z0, Z1) ; \
+	W4T_STEPU(off(SI)(R8*1), Z27, Z2, Z3) ; \
+	W4T_STEPU(off(SI)(R8*2), Z26, Z4, Z5) ; \
+	W4T_STEPU(off(SI)(R9*1), Z27, Z6, Z7) ; \
+	W4T_STEPU(off(SI)(R8*4), Z26, Z8, Z9) ; \
+	W4T_STEPU(off(R10), Z27, Z10, Z11)
 
 #define W4T_NEXT \
 	ADDQ $4, SI ; \
@@ -1606,14 +1609,15 @@ deinterleave:
 //	mask uint64, c *float32, ldc int, pf *linePrefetch, tsum *float32, next *[2]linePrefetch)
 // The W4A8 tile micro-kernel: six rows of W, unpacked by qW4UnpackAVX512 (codes q, unsigned, rows k bytes apart),
 // against a panel of 32 tokens packed by qPackW (signed, [k/4][32][4]) with the sums of each group's values
-// (tsum: [group][32], as float32). For each group of 4·steps values, VPDPBUSD sums Σ q·a exactly in int32, and
+// (tsum: [group][32], as float32). For each group of 4·steps values (steps a multiple of 8, run eight at a time
+// unrolled, W4T_SIXU_AT), VPDPBUSD sums Σ q·a exactly in int32, and
 // the group's end takes off z·Σ a and adds the group's exact Σ (q - z)·a times s (W4T_GROUP) to the row's float
 // sums; the zero points zf and the scales are [6][groups] tables with rows gs bytes apart, so that scale can be
 // the weights' own. At the end the sums times sa[t] (sa read in the lanes set in mask, zero in the others) are
 // transposed in registers and stored as C's layout: token t's six outputs at c + t·ldc bytes, for all 32 tokens.
-// Z0-Z11 hold the int32 sums (row r in Z(2r), Z(2r+1)), Z12-Z23 the float sums. Each step prefetches a line of
-// pf's stream (R11: the next line, R12: how many are left); the lines of next (the next tile's scales and zero
-// points) are prefetched into L1 first.
+// Z0-Z11 hold the int32 sums (row r in Z(2r), Z(2r+1)), Z12-Z23 the float sums. Each eight steps prefetch four
+// lines of pf's stream (R11: the next line, R12: how many are left); the lines of next (the next tile's scales and
+// zero points) are prefetched into L1 first.
 TEXT ·qW4A8TileVNNI(SB), NOSPLIT, $0-120
 	MOVQ next+112(FP), AX
 	LEAQ 48(AX), BX
@@ -1659,17 +1663,32 @@ w4tnextdone:
 
 w4tgroup:
 	MOVQ steps+32(FP), AX
+	SHRQ $3, AX
 
 w4tstep:
-	W4T_SIXU
+	W4T_SIXU_AT(0, 0)
+	W4T_SIXU_AT(4, 128)
+	W4T_SIXU_AT(8, 256)
+	W4T_SIXU_AT(12, 384)
+	W4T_SIXU_AT(16, 512)
+	W4T_SIXU_AT(20, 640)
+	W4T_SIXU_AT(24, 768)
+	W4T_SIXU_AT(28, 896)
 	TESTQ      R12, R12
 	JZ         w4tnopf
 	PREFETCHT1 (R11)
-	ADDQ       $64, R11
-	DECQ       R12
+	PREFETCHT1 64(R11)
+	PREFETCHT1 128(R11)
+	PREFETCHT1 192(R11)
+	ADDQ       $256, R11
+	SUBQ       $4, R12
+	JA         w4tnopf
+	XORQ       R12, R12
 
 w4tnopf:
-	W4T_NEXT
+	ADDQ $32, SI
+	ADDQ $32, R10
+	ADDQ $1024, DI
 	DECQ AX
 	JNZ  w4tstep
 
@@ -1720,17 +1739,6 @@ w4tpfdone:
 	VFMADD231PS.BCST saddr, Zi0, Zf0 ; \
 	VFMADD231PS.BCST saddr, Zi1, Zf1
 
-// GGT_SIX is W4T_SIX at a fixed step of a block: the codes off bytes into the rows, the tokens toff bytes on.
-#define GGT_SIX(off, toff) \
-	VMOVDQU32 toff(DI), Z24 ; \
-	VMOVDQU32 toff+64(DI), Z25 ; \
-	W4T_STEP(off(SI), Z26, Z0, Z1) ; \
-	W4T_STEP(off(SI)(R8*1), Z27, Z2, Z3) ; \
-	W4T_STEP(off(SI)(R8*2), Z26, Z4, Z5) ; \
-	W4T_STEP(off(SI)(R9*1), Z27, Z6, Z7) ; \
-	W4T_STEP(off(SI)(R8*4), Z26, Z8, Z9) ; \
-	W4T_STEP(off(R10), Z27, Z10, Z11)
-
 // GGT_INIT starts a block for a row: both int32 sums from the row's block correction at addr.
 #define GGT_INIT(addr, Zi0, Zi1) \
 	VPBROADCASTD addr, Zi0 ; \
@@ -1744,7 +1752,7 @@ w4tpfdone:
 // are), so that eight steps of VPDPBUSD leave the exact Σ q·a; the block's end converts them and multiply-adds them
 // with its scale into the row's float sums (GGT_GROUP). The end is qW4A8TileVNNI's: the sums times sa[t] in the
 // lanes set in mask, stored in C's layout (token t's six outputs at c + t·ldc bytes). Z0-Z11 hold the int32 sums,
-// Z12-Z23 the float sums. A block's eight steps are unrolled (GGT_SIX), so that little but the loads and the
+// Z12-Z23 the float sums. A block's eight steps are unrolled (W4T_SIX_AT), so that little but the loads and the
 // VPDPBUSD take the front end; each block prefetches four lines of pf's stream (R11, R12: a tile of six rows of
 // W's codes a tile ahead); next's lines go to L1 first.
 TEXT ·qGGUFTileVNNI(SB), NOSPLIT, $0-104
@@ -1800,14 +1808,14 @@ ggtblock:
 	GGT_INIT((BX)(R14*1), Z6, Z7)
 	GGT_INIT((BX)(R13*4), Z8, Z9)
 	GGT_INIT((BX)(R15*1), Z10, Z11)
-	GGT_SIX(0, 0)
-	GGT_SIX(4, 128)
-	GGT_SIX(8, 256)
-	GGT_SIX(12, 384)
-	GGT_SIX(16, 512)
-	GGT_SIX(20, 640)
-	GGT_SIX(24, 768)
-	GGT_SIX(28, 896)
+	W4T_SIX_AT(0, 0)
+	W4T_SIX_AT(4, 128)
+	W4T_SIX_AT(8, 256)
+	W4T_SIX_AT(12, 384)
+	W4T_SIX_AT(16, 512)
+	W4T_SIX_AT(20, 640)
+	W4T_SIX_AT(24, 768)
+	W4T_SIX_AT(28, 896)
 	TESTQ      R12, R12
 	JZ         ggtnopf
 	PREFETCHT1 (R11)
