@@ -25,7 +25,8 @@ import (
 // BenchmarkHTTPOverhead compares, at batch 1, the TTFT and TPOT a client sees through the server (a streamed
 // completion over loopback HTTP, from a client in a process of its own, as a real client is) with those a client
 // of the engine in the same process sees (Submit and the stream's events), on two identical engines over a
-// synthetic stories15M. Each iteration runs one request each way, in alternating order, so that the machine's
+// synthetic model: stories15M, whose 32-token prompt takes a few milliseconds, so that the server's fixed costs
+// show, and stories110M, the model the other CPU measurements serve. Each iteration runs one request each way, in alternating order, so that the machine's
 // drift falls on both alike. TTFT is from sending to the first token; TPOT is (last token - first token) /
 // (tokens - 1), as vLLM's benchmark defines it. It reports the medians and their ratios (HTTP / in-process), for
 // prompts of 32 and 128 tokens and 32 output tokens.
@@ -37,18 +38,20 @@ import (
 // token up to 10 ms late, which a client in another process, woken by the OS, does not.
 func BenchmarkHTTPOverhead(b *testing.B) {
 	procs := runtime.GOMAXPROCS(0)
-	for _, threads := range slices.Compact([]int{max(1, procs-1), procs}) {
-		for _, promptLen := range []int{32, 128} {
-			b.Run(fmt.Sprintf("threads=%d/prompt=%d", threads, promptLen), func(b *testing.B) {
-				defer cpu.SetThreads(cpu.SetThreads(threads))
-				benchOverhead(b, promptLen)
-			})
+	for _, shape := range []string{"stories15M", "stories110M"} {
+		for _, threads := range slices.Compact([]int{max(1, procs-1), procs}) {
+			for _, promptLen := range []int{32, 128} {
+				b.Run(fmt.Sprintf("model=%s/threads=%d/prompt=%d", shape, threads, promptLen), func(b *testing.B) {
+					defer cpu.SetThreads(cpu.SetThreads(threads))
+					benchOverhead(b, shape, promptLen)
+				})
+			}
 		}
 	}
 }
 
-func benchOverhead(b *testing.B, promptLen int) {
-	cfg, err := model.ShapeByName("stories15M")
+func benchOverhead(b *testing.B, shape string, promptLen int) {
+	cfg, err := model.ShapeByName(shape)
 	if err != nil {
 		b.Fatal(err)
 	}
