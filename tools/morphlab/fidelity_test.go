@@ -16,11 +16,13 @@ import (
 // TestFidelityPipeline is the short twin of tools/fidelity.sh: stories260K's shape calibrated on the CPU-time
 // clock, a 2-second Poisson trace at 40 requests a second replayed on the CPU engine (--clock cpu) and in the
 // simulator with that calibration, under fp16 and morph:default with a KV budget that fills. The load is what
-// makes the steps fittable on a fast machine: at 4 requests a second stories260K decodes one sequence a step, every
-// step samples one row, and the sampled-row term is then the layers' count over five, which no fit separates. Both sides must serve the same requests
-// with the same output lengths; the TPOT ratio is logged, not asserted: timings are the script's to hold against
-// its 10% bar (on stories110M, timed over minutes), while stories260K's steps take tens of microseconds, below a
-// shared machine's noise.
+// makes the steps fittable on a fast machine: at 4 requests a second stories260K decodes one sequence a step,
+// every step samples one row, and the sampled-row term is then the layers' count over five, which no fit
+// separates. Requests are clipped to 176 tokens, within the 12 blocks of the full-precision pool: a longer one
+// would be served or rejected depending on whether morph had attached blocks by then, which timing decides. Both
+// sides must serve the same requests with the same output lengths; the TPOT ratio is logged, not asserted:
+// timings are the script's to hold against its 10% bar (on stories110M, timed over minutes), while stories260K's
+// steps take tens of microseconds, below a shared machine's noise.
 func TestFidelityPipeline(t *testing.T) {
 	dir := t.TempDir()
 	calib, trace := filepath.Join(dir, "cpu.json"), filepath.Join(dir, "trace.csv")
@@ -29,7 +31,7 @@ func TestFidelityPipeline(t *testing.T) {
 		t.Fatalf("calibrate: exit %d: %s", code, stderr)
 	}
 	if code, _, stderr := runCLI("trace", "gen", "--process", "poisson:40", "--duration", "2s", "--prompt", "lognormal:60:0.5",
-		"--output", "lognormal:32:0.5", "--max-output", "96", "--seed", "1", "--out", trace); code != 0 {
+		"--output", "lognormal:32:0.5", "--max-output", "96", "--clip", "176", "--seed", "1", "--out", trace); code != 0 {
 		t.Fatalf("trace gen: exit %d: %s", code, stderr)
 	}
 	budget := []string{"--kv-type", "f16", "--kv-blocks", "12", "--max-tokens", "256", "--block-size", "16", "--trace", trace}
