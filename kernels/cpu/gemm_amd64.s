@@ -143,15 +143,7 @@ label:
 	LEAQ   (SI)(BX*2), R11; \
 	MOVQ   R15, DI; \
 	XORL   R9, R9; \
-	ZERO16; \
-	VPXORD Z16, Z16, Z16; \
-	VPXORD Z17, Z17, Z17; \
-	VPXORD Z18, Z18, Z18; \
-	VPXORD Z19, Z19, Z19; \
-	VPXORD Z20, Z20, Z20; \
-	VPXORD Z21, Z21, Z21; \
-	VPXORD Z22, Z22, Z22; \
-	VPXORD Z23, Z23, Z23
+	ZERO24
 
 // G8_PREFETCH prefetches the stream's next lines into L2, as many a step as the stream says (R12), while any
 // are left (labels: unique to the use).

@@ -159,12 +159,9 @@ func qBlockTile(m, n, k int, qa []int8, sa []float32, c []float32, src qBlockSou
 	const rowsT, tokT = qW4TileRows, qW4TileTokens
 	nb, kq := k/qBlock, k/4
 	panels := (m + tokT - 1) / tokT
-	tokI8, tokBuf := scratchI8(panels * kq * tokT * 4)
+	tokI8, tokBuf := qPackTokens(m, k, qa, 0x80808080, nil, 0)
 	defer tokBuf.release()
 	tok := qBytes(tokI8)
-	for p := range panels {
-		qPackRun(tok[p*kq*tokT*4:], qBytes(qa[p*tokT*k:]), min(tokT, m-p*tokT), k, tokT, 0x80808080, nil, 0)
-	}
 	tiles := newTileList([]int{n}, func(n int) int { return n }, rowsT)
 	ParallelWork(tiles.total(), qRowGrain(rowsT*k), func(work *Work) {
 		codes, codesBuf := scratchI8(rowsT * k)

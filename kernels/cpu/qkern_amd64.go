@@ -728,6 +728,24 @@ type qTileSource struct {
 	prefetch func(i, j0, rows int) (linePrefetch, [2]linePrefetch)
 }
 
+// qPackTokens packs the m tokens of qa (k values each) for the tile kernels: panels of qW4TileTokens tokens,
+// [k/4][qW4TileTokens][4] each, every byte XOR flip, with each group's sums in sums ([panel][k/group][token]) when
+// group > 0. The panels go in a scratch buffer that the caller releases.
+func qPackTokens(m, k int, qa []int8, flip uint32, sums []float32, group int) ([]int8, scratchHandle[int8]) {
+	const tokT = qW4TileTokens
+	panels, kq := (m+tokT-1)/tokT, k/4
+	tokI8, buf := scratchI8(panels * kq * tokT * 4)
+	tok := qBytes(tokI8)
+	for p := range panels {
+		var ps []float32
+		if group > 0 {
+			ps = sums[p*k/group*tokT:]
+		}
+		qPackRun(tok[p*kq*tokT*4:], qBytes(qa[p*tokT*k:]), min(tokT, m-p*tokT), k, tokT, flip, ps, group)
+	}
+	return tokI8, buf
+}
+
 // qGroupTile is the GEMM of W4A8 (groups with zero points) for qW4TileMinM tokens or more, groups of a multiple of
 // 32 and VNNI: a GEMM rather than a GEMV a token. The tiles of all the matrices are ParallelWork's items
 // (qTileRuns); a thread gets a tile's qW4TileRows rows of W as bytes q (src.tile), which the tile kernel broadcasts
@@ -740,14 +758,10 @@ func qGroupTile(m, k, group int, qa []int8, sa []float32, mats int, src qTileSou
 	const rowsT, tokT = qW4TileRows, qW4TileTokens
 	gpr, kq := k/group, k/4
 	panels := (m + tokT - 1) / tokT
-	tokI8, tokBuf := scratchI8(panels * kq * tokT * 4)
-	defer tokBuf.release()
-	tok := qBytes(tokI8)
 	tsum, tsumBuf := scratchF32(panels * gpr * tokT) // [panel][group][token] Σ a
 	defer tsumBuf.release()
-	for p := range panels {
-		qPackRun(tok[p*kq*tokT*4:], qBytes(qa[p*tokT*k:]), min(tokT, m-p*tokT), k, tokT, 0, tsum[p*gpr*tokT:], group)
-	}
+	tokI8, tokBuf := qPackTokens(m, k, qa, 0, tsum, group)
+	defer tokBuf.release()
 	ns := make([]int, mats)
 	for i := range ns {
 		ns[i] = src.n(i)

@@ -324,30 +324,7 @@ sumreduce:
 	ADDQ R8, R9 ; \
 	LEAQ (R9)(R8*2), R10 ; \
 	ADDQ R8, R10 ; \
-	VPXORD Z0, Z0, Z0 ; \
-	VPXORD Z1, Z1, Z1 ; \
-	VPXORD Z2, Z2, Z2 ; \
-	VPXORD Z3, Z3, Z3 ; \
-	VPXORD Z4, Z4, Z4 ; \
-	VPXORD Z5, Z5, Z5 ; \
-	VPXORD Z6, Z6, Z6 ; \
-	VPXORD Z7, Z7, Z7 ; \
-	VPXORD Z8, Z8, Z8 ; \
-	VPXORD Z9, Z9, Z9 ; \
-	VPXORD Z10, Z10, Z10 ; \
-	VPXORD Z11, Z11, Z11 ; \
-	VPXORD Z12, Z12, Z12 ; \
-	VPXORD Z13, Z13, Z13 ; \
-	VPXORD Z14, Z14, Z14 ; \
-	VPXORD Z15, Z15, Z15 ; \
-	VPXORD Z16, Z16, Z16 ; \
-	VPXORD Z17, Z17, Z17 ; \
-	VPXORD Z18, Z18, Z18 ; \
-	VPXORD Z19, Z19, Z19 ; \
-	VPXORD Z20, Z20, Z20 ; \
-	VPXORD Z21, Z21, Z21 ; \
-	VPXORD Z22, Z22, Z22 ; \
-	VPXORD Z23, Z23, Z23
+	ZERO24
 
 #define I8_STEP \
 	VMOVDQU32    (BX), Z24 ; \
@@ -1530,6 +1507,62 @@ deinterleave:
 	VMOVUPS.Z (sa), K1, Z24 ; \
 	VMOVUPS.Z 64(sa), K2, Z25
 
+// W4T_NEXT_L1 prefetches the lines of next (the *[2]linePrefetch in AX: the next tile's scales and the like) into
+// L1; loop, line and done are labels unique to the use. It uses AX, BX, R11, R12.
+#define W4T_NEXT_L1(loop, line, done) \
+	LEAQ 48(AX), BX ; \
+loop: ; \
+	MOVQ 0(AX), R11 ; \
+	MOVQ 8(AX), R12 ; \
+line: ; \
+	TESTQ      R12, R12 ; \
+	JZ         done ; \
+	PREFETCHT0 (R11) ; \
+	ADDQ       $64, R11 ; \
+	DECQ       R12 ; \
+	JMP        line ; \
+done: ; \
+	ADDQ $24, AX ; \
+	CMPQ AX, BX ; \
+	JB   loop
+
+// W4T_PF4 prefetches the next four lines of the line stream in R11 (R12 lines left) into L2, once eight steps.
+#define W4T_PF4(label) \
+	TESTQ      R12, R12 ; \
+	JZ         label ; \
+	PREFETCHT1 (R11) ; \
+	PREFETCHT1 64(R11) ; \
+	PREFETCHT1 128(R11) ; \
+	PREFETCHT1 192(R11) ; \
+	ADDQ       $256, R11 ; \
+	SUBQ       $4, R12 ; \
+	JA         label ; \
+	XORQ       R12, R12 ; \
+label:
+
+// W4T_END ends a tile kernel: the line stream's position (R11, R12) written back to the linePrefetch at DI if it
+// moved, the six rows' sums (Z12-Z23) scaled by the tokens' scales at SI (W4T_SA, the lanes set in the mask in CX)
+// and stored in C's layout (W4T_STORE) at R8, R9 bytes a token.
+#define W4T_END(label) \
+	CMPQ R12, 8(DI) ; \
+	JEQ  label ; \
+	MOVQ R11, 0(DI) ; \
+	MOVQ R12, 8(DI) ; \
+label: ; \
+	MOVQ CX, AX ; \
+	W4T_SA(SI) ; \
+	W4T_SCALE(Z12, Z13) ; \
+	W4T_SCALE(Z14, Z15) ; \
+	W4T_SCALE(Z16, Z17) ; \
+	W4T_SCALE(Z18, Z19) ; \
+	W4T_SCALE(Z20, Z21) ; \
+	W4T_SCALE(Z22, Z23) ; \
+	MOVQ R8, AX ; \
+	MOVQ R9, BX ; \
+	W4T_STORE ; \
+	VZEROUPPER ; \
+	RET
+
 // W4T_GROUP ends a group for a row: convert its sums Σ q·a, take off z·Σ a (z as float32 at zaddr; the tokens'
 // Σ a of the group in Z24, Z25), both exact integers below 2^24, multiply-add the result, the group's exact
 // Σ (q - z)·a, with the group's scale (at saddr) into the row's float sums Zf0, Zf1, and clear the int32 sums.
@@ -1620,24 +1653,7 @@ deinterleave:
 // zero points) are prefetched into L1 first.
 TEXT ·qW4A8TileVNNI(SB), NOSPLIT, $0-120
 	MOVQ next+112(FP), AX
-	LEAQ 48(AX), BX
-
-w4tnext:
-	MOVQ 0(AX), R11
-	MOVQ 8(AX), R12
-
-w4tline:
-	TESTQ      R12, R12
-	JZ         w4tnextdone
-	PREFETCHT0 (R11)
-	ADDQ       $64, R11
-	DECQ       R12
-	JMP        w4tline
-
-w4tnextdone:
-	ADDQ $24, AX
-	CMPQ AX, BX
-	JB   w4tnext
+	W4T_NEXT_L1(w4tnext, w4tline, w4tnextdone)
 	MOVQ codes+0(FP), SI
 	MOVQ k+8(FP), R8
 	MOVQ tok+16(FP), DI
@@ -1651,15 +1667,7 @@ w4tnextdone:
 	MOVQ pf+96(FP), AX
 	MOVQ 0(AX), R11
 	MOVQ 8(AX), R12
-	ZERO16
-	VPXORD Z16, Z16, Z16
-	VPXORD Z17, Z17, Z17
-	VPXORD Z18, Z18, Z18
-	VPXORD Z19, Z19, Z19
-	VPXORD Z20, Z20, Z20
-	VPXORD Z21, Z21, Z21
-	VPXORD Z22, Z22, Z22
-	VPXORD Z23, Z23, Z23
+	ZERO24
 
 w4tgroup:
 	MOVQ steps+32(FP), AX
@@ -1674,18 +1682,7 @@ w4tstep:
 	W4T_SIXU_AT(20, 640)
 	W4T_SIXU_AT(24, 768)
 	W4T_SIXU_AT(28, 896)
-	TESTQ      R12, R12
-	JZ         w4tnopf
-	PREFETCHT1 (R11)
-	PREFETCHT1 64(R11)
-	PREFETCHT1 128(R11)
-	PREFETCHT1 192(R11)
-	ADDQ       $256, R11
-	SUBQ       $4, R12
-	JA         w4tnopf
-	XORQ       R12, R12
-
-w4tnopf:
+	W4T_PF4(w4tnopf)
 	ADDQ $32, SI
 	ADDQ $32, R10
 	ADDQ $1024, DI
@@ -1708,28 +1705,12 @@ w4tnopf:
 	ADDQ $4, DX
 	DECQ CX
 	JNZ  w4tgroup
-
-	MOVQ pf+96(FP), AX
-	CMPQ R12, 8(AX)
-	JEQ  w4tpfdone
-	MOVQ R11, 0(AX)
-	MOVQ R12, 8(AX)
-
-w4tpfdone:
-	MOVQ sa+64(FP), BX
-	MOVQ mask+72(FP), AX
-	W4T_SA(BX)
-	W4T_SCALE(Z12, Z13)
-	W4T_SCALE(Z14, Z15)
-	W4T_SCALE(Z16, Z17)
-	W4T_SCALE(Z18, Z19)
-	W4T_SCALE(Z20, Z21)
-	W4T_SCALE(Z22, Z23)
-	MOVQ c+80(FP), AX
-	MOVQ ldc+88(FP), BX
-	W4T_STORE
-	VZEROUPPER
-	RET
+	MOVQ pf+96(FP), DI
+	MOVQ sa+64(FP), SI
+	MOVQ mask+72(FP), CX
+	MOVQ c+80(FP), R8
+	MOVQ ldc+88(FP), R9
+	W4T_END(w4tpfdone)
 
 // GGT_GROUP ends a block for a row of qGGUFTileVNNI: convert its exact sums and multiply-add them with the block's
 // scale (at saddr) into the row's float sums Zf0, Zf1.
@@ -1757,24 +1738,7 @@ w4tpfdone:
 // W's codes a tile ahead); next's lines go to L1 first.
 TEXT ·qGGUFTileVNNI(SB), NOSPLIT, $0-104
 	MOVQ next+96(FP), AX
-	LEAQ 48(AX), BX
-
-ggtnext:
-	MOVQ 0(AX), R11
-	MOVQ 8(AX), R12
-
-ggtline:
-	TESTQ      R12, R12
-	JZ         ggtnextdone
-	PREFETCHT0 (R11)
-	ADDQ       $64, R11
-	DECQ       R12
-	JMP        ggtline
-
-ggtnextdone:
-	ADDQ $24, AX
-	CMPQ AX, BX
-	JB   ggtnext
+	W4T_NEXT_L1(ggtnext, ggtline, ggtnextdone)
 	MOVQ w+0(FP), SI
 	MOVQ k+8(FP), R8
 	MOVQ tok+16(FP), DI
@@ -1788,18 +1752,7 @@ ggtnextdone:
 	MOVQ pf+88(FP), AX
 	MOVQ 0(AX), R11
 	MOVQ 8(AX), R12
-	VPXORD Z12, Z12, Z12
-	VPXORD Z13, Z13, Z13
-	VPXORD Z14, Z14, Z14
-	VPXORD Z15, Z15, Z15
-	VPXORD Z16, Z16, Z16
-	VPXORD Z17, Z17, Z17
-	VPXORD Z18, Z18, Z18
-	VPXORD Z19, Z19, Z19
-	VPXORD Z20, Z20, Z20
-	VPXORD Z21, Z21, Z21
-	VPXORD Z22, Z22, Z22
-	VPXORD Z23, Z23, Z23
+	ZERO24
 
 ggtblock:
 	GGT_INIT((BX), Z0, Z1)
@@ -1816,18 +1769,7 @@ ggtblock:
 	W4T_SIX_AT(20, 640)
 	W4T_SIX_AT(24, 768)
 	W4T_SIX_AT(28, 896)
-	TESTQ      R12, R12
-	JZ         ggtnopf
-	PREFETCHT1 (R11)
-	PREFETCHT1 64(R11)
-	PREFETCHT1 128(R11)
-	PREFETCHT1 192(R11)
-	ADDQ       $256, R11
-	SUBQ       $4, R12
-	JA         ggtnopf
-	XORQ       R12, R12
-
-ggtnopf:
+	W4T_PF4(ggtnopf)
 	ADDQ $32, SI
 	ADDQ $32, R10
 	ADDQ $1024, DI
@@ -1841,28 +1783,12 @@ ggtnopf:
 	ADDQ $4, DX
 	DECQ CX
 	JNZ  ggtblock
-
-	MOVQ pf+88(FP), AX
-	CMPQ R12, 8(AX)
-	JEQ  ggtpfdone
-	MOVQ R11, 0(AX)
-	MOVQ R12, 8(AX)
-
-ggtpfdone:
-	MOVQ sa+56(FP), BX
-	MOVQ mask+64(FP), AX
-	W4T_SA(BX)
-	W4T_SCALE(Z12, Z13)
-	W4T_SCALE(Z14, Z15)
-	W4T_SCALE(Z16, Z17)
-	W4T_SCALE(Z18, Z19)
-	W4T_SCALE(Z20, Z21)
-	W4T_SCALE(Z22, Z23)
-	MOVQ c+72(FP), AX
-	MOVQ ldc+80(FP), BX
-	W4T_STORE
-	VZEROUPPER
-	RET
+	MOVQ pf+88(FP), DI
+	MOVQ sa+56(FP), SI
+	MOVQ mask+64(FP), CX
+	MOVQ c+72(FP), R8
+	MOVQ ldc+80(FP), R9
+	W4T_END(ggtpfdone)
 
 // func qQ4_0UnpackAVX512(dst *int8, w *uint8, n int, corr *int32)
 // Unpacks n Q4_0 codes (a multiple of 128), packed two a byte as qW4UnpackAVX512 takes them, to dst in their

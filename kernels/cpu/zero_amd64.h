@@ -17,3 +17,15 @@
 	VPXORD Z13, Z13, Z13; \
 	VPXORD Z14, Z14, Z14; \
 	VPXORD Z15, Z15, Z15
+
+// ZERO24 zeroes Z0-Z23: the 24 accumulators of the GEMM and tile kernels.
+#define ZERO24 \
+	ZERO16; \
+	VPXORD Z16, Z16, Z16; \
+	VPXORD Z17, Z17, Z17; \
+	VPXORD Z18, Z18, Z18; \
+	VPXORD Z19, Z19, Z19; \
+	VPXORD Z20, Z20, Z20; \
+	VPXORD Z21, Z21, Z21; \
+	VPXORD Z22, Z22, Z22; \
+	VPXORD Z23, Z23, Z23
