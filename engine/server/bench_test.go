@@ -23,13 +23,13 @@ import (
 )
 
 // BenchmarkHTTPOverhead compares, at batch 1, the TTFT and TPOT a client sees through the server (a streamed
-// completion over loopback HTTP, from a client in a process of its own, as a real client is) with those a client
-// of the engine in the same process sees (Submit and the stream's events), on two identical engines over a
-// synthetic model: stories15M, whose 32-token prompt takes a few milliseconds, so that the server's fixed costs
-// show, and stories110M, the model the other CPU measurements serve. Each iteration runs one request each way, in alternating order, so that the machine's
-// drift falls on both alike. TTFT is from sending to the first token; TPOT is (last token - first token) /
-// (tokens - 1), as vLLM's benchmark defines it. It reports the medians and their ratios (HTTP / in-process), for
-// prompts of 32 and 128 tokens and 32 output tokens.
+// completion over loopback HTTP, from a client in a process of its own, as a real client is) with those a client of
+// the engine in the same process sees (Submit and the stream's events), on two identical engines over a synthetic
+// model: stories15M, whose 32-token prompt takes a few milliseconds, so that the server's fixed costs show, and
+// stories110M, the model the other CPU measurements serve. Each iteration runs one request each way, in alternating
+// order, so that the machine's drift falls on both alike. TTFT is from sending to the first token; TPOT is (last
+// token - first token) / (tokens - 1), as vLLM's benchmark defines it. It reports the medians and their ratios
+// (HTTP / in-process), for prompts of 32 and 128 tokens and 32 output tokens.
 //
 // threads is the kernels' thread count: threads=GOMAXPROCS gives the kernels every core, threads=GOMAXPROCS-1
 // leaves the front end one, as vLLM runs its API server in a process of its own. The client is not in the
