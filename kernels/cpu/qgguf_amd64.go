@@ -158,7 +158,6 @@ type qBlockSource struct {
 func qBlockTile(m, n, k int, qa []int8, sa []float32, c []float32, src qBlockSource) {
 	const rowsT, tokT = qW4TileRows, qW4TileTokens
 	nb, kq := k/qBlock, k/4
-	panels := (m + tokT - 1) / tokT
 	tokI8, tokBuf := qPackTokens(m, k, qa, 0x80808080, nil, 0)
 	defer tokBuf.release()
 	tok := qBytes(tokI8)
@@ -181,23 +180,10 @@ func qBlockTile(m, n, k int, qa []int8, sa []float32, c []float32, src qBlockSou
 				_, nj, nr := tiles.at(next)
 				pf, ahead = src.prefetch(nj, nr)
 			}
-			for p := range panels {
-				if p == 1 {
-					ahead = [2]linePrefetch{}
-				}
-				t0 := p * tokT
-				tn := min(tokT, m-t0)
-				pt, mask := &tok[p*kq*tokT*4], uint64(1)<<tn-1
-				if rows == rowsT && tn == tokT {
-					qGGUFTileVNNI(&wt[0], k, pt, nb, &corr[0], &scale[0], 4*nb, &sa[t0], mask, &c[t0*n+j0], 4*n, &pf,
-						&ahead)
-					continue
-				}
-				qGGUFTileVNNI(&wt[0], k, pt, nb, &corr[0], &scale[0], 4*nb, &sa[t0], mask, &out[0], 4*rowsT, &pf, &ahead)
-				for t := range tn {
-					copy(c[(t0+t)*n+j0:][:rows], out[t*rowsT:])
-				}
-			}
+			qTilePanels(m, n, j0, rows, c, out, &ahead, func(p, t0 int, mask uint64, dst *float32, ldc int) {
+				qGGUFTileVNNI(&wt[0], k, &tok[p*kq*tokT*4], nb, &corr[0], &scale[0], 4*nb, &sa[t0], mask, dst, ldc, &pf,
+					&ahead)
+			})
 		})
 	})
 }

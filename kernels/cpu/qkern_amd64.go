@@ -332,13 +332,9 @@ func qTileW8A8s(m, k int, qa []int8, sa []float32, ws []W8A8Weights, cs [][]floa
 func qW8A8Tile(m, k int, a []int8, sa []float32, mats []W8A8Weights, cs [][]float32) {
 	const rowsT, tokT = qW4TileRows, qW4TileTokens
 	kq := k / 4
-	panels := (m + tokT - 1) / tokT
-	tokI8, tokBuf := scratchI8(panels * kq * tokT * 4)
+	tokI8, tokBuf := qPackTokens(m, k, a, 0x80808080, nil, 0) // k is a multiple of four (qW8TileFits)
 	defer tokBuf.release()
 	tok := qBytes(tokI8)
-	for p := range panels {
-		qPackPanel(tok[p*kq*tokT*4:], qBytes(a[p*tokT*k:]), min(tokT, m-p*tokT), k, tokT)
-	}
 	tiles := newTileList(mats, func(w W8A8Weights) int { return w.N }, rowsT)
 	ParallelWork(tiles.total(), qRowGrain(rowsT*k), func(work *Work) {
 		var bias [rowsT]int32
@@ -363,21 +359,37 @@ func qW8A8Tile(m, k int, a []int8, sa []float32, mats []W8A8Weights, cs [][]floa
 				ni, nj, nr := tiles.at(next)
 				pf = prefetchRows(uintptr(unsafe.Pointer(&mats[ni].Q[nj*k])), k, nr, k)
 			}
-			for p := range panels {
-				t0 := p * tokT
-				tn := min(tokT, m-t0)
-				pt := &tok[p*kq*tokT*4]
-				if rows == rowsT && tn == tokT {
-					qW8A8TileVNNI(&wt[0], k, pt, kq, &bias[0], &sw[0], &sa[t0], uint64(1)<<tn-1, &c[t0*n+j0], 4*n, &pf)
-					continue
-				}
-				qW8A8TileVNNI(&wt[0], k, pt, kq, &bias[0], &sw[0], &sa[t0], uint64(1)<<tn-1, &part[0], 4*rowsT, &pf)
-				for t := range tn {
-					copy(c[(t0+t)*n+j0:][:rows], part[t*rowsT:])
-				}
-			}
+			qTilePanels(m, n, j0, rows, c, part, nil, func(p, t0 int, mask uint64, dst *float32, ldc int) {
+				qW8A8TileVNNI(&wt[0], k, &tok[p*kq*tokT*4], kq, &bias[0], &sw[0], &sa[t0], mask, dst, ldc, &pf)
+			})
 		})
 	})
+}
+
+// qTilePanels runs a tile kernel on the token panels of m tokens for the rows rows of W from j0, C having n
+// columns: kernel(p, t0, mask, dst, ldc) computes panel p (tokens from t0, those present set in mask) into dst, ldc
+// bytes a token. A whole tile writes into C; a partial one (fewer rows, or a last panel of fewer tokens) goes
+// through out, [qW4TileTokens][qW4TileRows] as C's layout, so as not to write past C. The lines in ahead (the next
+// tile's, prefetched into L1 by the kernel) are asked for by the first panel only.
+func qTilePanels(m, n, j0, rows int, c, out []float32, ahead *[2]linePrefetch,
+	kernel func(p, t0 int, mask uint64, dst *float32, ldc int)) {
+	const rowsT, tokT = qW4TileRows, qW4TileTokens
+	for p := range (m + tokT - 1) / tokT {
+		if p == 1 && ahead != nil {
+			*ahead = [2]linePrefetch{}
+		}
+		t0 := p * tokT
+		tn := min(tokT, m-t0)
+		mask := uint64(1)<<tn - 1
+		if rows == rowsT && tn == tokT {
+			kernel(p, t0, mask, &c[t0*n+j0], 4*n)
+			continue
+		}
+		kernel(p, t0, mask, &out[0], 4*rowsT)
+		for t := range tn {
+			copy(c[(t0+t)*n+j0:][:rows], out[t*rowsT:])
+		}
+	}
 }
 
 // qTileRows returns the want rows of W (k bytes each) from row j0 for a kernel that reads want rows: W in place,
@@ -789,25 +801,10 @@ func qGroupTile(m, k, group int, qa []int8, sa []float32, mats int, src qTileSou
 			if next >= 0 {
 				pf, ahead = src.prefetch(tiles.at(next))
 			}
-			for p := range panels {
-				if p == 1 {
-					ahead = [2]linePrefetch{}
-				}
-				t0 := p * tokT
-				tn := min(tokT, m-t0)
-				pt, ts := &tokI8[p*kq*tokT*4], &tsum[p*gpr*tokT]
-				if rows == rowsT && tn == tokT {
-					qW4A8TileVNNI(&cb[0], k, pt, gpr, group/4, &zf[0], &scale[0], 4*gpr, &sa[t0], uint64(1)<<tn-1,
-						&c[t0*n+j0], 4*n, &pf, ts, &ahead)
-					continue
-				}
-				// A partial tile goes through out, [tokT][rowsT] as C's layout, so as not to write past C.
-				qW4A8TileVNNI(&cb[0], k, pt, gpr, group/4, &zf[0], &scale[0], 4*gpr, &sa[t0], uint64(1)<<tn-1,
-					&out[0], 4*rowsT, &pf, ts, &ahead)
-				for t := range tn {
-					copy(c[(t0+t)*n+j0:][:rows], out[t*rowsT:])
-				}
-			}
+			qTilePanels(m, n, j0, rows, c, out, &ahead, func(p, t0 int, mask uint64, dst *float32, ldc int) {
+				qW4A8TileVNNI(&cb[0], k, &tokI8[p*kq*tokT*4], gpr, group/4, &zf[0], &scale[0], 4*gpr, &sa[t0], mask,
+					dst, ldc, &pf, &tsum[p*gpr*tokT], &ahead)
+			})
 		})
 	})
 }
