@@ -531,9 +531,9 @@ func TestPredictTTFT(t *testing.T) {
 	}
 }
 
-// TestSLOLayers: morph:slo quantizes the fewest layers that meet the target; all it may when more blocks shorten
-// the predicted wait without meeting it or it has no bound; none when they do not shorten it (the queue waits for
-// compute).
+// TestSLOLayers: morph:slo quantizes the fewest layers that meet the target; when none does, the fewest that bring
+// the predicted wait to its shortest; none when more blocks do not shorten it (the queue waits for compute); all
+// it may when it has no bound whatever the count.
 func TestSLOLayers(t *testing.T) {
 	target := time.Second
 	for _, c := range []struct {
@@ -549,7 +549,8 @@ func TestSLOLayers(t *testing.T) {
 				return unbounded
 			}
 			return 3 * time.Second
-		}, 6},
+		}, 5},
+		{"shortened until 2, then compute-bound", func(j int) time.Duration { return max(5-time.Duration(j), 3) * time.Second }, 2},
 		{"compute-bound", func(int) time.Duration { return 3 * time.Second }, 0},
 		{"unbounded throughout", func(int) time.Duration { return unbounded }, 6},
 	} {

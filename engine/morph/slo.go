@@ -48,9 +48,10 @@ func predictTTFT(s Signals, free int, release, prefill float64) time.Duration {
 // decideSLO is morph:slo's rule: with the prefill rate and the block release rate measured on the executor as it
 // runs (its own step times are the calibration), it predicts the queue's TTFT (predictTTFT) for each number of
 // layers it could quantize further, each adding the blocks a layer frees, and swaps the fewest that bring the
-// prediction under Margin of the TTFT SLO (sloLayers). When none does, it swaps all it may if more blocks shorten
-// the predicted wait at all (or the wait has no bound: blocks are short and none come back), and none if they do
-// not (the queue waits for compute, not memory: quantizing would cost quality for nothing). It restores, last
+// prediction under Margin of the TTFT SLO (sloLayers). When none does, it swaps the fewest that bring the
+// prediction to its shortest: none if more blocks do not shorten it at all (the queue waits for compute, not
+// memory: quantizing would cost quality for nothing), all it may if the wait has no bound whatever the count
+// (blocks are short and none come back). It restores, last
 // action first, once the queue has been empty and the pool without the last region would keep the restore margin
 // free, for the restore persistence and hold. There is no threshold on usage or delay: the SLO is the only target.
 func (c *Controller) decideSLO(s Signals, info engine.StepInfo) {
@@ -75,25 +76,28 @@ func (c *Controller) decideSLO(s Signals, info engine.StepInfo) {
 
 // sloLayers is how many more layers morph:slo quantizes, of the left it may, given predict(j), the predicted TTFT
 // with j more: none when the prediction is within target already; else the fewest whose prediction is; when none
-// is, all of them if any j shortens the prediction at all or it has no bound (blocks are short and none come
-// back), and none otherwise.
+// is, the fewest that bring the prediction to its shortest (more blocks stop helping once the queue waits only for
+// compute), none when no j shortens it, and all of them when it has no bound whatever the count (blocks are short
+// and none come back).
 func sloLayers(predict func(j int) time.Duration, left int, target time.Duration) int {
 	none := predict(0)
 	if none <= target {
 		return 0
 	}
-	helps := none == unbounded
+	best, at := none, 0
 	for j := 1; j <= left; j++ {
 		t := predict(j)
 		if t <= target {
 			return j
 		}
-		helps = helps || t < none
+		if t < best {
+			best, at = t, j
+		}
 	}
-	if helps {
+	if best == unbounded {
 		return left
 	}
-	return 0
+	return at
 }
 
 // unbounded is predictTTFT's answer when the wait has no end in sight.
