@@ -80,7 +80,6 @@ func (c *Controller) OnStep(info engine.StepInfo) {
 	c.act.Advance(info)
 	switch c.Spec.Mode {
 	case "predictive":
-		c.pred.Observe(info)
 		c.decidePredictive(s)
 	case "slo":
 		c.decideSLO(s, info)

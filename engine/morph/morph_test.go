@@ -423,28 +423,34 @@ func checkPreserved(t *testing.T, m *model.Model, tier string, maxTokens int) {
 	t.Logf("%d swap actions; %d of %d requests changed precision mid-request", c.Swaps(), len(mixed), len(res))
 }
 
-// TestPredictorForecast: Holt's smoothing holds a steady rate and carries a rising one ahead by its trend.
+// TestPredictorForecast: Holt's smoothing of the demand's peak per bin holds a steady demand and carries a rising
+// one Horizon ahead of the last bin's middle by its trend.
 func TestPredictorForecast(t *testing.T) {
 	p := Modes["predictive"]
 	f := NewPredictor(p)
-	for i := range 30 {
-		f.Observe(engine.StepInfo{Time: time.Duration(i) * time.Second, Arrived: 10})
+	if got := f.Forecast(); got != 0 {
+		t.Errorf("forecast %v before a bin has ended, want 0", got)
 	}
-	if r := f.Rate(); r < 9.9 || r > 10.1 {
-		t.Errorf("steady 10 req/s forecast as %.3f", r)
+	for i := range 300 {
+		f.Observe(time.Duration(i)*100*time.Millisecond, 100)
+	}
+	if got := f.Forecast(); math.Abs(got-100) > 1e-9 {
+		t.Errorf("a steady 100 blocks forecast as %v", got)
 	}
 	g := NewPredictor(p)
-	for i := range 30 {
-		g.Observe(engine.StepInfo{Time: time.Duration(i) * time.Second, Arrived: i})
+	for i := range 300 { // 10 blocks more each second, sampled every 100 ms until 29.9 s
+		g.Observe(time.Duration(i)*100*time.Millisecond, float64(i))
 	}
-	// After 29 full bins the rate is 28 req/s and rising by 1 a second: 5 s ahead, about 33.
-	if r := g.Rate(); r < 32 || r > 34 {
-		t.Errorf("a ramp of 1 req/s per second forecast 5 s ahead as %.2f, want about 33", r)
+	// The last whole bin (28-29 s) peaks at 289 blocks; the trend is 10 blocks a bin, carried 1 s past the bin's
+	// end, 1.5 bins past its middle: 289 + 15.
+	if got := g.Forecast(); math.Abs(got-304) > 1e-9 {
+		t.Errorf("a ramp of 10 blocks a second forecast as %v, want 304", got)
 	}
 }
 
-// TestPredictiveSwapsAhead: on a ramp of load, morph:predictive swaps before morph:default does and has no more
-// TTFT-SLO violations.
+// TestPredictiveSwapsAhead: on a ramp of load, morph:predictive swaps before the present KV demand alone would
+// have made it (over the pool for Persistence iterations in a row): on the forecast. It has no more TTFT-SLO
+// violations than morph:default.
 func TestPredictiveSwapsAhead(t *testing.T) {
 	rng := rand.New(rand.NewPCG(8, 8))
 	var reqs []engine.TimedRequest
@@ -454,8 +460,16 @@ func TestPredictiveSwapsAhead(t *testing.T) {
 		reqs = append(reqs, engine.TimedRequest{Arrival: at, Request: engine.Request{Prompt: prompt(rng, 250, 1000), MaxTokens: 60}})
 	}
 	base := slices.Repeat([]quant.Format{quant.F16}, 8)
-	first := func(policy string) (time.Duration, int) {
-		res, _, e := run(t, newMemExec(8, 100, 0), policy, reqs, base, nil)
+	over, streak := time.Duration(-1), 0 // when the present demand had been over the pool for Persistence iterations
+	watch := func(info engine.StepInfo) {
+		if info.Used+info.WaitingBlocks <= info.Total {
+			streak = 0
+		} else if streak++; over < 0 && streak >= Modes["predictive"].Persistence {
+			over = info.Time
+		}
+	}
+	firstSwap := func(policy string, check func(engine.StepInfo)) (time.Duration, int) {
+		res, _, e := run(t, newMemExec(8, 100, 0), policy, reqs, base, check)
 		at := time.Duration(-1)
 		for _, ev := range e.Log() {
 			if ev.Kind == engine.Decision && strings.HasPrefix(ev.Detail, "swap") {
@@ -465,11 +479,11 @@ func TestPredictiveSwapsAhead(t *testing.T) {
 		}
 		return at, violations(res, time.Second)
 	}
-	dAt, dViol := first("morph:default")
-	pAt, pViol := first("morph:predictive")
-	t.Logf("first swap: default at %v (%d violations), predictive at %v (%d violations)", dAt, dViol, pAt, pViol)
-	if pAt < 0 || dAt < 0 || pAt >= dAt {
-		t.Errorf("predictive swapped first at %v, default at %v: want predictive earlier", pAt, dAt)
+	_, dViol := firstSwap("morph:default", nil)
+	pAt, pViol := firstSwap("morph:predictive", watch)
+	t.Logf("predictive's first swap at %v, the present demand's at %v; violations: default %d, predictive %d", pAt, over, dViol, pViol)
+	if pAt < 0 || over < 0 || pAt >= over {
+		t.Errorf("predictive swapped first at %v, the present demand alone would have at %v: want the swap earlier", pAt, over)
 	}
 	if pViol > dViol {
 		t.Errorf("predictive %d violations, default %d", pViol, dViol)

@@ -16,7 +16,8 @@
 //	morph:MODE[:k=v...]    MorphServe: swap under pressure, restore when it subsides; MODE is accuracy, default or
 //	                       performance, and k=v overrides a mode's parameter (names as in Params' json tags),
 //	                       e.g. morph:default:persistence=1 or morph:default:tiers=int8,int4
-//	morph:predictive[:k=v] beyond the paper: swap ahead of a forecast rise in KV demand (see Predictor)
+//	morph:predictive[:k=v] beyond the paper: swap ahead of a forecast rise in KV demand, restore as soon as the
+//	                       forecast fits the pool without the last region (see Predictor, decidePredictive)
 //	morph:slo[:ttft=2s...] beyond the paper: the fewest quantized layers for which the predicted TTFT of the
 //	                       queue meets the SLO (see Controller.decideSLO)
 //
@@ -74,8 +75,8 @@ type Params struct {
 	Tiers              []quant.Format `json:"tiers"`               // formats a layer goes through, from full precision on
 	// The predictive mode's forecast (see Predictor).
 	Horizon time.Duration `json:"horizon"` // how far ahead the demand is forecast
-	Bin     time.Duration `json:"bin"`     // arrivals are counted in bins this long
-	Alpha   float64       `json:"alpha"`   // Holt's smoothing of the arrival rate's level
+	Bin     time.Duration `json:"bin"`     // the demand's peak is taken over bins this long
+	Alpha   float64       `json:"alpha"`   // Holt's smoothing of the peak's level (morph:slo: of its prefill rate)
 	Beta    float64       `json:"beta"`    // and of its trend
 	// The slo mode's target (see decideSLO).
 	TTFT   time.Duration `json:"ttft_slo"` // the TTFT SLO the quantized layers are chosen to meet
@@ -86,8 +87,8 @@ type Params struct {
 var Modes = map[string]Params{
 	"accuracy": {Usage: 0.95, Delay: 500 * time.Millisecond, Persistence: 8, LayersPerAction: 2, Cap: 0.5, RestorePersistence: 4, RestoreMargin: 0.3, RestoreHold: 2 * time.Second, Window: 8, Tiers: []quant.Format{quant.Int4}},
 	"default":  {Usage: 0.85, Delay: 100 * time.Millisecond, Persistence: 4, LayersPerAction: 4, Cap: 1, RestorePersistence: 8, RestoreMargin: 0.3, RestoreHold: 5 * time.Second, Window: 8, Tiers: []quant.Format{quant.Int4}},
-	"predictive": {Usage: 0.85, Delay: 100 * time.Millisecond, Persistence: 2, LayersPerAction: 8, Cap: 1, RestorePersistence: 8, RestoreMargin: 0.3, RestoreHold: 5 * time.Second, Window: 8, Tiers: []quant.Format{quant.Int4},
-		Horizon: 5 * time.Second, Bin: time.Second, Alpha: 0.5, Beta: 0.3},
+	"predictive": {Usage: 1, Persistence: 2, LayersPerAction: 8, Cap: 1, RestorePersistence: 8, RestoreMargin: 0.1, RestoreHold: time.Second, Window: 8, Tiers: []quant.Format{quant.Int4},
+		Horizon: time.Second, Bin: time.Second, Alpha: 0.5, Beta: 0.3},
 	"slo": {Usage: 1, Persistence: 2, LayersPerAction: 8, Cap: 1, RestorePersistence: 8, RestoreMargin: 0.3, RestoreHold: 5 * time.Second, Window: 8, Tiers: []quant.Format{quant.Int4},
 		Alpha: 0.3, TTFT: 2 * time.Second, Margin: 0.5},
 	"performance": {Usage: 0.75, Delay: 50 * time.Millisecond, Persistence: 2, LayersPerAction: 8, Cap: 1, RestorePersistence: 16, RestoreMargin: 0.3, RestoreHold: 10 * time.Second, Window: 8, Tiers: []quant.Format{quant.Int4}},

@@ -4,77 +4,82 @@ import (
 	"fmt"
 	"math"
 	"time"
-
-	"github.com/morphlab/morphlab/engine"
 )
 
-// Predictor forecasts the KV demand of the next Horizon from the arrivals so far, for morph:predictive.
+// Predictor forecasts the peak KV demand (blocks in use plus the blocks the waiting queue needs) Horizon ahead, for
+// morph:predictive.
 //
-// Arrivals are counted in bins of Bin; at the end of each bin, Holt's double exponential smoothing updates the
-// arrival rate's level and trend (smoothing factors Alpha and Beta), and the forecast rate is the level plus the
-// trend carried Horizon ahead (never below zero). By Little's law the KV demand is the arrival rate times the time
-// a request stays times the blocks it holds; with the last two as they are now, the demand Horizon ahead is the
-// present demand (blocks in use plus the blocks the queue needs) scaled by the forecast rate over the present
-// level. The policy swaps when that would push usage past Usage, sizing the action by the blocks over the line,
-// and restores when it fits under Usage in the pool left without the last region (less the restore margin), for
-// the restore persistence and hold. The triggers that show pressure already there (a blocked prefill, a
-// preemption) also count. No parameter depends on the trace.
+// The demand's peak is taken over bins of Bin; at the end of each bin, Holt's double exponential smoothing updates
+// the peak's level and trend (smoothing factors Alpha and Beta), and the forecast is the level plus the trend
+// carried Horizon ahead from the bin's middle, never below zero. The demand is a stock that arrivals fill and
+// finishing requests drain, so its trend is the net of both and far steadier than the arrival rate's; the peak, not
+// the mean, is what the pool must hold.
 type Predictor struct {
 	p        Params
 	binStart time.Duration
-	binCount int
-	level    float64 // requests per second
-	trend    float64 // requests per second per bin
+	peak     float64 // the demand's peak over the bin so far
+	seen     bool    // whether the bin has had an iteration
+	level    float64 // blocks
+	trend    float64 // blocks per bin
 	bins     int
 }
 
 // NewPredictor returns a predictor with the mode's parameters.
 func NewPredictor(p Params) *Predictor { return &Predictor{p: p} }
 
-// Observe takes one iteration's arrivals.
-func (f *Predictor) Observe(info engine.StepInfo) {
-	for info.Time-f.binStart >= f.p.Bin {
-		rate := float64(f.binCount) / f.p.Bin.Seconds()
-		switch f.bins {
-		case 0:
-			f.level = rate
-		case 1:
-			f.trend = rate - f.level
-			f.level = rate
-		default:
-			prev := f.level
-			f.level = f.p.Alpha*rate + (1-f.p.Alpha)*(f.level+f.trend)
-			f.trend = f.p.Beta*(f.level-prev) + (1-f.p.Beta)*f.trend
+// Observe takes the demand after the iteration that ended at t.
+func (f *Predictor) Observe(t time.Duration, demand float64) {
+	for t-f.binStart >= f.p.Bin {
+		if f.seen {
+			x := f.peak
+			switch f.bins {
+			case 0:
+				f.level = x
+			case 1:
+				f.trend = x - f.level
+				f.level = x
+			default:
+				prev := f.level
+				f.level = f.p.Alpha*x + (1-f.p.Alpha)*(f.level+f.trend)
+				f.trend = f.p.Beta*(f.level-prev) + (1-f.p.Beta)*f.trend
+			}
+			f.bins++
 		}
-		f.bins++
 		f.binStart += f.p.Bin
-		f.binCount = 0
+		f.peak, f.seen = 0, false
 	}
-	f.binCount += info.Arrived
+	f.peak = math.Max(f.peak, demand)
+	f.seen = true
 }
 
-// Rate is the forecast arrival rate Horizon ahead, in requests per second.
-func (f *Predictor) Rate() float64 {
-	return math.Max(0, f.level+f.trend*f.p.Horizon.Seconds()/f.p.Bin.Seconds())
-}
-
-// Growth is the forecast rate over the present level (1 until there is a level to compare with).
-func (f *Predictor) Growth() float64 {
-	if f.level <= 0 {
-		return 1
+// Forecast is the demand forecast Horizon ahead, in blocks (0 until a bin has ended).
+func (f *Predictor) Forecast() float64 {
+	if f.bins == 0 {
+		return 0
 	}
-	return f.Rate() / f.level
+	ahead := (f.p.Horizon + f.p.Bin/2).Seconds() / f.p.Bin.Seconds()
+	return math.Max(0, f.level+f.trend*ahead)
 }
 
-// decidePredictive is morph:predictive's rule (Predictor's doc).
+// decidePredictive is morph:predictive's rule. The demand is the larger of the present one and the Predictor's
+// forecast. It swaps when the demand exceeds Usage of the pool (1: the pool itself) for Persistence iterations, the
+// layers sized by the blocks over that line, and also on the triggers that show pressure already there (a blocked
+// prefill, a preemption); a queue that waits for compute alone, with its blocks in the pool, is no reason. It
+// restores, last action first, once the queue has been empty and the demand would leave RestoreMargin of the pool
+// free without the last region, for RestorePersistence iterations and RestoreHold: the forecast, which sees a
+// rise coming, stands in for most of the long hold of the reactive modes. Its parameters (Modes) are the same for
+// every trace: demand over the whole pool, a 1 s horizon and 1 s bins, Holt's alpha 0.5 and beta 0.3, a 10%
+// restore margin, 8 calm iterations and 1 s of hold. They were chosen on the experiment suite's workloads and
+// checked on bursts the choice never saw (BENCHMARKS.md); a longer horizon swaps earlier and costs quality there.
 func (c *Controller) decidePredictive(s Signals) {
 	p := c.Spec.Params
 	present := float64(s.Used + s.WaitingBlocks)
-	forecast := present * c.pred.Growth()
+	c.pred.Observe(s.Time, present)
+	demand := math.Max(present, c.pred.Forecast())
 	limit := p.Usage * float64(s.Total)
 	var why []string
-	if d := math.Max(forecast, present); d > limit {
-		why = append(why, fmt.Sprintf("demand %.0f blocks (forecast %.0f at %.2f req/s, present %.0f) > %.0f", d, forecast, c.pred.Rate(), present, limit))
+	if demand > limit {
+		why = append(why, fmt.Sprintf("demand %.0f blocks (present %.0f, forecast %.0f) > %.0f", demand, present, c.pred.Forecast(), limit))
 	}
 	if s.Waiting > 0 && s.HeadBlocks > s.Free {
 		why = append(why, fmt.Sprintf("prefill blocked: %d blocks needed, %d free", s.HeadBlocks, s.Free))
@@ -83,13 +88,12 @@ func (c *Controller) decidePredictive(s Signals) {
 		why = append(why, fmt.Sprintf("%d preempted", s.Preempted))
 	}
 	top := c.act.TopBlocks()
-	calm := s.Waiting == 0 && c.act.Actions() > 0 && float64(s.Free-top) >= p.RestoreMargin*float64(s.Total-top) &&
-		math.Max(forecast, present) <= p.Usage*(1-p.RestoreMargin)*float64(s.Total-top)
+	calm := s.Waiting == 0 && c.act.Actions() > 0 && demand <= (1-p.RestoreMargin)*float64(s.Total-top)
 	c.step(s, why, calm, func() int {
 		per := c.act.BlocksPerLayer()
 		if per <= 0 {
 			return 1
 		}
-		return int(math.Ceil((math.Max(forecast, present) - limit) / per))
+		return int(math.Ceil((demand - limit) / per))
 	})
 }
