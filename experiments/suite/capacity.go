@@ -20,8 +20,9 @@ func burstLengths(s Setup) trace.Independent {
 	return trace.Independent{Prompt: trace.LogNormal{Median: float64(s.MaxPrompt) / 2, Sigma: 1}, Output: trace.LogNormal{Median: float64(s.MaxOutput) / 2, Sigma: 0.8}}
 }
 
-// burstSeed draws every burst and every capacity probe; chosen once, recorded in each run's trace source.
-const burstSeed = 1
+// DefaultBurstSeed draws every burst and every capacity probe unless Options.BurstSeed says otherwise; chosen
+// once, recorded in each run's trace source and in summary.md.
+const DefaultBurstSeed = 1
 
 // burstAt is the 72-s burst of a deployment whose fp16 capacity is capacity requests per second.
 func burstAt(s Setup, capacity float64) trace.Spec {
@@ -37,21 +38,22 @@ const capacityProbe = 300
 // Capacity is the fp16 deployment's capacity for the burst's lengths: the highest Poisson request rate at which
 // its P95 TTFT stays within the SLO over a 300-s run, simulated. From 1 req/s the rate is doubled or halved
 // until one rate passes and another fails, and then bisected to 1%.
-func Capacity(ctx context.Context, s Setup) (float64, error) {
+// Its Poisson runs are drawn with seed.
+func Capacity(ctx context.Context, s Setup, seed uint64) (float64, error) {
 	return search(s.Name, func(rate float64) (bool, error) {
-		p95, err := probeP95(ctx, s, rate)
+		p95, err := probeP95(ctx, s, rate, seed)
 		return p95 <= 1000*SLO.TTFT.Seconds(), err
 	})
 }
 
 // probeP95 is fp16's P95 TTFT in milliseconds on the setup under a capacityProbe-second Poisson run of the
-// burst's lengths at rate requests per second.
-func probeP95(ctx context.Context, s Setup, rate float64) (float64, error) {
+// burst's lengths at rate requests per second, drawn with seed.
+func probeP95(ctx context.Context, s Setup, rate float64, seed uint64) (float64, error) {
 	spec, err := morph.Parse("fp16")
 	if err != nil {
 		return 0, err
 	}
-	t, err := trace.Generate(trace.Spec{Process: trace.Poisson{PerSecond: rate}, Duration: capacityProbe, Lengths: burstLengths(s)}, burstSeed)
+	t, err := trace.Generate(trace.Spec{Process: trace.Poisson{PerSecond: rate}, Duration: capacityProbe, Lengths: burstLengths(s)}, seed)
 	if err != nil {
 		return 0, err
 	}

@@ -29,12 +29,12 @@ func TestSearch(t *testing.T) {
 // TestCapacity: the 7B deployment's fp16 capacity meets the SLO on the burst's lengths, and 2% more misses it.
 func TestCapacity(t *testing.T) {
 	s := PaperSetups[1]
-	c, err := Capacity(context.Background(), s)
+	c, err := Capacity(context.Background(), s, DefaultBurstSeed)
 	if err != nil {
 		t.Fatal(err)
 	}
 	p95 := func(rate float64) float64 {
-		v, err := probeP95(context.Background(), s, rate)
+		v, err := probeP95(context.Background(), s, rate, DefaultBurstSeed)
 		if err != nil {
 			t.Fatal(err)
 		}

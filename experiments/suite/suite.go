@@ -90,6 +90,9 @@ type Options struct {
 	TraceFile string   // a user's trace: the only workload
 	Policies  []string // default Policies
 	Setups    []Setup  // default PaperSetups
+	// BurstSeed draws the bursts and the capacity probes that size them (0: DefaultBurstSeed); another seed is a
+	// burst the policies' parameters were not chosen on.
+	BurstSeed uint64
 	// Progress, when set, is called after each simulation with the count done and the total.
 	Progress func(done, total int)
 }
@@ -137,6 +140,9 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 	}
 	if opt.Setups == nil {
 		opt.Setups = PaperSetups
+	}
+	if opt.BurstSeed == 0 {
+		opt.BurstSeed = DefaultBurstSeed
 	}
 	wls, err := Workloads(opt)
 	if err != nil {
@@ -205,11 +211,11 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 func (r *Report) sizeBursts(ctx context.Context) error {
 	r.Capacity, r.Bursts = map[string]float64{}, map[string]*trace.Trace{}
 	for _, s := range r.Options.Setups {
-		c, err := Capacity(ctx, s)
+		c, err := Capacity(ctx, s, r.Options.BurstSeed)
 		if err != nil {
 			return err
 		}
-		if r.Bursts[s.Name], err = trace.Generate(burstAt(s, c), burstSeed); err != nil {
+		if r.Bursts[s.Name], err = trace.Generate(burstAt(s, c), r.Options.BurstSeed); err != nil {
 			return err
 		}
 		r.Capacity[s.Name] = c

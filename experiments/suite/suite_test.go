@@ -81,6 +81,26 @@ func TestSuite(t *testing.T) {
 	t.Logf("%d files; headline %+v", files, r.Headline())
 }
 
+// TestBurstSeed: another burst seed draws another burst (and sizes it with its own capacity probes); the default
+// is DefaultBurstSeed.
+func TestBurstSeed(t *testing.T) {
+	draw := func(seed uint64) *Report {
+		r := &Report{Options: Options{Setups: []Setup{PaperSetups[1]}, BurstSeed: seed}}
+		if err := r.sizeBursts(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	a, b := draw(DefaultBurstSeed), draw(2)
+	ta, tb := a.Bursts["llama-2-7b-l4"], b.Bursts["llama-2-7b-l4"]
+	if len(ta.Requests) == len(tb.Requests) && ta.Requests[0].Arrival == tb.Requests[0].Arrival {
+		t.Errorf("seeds %d and 2 drew the same burst (%d requests)", DefaultBurstSeed, len(ta.Requests))
+	}
+	if math.Abs(a.Capacity["llama-2-7b-l4"]-1.95) > 0.01 {
+		t.Errorf("seed %d: capacity %.3f req/s, want the suite's 1.95", DefaultBurstSeed, a.Capacity["llama-2-7b-l4"])
+	}
+}
+
 // TestUserTrace: --trace runs the suite on a user's file as its only workload.
 func TestUserTrace(t *testing.T) {
 	dir := t.TempDir()

@@ -180,7 +180,7 @@ func (r *Report) WriteSummary(w io.Writer) error {
 		switch {
 		case wl.PerSetup:
 			fmt.Fprintf(b, "- %s: sized to each setup: %s in multiples of its fp16 capacity (the highest Poisson rate at which fp16 keeps P95 TTFT within the SLO, %d s simulated), log-normal prompts and outputs with medians at half the setup's limits, 72 s, seed %d:",
-				wl.Name, burstShape, capacityProbe, burstSeed)
+				wl.Name, burstShape, capacityProbe, r.Options.BurstSeed)
 			for i, s := range r.Options.Setups {
 				sep := ","
 				if i == 0 {

@@ -29,7 +29,8 @@ engine beside the simulator's prediction of it. It writes everything under --out
 each run's results.json, events.jsonl and table.md, a table.md and plots (PNG and SVG) per setup and workload,
 summary.md and summary.json. Missing data files are replaced by seeded stand-ins and summary.md says which
 ('make data' fetches the real ones). --quick runs two workloads and six policies and skips the profiler and the
-real engine; --trace FILE runs the suite on that trace alone.`
+real engine; --trace FILE runs the suite on that trace alone; --burst-seed draws the bursts with another seed
+than the one the policies' parameters were chosen on.`
 
 func runReproduce(e *env, args []string) error {
 	fs := e.flags("[--quick] [--trace FILE] [--out DIR]", reproduceHelp)
@@ -39,11 +40,15 @@ func runReproduce(e *env, args []string) error {
 	policies := fs.String("policies", "", "comma-separated `policies` instead of the suite's")
 	noReal := fs.Bool("no-real", false, "skip the real CPU engine's run and its simulated twin")
 	noProfile := fs.Bool("no-profile", false, "skip the stories260K sensitivity profile")
+	burstSeed := fs.Uint64("burst-seed", suite.DefaultBurstSeed, "`seed` of the bursts and of the capacity probes that size them")
 	if err := e.parse(fs, args); err != nil {
 		return err
 	}
 	start := time.Now()
-	opt := suite.Options{Out: *out, Quick: *quick, TraceFile: *tracePath}
+	if *burstSeed == 0 {
+		return fmt.Errorf("--burst-seed 0: want a seed >= 1")
+	}
+	opt := suite.Options{Out: *out, Quick: *quick, TraceFile: *tracePath, BurstSeed: *burstSeed}
 	if dir, err := datadir.Dir(); err == nil {
 		opt.Data = dir
 	}
