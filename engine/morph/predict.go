@@ -31,16 +31,15 @@ func NewPredictor(p Params) *Predictor { return &Predictor{p: p} }
 func (f *Predictor) Observe(t time.Duration, demand float64) {
 	for t-f.binStart >= f.p.Bin {
 		if f.seen {
-			x := f.peak
 			switch f.bins {
 			case 0:
-				f.level = x
+				f.level = f.peak
 			case 1:
-				f.trend = x - f.level
-				f.level = x
+				f.trend = f.peak - f.level
+				f.level = f.peak
 			default:
 				prev := f.level
-				f.level = f.p.Alpha*x + (1-f.p.Alpha)*(f.level+f.trend)
+				f.level = f.p.Alpha*f.peak + (1-f.p.Alpha)*(f.level+f.trend)
 				f.trend = f.p.Beta*(f.level-prev) + (1-f.p.Beta)*f.trend
 			}
 			f.bins++
@@ -75,11 +74,12 @@ func (c *Controller) decidePredictive(s Signals) {
 	p := c.Spec.Params
 	present := float64(s.Used + s.WaitingBlocks)
 	c.pred.Observe(s.Time, present)
-	demand := math.Max(present, c.pred.Forecast())
+	forecast := c.pred.Forecast()
+	demand := math.Max(present, forecast)
 	limit := p.Usage * float64(s.Total)
 	var why []string
 	if demand > limit {
-		why = append(why, fmt.Sprintf("demand %.0f blocks (present %.0f, forecast %.0f) > %.0f", demand, present, c.pred.Forecast(), limit))
+		why = append(why, fmt.Sprintf("demand %.0f blocks (present %.0f, forecast %.0f) > %.0f", demand, present, forecast, limit))
 	}
 	if s.Waiting > 0 && s.HeadBlocks > s.Free {
 		why = append(why, fmt.Sprintf("prefill blocked: %d blocks needed, %d free", s.HeadBlocks, s.Free))

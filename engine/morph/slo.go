@@ -51,9 +51,9 @@ func predictTTFT(s Signals, free int, release, prefill float64) time.Duration {
 // prediction under Margin of the TTFT SLO (sloLayers). When none does, it swaps the fewest that bring the
 // prediction to its shortest: none if more blocks do not shorten it at all (the queue waits for compute, not
 // memory: quantizing would cost quality for nothing), all it may if the wait has no bound whatever the count
-// (blocks are short and none come back). It restores, last
-// action first, once the queue has been empty and the pool without the last region would keep the restore margin
-// free, for the restore persistence and hold. There is no threshold on usage or delay: the SLO is the only target.
+// (blocks are short and none come back). It restores, last action first, once the queue has been empty and the
+// pool without the last region would keep the restore margin free, for the restore persistence and hold. There is
+// no threshold on usage or delay: the SLO is the only target.
 func (c *Controller) decideSLO(s Signals, info engine.StepInfo) {
 	p := c.Spec.Params
 	if info.PrefillTokens > 0 && info.Duration > 0 {

@@ -37,8 +37,7 @@ const capacityProbe = 300
 
 // Capacity is the fp16 deployment's capacity for the burst's lengths: the highest Poisson request rate at which
 // its P95 TTFT stays within the SLO over a 300-s run, simulated. From 1 req/s the rate is doubled or halved
-// until one rate passes and another fails, and then bisected to 1%.
-// Its Poisson runs are drawn with seed.
+// until one rate passes and another fails, and then bisected to 1%. Its Poisson runs are drawn with seed.
 func Capacity(ctx context.Context, s Setup, seed uint64) (float64, error) {
 	return search(s.Name, func(rate float64) (bool, error) {
 		p95, err := probeP95(ctx, s, rate, seed)
