@@ -7,20 +7,25 @@
 # and prints for each run the P50 and P95 TTFT, the mean TPOT and the output throughput, real beside simulated,
 # with the simulator's error. It exits 1 when an error is over LIMIT percent.
 #
-# Kernels run on THREADS threads (default 1, GOMAXPROCS too). The real runs and the calibration all run at once:
-# on a machine shared with other jobs a step's CPU time still moves with their load (they share the core's caches
-# and memory bandwidth; calibrations of the same grid 15 minutes apart differed by 10%), so the calibration is
-# timed over the same minutes, and under the same load, as the runs it predicts, its REPS rounds (default 10)
-# spread over them and each step's median kept.
+# Kernels run on THREADS threads (default 1, GOMAXPROCS too). The calibration and the real runs all run at once,
+# so that the calibration is timed over the same minutes, under the same load, as the runs it predicts: a step's CPU
+# time moves by a tenth and more with what else the machine runs (calibrations of the same grid 15 minutes apart
+# differed by 10%; the processes share caches and memory bandwidth). And the load stays until the last run ends:
+# as each finishes, a ballast run takes its place (a trace like the calibration's, seed 3, replayed under fp16,
+# its results thrown away). Without it (BALLAST=0) the longest run, the overloaded fp16 one, ran its last minute
+# with the CPU to itself, its steps up to 20% faster than the calibration timed beside the others predicts, and
+# the simulated queue's tail came out a fifth longer than the real one. The grid calibration keeps each step's
+# median over its REPS rounds (default 10).
 #
 # CALIBRATE=steps fits the calibration to the steps of more real runs instead ('calibrate --steps'): a trace of
 # the same kind drawn with another seed at CAL_RATE req/s (default 1), served under each of CAL_POLICIES (default
-# fp16 and static:int4, so that both layer formats are timed), run beside the others. Their steps are timed as the compared runs' are, with the engine's own work between them,
-# sequences of every length side by side and KV blocks wherever the pool had them.
+# fp16 and static:int4, so that both layer formats are timed), run beside the compared runs. Their steps are timed
+# as the compared runs' are, with the engine's own work between them, sequences of every length side by side and
+# KV blocks wherever the pool had them.
 #
 # Usage: tools/fidelity.sh [OUTDIR]   (default /tmp/morphlab-fidelity)
 # Settings (environment): SHAPE, RATES, POLICIES, DURATION, PROMPT, OUTPUT, MAX_OUTPUT, KV_BLOCKS, MAX_TOKENS,
-# BLOCK_SIZE, THREADS, REPS (calibration rounds), LIMIT (percent), MORPHLAB (a built binary; default: build one),
+# BLOCK_SIZE, THREADS, BALLAST, REPS (calibration rounds), LIMIT (percent), MORPHLAB (a built binary; default: build one),
 # CALIBRATION (use this calibration file instead of calibrating), CALIBRATE (grid or steps), CAL_RATE,
 # CAL_POLICIES, REUSE=1 (keep real runs already in OUTDIR).
 # The defaults take about 10 minutes on two cores (more when they are busy with other work).
@@ -41,6 +46,7 @@ REPS=${REPS:-10}
 LIMIT=${LIMIT:-10}
 THREADS=${THREADS:-1}
 CALIBRATE=${CALIBRATE:-grid}
+BALLAST=${BALLAST:-1}
 CAL_RATE=${CAL_RATE:-1}
 CAL_POLICIES=${CAL_POLICIES:-fp16 static:int4}
 export GOMAXPROCS=$THREADS
@@ -55,7 +61,31 @@ ml() { "$MORPHLAB" "$@"; }
 
 calib=${CALIBRATION:-$out/cpu-$SHAPE.json}
 budget=(--kv-type f16 --kv-blocks "$KV_BLOCKS" --max-tokens "$MAX_TOKENS" --block-size "$BLOCK_SIZE")
-pids=()
+pids=()  # the calibration and the compared runs
+bpids=() # the ballast
+start() {
+	local log=$1
+	shift
+	"$@" >"$log" 2>&1 &
+	pids+=($!)
+}
+# ballast replays the ballast trace under fp16, again and again, until $out/ballast.stop exists.
+ballast() {
+	while [[ ! -e $out/ballast.stop ]]; do
+		ml run --threads "$THREADS" --shape "$SHAPE" --format f16 "${budget[@]}" --trace "$out/trace-ballast.csv" \
+			--policy fp16 --clock cpu --out "$out/ballast-$1" >/dev/null 2>&1 || true
+	done
+}
+stop_ballast() {
+	touch "$out/ballast.stop"
+	pkill -f -- "--out $out/ballast-" || true
+	if ((${#bpids[@]})); then wait "${bpids[@]}" || true; fi
+	bpids=()
+	rm -rf "$out"/ballast-* "$out/ballast.stop"
+}
+trap stop_ballast EXIT
+ml trace gen --process "poisson:$CAL_RATE" --duration "$DURATION" --prompt "$PROMPT" --output "$OUTPUT" \
+	--clip 1024 --max-output "$MAX_OUTPUT" --seed 3 --out "$out/trace-ballast.csv" 2>/dev/null
 calsteps=()
 if [[ -z ${CALIBRATION:-} && $CALIBRATE == steps ]]; then
 	echo "calibration runs: $SHAPE, poisson:$CAL_RATE (seed 2) under $CAL_POLICIES, CPU-time clock, $THREADS threads" >&2
@@ -63,16 +93,17 @@ if [[ -z ${CALIBRATION:-} && $CALIBRATE == steps ]]; then
 		--clip 1024 --max-output "$MAX_OUTPUT" --seed 2 --out "$out/trace-calibration.csv" 2>/dev/null
 	for policy in $CAL_POLICIES; do
 		dir=$out/calibration-${policy//:/-}
-		ml run --threads "$THREADS" --shape "$SHAPE" --format f16 "${budget[@]}" --trace "$out/trace-calibration.csv" \
-			--policy "$policy" --clock cpu --steps --out "$dir" >"$dir.txt" 2>&1 &
-		pids+=($!)
+		start "$dir.txt" ml run --threads "$THREADS" --shape "$SHAPE" --format f16 "${budget[@]}" \
+			--trace "$out/trace-calibration.csv" --policy "$policy" --clock cpu --steps --out "$dir"
 		calsteps+=("$dir/steps.jsonl")
 	done
 elif [[ -z ${CALIBRATION:-} ]]; then
 	echo "calibrating $SHAPE (f16 and int4 layers, f16 KV, CPU-time clock, $THREADS threads, $REPS rounds)" >&2
-	ml calibrate --threads "$THREADS" --model "$SHAPE" --format f16,int4 --kv-type f16 --clock cpu --reps "$REPS" \
-		--out "$calib" >"$out/calibration.txt" 2>"$out/calibration.err" &
-	pids+=($!)
+	calibrate_grid() {
+		ml calibrate --threads "$THREADS" --model "$SHAPE" --format f16,int4 --kv-type f16 --clock cpu --reps "$REPS" \
+			--out "$calib" >"$out/calibration.txt"
+	}
+	start "$out/calibration.err" calibrate_grid
 fi
 for rate in $RATES; do
 	ml trace gen --process "poisson:$rate" --duration "$DURATION" --prompt "$PROMPT" --output "$OUTPUT" \
@@ -81,15 +112,28 @@ for rate in $RATES; do
 		name=$rate-${policy//:/-}
 		if [[ ${REUSE:-} != 1 || ! -s $out/real-$name/results.json ]]; then
 			echo "run $name" >&2
-			ml run --threads "$THREADS" --shape "$SHAPE" --format f16 "${budget[@]}" --trace "$out/trace-$rate.csv" --steps \
-				--policy "$policy" --clock cpu --out "$out/real-$name" >"$out/real-$name.txt" 2>&1 &
-			pids+=($!)
+			start "$out/real-$name.txt" ml run --threads "$THREADS" --shape "$SHAPE" --format f16 "${budget[@]}" \
+				--trace "$out/trace-$rate.csv" --steps --policy "$policy" --clock cpu --out "$out/real-$name"
 		fi
 	done
 done
-for pid in "${pids[@]}"; do
-	wait "$pid" || { echo "fidelity.sh: a calibration or run failed; see $out/*.txt and $out/calibration.err" >&2; exit 1; }
+rm -f "$out/ballast.stop"
+while ((${#pids[@]})); do
+	wait -n -p ended "${pids[@]}" || {
+		echo "fidelity.sh: a calibration or run failed; see $out/*.txt and $out/calibration.err" >&2
+		exit 1
+	}
+	left=()
+	for pid in "${pids[@]}"; do
+		if ((pid != ended)); then left+=("$pid"); fi
+	done
+	pids=("${left[@]}")
+	if ((${#pids[@]} && BALLAST)); then
+		ballast "${#bpids[@]}" &
+		bpids+=($!)
+	fi
 done
+stop_ballast
 if ((${#calsteps[@]})); then
 	ml calibrate --threads "$THREADS" --model "$SHAPE" --kv-type f16 --clock cpu --steps "$(IFS=,; echo "${calsteps[*]}")" \
 		--out "$calib" >"$out/calibration.txt" 2>"$out/calibration.err"
