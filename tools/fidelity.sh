@@ -25,8 +25,8 @@
 #
 # Usage: tools/fidelity.sh [OUTDIR]   (default /tmp/morphlab-fidelity)
 # Settings (environment): SHAPE, RATES, POLICIES, DURATION, PROMPT, OUTPUT, MAX_OUTPUT, KV_BLOCKS, MAX_TOKENS,
-# BLOCK_SIZE, THREADS, BALLAST, REPS (calibration rounds), LIMIT (percent), MORPHLAB (a built binary; default: build one),
-# CALIBRATION (use this calibration file instead of calibrating), CALIBRATE (grid or steps), CAL_RATE,
+# BLOCK_SIZE, THREADS, BALLAST, REPS (calibration rounds), LIMIT (percent), MORPHLAB (a built binary; default:
+# build one), CALIBRATION (use this calibration file instead of calibrating), CALIBRATE (grid or steps), CAL_RATE,
 # CAL_POLICIES, REUSE=1 (keep real runs already in OUTDIR).
 # The defaults take about 10 minutes on two cores (more when they are busy with other work).
 set -euo pipefail
