@@ -12,10 +12,10 @@
 # time moves by a tenth and more with what else the machine runs (calibrations of the same grid 15 minutes apart
 # differed by 10%; the processes share caches and memory bandwidth). And the load stays until the last run ends:
 # as each finishes, a ballast run takes its place (a trace like the calibration's, seed 3, replayed under fp16,
-# its results thrown away). Without it (BALLAST=0) the longest run, the overloaded fp16 one, ran its last minute
-# with the CPU to itself, its steps up to 20% faster than the calibration timed beside the others predicts, and
-# the simulated queue's tail came out a fifth longer than the real one. The grid calibration keeps each step's
-# median over its REPS rounds (default 10).
+# its results thrown away). Without it (BALLAST=0) the longest run, the overloaded fp16 one, runs its last minute
+# with the CPU to itself, its steps faster than the calibration timed beside the others predicts, and the
+# simulated queue's tail comes out longer than the real one. The grid calibration keeps each step's median over
+# its REPS rounds (default 10).
 #
 # CALIBRATE=steps fits the calibration to the steps of more real runs instead ('calibrate --steps'): a trace of
 # the same kind drawn with another seed at CAL_RATE req/s (default 1), served under each of CAL_POLICIES (default
@@ -58,9 +58,16 @@ if [[ -z ${MORPHLAB:-} ]]; then
 	go build -o "$MORPHLAB" "$(dirname "$0")/morphlab"
 fi
 ml() { "$MORPHLAB" "$@"; }
+# gen draws a trace of the settings' kind at $1 req/s with seed $2 into $3.
+gen() {
+	ml trace gen --process "poisson:$1" --duration "$DURATION" --prompt "$PROMPT" --output "$OUTPUT" \
+		--clip 1024 --max-output "$MAX_OUTPUT" --seed "$2" --out "$3" 2>/dev/null
+}
 
 calib=${CALIBRATION:-$out/cpu-$SHAPE.json}
 budget=(--kv-type f16 --kv-blocks "$KV_BLOCKS" --max-tokens "$MAX_TOKENS" --block-size "$BLOCK_SIZE")
+# serve replays a trace on the CPU engine with the settings' shape, budget and threads, on the CPU-time clock.
+serve() { ml run --threads "$THREADS" --shape "$SHAPE" --format f16 "${budget[@]}" --clock cpu "$@"; }
 pids=()  # the calibration and the compared runs
 bpids=() # the ballast
 start() {
@@ -72,8 +79,7 @@ start() {
 # ballast replays the ballast trace under fp16, again and again, until $out/ballast.stop exists.
 ballast() {
 	while [[ ! -e $out/ballast.stop ]]; do
-		ml run --threads "$THREADS" --shape "$SHAPE" --format f16 "${budget[@]}" --trace "$out/trace-ballast.csv" \
-			--policy fp16 --clock cpu --out "$out/ballast-$1" >/dev/null 2>&1 || true
+		serve --trace "$out/trace-ballast.csv" --policy fp16 --out "$out/ballast-$1" >/dev/null 2>&1 || true
 	done
 }
 stop_ballast() {
@@ -84,17 +90,14 @@ stop_ballast() {
 	rm -rf "$out"/ballast-* "$out/ballast.stop"
 }
 trap stop_ballast EXIT
-ml trace gen --process "poisson:$CAL_RATE" --duration "$DURATION" --prompt "$PROMPT" --output "$OUTPUT" \
-	--clip 1024 --max-output "$MAX_OUTPUT" --seed 3 --out "$out/trace-ballast.csv" 2>/dev/null
+if ((BALLAST)); then gen "$CAL_RATE" 3 "$out/trace-ballast.csv"; fi
 calsteps=()
 if [[ -z ${CALIBRATION:-} && $CALIBRATE == steps ]]; then
 	echo "calibration runs: $SHAPE, poisson:$CAL_RATE (seed 2) under $CAL_POLICIES, CPU-time clock, $THREADS threads" >&2
-	ml trace gen --process "poisson:$CAL_RATE" --duration "$DURATION" --prompt "$PROMPT" --output "$OUTPUT" \
-		--clip 1024 --max-output "$MAX_OUTPUT" --seed 2 --out "$out/trace-calibration.csv" 2>/dev/null
+	gen "$CAL_RATE" 2 "$out/trace-calibration.csv"
 	for policy in $CAL_POLICIES; do
 		dir=$out/calibration-${policy//:/-}
-		start "$dir.txt" ml run --threads "$THREADS" --shape "$SHAPE" --format f16 "${budget[@]}" \
-			--trace "$out/trace-calibration.csv" --policy "$policy" --clock cpu --steps --out "$dir"
+		start "$dir.txt" serve --trace "$out/trace-calibration.csv" --policy "$policy" --steps --out "$dir"
 		calsteps+=("$dir/steps.jsonl")
 	done
 elif [[ -z ${CALIBRATION:-} ]]; then
@@ -106,14 +109,12 @@ elif [[ -z ${CALIBRATION:-} ]]; then
 	start "$out/calibration.err" calibrate_grid
 fi
 for rate in $RATES; do
-	ml trace gen --process "poisson:$rate" --duration "$DURATION" --prompt "$PROMPT" --output "$OUTPUT" \
-		--clip 1024 --max-output "$MAX_OUTPUT" --seed 1 --out "$out/trace-$rate.csv" 2>/dev/null
+	gen "$rate" 1 "$out/trace-$rate.csv"
 	for policy in $POLICIES; do
 		name=$rate-${policy//:/-}
 		if [[ ${REUSE:-} != 1 || ! -s $out/real-$name/results.json ]]; then
 			echo "run $name" >&2
-			start "$out/real-$name.txt" ml run --threads "$THREADS" --shape "$SHAPE" --format f16 "${budget[@]}" \
-				--trace "$out/trace-$rate.csv" --steps --policy "$policy" --clock cpu --out "$out/real-$name"
+			start "$out/real-$name.txt" serve --trace "$out/trace-$rate.csv" --policy "$policy" --steps --out "$out/real-$name"
 		fi
 	done
 done
