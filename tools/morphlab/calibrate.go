@@ -26,7 +26,8 @@ func init() {
 const calibrateHelp = `
 Calibrate times the CPU executor (the real forward pass) over a grid of batch compositions and fits the
 simulator's step-time model for this CPU to them by least squares (engine/exec/costmodel.Calibration): a cost a
-layer, a layer-token and a layer in a one-token step for each weight format, a cost an attended key in prompt
+layer and a layer-token for each weight format, and a layer's cost in steps of few tokens (1, 2-4, 5-8, 9-16
+and 17-64: the kernels' loops change with the token count), a cost an attended key in prompt
 chunks and in decode, and a cost a sampled row. --model is a shape name ('morphlab synth --shape': stories110M, ...), timed on
 seeded synthetic weights, or a checkpoint file. The grid: prompt chunks of 16, 64, 256 and 512 tokens (64 also after
 256 cached positions, 128 after 512), decode batches of 1, 4 and 12 sequences at 64 and 384 positions, and one mixed
@@ -349,8 +350,16 @@ func reportCalibration(e *env, c *costmodel.Calibration, name string, asJSON boo
 		name, c.Machine, c.Threads, c.KV, c.Clock, c.MAPE, c.Steps, c.HeldOutMAPE, c.HeldOutSteps)
 	rows := [][]string{}
 	for _, ft := range c.Formats {
-		rows = append(rows, []string{ft.Format + " a layer", numfmt.Figure(ft.Layer * 1e6)}, []string{ft.Format + " a layer-token", numfmt.Figure(ft.LayerToken * 1e6)},
-			[]string{ft.Format + " a layer, one-token step", numfmt.Figure(ft.OneToken * 1e6)})
+		rows = append(rows, []string{ft.Format + " a layer", numfmt.Figure(ft.Layer * 1e6)}, []string{ft.Format + " a layer-token", numfmt.Figure(ft.LayerToken * 1e6)})
+		low := 1
+		for _, b := range ft.Bands {
+			tokens := fmt.Sprintf("%d-%d tokens", low, b.MaxTokens)
+			if low == b.MaxTokens {
+				tokens = fmt.Sprintf("%d token", low)
+			}
+			rows = append(rows, []string{fmt.Sprintf("%s a layer, step of %s", ft.Format, tokens), numfmt.Figure(b.Layer * 1e6)})
+			low = b.MaxTokens + 1
+		}
 	}
 	rows = append(rows, []string{"a prompt key a layer", numfmt.Figure(c.PrefillKey * 1e6)},
 		[]string{"a decode key a layer", numfmt.Figure(c.DecodeKey * 1e6)}, []string{"a sampled row", numfmt.Figure(c.Sampled * 1e6)})

@@ -15,20 +15,26 @@ import (
 )
 
 // CalibrationVersion is the version of the calibration file that Save writes and LoadCalibration accepts.
-const CalibrationVersion = 1
+const CalibrationVersion = 2
 
 // Calibration is a step-time model of one model shape on one CPU, fitted to the CPU executor's measured steps:
 //
-//	t = Σ_f layers_f·(Layer_f + LayerToken_f·tokens + OneToken_f·[tokens = 1])
+//	t = Σ_f layers_f·(Layer_f + LayerToken_f·tokens + Band_f(tokens))
 //	    + layers·(PrefillKey·prefill keys + DecodeKey·decode keys) + Sampled·sampled
 //
 // where layers_f counts the decoder layers in format f: a layer reads its weights once a step (Layer_f) and
-// multiplies every token by them (LayerToken_f); a step of one token runs the kernels' matrix-vector loops rather
-// than their matrix products, whose fixed cost differs (OneToken_f; where a few tokens run the packed products, a
-// step of two tokens widens and packs every F16 weight and costs several times one token's); attention costs each
-// attended key (prompt chunks and decode differ: one is a tiled matrix product, the other a stream over the cache);
-// the classifier costs each sampled row. A step's fixed overhead has no term of its own: the layers always add up
-// to the model's, so it cannot be told from the per-layer costs and is spread over them.
+// multiplies every token by them (LayerToken_f); attention costs each attended key (prompt chunks and decode
+// differ: one is a tiled matrix product, the other a stream over the cache); the classifier costs each sampled
+// row. A step's fixed overhead has no term of its own: the layers always add up to the model's, so it cannot be
+// told from the per-layer costs and is spread over them.
+//
+// Band_f is a layer's cost at few tokens, apart from the line: the kernels run a step's matrix products by a
+// different loop as its token count grows (matrix-vector loops for one token; few-token loops over four tokens,
+// then over tiles of eight, each tile reading the weights again, up to 64; packed products past that), so a
+// step's time is a staircase in its tokens, not a line. A decode step of five sequences costs a fifth more than
+// one of four, and a line fitted through them all over-predicts the four and the prompt chunks both. Each band of
+// TokenBands gets a fixed cost a layer of its own, fitted where the steps have enough of it (minBandSteps) and
+// otherwise merged into the band above; steps past the last band carry none.
 type Calibration struct {
 	Version int          `json:"version"`
 	Machine string       `json:"machine"` // the CPU's model name, as probe reports it
@@ -56,7 +62,32 @@ type FormatTerms struct {
 	Format     string  `json:"format"`
 	Layer      float64 `json:"layer_s"`
 	LayerToken float64 `json:"layer_token_s"`
-	OneToken   float64 `json:"one_token_s,omitempty"` // added to Layer in a step of one token (0 when not fitted)
+	Bands      []Band  `json:"bands,omitempty"` // by MaxTokens, ascending
+}
+
+// Band is the fixed cost a layer adds in a step of at most MaxTokens tokens and more than the band below's.
+type Band struct {
+	MaxTokens int     `json:"max_tokens"`
+	Layer     float64 `json:"layer_s"`
+}
+
+// TokenBands are the bands of a step's token count (their upper bounds) that FitCalibration gives a cost of
+// their own: one token, the few-token kernels' four, one and two tiles of eight, and the rest of the few-token
+// loops (up to 64).
+var TokenBands = []int{1, 4, 8, 16, 64}
+
+// minBandSteps is the fewest steps of a format in a band for the band to be fitted apart: the grid calibration
+// times two or three steps a band, a real run's steps thousands.
+const minBandSteps = 2
+
+// band is the fixed cost a layer of the format adds in a step of tokens tokens.
+func (t FormatTerms) band(tokens int) float64 {
+	for _, b := range t.Bands {
+		if tokens <= b.MaxTokens {
+			return b.Layer
+		}
+	}
+	return 0
 }
 
 // Sample is one measured step: its work, its layers' formats and its time.
@@ -82,10 +113,7 @@ func (c *Calibration) seconds(w Work, layers []LayerFormat, nLayers int) float64
 		float64(nLayers)*(c.PrefillKey*float64(w.PrefillKeys)+c.DecodeKey*float64(w.DecodeKeys))
 	for _, lf := range layers {
 		ft, _ := c.terms(lf.Format)
-		t += float64(lf.Layers) * (ft.Layer + ft.LayerToken*float64(w.Tokens))
-		if w.Tokens == 1 {
-			t += float64(lf.Layers) * ft.OneToken
-		}
+		t += float64(lf.Layers) * (ft.Layer + ft.LayerToken*float64(w.Tokens) + ft.band(w.Tokens))
 	}
 	return t
 }
@@ -127,17 +155,16 @@ func FitCalibration(samples []Sample, nLayers int) (*Calibration, error) {
 		}
 	}
 	slices.Sort(formats)
-	// The one-token terms are fitted only when the steps feed one token and more, to tell them apart.
-	oneTokens, more := false, false
-	for _, s := range samples {
-		oneTokens, more = oneTokens || s.Work.Tokens == 1, more || s.Work.Tokens > 1
+	bands := make([][]int, len(formats)) // per format, the bands fitted (their upper bounds)
+	for i, f := range formats {
+		bands[i] = fittedBands(samples, f)
 	}
-	per := 2 // columns per format: layer, layer·token, and layer·[one token] when fitted
-	if oneTokens && more {
-		per = 3
+	// Columns: per format its layer, layer·token and band terms, then prefill key, decode key, sampled.
+	first := make([]int, len(formats)+1) // each format's first column
+	for i := range formats {
+		first[i+1] = first[i] + 2 + len(bands[i])
 	}
-	// Columns: per format, then prefill key, decode key, sampled.
-	cols := per*len(formats) + 3
+	cols := first[len(formats)] + 3
 	if len(samples) < cols {
 		return nil, fmt.Errorf("costmodel: %d measured steps for %d terms, want at least as many", len(samples), cols)
 	}
@@ -148,14 +175,15 @@ func FitCalibration(samples []Sample, nLayers int) (*Calibration, error) {
 		}
 		row := raw.RawRowView(i)
 		for _, lf := range s.Layers {
-			j := per * slices.Index(formats, lf.Format)
+			fi := slices.Index(formats, lf.Format)
+			j := first[fi]
 			row[j] += float64(lf.Layers)
 			row[j+1] += float64(lf.Layers) * float64(s.Work.Tokens)
-			if per == 3 && s.Work.Tokens == 1 {
-				row[j+2] += float64(lf.Layers)
+			if b := bandIndex(bands[fi], s.Work.Tokens); b >= 0 {
+				row[j+2+b] += float64(lf.Layers)
 			}
 		}
-		k := per * len(formats)
+		k := first[len(formats)]
 		row[k] = float64(nLayers) * float64(s.Work.PrefillKeys)
 		row[k+1] = float64(nLayers) * float64(s.Work.DecodeKeys)
 		row[k+2] = float64(s.Work.Sampled)
@@ -189,13 +217,14 @@ func FitCalibration(samples []Sample, nLayers int) (*Calibration, error) {
 	}
 	c := &Calibration{Version: CalibrationVersion, Steps: len(samples)}
 	for i, f := range formats {
-		ft := FormatTerms{Format: f.String(), Layer: x.AtVec(per * i), LayerToken: x.AtVec(per*i + 1)}
-		if per == 3 {
-			ft.OneToken = x.AtVec(per*i + 2)
+		j := first[i]
+		ft := FormatTerms{Format: f.String(), Layer: x.AtVec(j), LayerToken: x.AtVec(j + 1)}
+		for b, maxTokens := range bands[i] {
+			ft.Bands = append(ft.Bands, Band{MaxTokens: maxTokens, Layer: x.AtVec(j + 2 + b)})
 		}
 		c.Formats = append(c.Formats, ft)
 	}
-	k := per * len(formats)
+	k := first[len(formats)]
 	c.PrefillKey, c.DecodeKey, c.Sampled = x.AtVec(k), x.AtVec(k+1), x.AtVec(k+2)
 	errs := make([]float64, len(samples))
 	for i, s := range samples {
@@ -203,6 +232,45 @@ func FitCalibration(samples []Sample, nLayers int) (*Calibration, error) {
 	}
 	c.MAPE = Median(errs)
 	return c, nil
+}
+
+// fittedBands returns the bands of TokenBands that the samples' steps with layers in format f fill enough to
+// fit apart: going up, a band of fewer than minBandSteps steps merges into the one above, and when the steps past
+// the last band are that few, the last band merges into them (its cost is then the format's line alone).
+func fittedBands(samples []Sample, f quant.Format) []int {
+	counts := make([]int, len(TokenBands)+1) // the last: steps past every band
+	for _, s := range samples {
+		if !slices.ContainsFunc(s.Layers, func(lf LayerFormat) bool { return lf.Format == f && lf.Layers > 0 }) {
+			continue
+		}
+		if b := bandIndex(TokenBands, s.Work.Tokens); b >= 0 {
+			counts[b]++
+		} else {
+			counts[len(TokenBands)]++
+		}
+	}
+	var out []int
+	carried := 0
+	for b, maxTokens := range TokenBands {
+		if carried += counts[b]; carried >= minBandSteps {
+			out = append(out, maxTokens)
+			carried = 0
+		}
+	}
+	if carried+counts[len(TokenBands)] < minBandSteps && len(out) > 0 {
+		out = out[:len(out)-1]
+	}
+	return out
+}
+
+// bandIndex is the index of the band of bounds that holds tokens, or -1 past them.
+func bandIndex(bounds []int, tokens int) int {
+	for i, b := range bounds {
+		if tokens <= b {
+			return i
+		}
+	}
+	return -1
 }
 
 // calibrationPasses is how many reweighted least-squares passes FitCalibration makes: the weights settle within

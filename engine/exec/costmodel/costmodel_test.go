@@ -155,11 +155,14 @@ func TestFitRecovers(t *testing.T) {
 	}
 }
 
-// TestCalibrationFit: least squares recovers the terms that generated the samples (one-token steps' included),
-// and the file round-trips.
+// TestCalibrationFit: least squares recovers the terms that generated the samples (the token bands' included:
+// those with steps in them, the empty 5-8 merged into 9-16), and the file round-trips.
 func TestCalibrationFit(t *testing.T) {
 	cfg, _ := model.ShapeByName("stories15M")
-	want := Calibration{Formats: []FormatTerms{{"f32", 2e-3, 1e-4, -5e-4}, {"int8", 1e-3, 4e-5, 3e-4}}, PrefillKey: 3e-8, DecodeKey: 5e-7, Sampled: 9e-4}
+	want := Calibration{Formats: []FormatTerms{
+		{"f32", 2e-3, 1e-4, []Band{{1, -5e-4}, {4, 2e-4}, {16, -1e-4}, {64, 3e-4}}},
+		{"int8", 1e-3, 4e-5, []Band{{1, 3e-4}, {4, 1e-4}, {16, 2e-4}, {64, -2e-4}}},
+	}, PrefillKey: 3e-8, DecodeKey: 5e-7, Sampled: 9e-4}
 	var samples []Sample
 	for _, layers := range [][]LayerFormat{{{quant.F32, 6}}, {{quant.Int8, 6}}, {{quant.F32, 3}, {quant.Int8, 3}}} {
 		for _, shape := range [][2]int{{16, 16}, {64, 64}, {64, 200}, {1, 50}, {1, 200}} {
@@ -177,10 +180,18 @@ func TestCalibrationFit(t *testing.T) {
 		t.Fatal(err)
 	}
 	close := func(a, b float64) bool { return math.Abs(a-b) <= 1e-6*math.Abs(b) }
-	if len(c.Formats) != 2 || !close(c.Formats[0].LayerToken, 1e-4) || !close(c.Formats[1].Layer, 1e-3) ||
-		!close(c.Formats[0].OneToken, -5e-4) || !close(c.Formats[1].OneToken, 3e-4) ||
-		!close(c.PrefillKey, 3e-8) || !close(c.DecodeKey, 5e-7) || !close(c.Sampled, 9e-4) || c.MAPE > 1e-6 {
+	if len(c.Formats) != 2 || !close(c.PrefillKey, 3e-8) || !close(c.DecodeKey, 5e-7) || !close(c.Sampled, 9e-4) || c.MAPE > 1e-6 {
 		t.Fatalf("fit %+v, want %+v", c, want)
+	}
+	for i, ft := range c.Formats {
+		w := want.Formats[i]
+		same := ft.Format == w.Format && close(ft.Layer, w.Layer) && close(ft.LayerToken, w.LayerToken) && len(ft.Bands) == len(w.Bands)
+		for b := 0; same && b < len(w.Bands); b++ {
+			same = ft.Bands[b].MaxTokens == w.Bands[b].MaxTokens && close(ft.Bands[b].Layer, w.Bands[b].Layer)
+		}
+		if !same {
+			t.Errorf("fitted %+v, want %+v", ft, w)
+		}
 	}
 	c.Config, c.Model = cfg, "stories15M"
 	path := filepath.Join(t.TempDir(), "cpu.json")
@@ -199,10 +210,38 @@ func TestCalibrationFit(t *testing.T) {
 	}
 }
 
+// TestFittedBands: a band with fewer than minBandSteps steps of the format merges into the band above, and the
+// last band into the steps past it when those are too few.
+func TestFittedBands(t *testing.T) {
+	step := func(tokens int, f quant.Format) Sample {
+		return Sample{Work: Work{Tokens: tokens}, Layers: []LayerFormat{{f, 4}}}
+	}
+	var samples []Sample
+	for _, tokens := range []int{1, 1, 1, 3, 12, 20, 40, 100, 300} {
+		samples = append(samples, step(tokens, quant.F16))
+	}
+	for _, tokens := range []int{1, 1, 2, 3, 6, 30, 200} {
+		samples = append(samples, step(tokens, quant.Int4))
+	}
+	samples = append(samples, step(7, quant.Int8)) // another format's steps do not count
+	if got := fittedBands(samples, quant.F16); !slices.Equal(got, []int{1, 16, 64}) {
+		t.Errorf("f16 bands %v, want [1 16 64] (2-4 and 9-16 merged into the bands above)", got)
+	}
+	if got := fittedBands(samples, quant.Int4); !slices.Equal(got, []int{1, 4}) {
+		t.Errorf("int4 bands %v, want [1 4] (5-64 too few apart from the one step past them)", got)
+	}
+	c := Calibration{Formats: []FormatTerms{{"f16", 1, 0, []Band{{1, 10}, {16, 20}, {64, 30}}}}}
+	for tokens, want := range map[int]float64{1: 11, 2: 21, 16: 21, 17: 31, 64: 31, 65: 1} {
+		if got := c.seconds(Work{Tokens: tokens}, []LayerFormat{{quant.F16, 1}}, 1); got != want {
+			t.Errorf("a layer at %d tokens: %v s, want %v", tokens, got, want)
+		}
+	}
+}
+
 // TestCalibrationFitUnbiased: on steps with multiplicative noise of mean 1 the fitted times add up to the measured
 // ones (a fit weighted by 1/measured alone comes out several percent low).
 func TestCalibrationFitUnbiased(t *testing.T) {
-	truth := Calibration{Formats: []FormatTerms{{"f16", 5e-4, 2.8e-4, 1e-3}}, PrefillKey: 3e-6, DecodeKey: 1.5e-5, Sampled: 1.7e-3}
+	truth := Calibration{Formats: []FormatTerms{{"f16", 5e-4, 2.8e-4, []Band{{1, 1e-3}, {4, -2e-4}, {8, 1e-4}}}}, PrefillKey: 3e-6, DecodeKey: 1.5e-5, Sampled: 1.7e-3}
 	layers := []LayerFormat{{quant.F16, 12}}
 	noise := []float64{0.6, 0.8, 0.9, 1, 1.1, 1.2, 1.4} // mean 1
 	var samples []Sample
