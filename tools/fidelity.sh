@@ -11,23 +11,24 @@
 # so that the calibration is timed over the same minutes, under the same load, as the runs it predicts: a step's CPU
 # time moves by a tenth and more with what else the machine runs (calibrations of the same grid 15 minutes apart
 # differed by 10%; the processes share caches and memory bandwidth). And the load stays until the last run ends:
-# as each finishes, a ballast run takes its place (a trace like the calibration's, seed 3, replayed under fp16,
-# its results thrown away). Without it (BALLAST=0) the longest run, the overloaded fp16 one, runs its last minute
-# with the CPU to itself, its steps faster than the calibration timed beside the others predicts, and the
-# simulated queue's tail comes out longer than the real one. The grid calibration keeps each step's median over
+# as each finishes, a ballast run takes its place (a trace of the same kind at BALLAST_RATE req/s, default 1, seed
+# 3, replayed under fp16, its results thrown away). Without it (BALLAST=0) the longest run, the overloaded fp16
+# one, runs its last minute with the CPU to itself, its steps faster than the calibration timed beside the others
+# predicts, and the simulated queue's tail comes out longer than the real one. The grid calibration keeps each step's median over
 # its REPS rounds (default 10).
 #
-# CALIBRATE=steps fits the calibration to the steps of more real runs instead ('calibrate --steps'): a trace of
-# the same kind drawn with another seed at CAL_RATE req/s (default 1), served under each of CAL_POLICIES (default
-# fp16 and static:int4, so that both layer formats are timed), run beside the compared runs. Their steps are timed
-# as the compared runs' are, with the engine's own work between them, sequences of every length side by side and
-# KV blocks wherever the pool had them.
+# CALIBRATE=steps fits the calibration to the steps of more real runs instead ('calibrate --steps'): traces of the
+# same kind drawn with another seed, each served as CAL_RUNS says (policy@rate; default fp16 and static:int4 at
+# 1 req/s, so that both layer formats are timed, and morph:default at 2.5 req/s, whose freed KV blocks let it
+# decode 9-17 sequences a step, which the kernels run by other loops than the 2-4 of the others), run beside the
+# compared runs. Their steps are timed as the compared runs' are, with the engine's own work between them,
+# sequences of every length side by side and KV blocks wherever the pool had them.
 #
 # Usage: tools/fidelity.sh [OUTDIR]   (default /tmp/morphlab-fidelity)
 # Settings (environment): SHAPE, RATES, POLICIES, DURATION, PROMPT, OUTPUT, MAX_OUTPUT, KV_BLOCKS, MAX_TOKENS,
-# BLOCK_SIZE, THREADS, BALLAST, REPS (calibration rounds), LIMIT (percent), MORPHLAB (a built binary; default:
-# build one), CALIBRATION (use this calibration file instead of calibrating), CALIBRATE (grid or steps), CAL_RATE,
-# CAL_POLICIES, REUSE=1 (keep real runs already in OUTDIR).
+# BLOCK_SIZE, THREADS, BALLAST, BALLAST_RATE, REPS (calibration rounds), LIMIT (percent), MORPHLAB (a built binary;
+# default: build one), CALIBRATION (use this calibration file instead of calibrating), CALIBRATE (grid or steps),
+# CAL_RUNS, REUSE=1 (keep real runs already in OUTDIR).
 # The defaults take about 10 minutes on two cores (more when they are busy with other work).
 set -euo pipefail
 
@@ -47,8 +48,8 @@ LIMIT=${LIMIT:-10}
 THREADS=${THREADS:-1}
 CALIBRATE=${CALIBRATE:-grid}
 BALLAST=${BALLAST:-1}
-CAL_RATE=${CAL_RATE:-1}
-CAL_POLICIES=${CAL_POLICIES:-fp16 static:int4}
+BALLAST_RATE=${BALLAST_RATE:-1}
+CAL_RUNS=${CAL_RUNS:-fp16@1 static:int4@1 morph:default@2.5}
 export GOMAXPROCS=$THREADS
 
 command -v jq >/dev/null || { echo "fidelity.sh: jq is required" >&2; exit 1; }
@@ -90,14 +91,19 @@ stop_ballast() {
 	rm -rf "$out"/ballast-* "$out/ballast.stop"
 }
 trap stop_ballast EXIT
-if ((BALLAST)); then gen "$CAL_RATE" 3 "$out/trace-ballast.csv"; fi
+if ((BALLAST)); then gen "$BALLAST_RATE" 3 "$out/trace-ballast.csv"; fi
 calsteps=()
 if [[ -z ${CALIBRATION:-} && $CALIBRATE == steps ]]; then
-	echo "calibration runs: $SHAPE, poisson:$CAL_RATE (seed 2) under $CAL_POLICIES, CPU-time clock, $THREADS threads" >&2
-	gen "$CAL_RATE" 2 "$out/trace-calibration.csv"
-	for policy in $CAL_POLICIES; do
-		dir=$out/calibration-${policy//:/-}
-		start "$dir.txt" serve --trace "$out/trace-calibration.csv" --policy "$policy" --steps --out "$dir"
+	echo "calibration runs: $SHAPE, $CAL_RUNS (policy@req/s, seed 2), CPU-time clock, $THREADS threads" >&2
+	for run in $CAL_RUNS; do
+		policy=${run%@*} rate=${run##*@}
+		if [[ $run != *@* || -z $policy || -z $rate ]]; then
+			echo "fidelity.sh: CAL_RUNS: $run, want policy@rate" >&2
+			exit 2
+		fi
+		gen "$rate" 2 "$out/trace-calibration-$rate.csv"
+		dir=$out/calibration-${policy//:/-}-$rate
+		start "$dir.txt" serve --trace "$out/trace-calibration-$rate.csv" --policy "$policy" --steps --out "$dir"
 		calsteps+=("$dir/steps.jsonl")
 	done
 elif [[ -z ${CALIBRATION:-} ]]; then
