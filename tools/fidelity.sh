@@ -1,11 +1,19 @@
 #!/usr/bin/env bash
 # fidelity.sh: the simulator against the real CPU engine on one trace.
 #
-# It calibrates the simulator on this CPU ('morphlab calibrate' on the CPU-time clock), draws a synthetic Poisson
-# trace at each rate, replays it on the CPU engine ('morphlab run --clock cpu') and in the simulator ('morphlab
-# simulate --gpu cpu --calibration') under each policy with the same KV budget, step token budget and block size,
-# and prints for each run the P50 and P95 TTFT, the mean TPOT and the output throughput, real beside simulated,
-# with the simulator's error. It exits 1 when an error is over LIMIT percent.
+# It calibrates the simulator on this CPU, draws a synthetic Poisson trace at each rate, replays it on the CPU
+# engine ('morphlab run --clock cpu') and in the simulator ('morphlab simulate --gpu cpu --calibration') under each
+# policy with the same KV budget, step token budget and block size, and prints for each run the P50 and P95 TTFT,
+# the mean TPOT and the output throughput, real beside simulated, with the simulator's error. It exits 1 when an
+# error is over LIMIT percent.
+#
+# The calibration is fitted to the steps of more real runs ('calibrate --steps'): traces of the same kind drawn
+# with another seed, each served as CAL_RUNS says (policy@rate; default fp16 and static:int4 at 1 req/s, so that
+# both layer formats are timed, and morph:default at 2.5 req/s, whose freed KV blocks let it decode 9-17 sequences
+# a step, which the kernels run by other loops than the 2-4 of the others). Their steps are timed as the compared
+# runs' are, with the engine's own work between them, sequences of every length side by side and KV blocks
+# wherever the pool had them. CALIBRATE=grid times 'morphlab calibrate's grid instead (each step's median over
+# REPS rounds, default 10).
 #
 # Kernels run on THREADS threads (default 1, GOMAXPROCS too). The calibration and the real runs all run at once,
 # so that the calibration is timed over the same minutes, under the same load, as the runs it predicts: a step's CPU
@@ -14,27 +22,19 @@
 # as each finishes, a ballast run takes its place (a trace of the same kind at BALLAST_RATE req/s, default 1, seed
 # 3, replayed under fp16, its results thrown away). Without it (BALLAST=0) the longest run, the overloaded fp16
 # one, runs its last minute with the CPU to itself, its steps faster than the calibration timed beside the others
-# predicts, and the simulated queue's tail comes out longer than the real one. The grid calibration keeps each step's median over
-# its REPS rounds (default 10).
-#
-# CALIBRATE=steps fits the calibration to the steps of more real runs instead ('calibrate --steps'): traces of the
-# same kind drawn with another seed, each served as CAL_RUNS says (policy@rate; default fp16 and static:int4 at
-# 1 req/s, so that both layer formats are timed, and morph:default at 2.5 req/s, whose freed KV blocks let it
-# decode 9-17 sequences a step, which the kernels run by other loops than the 2-4 of the others), run beside the
-# compared runs. Their steps are timed as the compared runs' are, with the engine's own work between them,
-# sequences of every length side by side and KV blocks wherever the pool had them.
+# predicts, and the simulated queue's tail comes out longer than the real one.
 #
 # Usage: tools/fidelity.sh [OUTDIR]   (default /tmp/morphlab-fidelity)
 # Settings (environment): SHAPE, RATES, POLICIES, DURATION, PROMPT, OUTPUT, MAX_OUTPUT, KV_BLOCKS, MAX_TOKENS,
 # BLOCK_SIZE, THREADS, BALLAST, BALLAST_RATE, REPS (calibration rounds), LIMIT (percent), MORPHLAB (a built binary;
 # default: build one), CALIBRATION (use this calibration file instead of calibrating), CALIBRATE (grid or steps),
 # CAL_RUNS, REUSE=1 (keep real runs already in OUTDIR).
-# The defaults take about 10 minutes on two cores (more when they are busy with other work).
+# The defaults (0.6, 1.5 and 2.5 req/s) take about 16 minutes on two cores (more when they are busy with other work).
 set -euo pipefail
 
 out=${1:-/tmp/morphlab-fidelity}
 SHAPE=${SHAPE:-stories110M}
-RATES=${RATES:-0.6 1.5}
+RATES=${RATES:-0.6 1.5 2.5}
 POLICIES=${POLICIES:-fp16 morph:default}
 DURATION=${DURATION:-120s}
 PROMPT=${PROMPT:-lognormal:120:0.6}
@@ -46,12 +46,13 @@ BLOCK_SIZE=${BLOCK_SIZE:-16}
 REPS=${REPS:-10}
 LIMIT=${LIMIT:-10}
 THREADS=${THREADS:-1}
-CALIBRATE=${CALIBRATE:-grid}
+CALIBRATE=${CALIBRATE:-steps}
 BALLAST=${BALLAST:-1}
 BALLAST_RATE=${BALLAST_RATE:-1}
 CAL_RUNS=${CAL_RUNS:-fp16@1 static:int4@1 morph:default@2.5}
 export GOMAXPROCS=$THREADS
 
+[[ $CALIBRATE == steps || $CALIBRATE == grid ]] || { echo "fidelity.sh: CALIBRATE=$CALIBRATE, want steps or grid" >&2; exit 2; }
 command -v jq >/dev/null || { echo "fidelity.sh: jq is required" >&2; exit 1; }
 mkdir -p "$out"
 if [[ -z ${MORPHLAB:-} ]]; then

@@ -4,6 +4,7 @@ import (
 	"math"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -204,6 +205,13 @@ func TestCalibrationFit(t *testing.T) {
 	}
 	if back.Check(cfg, []quant.Format{quant.F32, quant.Int8}) != nil || back.Check(cfg, []quant.Format{quant.Int4}) == nil {
 		t.Error("Check: want f32 and int8 covered, int4 not")
+	}
+	back.Formats[1].Bands[2].MaxTokens = 4
+	if err := back.Save(path); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadCalibration(path); err == nil || !strings.Contains(err.Error(), "int8: bands: max_tokens 4") {
+		t.Errorf("bands out of order: error %v, want one naming int8's bands", err)
 	}
 	if _, err := FitCalibration(samples[:3], 6); err == nil {
 		t.Error("fewer samples than terms were accepted")
