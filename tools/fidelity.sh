@@ -53,6 +53,9 @@ CAL_RUNS=${CAL_RUNS:-fp16@1 static:int4@1 morph:default@2.5}
 export GOMAXPROCS=$THREADS
 
 [[ $CALIBRATE == steps || $CALIBRATE == grid ]] || { echo "fidelity.sh: CALIBRATE=$CALIBRATE, want steps or grid" >&2; exit 2; }
+for run in $CAL_RUNS; do
+	[[ $run == ?*@?* ]] || { echo "fidelity.sh: CAL_RUNS: $run, want policy@rate" >&2; exit 2; }
+done
 command -v jq >/dev/null || { echo "fidelity.sh: jq is required" >&2; exit 1; }
 mkdir -p "$out"
 if [[ -z ${MORPHLAB:-} ]]; then
@@ -98,10 +101,6 @@ if [[ -z ${CALIBRATION:-} && $CALIBRATE == steps ]]; then
 	echo "calibration runs: $SHAPE, $CAL_RUNS (policy@req/s, seed 2), CPU-time clock, $THREADS threads" >&2
 	for run in $CAL_RUNS; do
 		policy=${run%@*} rate=${run##*@}
-		if [[ $run != *@* || -z $policy || -z $rate ]]; then
-			echo "fidelity.sh: CAL_RUNS: $run, want policy@rate" >&2
-			exit 2
-		fi
 		gen "$rate" 2 "$out/trace-calibration-$rate.csv"
 		dir=$out/calibration-${policy//:/-}-$rate
 		start "$dir.txt" serve --trace "$out/trace-calibration-$rate.csv" --policy "$policy" --steps --out "$dir"

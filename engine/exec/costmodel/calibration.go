@@ -31,11 +31,10 @@ const CalibrationVersion = 2
 // Band_f is a layer's cost at few tokens, apart from the line: the kernels run a step's matrix products by a
 // different loop as its token count grows (matrix-vector loops for one token; few-token loops over four tokens,
 // then over tiles of eight, each tile reading the weights again, up to 64; packed products past that), so a
-// step's time is a staircase in its tokens, not a line (with the AVX-512 kernels a decode step of stories110M
-// takes 15% longer at five sequences than at four, 1% longer at four than at three), and a line fitted through
-// them all over-predicts the four and the prompt chunks both. Each band of TokenBands gets a fixed cost a layer of
-// its own, fitted where the steps have enough of it (minBandSteps) and otherwise merged into the band above; steps
-// past the last band carry none.
+// step's time is a staircase in its tokens, not a line, and a line fitted through decode steps of four sequences
+// and of five and through prompt chunks over-predicts the fours and the chunks both. Each band of TokenBands gets
+// a fixed cost a layer of its own, fitted where the steps have enough of it (minBandSteps) and otherwise merged
+// into the band above; steps past the last band carry none.
 type Calibration struct {
 	Version int          `json:"version"`
 	Machine string       `json:"machine"` // the CPU's model name, as probe reports it
@@ -83,10 +82,8 @@ const minBandSteps = 2
 
 // band is the fixed cost a layer of the format adds in a step of tokens tokens.
 func (t FormatTerms) band(tokens int) float64 {
-	for _, b := range t.Bands {
-		if tokens <= b.MaxTokens {
-			return b.Layer
-		}
+	if i := slices.IndexFunc(t.Bands, func(b Band) bool { return tokens <= b.MaxTokens }); i >= 0 {
+		return t.Bands[i].Layer
 	}
 	return 0
 }
@@ -266,12 +263,7 @@ func fittedBands(samples []Sample, f quant.Format) []int {
 
 // bandIndex is the index of the band of bounds that holds tokens, or -1 past them.
 func bandIndex(bounds []int, tokens int) int {
-	for i, b := range bounds {
-		if tokens <= b {
-			return i
-		}
-	}
-	return -1
+	return slices.IndexFunc(bounds, func(b int) bool { return tokens <= b })
 }
 
 // calibrationPasses is how many reweighted least-squares passes FitCalibration makes: the weights settle within
