@@ -1,6 +1,6 @@
 // Package engine is the serving engine core: requests come in through Submit, a run loop asks the scheduler for
 // each iteration's work, runs it on an Executor, and streams each request's tokens and lifecycle events back. The
-// KV block manager, scheduler and executor are the engine's parts (engine/kv, engine/sched, engine/exec); the
+// KV block manager, scheduler and executor are the engine's parts (engine/kv, engine/sched, engine/executor); the
 // engine owns the request lifecycle, the timestamps the metrics are computed from, and the event log.
 //
 // # Lifecycle
@@ -15,7 +15,7 @@
 // # Geometry
 //
 // The block size, the tokens a step may feed, the context length and the vocabulary come from the executor
-// (exec.Executor.Geometry); Options only choose within them, and New rejects options that do not fit.
+// (executor.Executor.Geometry); Options only choose within them, and New rejects options that do not fit.
 //
 // # Control surface
 //
@@ -47,7 +47,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/morphlab/morphlab/engine/exec"
+	"github.com/morphlab/morphlab/engine/executor"
 	"github.com/morphlab/morphlab/engine/kv"
 	"github.com/morphlab/morphlab/engine/sample"
 	"github.com/morphlab/morphlab/engine/sched"
@@ -165,14 +165,14 @@ var ErrCancelled = errors.New("engine: request cancelled")
 // Options configure an engine. The geometry (block size, context, vocabulary, tokens a step may feed) comes from
 // the executor.
 type Options struct {
-	// Policy is "continuous" (default), "static" or "dynamic" batching.
-	Policy    string
-	MaxTokens int           // tokens an iteration feeds at most; default and upper bound: the executor's
-	MaxSeqs   int           // running sequences at most (continuous); default 256
-	BatchSize int           // batch size of the baselines (at most MaxTokens: a decode feeds one token each); default 32
-	MaxDelay  time.Duration // dynamic batching's queueing delay
-	Watermark float64       // fraction of blocks admission keeps free; default 0.01
-	Clock     exec.Clock    // default: the wall clock
+	// Scheduler is the batching: "continuous" (iteration-level, the default), "static" or "dynamic".
+	Scheduler        string
+	MaxBatchedTokens int            // tokens an iteration feeds at most; default and upper bound: the executor's
+	MaxSeqs          int            // running sequences at most (continuous); default 256
+	BatchSize        int            // batch size of the baselines (at most MaxBatchedTokens: a decode feeds one token each); default 32
+	MaxDelay         time.Duration  // dynamic batching's queueing delay
+	Watermark        float64        // fraction of blocks admission keeps free; default 0.01
+	Clock            executor.Clock // default: the wall clock
 	// OnStep, if set, is called by the loop's goroutine after every iteration and on every idle tick.
 	OnStep func(StepInfo)
 	// IdleTick is how often an idle engine calls OnStep (Run and Replay); default 50 ms.
@@ -243,8 +243,8 @@ type request struct {
 // Log, Shutdown and Memory are safe to call from any goroutine; Step, Run and Replay drive the loop and must not
 // be called concurrently with each other.
 type Engine struct {
-	x     exec.Executor
-	geo   exec.Geometry
+	x     executor.Executor
+	geo   executor.Geometry
 	opt   Options
 	kv    *kv.Manager
 	sched sched.Scheduler
@@ -269,25 +269,25 @@ type Engine struct {
 }
 
 // New returns an engine over x whose KV pool starts with the executor's attached blocks.
-func New(x exec.Executor, opt Options) (*Engine, error) {
+func New(x executor.Executor, opt Options) (*Engine, error) {
 	g := x.Geometry()
-	if g.BlockSize <= 0 || g.MaxTokens <= 0 || g.Context <= 0 || g.Vocab <= 0 {
+	if g.BlockSize <= 0 || g.MaxBatchedTokens <= 0 || g.Context <= 0 || g.Vocab <= 0 {
 		return nil, fmt.Errorf("engine: executor geometry %+v, want block size, tokens per step, context and vocabulary > 0", g)
 	}
-	if opt.MaxTokens == 0 {
-		opt.MaxTokens = g.MaxTokens
+	if opt.MaxBatchedTokens == 0 {
+		opt.MaxBatchedTokens = g.MaxBatchedTokens
 	}
 	if opt.MaxSeqs == 0 {
 		opt.MaxSeqs = 256
 	}
 	if opt.BatchSize == 0 {
-		opt.BatchSize = min(32, opt.MaxTokens)
+		opt.BatchSize = min(32, opt.MaxBatchedTokens)
 	}
 	if opt.Watermark == 0 {
 		opt.Watermark = 0.01
 	}
 	if opt.Clock == nil {
-		opt.Clock = exec.NewWallClock()
+		opt.Clock = executor.NewWallClock()
 	}
 	if opt.IdleTick == 0 {
 		opt.IdleTick = 50 * time.Millisecond
@@ -296,14 +296,14 @@ func New(x exec.Executor, opt Options) (*Engine, error) {
 		opt.LogSize = 1 << 16
 	}
 	switch {
-	case opt.MaxTokens < 0 || opt.MaxTokens > g.MaxTokens:
-		return nil, fmt.Errorf("engine: MaxTokens %d, the executor's steps hold 1..%d tokens", opt.MaxTokens, g.MaxTokens)
+	case opt.MaxBatchedTokens < 0 || opt.MaxBatchedTokens > g.MaxBatchedTokens:
+		return nil, fmt.Errorf("engine: MaxBatchedTokens %d, the executor's steps hold 1..%d tokens", opt.MaxBatchedTokens, g.MaxBatchedTokens)
 	case opt.MaxSeqs < 0 || opt.BatchSize < 0 || opt.MaxDelay < 0 || opt.IdleTick < 0 || opt.LogSize < 0:
 		return nil, fmt.Errorf("engine: MaxSeqs %d, BatchSize %d, MaxDelay %v, IdleTick %v, LogSize %d, want none negative",
 			opt.MaxSeqs, opt.BatchSize, opt.MaxDelay, opt.IdleTick, opt.LogSize)
-	case (opt.Policy == "static" || opt.Policy == "dynamic") && opt.BatchSize > opt.MaxTokens:
-		return nil, fmt.Errorf("engine: BatchSize %d is more than the %d tokens a step feeds (MaxTokens), and a %s batch decodes one token a member",
-			opt.BatchSize, opt.MaxTokens, opt.Policy)
+	case (opt.Scheduler == "static" || opt.Scheduler == "dynamic") && opt.BatchSize > opt.MaxBatchedTokens:
+		return nil, fmt.Errorf("engine: BatchSize %d is more than the %d tokens a step feeds (MaxBatchedTokens), and a %s batch decodes one token a member",
+			opt.BatchSize, opt.MaxBatchedTokens, opt.Scheduler)
 	}
 	m, err := kv.New(g.BlockSize, x.Memory().Blocks, opt.Watermark)
 	if err != nil {
@@ -311,21 +311,21 @@ func New(x exec.Executor, opt Options) (*Engine, error) {
 	}
 	e := &Engine{x: x, geo: g, opt: opt, kv: m, cap: m.Capacity(), reqs: map[kv.SeqID]*request{},
 		log: eventLog{size: opt.LogSize}, wake: make(chan struct{}, 1), ended: make(chan struct{}, 1), overflow: map[*Stream]bool{}}
-	switch opt.Policy {
+	switch opt.Scheduler {
 	case "", "continuous":
-		e.sched = &sched.Continuous{KV: m, MaxTokens: opt.MaxTokens, MaxSeqs: opt.MaxSeqs}
+		e.sched = &sched.Continuous{KV: m, MaxBatchedTokens: opt.MaxBatchedTokens, MaxSeqs: opt.MaxSeqs}
 	case "static":
-		e.sched = sched.NewStatic(m, opt.MaxTokens, opt.BatchSize)
+		e.sched = sched.NewStatic(m, opt.MaxBatchedTokens, opt.BatchSize)
 	case "dynamic":
-		e.sched = sched.NewDynamic(m, opt.MaxTokens, opt.BatchSize, opt.MaxDelay)
+		e.sched = sched.NewDynamic(m, opt.MaxBatchedTokens, opt.BatchSize, opt.MaxDelay)
 	default:
-		return nil, fmt.Errorf("engine: policy %q, want continuous, static or dynamic", opt.Policy)
+		return nil, fmt.Errorf("engine: scheduler %q, want continuous, static or dynamic", opt.Scheduler)
 	}
 	return e, nil
 }
 
 // Geometry is the executor's geometry, which the engine runs with.
-func (e *Engine) Geometry() exec.Geometry { return e.geo }
+func (e *Engine) Geometry() executor.Geometry { return e.geo }
 
 // Submit queues a request, stamped with its arrival time now, and returns its stream.
 func (e *Engine) Submit(r Request) *Stream { return e.submit(r, e.opt.Clock.Now(), false) }
@@ -434,12 +434,12 @@ func (e *Engine) LogSince(cursor uint64) ([]Event, uint64) {
 }
 
 // Memory reports the executor's memory budget.
-func (e *Engine) Memory() exec.Memory { return e.x.Memory() }
+func (e *Engine) Memory() executor.Memory { return e.x.Memory() }
 
 // LayerBytes reports each decoder layer's bytes in each prepared format.
-func (e *Engine) LayerBytes() []exec.LayerBytes { return e.x.LayerBytes() }
+func (e *Engine) LayerBytes() []executor.LayerBytes { return e.x.LayerBytes() }
 
-// SetLayerPrecision asks the executor to run layer in f (see exec.Executor) and logs the request; a Swap event
+// SetLayerPrecision asks the executor to run layer in f (see executor.Executor) and logs the request; a Swap event
 // says at which iteration it took effect.
 func (e *Engine) SetLayerPrecision(layer int, f quant.Format) error {
 	err := e.x.SetLayerPrecision(layer, f)

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/morphlab/morphlab/engine/exec"
+	"github.com/morphlab/morphlab/engine/executor"
 	"github.com/morphlab/morphlab/engine/model"
 	"github.com/morphlab/morphlab/engine/model/modeltest"
 	"github.com/morphlab/morphlab/quant"
@@ -30,7 +30,7 @@ func prepare(t *testing.T, m *model.Model, formats ...quant.Format) {
 
 // budgetFor is a budget holding m's current weights, the workspace of maxTokens and blocks KV blocks of 16.
 func budgetFor(m *model.Model, maxTokens, blocks int) int64 {
-	return int64(m.WeightBytes()) + exec.WorkspaceBytes(m.Config, maxTokens) + int64(blocks*model.KVBytesPerBlock(m.Config, 16))
+	return int64(m.WeightBytes()) + executor.WorkspaceBytes(m.Config, maxTokens) + int64(blocks*model.KVBytesPerBlock(m.Config, 16))
 }
 
 type setup struct {
@@ -42,12 +42,12 @@ type setup struct {
 
 func newEngine(t *testing.T, m *model.Model, s setup) *Engine {
 	t.Helper()
-	x, err := exec.NewCPU(m, exec.CPUOptions{Budget: s.budget, BlockSize: 16, MaxTokens: s.maxTokens, Blocks: s.blocks})
+	x, err := executor.NewCPU(m, executor.CPUOptions{Budget: s.budget, BlockSize: 16, MaxBatchedTokens: s.maxTokens, Blocks: s.blocks})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var e *Engine
-	opt := Options{Clock: &exec.VirtualClock{}}
+	opt := Options{Clock: &executor.VirtualClock{}}
 	if s.onStep != nil {
 		opt.OnStep = func(info StepInfo) { s.onStep(e, info) }
 	}
@@ -237,12 +237,12 @@ func TestPrecisionSwitchMidDecode(t *testing.T) {
 // memoryAddsUp returns an error unless the executor's accounting matches what the test computes independently:
 // the weights are the model's active weights, the KV part is the block manager's pool in blocks of the model's
 // block bytes, the workspace is that of 48 tokens, and all of it fits the budget.
-func memoryAddsUp(mem exec.Memory, m *model.Model, info StepInfo) error {
+func memoryAddsUp(mem executor.Memory, m *model.Model, info StepInfo) error {
 	blockBytes := int64(model.KVBytesPerBlock(m.Config, 16))
-	want := int64(m.WeightBytes()) + int64(info.Total)*blockBytes + exec.WorkspaceBytes(m.Config, 48)
+	want := int64(m.WeightBytes()) + int64(info.Total)*blockBytes + executor.WorkspaceBytes(m.Config, 48)
 	switch {
 	case mem.Weights != int64(m.WeightBytes()) || mem.Blocks != info.Total || mem.KV != int64(info.Total)*blockBytes ||
-		mem.Workspace != exec.WorkspaceBytes(m.Config, 48):
+		mem.Workspace != executor.WorkspaceBytes(m.Config, 48):
 		return fmt.Errorf("iteration %d: memory %+v, want weights %d, %d blocks of %d bytes", info.Iter, mem, m.WeightBytes(), info.Total, blockBytes)
 	case mem.Used() != want || want > mem.Budget:
 		return fmt.Errorf("iteration %d: %d bytes used, the parts add up to %d, budget %d", info.Iter, mem.Used(), want, mem.Budget)
@@ -263,15 +263,15 @@ func TestMemoryCheckCatchesWrongAccounting(t *testing.T) {
 	m := synthModel(t)
 	blockBytes := int64(model.KVBytesPerBlock(m.Config, 16))
 	info := StepInfo{Total: 20}
-	good := exec.Memory{Budget: budgetFor(m, 48, 20), Weights: int64(m.WeightBytes()), KV: 20 * blockBytes,
-		Workspace: exec.WorkspaceBytes(m.Config, 48), BlockBytes: blockBytes, Blocks: 20}
+	good := executor.Memory{Budget: budgetFor(m, 48, 20), Weights: int64(m.WeightBytes()), KV: 20 * blockBytes,
+		Workspace: executor.WorkspaceBytes(m.Config, 48), BlockBytes: blockBytes, Blocks: 20}
 	if err := memoryAddsUp(good, m, info); err != nil {
 		t.Fatalf("a right account fails: %v", err)
 	}
-	for name, bad := range map[string]func(*exec.Memory){
-		"KV of the base region only":  func(mem *exec.Memory) { mem.KV, mem.Blocks = 12*blockBytes, 12 },
-		"weights of a smaller format": func(mem *exec.Memory) { mem.Weights -= 1000 },
-		"over the budget":             func(mem *exec.Memory) { mem.Budget -= blockBytes },
+	for name, bad := range map[string]func(*executor.Memory){
+		"KV of the base region only":  func(mem *executor.Memory) { mem.KV, mem.Blocks = 12*blockBytes, 12 },
+		"weights of a smaller format": func(mem *executor.Memory) { mem.Weights -= 1000 },
+		"over the budget":             func(mem *executor.Memory) { mem.Budget -= blockBytes },
 	} {
 		mem := good
 		bad(&mem)
@@ -373,7 +373,7 @@ func TestSwapFreesBecomeKV(t *testing.T) {
 // timeline is ordered; the wall-clock run loop serves requests submitted from several goroutines.
 func TestStreamAndTimeline(t *testing.T) {
 	m := synthModel(t)
-	x, err := exec.NewCPU(m, exec.CPUOptions{Budget: budgetFor(m, 48, 64), BlockSize: 16, MaxTokens: 48})
+	x, err := executor.NewCPU(m, executor.CPUOptions{Budget: budgetFor(m, 48, 64), BlockSize: 16, MaxBatchedTokens: 48})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/morphlab/morphlab/engine/exec"
+	"github.com/morphlab/morphlab/engine/executor"
 	"github.com/morphlab/morphlab/quant"
 )
 
@@ -18,7 +18,7 @@ import (
 // 0, which the tests use as a stop token), a step takes 1 ms plus 10 µs a token, and the KV pool is a block count.
 // It fails its failAt-th step when failAt > 0.
 type fakeExec struct {
-	geo    exec.Geometry
+	geo    executor.Geometry
 	blocks int
 	failAt int
 	steps  int
@@ -26,32 +26,32 @@ type fakeExec struct {
 }
 
 func newFake(blocks int) *fakeExec {
-	return &fakeExec{geo: exec.Geometry{BlockSize: 16, MaxTokens: 64, Context: 512, Vocab: 100, Layers: 4}, blocks: blocks}
+	return &fakeExec{geo: executor.Geometry{BlockSize: 16, MaxBatchedTokens: 64, Context: 512, Vocab: 100, Layers: 4}, blocks: blocks}
 }
 
-func (f *fakeExec) Step(b *exec.Batch) (exec.Result, error) {
+func (f *fakeExec) Step(b *executor.Batch) (executor.Result, error) {
 	f.steps++
 	time.Sleep(f.sleep)
 	if f.steps == f.failAt {
-		return exec.Result{}, errors.New("device lost")
+		return executor.Result{}, errors.New("device lost")
 	}
 	next := make([]int32, len(b.Seqs))
 	for i, s := range b.Seqs {
 		if s.SeqLen > len(s.Table)*f.geo.BlockSize {
-			return exec.Result{}, fmt.Errorf("sequence %d: table of %d blocks for %d positions", i, len(s.Table), s.SeqLen)
+			return executor.Result{}, fmt.Errorf("sequence %d: table of %d blocks for %d positions", i, len(s.Table), s.SeqLen)
 		}
 		next[i] = -1
 		if s.Sample {
 			next[i] = 1 + int32((s.SeqLen*7919+int(s.Tokens[len(s.Tokens)-1])*31)%(f.geo.Vocab-1))
 		}
 	}
-	return exec.Result{Next: next, Duration: time.Millisecond + 10*time.Microsecond*time.Duration(b.Tokens())}, nil
+	return executor.Result{Next: next, Duration: time.Millisecond + 10*time.Microsecond*time.Duration(b.Tokens())}, nil
 }
 
-func (f *fakeExec) Geometry() exec.Geometry                           { return f.geo }
-func (f *fakeExec) LayerBytes() []exec.LayerBytes                     { return nil }
+func (f *fakeExec) Geometry() executor.Geometry                       { return f.geo }
+func (f *fakeExec) LayerBytes() []executor.LayerBytes                 { return nil }
 func (f *fakeExec) SetLayerPrecision(layer int, _ quant.Format) error { return nil }
-func (f *fakeExec) Memory() exec.Memory                               { return exec.Memory{Blocks: f.blocks, BlockBytes: 1} }
+func (f *fakeExec) Memory() executor.Memory                           { return executor.Memory{Blocks: f.blocks, BlockBytes: 1} }
 func (f *fakeExec) AttachKV(blocks int) error                         { f.blocks += blocks; return nil }
 func (f *fakeExec) DetachKV(blocks int) error                         { f.blocks -= blocks; return nil }
 
@@ -167,7 +167,7 @@ func TestCancelEverywhere(t *testing.T) {
 func TestCancelUnderBaselines(t *testing.T) {
 	for _, policy := range []string{"static", "dynamic"} {
 		x := newFake(40)
-		e, err := New(x, Options{Policy: policy, BatchSize: 4, MaxDelay: time.Millisecond, Clock: &exec.VirtualClock{}})
+		e, err := New(x, Options{Scheduler: policy, BatchSize: 4, MaxDelay: time.Millisecond, Clock: &executor.VirtualClock{}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -192,7 +192,7 @@ func TestCancelUnderBaselines(t *testing.T) {
 
 // TestSubmitContext: a request whose context ends is cancelled; one whose context outlives it costs nothing after.
 func TestSubmitContext(t *testing.T) {
-	e, err := New(newFake(40), Options{Clock: &exec.VirtualClock{}})
+	e, err := New(newFake(40), Options{Clock: &executor.VirtualClock{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,7 +220,7 @@ func TestSubmitContext(t *testing.T) {
 func TestFailingExecutor(t *testing.T) {
 	x := newFake(10)
 	x.failAt = 4
-	e, err := New(x, Options{Clock: &exec.VirtualClock{}})
+	e, err := New(x, Options{Clock: &executor.VirtualClock{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,7 +266,7 @@ func TestFailingExecutor(t *testing.T) {
 // TestAbandonedStreams: 1,000 requests whose streams are opened and never read cost no goroutine, and each stream
 // keeps only its own events.
 func TestAbandonedStreams(t *testing.T) {
-	e, err := New(newFake(200), Options{Clock: &exec.VirtualClock{}})
+	e, err := New(newFake(200), Options{Clock: &executor.VirtualClock{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -294,7 +294,7 @@ func TestAbandonedStreams(t *testing.T) {
 func TestSlowReaderGetsEverything(t *testing.T) {
 	x := newFake(200)
 	x.geo.Context = 4096
-	e, err := New(x, Options{Clock: &exec.VirtualClock{}})
+	e, err := New(x, Options{Clock: &executor.VirtualClock{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -330,7 +330,7 @@ func TestSlowReaderGetsEverything(t *testing.T) {
 // TestRunReturnsOnCancel: Run returns without running an iteration when its context is already done, and within
 // one iteration when it ends while work runs.
 func TestRunReturnsOnCancel(t *testing.T) {
-	e, err := New(newFake(200), Options{Clock: &exec.VirtualClock{}})
+	e, err := New(newFake(200), Options{Clock: &executor.VirtualClock{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -359,14 +359,14 @@ func TestRunReturnsOnCancel(t *testing.T) {
 func TestNewRejectsInconsistentOptions(t *testing.T) {
 	for _, c := range []struct {
 		opt  Options
-		geo  func(*exec.Geometry)
+		geo  func(*executor.Geometry)
 		want string
 	}{
-		{Options{Policy: "static", BatchSize: 16, MaxTokens: 8}, nil, "BatchSize 16 is more than the 8 tokens"},
-		{Options{Policy: "dynamic", BatchSize: 65}, nil, "BatchSize 65 is more than the 64 tokens"},
-		{Options{MaxTokens: 65}, nil, "MaxTokens 65, the executor's steps hold 1..64"},
-		{Options{}, func(g *exec.Geometry) { g.BlockSize = 0 }, "executor geometry"},
-		{Options{Policy: "fifo"}, nil, `policy "fifo"`},
+		{Options{Scheduler: "static", BatchSize: 16, MaxBatchedTokens: 8}, nil, "BatchSize 16 is more than the 8 tokens"},
+		{Options{Scheduler: "dynamic", BatchSize: 65}, nil, "BatchSize 65 is more than the 64 tokens"},
+		{Options{MaxBatchedTokens: 65}, nil, "MaxBatchedTokens 65, the executor's steps hold 1..64"},
+		{Options{}, func(g *executor.Geometry) { g.BlockSize = 0 }, "executor geometry"},
+		{Options{Scheduler: "fifo"}, nil, `scheduler "fifo"`},
 	} {
 		x := newFake(10)
 		if c.geo != nil {
@@ -385,11 +385,11 @@ func TestGeometryFromExecutor(t *testing.T) {
 	m := synthModel(t)
 	reqs := randomRequests(6, 4, m.Config.VocabSize)
 	want := alone(t, m, reqs)
-	x, err := exec.NewCPU(m, exec.CPUOptions{Budget: budgetFor(m, 48, 80), BlockSize: 8, MaxTokens: 48})
+	x, err := executor.NewCPU(m, executor.CPUOptions{Budget: budgetFor(m, 48, 80), BlockSize: 8, MaxBatchedTokens: 48})
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := New(x, Options{Clock: &exec.VirtualClock{}})
+	e, err := New(x, Options{Clock: &executor.VirtualClock{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -401,7 +401,7 @@ func TestGeometryFromExecutor(t *testing.T) {
 			t.Errorf("request %d with blocks of 8: %v, with 16: %v", i, r.Output, want[i])
 		}
 	}
-	_, err = x.Step(&exec.Batch{Seqs: []exec.SeqWork{{Tokens: prompt(20), SeqLen: 20, Table: []int32{0, 1}, Sample: true}}})
+	_, err = x.Step(&executor.Batch{Seqs: []executor.SeqWork{{Tokens: prompt(20), SeqLen: 20, Table: []int32{0, 1}, Sample: true}}})
 	if err == nil || !strings.Contains(err.Error(), "its table of 2 blocks of 8 holds 16") {
 		t.Errorf("a 20-token step over 2 blocks of 8: %v, want a table error", err)
 	}
@@ -412,7 +412,7 @@ func TestGeometryFromExecutor(t *testing.T) {
 // other request completes (the run has a deadline, not a sleep).
 func TestDetachNeverStrands(t *testing.T) {
 	x := newFake(8)
-	e, err := New(x, Options{Clock: &exec.VirtualClock{}, Watermark: 1e-9})
+	e, err := New(x, Options{Clock: &executor.VirtualClock{}, Watermark: 1e-9})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -434,7 +434,7 @@ func TestDetachNeverStrands(t *testing.T) {
 	// A request that needs the region waits behind one that fits the base (one sequence at a time); the region is
 	// drained and detached, and the waiting request, never scheduled, is rejected with the reason.
 	x = newFake(8)
-	if e, err = New(x, Options{Clock: &exec.VirtualClock{}, Watermark: 1e-9, MaxSeqs: 1}); err != nil {
+	if e, err = New(x, Options{Clock: &executor.VirtualClock{}, Watermark: 1e-9, MaxSeqs: 1}); err != nil {
 		t.Fatal(err)
 	}
 	e.AttachKV(20)
@@ -487,7 +487,7 @@ func lastOf(e *Engine, k EventKind) Event {
 func TestFinishReasons(t *testing.T) {
 	x := newFake(100)
 	x.geo.Context = 40
-	e, err := New(x, Options{Clock: &exec.VirtualClock{}})
+	e, err := New(x, Options{Clock: &executor.VirtualClock{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -562,8 +562,8 @@ func TestReplayVirtualTime(t *testing.T) {
 	reqs = append(reqs, TimedRequest{Request: Request{Prompt: prompt(7), MaxTokens: 5}, Arrival: 10 * time.Second}) // alone, after idle time
 	var outputs [][]int32
 	for _, policy := range []string{"continuous", "static", "dynamic"} {
-		clock := &exec.VirtualClock{}
-		e, err := New(newFake(200), Options{Policy: policy, BatchSize: 8, MaxDelay: 20 * time.Millisecond, Clock: clock})
+		clock := &executor.VirtualClock{}
+		e, err := New(newFake(200), Options{Scheduler: policy, BatchSize: 8, MaxDelay: 20 * time.Millisecond, Clock: clock})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -599,7 +599,7 @@ func TestReplayVirtualTime(t *testing.T) {
 
 // TestRunDynamicVirtual: Run on a virtual clock moves time to dynamic batching's deadline, so a lone request runs.
 func TestRunDynamicVirtual(t *testing.T) {
-	e, err := New(newFake(50), Options{Policy: "dynamic", BatchSize: 8, MaxDelay: 100 * time.Millisecond, Clock: &exec.VirtualClock{}})
+	e, err := New(newFake(50), Options{Scheduler: "dynamic", BatchSize: 8, MaxDelay: 100 * time.Millisecond, Clock: &executor.VirtualClock{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -688,7 +688,7 @@ func TestVirtualRunBoundedLog(t *testing.T) {
 	var cursor uint64
 	var seen int
 	var e *Engine
-	e, err := New(newFake(400), Options{Clock: &exec.VirtualClock{}, LogSize: 4096, OnStep: func(StepInfo) {
+	e, err := New(newFake(400), Options{Clock: &executor.VirtualClock{}, LogSize: 4096, OnStep: func(StepInfo) {
 		evs, next := e.LogSince(cursor)
 		seen += len(evs)
 		cursor = next
@@ -723,7 +723,7 @@ func BenchmarkMonitorIteration(b *testing.B) {
 		b.Run(fmt.Sprintf("past=%d", past), func(b *testing.B) {
 			var cursor uint64
 			var e *Engine
-			e, err := New(newFake(400), Options{Clock: &exec.VirtualClock{}, OnStep: func(StepInfo) {
+			e, err := New(newFake(400), Options{Clock: &executor.VirtualClock{}, OnStep: func(StepInfo) {
 				_, cursor = e.LogSince(cursor)
 			}})
 			if err != nil {

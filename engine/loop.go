@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/morphlab/morphlab/engine/exec"
+	"github.com/morphlab/morphlab/engine/executor"
 	"github.com/morphlab/morphlab/engine/sched"
 )
 
@@ -57,10 +57,10 @@ func (e *Engine) Step() (bool, error) {
 		}
 		return false, nil
 	}
-	b := &exec.Batch{Seqs: make([]exec.SeqWork, len(plan.Work)), Now: now}
+	b := &executor.Batch{Seqs: make([]executor.SeqWork, len(plan.Work)), Now: now}
 	for i, w := range plan.Work {
 		table, _ := e.kv.Table(w.Seq.ID)
-		b.Seqs[i] = exec.SeqWork{Tokens: w.Seq.Tokens(w.Start, w.Start+w.N), SeqLen: w.Start + w.N, Table: table, Sample: w.Sample}
+		b.Seqs[i] = executor.SeqWork{Tokens: w.Seq.Tokens(w.Start, w.Start+w.N), SeqLen: w.Start + w.N, Table: table, Sample: w.Sample}
 		if q := e.reqs[w.Seq.ID]; q != nil {
 			b.Seqs[i].Sampler = q.sampler
 		}
@@ -246,7 +246,7 @@ func (e *Engine) NextWake() (time.Duration, bool) { return e.sched.NextWake() }
 // for a submission or a command, for dynamic batching's queueing deadline (on a virtual clock it moves the clock
 // there) and, when an OnStep hook is set, for the next idle tick. A step error ends the loop and is returned.
 func (e *Engine) Run(ctx context.Context) error {
-	_, virtual := e.opt.Clock.(*exec.VirtualClock)
+	_, virtual := e.opt.Clock.(*executor.VirtualClock)
 	for {
 		if err := ctx.Err(); err != nil {
 			return err

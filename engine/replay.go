@@ -6,7 +6,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/morphlab/morphlab/engine/exec"
+	"github.com/morphlab/morphlab/engine/executor"
 )
 
 // TimedRequest is a request with the time it arrives on the engine's clock, for Replay.
@@ -33,7 +33,7 @@ func (e *Engine) Replay(ctx context.Context, reqs []TimedRequest) ([]Result, err
 	slices.SortStableFunc(order, func(a, b int) int { return int(reqs[a].Arrival - reqs[b].Arrival) })
 	streams := make([]*Stream, len(reqs))
 	clock := e.opt.Clock
-	_, virtual := clock.(*exec.VirtualClock)
+	_, virtual := clock.(*executor.VirtualClock)
 	next, stalled := 0, 0
 	for {
 		if err := ctx.Err(); err != nil {

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/morphlab/morphlab/engine/exec"
+	"github.com/morphlab/morphlab/engine/executor"
 	"github.com/morphlab/morphlab/engine/model"
 	"github.com/morphlab/morphlab/internal/datadir"
 	"github.com/morphlab/morphlab/kernels/cpu"
@@ -142,7 +142,7 @@ func BenchmarkDecodeOverhead(b *testing.B) {
 // kernel threads: on a shared, loaded machine this is steadier than wall time, and it equals wall time on an idle
 // one whose threads are all busy. Wall time spent in the executor is kept too, for the overhead share.
 type cpuTimed struct {
-	*exec.CPU
+	*executor.CPU
 	wall time.Duration
 }
 
@@ -154,7 +154,7 @@ func processCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-func (c *cpuTimed) Step(b *exec.Batch) (exec.Result, error) {
+func (c *cpuTimed) Step(b *executor.Batch) (executor.Result, error) {
 	w, u := time.Now(), processCPU()
 	r, err := c.CPU.Step(b)
 	r.Duration = (processCPU() - u) / time.Duration(cpu.Threads())
@@ -168,16 +168,16 @@ func (c *cpuTimed) Step(b *exec.Batch) (exec.Result, error) {
 func serveTrace(tb testing.TB, m *model.Model, policy string, lengths [][2]int, rate float64, batch int) serveStats {
 	const blockSize, maxTokens = 16, 512
 	blocks := batch * (m.Config.SeqLen/blockSize + 2)
-	budget := int64(m.WeightBytes()) + exec.WorkspaceBytes(m.Config, maxTokens) + int64(blocks*model.KVBytesPerBlock(m.Config, blockSize))
-	cx, err := exec.NewCPU(m, exec.CPUOptions{Budget: budget, BlockSize: blockSize, MaxTokens: maxTokens})
+	budget := int64(m.WeightBytes()) + executor.WorkspaceBytes(m.Config, maxTokens) + int64(blocks*model.KVBytesPerBlock(m.Config, blockSize))
+	cx, err := executor.NewCPU(m, executor.CPUOptions{Budget: budget, BlockSize: blockSize, MaxBatchedTokens: maxTokens})
 	if err != nil {
 		tb.Fatal(err)
 	}
 	x := &cpuTimed{CPU: cx}
-	clock := &exec.VirtualClock{}
+	clock := &executor.VirtualClock{}
 	var stepWall time.Duration
 	var decodeSeqs, decodeIters int
-	e, err := New(x, Options{Policy: policy, MaxTokens: maxTokens, MaxSeqs: batch, BatchSize: batch, MaxDelay: 100 * time.Millisecond,
+	e, err := New(x, Options{Scheduler: policy, MaxBatchedTokens: maxTokens, MaxSeqs: batch, BatchSize: batch, MaxDelay: 100 * time.Millisecond,
 		Clock: clock,
 		OnStep: func(info StepInfo) {
 			stepWall += info.Wall

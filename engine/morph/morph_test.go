@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/morphlab/morphlab/engine"
-	"github.com/morphlab/morphlab/engine/exec"
+	"github.com/morphlab/morphlab/engine/executor"
 	"github.com/morphlab/morphlab/engine/kv"
 	"github.com/morphlab/morphlab/engine/model"
 	"github.com/morphlab/morphlab/engine/model/modeltest"
@@ -25,7 +25,7 @@ import (
 // token of context read, its weight-bound part scaled by the weights' bytes against full precision. Sampled tokens
 // are a hash of position and last token, never 0.
 type memExec struct {
-	geo       exec.Geometry
+	geo       executor.Geometry
 	budget    int64
 	block     int64
 	workspace int64
@@ -36,7 +36,7 @@ type memExec struct {
 }
 
 func newMemExec(layers, blocks int, extra int64) *memExec {
-	x := &memExec{geo: exec.Geometry{BlockSize: 16, MaxTokens: 512, Context: 2048, Vocab: 1000, Layers: layers},
+	x := &memExec{geo: executor.Geometry{BlockSize: 16, MaxBatchedTokens: 512, Context: 2048, Vocab: 1000, Layers: layers},
 		block: 1000, workspace: 5000, pending: map[int]quant.Format{},
 		bytes: map[quant.Format]int64{quant.F16: 20000, quant.Int8: 10600, quant.Int4: 5600}}
 	for range layers {
@@ -58,12 +58,12 @@ func (x *memExec) weights(pending bool) int64 {
 	return n
 }
 
-func (x *memExec) Geometry() exec.Geometry { return x.geo }
+func (x *memExec) Geometry() executor.Geometry { return x.geo }
 
-func (x *memExec) LayerBytes() []exec.LayerBytes {
-	out := make([]exec.LayerBytes, len(x.formats))
+func (x *memExec) LayerBytes() []executor.LayerBytes {
+	out := make([]executor.LayerBytes, len(x.formats))
 	for l := range out {
-		out[l] = exec.LayerBytes{}
+		out[l] = executor.LayerBytes{}
 		for f, b := range x.bytes {
 			out[l][f] = b
 		}
@@ -71,8 +71,8 @@ func (x *memExec) LayerBytes() []exec.LayerBytes {
 	return out
 }
 
-func (x *memExec) Memory() exec.Memory {
-	return exec.Memory{Budget: x.budget, Weights: x.weights(false), PendingWeights: x.weights(true),
+func (x *memExec) Memory() executor.Memory {
+	return executor.Memory{Budget: x.budget, Weights: x.weights(false), PendingWeights: x.weights(true),
 		KV: int64(x.blocks) * x.block, Workspace: x.workspace, BlockBytes: x.block, Blocks: x.blocks}
 }
 
@@ -106,7 +106,7 @@ func (x *memExec) DetachKV(n int) error {
 	return nil
 }
 
-func (x *memExec) Step(b *exec.Batch) (exec.Result, error) {
+func (x *memExec) Step(b *executor.Batch) (executor.Result, error) {
 	var swapped []int
 	for l, f := range x.pending {
 		x.formats[l] = f
@@ -118,11 +118,11 @@ func (x *memExec) Step(b *exec.Batch) (exec.Result, error) {
 	ctx := 0
 	for i, s := range b.Seqs {
 		if s.SeqLen > len(s.Table)*x.geo.BlockSize {
-			return exec.Result{}, fmt.Errorf("sequence %d: %d positions over %d blocks", i, s.SeqLen, len(s.Table))
+			return executor.Result{}, fmt.Errorf("sequence %d: %d positions over %d blocks", i, s.SeqLen, len(s.Table))
 		}
 		for _, id := range s.Table {
 			if int(id) >= x.blocks {
-				return exec.Result{}, fmt.Errorf("block %d of %d attached", id, x.blocks)
+				return executor.Result{}, fmt.Errorf("block %d of %d attached", id, x.blocks)
 			}
 		}
 		ctx += s.SeqLen
@@ -134,7 +134,7 @@ func (x *memExec) Step(b *exec.Batch) (exec.Result, error) {
 	full := float64(x.bytes[quant.F16]) * float64(len(x.formats))
 	scale := float64(x.weights(false)) / full
 	d := time.Duration(scale*float64(4*time.Millisecond+40*time.Microsecond*time.Duration(b.Tokens()))) + 200*time.Nanosecond*time.Duration(ctx)
-	return exec.Result{Next: next, Duration: d, Formats: slices.Clone(x.formats), Swapped: swapped}, nil
+	return executor.Result{Next: next, Duration: d, Formats: slices.Clone(x.formats), Swapped: swapped}, nil
 }
 
 func frontToBack(n int) []int {
@@ -147,14 +147,14 @@ func frontToBack(n int) []int {
 
 // run replays reqs under policy on x in virtual time, checking the invariants at every iteration, and returns
 // the results and the controller.
-func run(t *testing.T, x exec.Executor, policy string, reqs []engine.TimedRequest, base []quant.Format, check func(engine.StepInfo)) ([]engine.Result, *Controller, *engine.Engine) {
+func run(t *testing.T, x executor.Executor, policy string, reqs []engine.TimedRequest, base []quant.Format, check func(engine.StepInfo)) ([]engine.Result, *Controller, *engine.Engine) {
 	t.Helper()
 	spec, err := Parse(policy)
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := NewController(spec, frontToBack(len(base)), base)
-	e, err := engine.New(x, engine.Options{Clock: &exec.VirtualClock{}, OnStep: func(info engine.StepInfo) {
+	e, err := engine.New(x, engine.Options{Clock: &executor.VirtualClock{}, OnStep: func(info engine.StepInfo) {
 		if check != nil {
 			check(info)
 		}
@@ -363,9 +363,9 @@ func TestStatePreservation(t *testing.T) {
 
 // fixedTime is the CPU executor with each step's duration set to 1 ms plus 50 µs a token, so that a virtual-time
 // run, and the decisions taken in it, do not depend on the machine's speed.
-type fixedTime struct{ *exec.CPU }
+type fixedTime struct{ *executor.CPU }
 
-func (f fixedTime) Step(b *exec.Batch) (exec.Result, error) {
+func (f fixedTime) Step(b *executor.Batch) (executor.Result, error) {
 	r, err := f.CPU.Step(b)
 	r.Duration = time.Millisecond + 50*time.Microsecond*time.Duration(b.Tokens())
 	return r, err
@@ -389,8 +389,8 @@ func checkPreserved(t *testing.T, m *model.Model, tier string, maxTokens int) {
 		}
 	}
 	blocks := 30
-	budget := int64(m.WeightBytes()) + exec.WorkspaceBytes(m.Config, maxTokens) + int64(blocks*model.KVBytesPerBlock(m.Config, 16))
-	cx, err := exec.NewCPU(m, exec.CPUOptions{Budget: budget, BlockSize: 16, MaxTokens: maxTokens})
+	budget := int64(m.WeightBytes()) + executor.WorkspaceBytes(m.Config, maxTokens) + int64(blocks*model.KVBytesPerBlock(m.Config, 16))
+	cx, err := executor.NewCPU(m, executor.CPUOptions{Budget: budget, BlockSize: 16, MaxBatchedTokens: maxTokens})
 	if err != nil {
 		t.Fatal(err)
 	}

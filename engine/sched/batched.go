@@ -17,13 +17,13 @@ import (
 // member has a padding sequence (Pad, outputs dropped) that feeds the prompt tokens the member lacks against the
 // longest prompt, and, once the member has finished, one token an iteration until the whole batch has. A member and
 // its padding together hold the blocks of the padded rectangle (longest prompt plus decode iterations), which the
-// batch reserves by admission. Prompts are prefilled within MaxTokens an iteration; decoding starts when every
+// batch reserves by admission. Prompts are prefilled within MaxBatchedTokens an iteration; decoding starts when every
 // prompt is in.
 type Batched struct {
-	KV        *kv.Manager
-	MaxTokens int
-	BatchSize int
-	MaxDelay  time.Duration
+	KV               *kv.Manager
+	MaxBatchedTokens int
+	BatchSize        int
+	MaxDelay         time.Duration
 
 	waiting []*Seq
 	members []*Seq
@@ -33,12 +33,12 @@ type Batched struct {
 
 // NewStatic returns the static batching baseline.
 func NewStatic(m *kv.Manager, maxTokens, batchSize int) *Batched {
-	return &Batched{KV: m, MaxTokens: maxTokens, BatchSize: batchSize}
+	return &Batched{KV: m, MaxBatchedTokens: maxTokens, BatchSize: batchSize}
 }
 
 // NewDynamic returns the dynamic batching baseline.
 func NewDynamic(m *kv.Manager, maxTokens, batchSize int, maxDelay time.Duration) *Batched {
-	return &Batched{KV: m, MaxTokens: maxTokens, BatchSize: batchSize, MaxDelay: maxDelay}
+	return &Batched{KV: m, MaxBatchedTokens: maxTokens, BatchSize: batchSize, MaxDelay: maxDelay}
 }
 
 // Add queues s.
@@ -141,7 +141,7 @@ func (b *Batched) Schedule(now time.Duration) Plan {
 	if b.members == nil {
 		p.Started = b.form(now)
 	}
-	budget := b.MaxTokens
+	budget := b.MaxBatchedTokens
 	prefill := false
 	for i, s := range b.members {
 		for _, q := range []*Seq{s, b.pads[i]} {

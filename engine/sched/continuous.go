@@ -17,11 +17,11 @@ import (
 //     that later arrivals never overtake it.
 //
 // An admitted sequence gets blocks for all its current tokens at once, so its prefill chunks never fail; only
-// decodes grow. No iteration feeds more than MaxTokens tokens or runs more than MaxSeqs sequences.
+// decodes grow. No iteration feeds more than MaxBatchedTokens tokens or runs more than MaxSeqs sequences.
 type Continuous struct {
-	KV        *kv.Manager
-	MaxTokens int // token budget of an iteration
-	MaxSeqs   int // running sequences at most
+	KV               *kv.Manager
+	MaxBatchedTokens int // token budget of an iteration
+	MaxSeqs          int // running sequences at most
 
 	waiting []*Seq // FCFS; preempted sequences return to the front
 	running []*Seq // in admission order; the last is the newest
@@ -72,7 +72,7 @@ func (c *Continuous) preemptNewest(p *Plan) *Seq {
 // Schedule picks the next iteration; see Continuous.
 func (c *Continuous) Schedule(time.Duration) Plan {
 	var p Plan
-	budget := c.MaxTokens
+	budget := c.MaxBatchedTokens
 	// 1. Decodes, oldest first; make room by preempting the newest.
 	var prefilling []*Seq
 	for i := 0; i < len(c.running) && budget > 0; i++ {

@@ -168,7 +168,7 @@ func TestRemove(t *testing.T) {
 			var s Scheduler
 			switch name {
 			case "continuous":
-				s = &Continuous{KV: m, MaxTokens: 16, MaxSeqs: 8}
+				s = &Continuous{KV: m, MaxBatchedTokens: 16, MaxSeqs: 8}
 			case "static":
 				s = NewStatic(m, 32, 4)
 			default:
@@ -206,12 +206,12 @@ func TestAssertionsCatchWrongSchedulers(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	as := randomSeqs(rng, 30, 60, 20, 100)
 	m, _ := kv.New(4, 40, 0)
-	if err := decodesFirst(drive(t, prefillFirst{&Continuous{KV: m, MaxTokens: 24, MaxSeqs: 6}}, m, 24, as)); err == nil {
+	if err := decodesFirst(drive(t, prefillFirst{&Continuous{KV: m, MaxBatchedTokens: 24, MaxSeqs: 6}}, m, 24, as)); err == nil {
 		t.Error("decodesFirst passed a scheduler that prefills before decoding")
 	}
 	as = randomSeqs(rng, 20, 30, 20, 60)
 	m, _ = kv.New(4, 200, 0)
-	if err := runToCompletion(drive(t, &Continuous{KV: m, MaxTokens: 64, MaxSeqs: 4}, m, 64, as)); err == nil {
+	if err := runToCompletion(drive(t, &Continuous{KV: m, MaxBatchedTokens: 64, MaxSeqs: 4}, m, 64, as)); err == nil {
 		t.Error("runToCompletion passed continuous batching, which starts sequences while others run")
 	}
 }
@@ -243,7 +243,7 @@ func alone(t *testing.T, as []arrival) [][]int32 {
 	var out [][]int32
 	for _, a := range clone(as) {
 		m, _ := kv.New(4, 1000, 0)
-		drive(t, &Continuous{KV: m, MaxTokens: 1000, MaxSeqs: 1}, m, 1000, []arrival{{iter: 0, seq: a.seq}})
+		drive(t, &Continuous{KV: m, MaxBatchedTokens: 1000, MaxSeqs: 1}, m, 1000, []arrival{{iter: 0, seq: a.seq}})
 		out = append(out, a.seq.Output)
 	}
 	return out
@@ -274,7 +274,7 @@ func TestContinuousPreemptionKeepsOutputs(t *testing.T) {
 		as := randomSeqs(rng, 16, 40, 30, 80)
 		want := alone(t, as)
 		m, _ := kv.New(4, 24, 0.05)
-		c := &Continuous{KV: m, MaxTokens: 16, MaxSeqs: 8}
+		c := &Continuous{KV: m, MaxBatchedTokens: 16, MaxSeqs: 8}
 		steps := drive(t, c, m, 16, as)
 		checkOutputs(t, "continuous", as, want)
 		pre := 0
@@ -300,7 +300,7 @@ func TestContinuousFCFS(t *testing.T) {
 	as := randomSeqs(rng, 30, 60, 20, 100)
 	as[3].seq.Prompt = make([]int32, 90) // a long prompt among short ones
 	m, _ := kv.New(4, 40, 0)
-	steps := drive(t, &Continuous{KV: m, MaxTokens: 24, MaxSeqs: 6}, m, 24, as)
+	steps := drive(t, &Continuous{KV: m, MaxBatchedTokens: 24, MaxSeqs: 6}, m, 24, as)
 	order := map[*Seq]int{}
 	mixed := 0
 	for _, st := range steps {
@@ -342,7 +342,7 @@ func TestBatchedBaselines(t *testing.T) {
 	for _, delay := range []time.Duration{0, 5 * time.Millisecond} {
 		run := clone(as)
 		m, _ := kv.New(4, 200, 0)
-		b := &Batched{KV: m, MaxTokens: 64, BatchSize: 4, MaxDelay: delay}
+		b := &Batched{KV: m, MaxBatchedTokens: 64, BatchSize: 4, MaxDelay: delay}
 		steps := drive(t, b, m, 64, run)
 		checkOutputs(t, "batched", run, want)
 		if err := runToCompletion(steps); err != nil {

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/morphlab/morphlab/engine"
-	"github.com/morphlab/morphlab/engine/exec"
+	"github.com/morphlab/morphlab/engine/executor"
 	"github.com/morphlab/morphlab/engine/model"
 	"github.com/morphlab/morphlab/kernels/cpu"
 )
@@ -56,13 +56,13 @@ func benchOverhead(b *testing.B, shape string, promptLen int) {
 		b.Fatal(err)
 	}
 	ck := model.Synthesize(cfg, 5)
-	newExec := func() exec.Executor {
+	newExec := func() executor.Executor {
 		m, err := model.FromCheckpoint(ck)
 		if err != nil {
 			b.Fatal(err)
 		}
-		x, err := exec.NewCPU(m, exec.CPUOptions{Budget: int64(m.WeightBytes()) + exec.WorkspaceBytes(m.Config, 256) + int64(64*model.KVBytesPerBlock(m.Config, 16)),
-			BlockSize: 16, MaxTokens: 256})
+		x, err := executor.NewCPU(m, executor.CPUOptions{Budget: int64(m.WeightBytes()) + executor.WorkspaceBytes(m.Config, 256) + int64(64*model.KVBytesPerBlock(m.Config, 16)),
+			BlockSize: 16, MaxBatchedTokens: 256})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/morphlab/morphlab/engine"
-	"github.com/morphlab/morphlab/engine/exec"
+	"github.com/morphlab/morphlab/engine/executor"
 	"github.com/morphlab/morphlab/internal/openai"
 	"github.com/morphlab/morphlab/quant"
 )
@@ -20,7 +20,7 @@ func TestSchedulers(t *testing.T) {
 	var want string
 	for _, policy := range []string{"continuous", "static", "dynamic"} {
 		ts := newTestServer(t, func(_ *testExec, c *Config) {
-			c.Engine = engine.Options{Policy: policy, BatchSize: 4, MaxDelay: 5 * time.Millisecond}
+			c.Engine = engine.Options{Scheduler: policy, BatchSize: 4, MaxDelay: 5 * time.Millisecond}
 		})
 		got, reason, u := complete(t, ts.url, body, false)
 		if policy == "continuous" {
@@ -36,7 +36,7 @@ func TestSchedulers(t *testing.T) {
 func TestPoolTooSmall(t *testing.T) {
 	ts := newTestServer(t, func(x *testExec, _ *Config) {
 		m, _ := synthModel(t)
-		cx, err := exec.NewCPU(m, exec.CPUOptions{Budget: budget(m, 64, 4), BlockSize: 16, MaxTokens: 64})
+		cx, err := executor.NewCPU(m, executor.CPUOptions{Budget: budget(m, 64, 4), BlockSize: 16, MaxBatchedTokens: 64})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -122,7 +122,7 @@ func TestQuantizedLayersMetric(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		cx, err := exec.NewCPU(m, exec.CPUOptions{Budget: budget(m, 64, 64), BlockSize: 16, MaxTokens: 64})
+		cx, err := executor.NewCPU(m, executor.CPUOptions{Budget: budget(m, 64, 64), BlockSize: 16, MaxBatchedTokens: 64})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -64,7 +64,7 @@ import (
 	"time"
 
 	"github.com/morphlab/morphlab/engine"
-	"github.com/morphlab/morphlab/engine/exec"
+	"github.com/morphlab/morphlab/engine/executor"
 	"github.com/morphlab/morphlab/engine/sample"
 	"github.com/morphlab/morphlab/engine/tokenizer"
 	"github.com/morphlab/morphlab/internal/openai"
@@ -77,7 +77,7 @@ type Config struct {
 	// Model is the name the server answers to (the "model" field of a request, /v1/models).
 	Model    string
 	Vocab    *tokenizer.Vocab
-	Executor exec.Executor
+	Executor executor.Executor
 	// Engine chooses the scheduler and its limits. Its OnStep must be nil: the server sets it (use OnStep below).
 	Engine engine.Options
 	// OnStep, if set, is called by the engine's loop after every iteration and idle tick, once the metrics have
@@ -101,7 +101,7 @@ const retryAfter = 1
 type Server struct {
 	cfg     Config
 	eng     *engine.Engine
-	geo     exec.Geometry
+	geo     executor.Geometry
 	metrics *metrics
 	mux     *http.ServeMux
 	byText  map[string][]int32 // token ids by the text they decode to (single-token stop strings)

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/morphlab/morphlab/engine/exec"
+	"github.com/morphlab/morphlab/engine/executor"
 	"github.com/morphlab/morphlab/engine/model"
 	"github.com/morphlab/morphlab/engine/sample"
 	"github.com/morphlab/morphlab/engine/tokenizer"
@@ -31,7 +31,7 @@ const testModel = "stories260K-synth"
 // testExec wraps the CPU executor: each step sleeps for delay, and waits for gate when gate is set, until
 // release.
 type testExec struct {
-	exec.Executor
+	executor.Executor
 	delay time.Duration
 	gate  chan struct{}
 	once  sync.Once
@@ -44,13 +44,13 @@ func (x *testExec) release() {
 	}
 }
 
-func (x *testExec) Step(b *exec.Batch) (exec.Result, error) {
+func (x *testExec) Step(b *executor.Batch) (executor.Result, error) {
 	if x.gate != nil {
 		<-x.gate
 	}
 	time.Sleep(x.delay)
 	if x.fail.Load() {
-		return exec.Result{}, errors.New("device lost")
+		return executor.Result{}, errors.New("device lost")
 	}
 	return x.Executor.Step(b)
 }
@@ -72,7 +72,7 @@ func synthModel(t testing.TB) (*model.Model, *tokenizer.Vocab) {
 
 // budget holds m's weights, a workspace of maxTokens and blocks KV blocks of 16 tokens.
 func budget(m *model.Model, maxTokens, blocks int) int64 {
-	return int64(m.WeightBytes()) + exec.WorkspaceBytes(m.Config, maxTokens) + int64(blocks*model.KVBytesPerBlock(m.Config, 16))
+	return int64(m.WeightBytes()) + executor.WorkspaceBytes(m.Config, maxTokens) + int64(blocks*model.KVBytesPerBlock(m.Config, 16))
 }
 
 type testServer struct {
@@ -90,7 +90,7 @@ type testServer struct {
 func newTestServer(t testing.TB, edit func(*testExec, *Config)) *testServer {
 	t.Helper()
 	m, vocab := synthModel(t)
-	cx, err := exec.NewCPU(m, exec.CPUOptions{Budget: budget(m, 64, 256), BlockSize: 16, MaxTokens: 64})
+	cx, err := executor.NewCPU(m, executor.CPUOptions{Budget: budget(m, 64, 256), BlockSize: 16, MaxBatchedTokens: 64})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/morphlab/morphlab/engine/exec"
+	"github.com/morphlab/morphlab/engine/executor"
 	"github.com/morphlab/morphlab/engine/model/modeltest"
 	"github.com/morphlab/morphlab/internal/datadir"
 )
@@ -20,7 +20,7 @@ func TestStories260K(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	x, err := exec.NewCPU(m, exec.CPUOptions{Budget: budget(m, 64, 128), BlockSize: 16, MaxTokens: 64})
+	x, err := executor.NewCPU(m, executor.CPUOptions{Budget: budget(m, 64, 128), BlockSize: 16, MaxBatchedTokens: 64})
 	if err != nil {
 		t.Fatal(err)
 	}

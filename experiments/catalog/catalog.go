@@ -1,7 +1,7 @@
 // Package catalog names the models and devices the experiments run on: each model's shape from its published
 // configuration, each device's ceilings from its datasheet (this machine's CPU from `morphlab probe`), and the
 // cost model's efficiencies fitted to Vidur's measured A100 operator times (fitted.json, refitted by
-// TestFittedParams). Every figure carries its source in a comment. It fills engine/exec/costmodel's inputs, so
+// TestFittedParams). Every figure carries its source in a comment. It fills engine/executor/costmodel's inputs, so
 // that the engine itself depends on no catalog.
 package catalog
 
@@ -11,7 +11,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/morphlab/morphlab/engine/exec/costmodel"
+	"github.com/morphlab/morphlab/engine/executor/costmodel"
 	"github.com/morphlab/morphlab/engine/model"
 )
 

@@ -3,7 +3,7 @@ package catalog
 import (
 	"slices"
 
-	"github.com/morphlab/morphlab/engine/exec/costmodel"
+	"github.com/morphlab/morphlab/engine/executor/costmodel"
 )
 
 // FitSource names the profile the committed efficiencies are fitted to.

@@ -7,7 +7,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/morphlab/morphlab/engine/exec/costmodel"
+	"github.com/morphlab/morphlab/engine/executor/costmodel"
 	"github.com/morphlab/morphlab/internal/datadir"
 )
 

@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/morphlab/morphlab/engine/exec/costmodel"
+	"github.com/morphlab/morphlab/engine/executor/costmodel"
 	"github.com/morphlab/morphlab/internal/datadir"
 )
 

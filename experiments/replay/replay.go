@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/morphlab/morphlab/engine"
-	"github.com/morphlab/morphlab/engine/exec"
-	"github.com/morphlab/morphlab/engine/exec/costmodel"
+	"github.com/morphlab/morphlab/engine/executor"
+	"github.com/morphlab/morphlab/engine/executor/costmodel"
 	"github.com/morphlab/morphlab/engine/morph"
 	"github.com/morphlab/morphlab/experiments/results"
 	"github.com/morphlab/morphlab/experiments/trace"
@@ -52,7 +52,7 @@ type Config struct {
 }
 
 // Run replays reqs on x and returns the results and the engine's lifecycle and control events (no tokens).
-func Run(ctx context.Context, x exec.Executor, cfg Config, reqs []engine.TimedRequest) (*results.Run, []engine.Event, error) {
+func Run(ctx context.Context, x executor.Executor, cfg Config, reqs []engine.TimedRequest) (*results.Run, []engine.Event, error) {
 	c := morph.NewController(cfg.Policy, cfg.Order, cfg.Base)
 	var e *engine.Engine
 	var events []engine.Event
@@ -116,12 +116,12 @@ func StepSample(info engine.StepInfo) costmodel.Sample {
 // wall time: on a shared, loaded machine a virtual-time run with it replays what an unloaded machine with that
 // many busy threads would, while every step is still computed for real.
 type CPUTimed struct {
-	exec.Executor
+	executor.Executor
 	Threads int
 }
 
 // Step runs the step and times it by CPU time.
-func (c CPUTimed) Step(b *exec.Batch) (exec.Result, error) {
+func (c CPUTimed) Step(b *executor.Batch) (executor.Result, error) {
 	u := ProcessCPU()
 	r, err := c.Executor.Step(b)
 	r.Duration = (ProcessCPU() - u) / time.Duration(max(1, c.Threads))

@@ -6,8 +6,8 @@ import (
 	"slices"
 
 	"github.com/morphlab/morphlab/engine"
-	"github.com/morphlab/morphlab/engine/exec"
-	"github.com/morphlab/morphlab/engine/exec/costmodel"
+	"github.com/morphlab/morphlab/engine/executor"
+	"github.com/morphlab/morphlab/engine/executor/costmodel"
 	"github.com/morphlab/morphlab/engine/model"
 	"github.com/morphlab/morphlab/engine/morph"
 	"github.com/morphlab/morphlab/experiments/catalog"
@@ -45,7 +45,7 @@ func DefaultSim(modelName, gpu string) SimConfig {
 type Sim struct {
 	Config     SimConfig
 	Spec       morph.Spec
-	X          *exec.Sim
+	X          *executor.Sim
 	Order      []int
 	Base       []quant.Format
 	FullBlocks int // the KV pool the budget holds at full precision
@@ -85,12 +85,12 @@ func NewSim(spec morph.Spec, o SimConfig) (*Sim, error) {
 	}
 	order := sensitivity.FrontToBack(m.Config.NLayers)
 	base := slices.Repeat([]quant.Format{full}, m.Config.NLayers)
-	opt := exec.SimOptions{Cost: cm, Formats: formats, Outer: quant.F16, BlockSize: o.BlockSize, MaxTokens: o.MaxTokens,
-		Seed: o.Seed, Swap: exec.SwapCost{HostLink: hw.HostLink, Blocking: o.Blocking}}
+	opt := executor.SimOptions{Cost: cm, Formats: formats, Outer: quant.F16, BlockSize: o.BlockSize, MaxBatchedTokens: o.MaxTokens,
+		Seed: o.Seed, Swap: executor.SwapCost{HostLink: hw.HostLink, Blocking: o.Blocking}}
 	// The full-precision pool: what the budget holds beside full-precision weights and the workspace.
 	probe := opt
 	probe.Budget, probe.Blocks = 1<<62, 1
-	px, err := exec.NewSim(probe)
+	px, err := executor.NewSim(probe)
 	if err != nil {
 		return nil, err
 	}
@@ -109,7 +109,7 @@ func NewSim(spec morph.Spec, o SimConfig) (*Sim, error) {
 			o.Model, o.GPU, opt.Budget, fixed)
 	}
 	opt.Start = spec.Formats(order, base)
-	x, err := exec.NewSim(opt)
+	x, err := executor.NewSim(opt)
 	if err != nil {
 		return nil, err
 	}
@@ -131,5 +131,5 @@ func (s *Sim) Replay(ctx context.Context, t *trace.Trace, slo loadtest.SLO) (*re
 		Memory: s.X.Memory().Budget, KVBlocksFull: s.FullBlocks, SLO: slo,
 		Trace: results.TraceInfo{Source: t.Source, Format: t.Format, Transforms: slices.Clone(t.Transforms), Requests: len(t.Requests)}}
 	return Run(ctx, s.X, Config{Policy: s.Spec, Order: s.Order, Base: s.Base,
-		Engine: engine.Options{MaxSeqs: s.Config.MaxSeqs, Clock: &exec.VirtualClock{}}, Meta: meta}, reqs)
+		Engine: engine.Options{MaxSeqs: s.Config.MaxSeqs, Clock: &executor.VirtualClock{}}, Meta: meta}, reqs)
 }

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/morphlab/morphlab/engine/exec"
-	"github.com/morphlab/morphlab/engine/exec/costmodel"
+	"github.com/morphlab/morphlab/engine/executor"
+	"github.com/morphlab/morphlab/engine/executor/costmodel"
 	"github.com/morphlab/morphlab/engine/model"
 	"github.com/morphlab/morphlab/experiments/replay"
 	"github.com/morphlab/morphlab/internal/numfmt"
@@ -25,7 +25,7 @@ func init() {
 
 const calibrateHelp = `
 Calibrate times the CPU executor (the real forward pass) over a grid of batch compositions and fits the
-simulator's step-time model for this CPU to them by least squares (engine/exec/costmodel.Calibration): a cost a
+simulator's step-time model for this CPU to them by least squares (engine/executor/costmodel.Calibration): a cost a
 layer and a layer-token for each weight format, and a layer's cost in steps of few tokens (1, 2-4, 5-8, 9-16
 and 17-64: the kernels' loops change with the token count), a cost an attended key in prompt
 chunks and in decode, and a cost a sampled row. --model is a shape name ('morphlab synth --shape': stories110M, ...), timed on
@@ -76,7 +76,7 @@ var heldOutCalibrateGrid = []calibrateGrid{
 const calibrateBlock = 16
 
 // timeStep runs b and returns its work and time.
-func timeStep(ex exec.Executor, b *exec.Batch, layers []costmodel.LayerFormat) (costmodel.Sample, error) {
+func timeStep(ex executor.Executor, b *executor.Batch, layers []costmodel.LayerFormat) (costmodel.Sample, error) {
 	res, err := ex.Step(b)
 	if err != nil {
 		return costmodel.Sample{}, err
@@ -89,8 +89,8 @@ func timeStep(ex exec.Executor, b *exec.Batch, layers []costmodel.LayerFormat) (
 }
 
 // batch builds the step: block tables laid out one sequence after another.
-func (g calibrateGrid) batch() *exec.Batch {
-	b := &exec.Batch{}
+func (g calibrateGrid) batch() *executor.Batch {
+	b := &executor.Batch{}
 	next := int32(0)
 	table := func(positions int) []int32 {
 		t := make([]int32, (positions+calibrateBlock-1)/calibrateBlock)
@@ -101,14 +101,14 @@ func (g calibrateGrid) batch() *exec.Batch {
 		return t
 	}
 	for i := range g.decodes {
-		b.Seqs = append(b.Seqs, exec.SeqWork{Tokens: []int32{int32(3 + i)}, SeqLen: g.decodeCtx, Table: table(g.decodeCtx), Sample: true})
+		b.Seqs = append(b.Seqs, executor.SeqWork{Tokens: []int32{int32(3 + i)}, SeqLen: g.decodeCtx, Table: table(g.decodeCtx), Sample: true})
 	}
 	if g.chunk > 0 {
 		toks := make([]int32, g.chunk)
 		for i := range toks {
 			toks[i] = int32(3 + i%200)
 		}
-		b.Seqs = append(b.Seqs, exec.SeqWork{Tokens: toks, SeqLen: g.chunkCtx, Table: table(g.chunkCtx), Sample: true})
+		b.Seqs = append(b.Seqs, executor.SeqWork{Tokens: toks, SeqLen: g.chunkCtx, Table: table(g.chunkCtx), Sample: true})
 	}
 	return b
 }
@@ -211,13 +211,13 @@ func runCalibrate(e *env, args []string) error {
 	for _, l := range m.Layers {
 		full = max(full, int64(l.Variants[l.Base].Bytes()))
 	}
-	budget := int64(m.WeightBytes()) + int64(len(m.Layers))*full + exec.WorkspaceBytes(m.Config, maxTokens) +
+	budget := int64(m.WeightBytes()) + int64(len(m.Layers))*full + executor.WorkspaceBytes(m.Config, maxTokens) +
 		int64(maxBlocks)*int64(kv.BytesPerBlock(m.Config, calibrateBlock))
-	ex, err := exec.NewCPU(m, exec.CPUOptions{Budget: budget, BlockSize: calibrateBlock, MaxTokens: maxTokens, Blocks: maxBlocks, KVType: kv})
+	ex, err := executor.NewCPU(m, executor.CPUOptions{Budget: budget, BlockSize: calibrateBlock, MaxBatchedTokens: maxTokens, Blocks: maxBlocks, KVType: kv})
 	if err != nil {
 		return err
 	}
-	var timed exec.Executor = ex
+	var timed executor.Executor = ex
 	if *clock == "cpu" {
 		timed = replay.CPUTimed{Executor: ex, Threads: cpu.Threads()}
 	}
@@ -353,12 +353,12 @@ func reportCalibration(e *env, c *costmodel.Calibration, name string, asJSON boo
 		rows = append(rows, []string{ft.Format + " a layer", numfmt.Figure(ft.Layer * 1e6)}, []string{ft.Format + " a layer-token", numfmt.Figure(ft.LayerToken * 1e6)})
 		low := 1
 		for _, b := range ft.Bands {
-			tokens := fmt.Sprintf("%d-%d tokens", low, b.MaxTokens)
-			if low == b.MaxTokens {
+			tokens := fmt.Sprintf("%d-%d tokens", low, b.UpTo)
+			if low == b.UpTo {
 				tokens = fmt.Sprintf("%d token", low)
 			}
 			rows = append(rows, []string{fmt.Sprintf("%s a layer, step of %s", ft.Format, tokens), numfmt.Figure(b.Layer * 1e6)})
-			low = b.MaxTokens + 1
+			low = b.UpTo + 1
 		}
 	}
 	rows = append(rows, []string{"a prompt key a layer", numfmt.Figure(c.PrefillKey * 1e6)},

@@ -8,7 +8,7 @@ import (
 	"github.com/olekukonko/tablewriter/renderer"
 	"github.com/olekukonko/tablewriter/tw"
 
-	"github.com/morphlab/morphlab/engine/exec/costmodel"
+	"github.com/morphlab/morphlab/engine/executor/costmodel"
 	"github.com/morphlab/morphlab/engine/model"
 	"github.com/morphlab/morphlab/experiments/catalog"
 	"github.com/morphlab/morphlab/internal/numfmt"

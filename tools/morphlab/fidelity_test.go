@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/morphlab/morphlab/engine/exec/costmodel"
+	"github.com/morphlab/morphlab/engine/executor/costmodel"
 	"github.com/morphlab/morphlab/engine/model"
 	"github.com/morphlab/morphlab/experiments/results"
 	"github.com/morphlab/morphlab/experiments/suite"

@@ -9,7 +9,7 @@ import (
 	"slices"
 
 	"github.com/morphlab/morphlab/engine"
-	"github.com/morphlab/morphlab/engine/exec"
+	"github.com/morphlab/morphlab/engine/executor"
 	"github.com/morphlab/morphlab/engine/model"
 	"github.com/morphlab/morphlab/engine/morph"
 	"github.com/morphlab/morphlab/experiments/replay"
@@ -134,7 +134,7 @@ func budgetFor(m *model.Model, base []quant.Format, kv model.KVType, blockSize, 
 	for l, layer := range m.Layers {
 		w += int64(layer.Variants[base[l]].Bytes() - layer.Weights().Bytes())
 	}
-	return w + exec.WorkspaceBytes(m.Config, maxTokens) + int64(blocks)*int64(kv.BytesPerBlock(m.Config, blockSize))
+	return w + executor.WorkspaceBytes(m.Config, maxTokens) + int64(blocks)*int64(kv.BytesPerBlock(m.Config, blockSize))
 }
 
 func runRun(e *env, args []string) error {
@@ -187,14 +187,14 @@ func runRun(e *env, args []string) error {
 		budget = budgetFor(m, base, kv, *blockSize, *maxTokens, *kvBlocks)
 	}
 	fullBlocks := int((budget - budgetFor(m, base, kv, *blockSize, *maxTokens, 0)) / int64(kv.BytesPerBlock(m.Config, *blockSize)))
-	cx, err := exec.NewCPU(m, exec.CPUOptions{Budget: budget, BlockSize: *blockSize, MaxTokens: *maxTokens, KVType: kv})
+	cx, err := executor.NewCPU(m, executor.CPUOptions{Budget: budget, BlockSize: *blockSize, MaxBatchedTokens: *maxTokens, KVType: kv})
 	if err != nil {
 		return err
 	}
-	var x exec.Executor = cx
+	var x executor.Executor = cx
 	opt := engine.Options{MaxSeqs: *maxSeqs}
 	if *clock == "cpu" {
-		x, opt.Clock = replay.CPUTimed{Executor: cx, Threads: cpu.Threads()}, &exec.VirtualClock{}
+		x, opt.Clock = replay.CPUTimed{Executor: cx, Threads: cpu.Threads()}, &executor.VirtualClock{}
 	}
 	reqs, err := replay.Requests(t, m.Config.VocabSize, *promptSeed)
 	if err != nil {

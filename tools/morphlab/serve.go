@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/morphlab/morphlab/engine"
-	"github.com/morphlab/morphlab/engine/exec"
+	"github.com/morphlab/morphlab/engine/executor"
 	"github.com/morphlab/morphlab/engine/morph"
 	"github.com/morphlab/morphlab/engine/server"
 )
@@ -110,7 +110,7 @@ func runServe(e *env, args []string) error {
 		}
 		controller.OnStep(info)
 	}
-	x, err := exec.NewCPU(m, exec.CPUOptions{Budget: budget, BlockSize: *blockSize, MaxTokens: *stepTokens, KVType: m.SequenceKV})
+	x, err := executor.NewCPU(m, executor.CPUOptions{Budget: budget, BlockSize: *blockSize, MaxBatchedTokens: *stepTokens, KVType: m.SequenceKV})
 	if err != nil {
 		return err
 	}
@@ -118,7 +118,7 @@ func runServe(e *env, args []string) error {
 		*name = strings.TrimSuffix(filepath.Base(mf.path), filepath.Ext(mf.path))
 	}
 	srv, err := server.New(server.Config{Model: *name, Vocab: vocab, Executor: x, MaxQueue: *maxQueue, Grace: *grace, OnStep: onStep,
-		Engine: engine.Options{Policy: *policy, MaxSeqs: *maxSeqs, BatchSize: min(*batch, *stepTokens), MaxDelay: *maxDelay}})
+		Engine: engine.Options{Scheduler: *policy, MaxSeqs: *maxSeqs, BatchSize: min(*batch, *stepTokens), MaxDelay: *maxDelay}})
 	if err != nil {
 		return err
 	}

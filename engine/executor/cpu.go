@@ -1,4 +1,4 @@
-package exec
+package executor
 
 import (
 	"fmt"
@@ -16,8 +16,8 @@ type CPUOptions struct {
 	Budget int64
 	// BlockSize is the KV block size in tokens.
 	BlockSize int
-	// MaxTokens is the most tokens one step feeds; the workspace is reserved for it.
-	MaxTokens int
+	// MaxBatchedTokens is the most tokens one step feeds; the workspace is reserved for it.
+	MaxBatchedTokens int
 	// Blocks is the KV blocks attached at the start; 0 attaches every block the budget holds.
 	Blocks int
 	// KVType is the KV cache's element type: float32 (the zero value), binary16 (half the bytes a block) or int8
@@ -55,8 +55,8 @@ type CPU struct {
 // NewCPU returns an executor over m with opt's budget. It fails when the budget does not hold the weights, the
 // workspace and opt.Blocks blocks.
 func NewCPU(m *model.Model, opt CPUOptions) (*CPU, error) {
-	if opt.BlockSize <= 0 || opt.MaxTokens <= 0 {
-		return nil, fmt.Errorf("exec: block size %d and max tokens %d, want > 0", opt.BlockSize, opt.MaxTokens)
+	if opt.BlockSize <= 0 || opt.MaxBatchedTokens <= 0 {
+		return nil, fmt.Errorf("executor: block size %d and max batched tokens %d, want > 0", opt.BlockSize, opt.MaxBatchedTokens)
 	}
 	e := &CPU{m: m, opt: opt, swaps: newSwapQueue(opt.Swap)}
 	for _, l := range m.Layers {
@@ -69,7 +69,7 @@ func NewCPU(m *model.Model, opt CPUOptions) (*CPU, error) {
 		opt.Blocks = mem.Attachable()
 	}
 	if opt.Blocks <= 0 || opt.Blocks > mem.Attachable() {
-		return nil, fmt.Errorf("exec: budget of %d bytes holds %d KV blocks of %d beside %d bytes of weights and %d of workspace, want %d",
+		return nil, fmt.Errorf("executor: budget of %d bytes holds %d KV blocks of %d beside %d bytes of weights and %d of workspace, want %d",
 			opt.Budget, mem.Attachable(), mem.BlockBytes, mem.Weights, mem.Workspace, opt.Blocks)
 	}
 	e.blocks = opt.Blocks
@@ -113,7 +113,7 @@ func (e *CPU) memoryLocked() Memory {
 		Budget:         e.opt.Budget,
 		Weights:        e.weightBytes(func(l int) quant.Format { return e.formats[l] }),
 		KV:             int64(e.blocks) * bb,
-		Workspace:      WorkspaceBytes(cfg, e.opt.MaxTokens),
+		Workspace:      WorkspaceBytes(cfg, e.opt.MaxBatchedTokens),
 		PendingWeights: e.weightBytes(func(l int) quant.Format { return e.swaps.format(l, e.formats[l]) }),
 		BlockBytes:     bb,
 		Blocks:         e.blocks,
@@ -130,10 +130,10 @@ func (e *CPU) Memory() Memory {
 // SetLayerPrecision asks for layer to run in f from the next step; see Executor.
 func (e *CPU) SetLayerPrecision(layer int, f quant.Format) error {
 	if layer < 0 || layer >= len(e.m.Layers) {
-		return fmt.Errorf("exec: layer %d out of range [0, %d)", layer, len(e.m.Layers))
+		return fmt.Errorf("executor: layer %d out of range [0, %d)", layer, len(e.m.Layers))
 	}
 	if _, ok := e.m.Layers[layer].Variants[f]; !ok {
-		return fmt.Errorf("exec: layer %d has no %v variant prepared", layer, f)
+		return fmt.Errorf("executor: layer %d has no %v variant prepared", layer, f)
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -146,7 +146,7 @@ func (e *CPU) AttachKV(blocks int) error {
 	defer e.mu.Unlock()
 	mem := e.memoryLocked()
 	if blocks <= 0 || blocks > mem.Attachable() || e.blocks+blocks > e.cache.NumBlocks {
-		return fmt.Errorf("exec: attach %d KV blocks, room for %d", blocks, min(mem.Attachable(), e.cache.NumBlocks-e.blocks))
+		return fmt.Errorf("executor: attach %d KV blocks, room for %d", blocks, min(mem.Attachable(), e.cache.NumBlocks-e.blocks))
 	}
 	e.blocks += blocks
 	return nil
@@ -157,7 +157,7 @@ func (e *CPU) DetachKV(blocks int) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if blocks <= 0 || blocks > e.blocks {
-		return fmt.Errorf("exec: detach %d KV blocks of %d attached", blocks, e.blocks)
+		return fmt.Errorf("executor: detach %d KV blocks of %d attached", blocks, e.blocks)
 	}
 	e.blocks -= blocks
 	return nil
@@ -191,10 +191,10 @@ func (e *CPU) Step(b *Batch) (Result, error) {
 	defer func() { e.setLastEnd(b.Now + res.Duration) }()
 	n := len(b.Seqs)
 	if n == 0 {
-		return res, fmt.Errorf("exec: empty batch")
+		return res, fmt.Errorf("executor: empty batch")
 	}
-	if t := b.Tokens(); t > e.opt.MaxTokens {
-		return res, fmt.Errorf("exec: batch of %d tokens, the workspace holds %d", t, e.opt.MaxTokens)
+	if t := b.Tokens(); t > e.opt.MaxBatchedTokens {
+		return res, fmt.Errorf("executor: batch of %d tokens, the workspace holds %d", t, e.opt.MaxBatchedTokens)
 	}
 	mb := 0
 	for _, s := range b.Seqs {
@@ -207,12 +207,12 @@ func (e *CPU) Step(b *Batch) (Result, error) {
 		fb.QStart = append(fb.QStart, int32(len(fb.Tokens)))
 		fb.SeqLens[i] = int32(s.SeqLen)
 		if len(s.Tokens) == 0 || len(s.Tokens) > s.SeqLen || s.SeqLen > len(s.Table)*e.opt.BlockSize {
-			return res, fmt.Errorf("exec: sequence %d feeds %d tokens up to position %d, its table of %d blocks of %d holds %d",
+			return res, fmt.Errorf("executor: sequence %d feeds %d tokens up to position %d, its table of %d blocks of %d holds %d",
 				i, len(s.Tokens), s.SeqLen, len(s.Table), e.opt.BlockSize, len(s.Table)*e.opt.BlockSize)
 		}
 		for _, id := range s.Table {
 			if id < 0 || int(id) >= blocks {
-				return res, fmt.Errorf("exec: sequence %d uses block %d, %d attached", i, id, blocks)
+				return res, fmt.Errorf("executor: sequence %d uses block %d, %d attached", i, id, blocks)
 			}
 		}
 		copy(e.tables[i*mb:], s.Table)
@@ -251,7 +251,7 @@ func (e *CPU) setLastEnd(t time.Duration) {
 // Geometry reports the executor's block size and tokens per step and the model's context and vocabulary.
 func (e *CPU) Geometry() Geometry {
 	c := e.m.Config
-	return Geometry{BlockSize: e.opt.BlockSize, MaxTokens: e.opt.MaxTokens, Context: c.SeqLen, Vocab: c.VocabSize, Layers: c.NLayers}
+	return Geometry{BlockSize: e.opt.BlockSize, MaxBatchedTokens: e.opt.MaxBatchedTokens, Context: c.SeqLen, Vocab: c.VocabSize, Layers: c.NLayers}
 }
 
 // LayerBytes reports each layer's bytes in each prepared variant.

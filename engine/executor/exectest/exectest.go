@@ -1,6 +1,6 @@
 // Package exectest is the behaviour suite every executor passes: step results, memory accounting, swap and
 // attach/detach semantics (free, overlapped and blocking swaps, as SwapCost documents them) and errors, as
-// engine/exec's Executor documents them. An executor package calls Run with a Factory; a new executor is
+// engine/executor's Executor documents them. An executor package calls Run with a Factory; a new executor is
 // correct when the suite passes.
 package exectest
 
@@ -9,23 +9,23 @@ import (
 	"testing"
 	"time"
 
-	"github.com/morphlab/morphlab/engine/exec"
+	"github.com/morphlab/morphlab/engine/executor"
 	"github.com/morphlab/morphlab/quant"
 )
 
 // Options are what the suite asks of an executor.
 type Options struct {
-	Budget    int64
-	BlockSize int
-	MaxTokens int
-	Blocks    int // attached at the start; 0: every block the budget holds
-	Swap      exec.SwapCost
+	Budget           int64
+	BlockSize        int
+	MaxBatchedTokens int
+	Blocks           int // attached at the start; 0: every block the budget holds
+	Swap             executor.SwapCost
 }
 
 // Factory makes an executor over a model (of at most a few MiB) of at least 4 decoder layers and a vocabulary of at least 259 tokens,
 // every layer starting in F32 with Int8 and Int4 variants prepared (and no other). It returns nil after
 // t.Fatal-ing when it cannot.
-type Factory func(t *testing.T, o Options) exec.Executor
+type Factory func(t *testing.T, o Options) executor.Executor
 
 // Run runs the suite against the executors f makes.
 func Run(t *testing.T, f Factory) {
@@ -48,25 +48,25 @@ const (
 
 // fit returns an executor whose budget holds its full-precision weights, its workspace and headroom blocks
 // (a fraction counting as bytes), learning the sizes from a first executor with a large budget.
-func fit(t *testing.T, f Factory, headroom float64) exec.Executor {
+func fit(t *testing.T, f Factory, headroom float64) executor.Executor {
 	t.Helper()
-	return fitSwap(t, f, headroom, exec.SwapCost{})
+	return fitSwap(t, f, headroom, executor.SwapCost{})
 }
 
-func fitSwap(t *testing.T, f Factory, headroom float64, swap exec.SwapCost) exec.Executor {
+func fitSwap(t *testing.T, f Factory, headroom float64, swap executor.SwapCost) executor.Executor {
 	t.Helper()
-	probe := f(t, Options{Budget: probeBudget, BlockSize: blockSize, MaxTokens: maxTokens, Blocks: 1})
+	probe := f(t, Options{Budget: probeBudget, BlockSize: blockSize, MaxBatchedTokens: maxTokens, Blocks: 1})
 	mem := probe.Memory()
 	budget := mem.Weights + mem.Workspace + int64(headroom*float64(mem.BlockBytes))
-	return f(t, Options{Budget: budget, BlockSize: blockSize, MaxTokens: maxTokens, Swap: swap})
+	return f(t, Options{Budget: budget, BlockSize: blockSize, MaxBatchedTokens: maxTokens, Swap: swap})
 }
 
 func testGeometry(t *testing.T, f Factory) {
 	e := fit(t, f, 16)
 	g := e.Geometry()
 	lb := e.LayerBytes()
-	if g.BlockSize != blockSize || g.MaxTokens != maxTokens || g.Layers != len(lb) || g.Layers < 4 || g.Vocab < 259 || g.Context < 16 {
-		t.Fatalf("geometry %+v with %d layers' bytes: want block size %d, max tokens %d, >= 4 layers, vocab >= 259",
+	if g.BlockSize != blockSize || g.MaxBatchedTokens != maxTokens || g.Layers != len(lb) || g.Layers < 4 || g.Vocab < 259 || g.Context < 16 {
+		t.Fatalf("geometry %+v with %d layers' bytes: want block size %d, max batched tokens %d, >= 4 layers, vocab >= 259",
 			g, len(lb), blockSize, maxTokens)
 	}
 	for l, b := range lb {
@@ -80,8 +80,8 @@ func testGeometry(t *testing.T, f Factory) {
 }
 
 // twoSeqs is a step over a 6-token prompt that samples (blocks 0-1) and a 3-token chunk that does not (block 2).
-func twoSeqs() *exec.Batch {
-	return &exec.Batch{Seqs: []exec.SeqWork{
+func twoSeqs() *executor.Batch {
+	return &executor.Batch{Seqs: []executor.SeqWork{
 		{Tokens: []int32{1, 5, 9, 33, 100, 7}, SeqLen: 6, Table: []int32{0, 1}, Sample: true},
 		{Tokens: []int32{3, 4, 200}, SeqLen: 3, Table: []int32{2}},
 	}}
@@ -104,7 +104,7 @@ func testStep(t *testing.T, f Factory) {
 		t.Fatalf("formats %v, want f32 for each of %d layers", res.Formats, len(e.LayerBytes()))
 	}
 	// A decode step continues the first sequence, and a fresh executor fed the same steps picks the same tokens.
-	decode := &exec.Batch{Seqs: []exec.SeqWork{{Tokens: []int32{res.Next[0]}, SeqLen: 7, Table: []int32{0, 1}, Sample: true}}}
+	decode := &executor.Batch{Seqs: []executor.SeqWork{{Tokens: []int32{res.Next[0]}, SeqLen: 7, Table: []int32{0, 1}, Sample: true}}}
 	res2, err := e.Step(decode)
 	if err != nil {
 		t.Fatal(err)
@@ -125,13 +125,13 @@ func testStepErrors(t *testing.T, f Factory) {
 	blocks := int32(e.Memory().Blocks)
 	for _, c := range []struct {
 		name string
-		b    *exec.Batch
+		b    *executor.Batch
 	}{
-		{"empty batch", &exec.Batch{}},
-		{"more tokens than the workspace", &exec.Batch{Seqs: []exec.SeqWork{{Tokens: make([]int32, maxTokens+1), SeqLen: maxTokens + 1,
+		{"empty batch", &executor.Batch{}},
+		{"more tokens than the workspace", &executor.Batch{Seqs: []executor.SeqWork{{Tokens: make([]int32, maxTokens+1), SeqLen: maxTokens + 1,
 			Table: []int32{0, 1, 2, 3, 4, 5, 6, 7, 0}, Sample: true}}}},
-		{"a block past the attached ones", &exec.Batch{Seqs: []exec.SeqWork{{Tokens: []int32{1, 2}, SeqLen: 5, Table: []int32{0, blocks}, Sample: true}}}},
-		{"a negative block", &exec.Batch{Seqs: []exec.SeqWork{{Tokens: []int32{1}, SeqLen: 1, Table: []int32{-1}, Sample: true}}}},
+		{"a block past the attached ones", &executor.Batch{Seqs: []executor.SeqWork{{Tokens: []int32{1, 2}, SeqLen: 5, Table: []int32{0, blocks}, Sample: true}}}},
+		{"a negative block", &executor.Batch{Seqs: []executor.SeqWork{{Tokens: []int32{1}, SeqLen: 1, Table: []int32{-1}, Sample: true}}}},
 	} {
 		if _, err := e.Step(c.b); err == nil {
 			t.Errorf("%s: accepted", c.name)
@@ -234,7 +234,7 @@ func testSwap(t *testing.T, f Factory) {
 	if got := e.Memory().Weights; got != want {
 		t.Fatalf("weights %d bytes, want %d: the same outside the layers, each layer's bytes in its format", got, want)
 	}
-	decode := &exec.Batch{Seqs: []exec.SeqWork{{Tokens: []int32{res.Next[0]}, SeqLen: 7, Table: []int32{0, 1}, Sample: true}}}
+	decode := &executor.Batch{Seqs: []executor.SeqWork{{Tokens: []int32{res.Next[0]}, SeqLen: 7, Table: []int32{0, 1}, Sample: true}}}
 	res, err = e.Step(decode)
 	if err != nil {
 		t.Fatal(err)
@@ -260,16 +260,16 @@ func testAttachDetach(t *testing.T, f Factory) {
 	if mem := e.Memory(); mem.Blocks != 3 || mem.KV != 3*mem.BlockBytes || mem.Attachable() != 5 {
 		t.Fatalf("after detaching 5 of 8: %+v, want 3 blocks and 5 attachable", mem)
 	}
-	if _, err := e.Step(&exec.Batch{Seqs: []exec.SeqWork{{Tokens: []int32{1, 2, 3, 4, 5}, SeqLen: 5, Table: []int32{0, 3}, Sample: true}}}); err == nil {
+	if _, err := e.Step(&executor.Batch{Seqs: []executor.SeqWork{{Tokens: []int32{1, 2, 3, 4, 5}, SeqLen: 5, Table: []int32{0, 3}, Sample: true}}}); err == nil {
 		t.Error("a step on a detached block was accepted")
 	}
-	if _, err := e.Step(&exec.Batch{Seqs: []exec.SeqWork{{Tokens: []int32{1, 2, 3, 4, 5}, SeqLen: 5, Table: []int32{0, 2}, Sample: true}}}); err != nil {
+	if _, err := e.Step(&executor.Batch{Seqs: []executor.SeqWork{{Tokens: []int32{1, 2, 3, 4, 5}, SeqLen: 5, Table: []int32{0, 2}, Sample: true}}}); err != nil {
 		t.Errorf("a step on attached blocks: %v", err)
 	}
 	if err := e.AttachKV(5); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.Step(&exec.Batch{Seqs: []exec.SeqWork{{Tokens: []int32{1, 2, 3, 4, 5}, SeqLen: 5, Table: []int32{0, 7}, Sample: true}}}); err != nil {
+	if _, err := e.Step(&executor.Batch{Seqs: []executor.SeqWork{{Tokens: []int32{1, 2, 3, 4, 5}, SeqLen: 5, Table: []int32{0, 7}, Sample: true}}}); err != nil {
 		t.Errorf("a step on a block attached again: %v", err)
 	}
 }
@@ -280,7 +280,7 @@ func testAttachDetach(t *testing.T, f Factory) {
 func testSwapCost(t *testing.T, f Factory) {
 	lb := fit(t, f, 16).LayerBytes()
 	// A link that moves layer 0's int4 variant in exactly one second.
-	e := fitSwap(t, f, 16, exec.SwapCost{HostLink: float64(lb[0][quant.Int4])})
+	e := fitSwap(t, f, 16, executor.SwapCost{HostLink: float64(lb[0][quant.Int4])})
 	for _, l := range []int{0, 1} {
 		if err := e.SetLayerPrecision(l, quant.Int4); err != nil {
 			t.Fatal(err)
@@ -307,7 +307,7 @@ func testSwapCost(t *testing.T, f Factory) {
 	}
 
 	const transfer = 20 * time.Millisecond
-	bl := fitSwap(t, f, 16, exec.SwapCost{HostLink: float64(lb[2][quant.Int8]) / transfer.Seconds(), Blocking: true})
+	bl := fitSwap(t, f, 16, executor.SwapCost{HostLink: float64(lb[2][quant.Int8]) / transfer.Seconds(), Blocking: true})
 	if err := bl.SetLayerPrecision(2, quant.Int8); err != nil {
 		t.Fatal(err)
 	}

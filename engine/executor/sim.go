@@ -1,11 +1,11 @@
-package exec
+package executor
 
 import (
 	"fmt"
 	"slices"
 	"time"
 
-	"github.com/morphlab/morphlab/engine/exec/costmodel"
+	"github.com/morphlab/morphlab/engine/executor/costmodel"
 	"github.com/morphlab/morphlab/engine/model"
 	"github.com/morphlab/morphlab/quant"
 )
@@ -22,11 +22,11 @@ type SimOptions struct {
 	Start []quant.Format
 	// Outer is the embedding's and classifier's format (F32 or F16; F32 with tied embeddings shares the table).
 	Outer quant.Format
-	// Budget, BlockSize, MaxTokens and Blocks are as in CPUOptions.
-	Budget    int64
-	BlockSize int
-	MaxTokens int
-	Blocks    int
+	// Budget, BlockSize, MaxBatchedTokens and Blocks are as in CPUOptions.
+	Budget           int64
+	BlockSize        int
+	MaxBatchedTokens int
+	Blocks           int
 	// Swap is what a layer swap's transfer costs; its zero value makes swaps free. Transfers are timed on the
 	// engine's clock (Batch.Now), as the CPU executor times them.
 	Swap SwapCost
@@ -72,44 +72,44 @@ type Sim struct {
 // the weights, the workspace and opt.Blocks blocks.
 func NewSim(opt SimOptions) (*Sim, error) {
 	if opt.Cost == nil {
-		return nil, fmt.Errorf("exec: sim without a cost model")
+		return nil, fmt.Errorf("executor: sim without a cost model")
 	}
-	if opt.BlockSize <= 0 || opt.MaxTokens <= 0 {
-		return nil, fmt.Errorf("exec: block size %d and max tokens %d, want > 0", opt.BlockSize, opt.MaxTokens)
+	if opt.BlockSize <= 0 || opt.MaxBatchedTokens <= 0 {
+		return nil, fmt.Errorf("executor: block size %d and max batched tokens %d, want > 0", opt.BlockSize, opt.MaxBatchedTokens)
 	}
 	if len(opt.Formats) == 0 {
-		return nil, fmt.Errorf("exec: sim with no weight formats prepared")
+		return nil, fmt.Errorf("executor: sim with no weight formats prepared")
 	}
 	if !(opt.StopRate >= 0 && opt.StopRate <= 1) {
-		return nil, fmt.Errorf("exec: stop rate %g, want 0..1", opt.StopRate)
+		return nil, fmt.Errorf("executor: stop rate %g, want 0..1", opt.StopRate)
 	}
 	cfg := opt.Cost.Config
 	if cfg.VocabSize <= simFirstToken {
-		return nil, fmt.Errorf("exec: vocabulary of %d tokens, a sim draws from %d on", cfg.VocabSize, simFirstToken)
+		return nil, fmt.Errorf("executor: vocabulary of %d tokens, a sim draws from %d on", cfg.VocabSize, simFirstToken)
 	}
 	if opt.Outer != quant.F32 && opt.Outer != quant.F16 {
-		return nil, fmt.Errorf("exec: embedding format %v, want f32 or f16", opt.Outer)
+		return nil, fmt.Errorf("executor: embedding format %v, want f32 or f16", opt.Outer)
 	}
 	e := &Sim{opt: opt, cfg: cfg, layerBytes: map[quant.Format]int64{}, outer: costmodel.OuterBytes(cfg, opt.Outer), swaps: newSwapQueue(opt.Swap)}
 	for _, f := range opt.Formats {
 		if _, err := quant.ParseFormat(f.String()); err != nil {
-			return nil, fmt.Errorf("exec: sim: %v", err)
+			return nil, fmt.Errorf("executor: sim: %v", err)
 		}
 		e.layerBytes[f] = costmodel.LayerBytes(cfg, f)
 	}
 	if c := opt.Cost.Calibration; c != nil {
 		if err := c.Check(cfg, opt.Formats); err != nil {
-			return nil, fmt.Errorf("exec: sim: %v", err)
+			return nil, fmt.Errorf("executor: sim: %v", err)
 		}
 	}
 	e.formats = slices.Repeat([]quant.Format{opt.Formats[0]}, cfg.NLayers)
 	if opt.Start != nil {
 		if len(opt.Start) != cfg.NLayers {
-			return nil, fmt.Errorf("exec: sim: %d starting formats for %d layers", len(opt.Start), cfg.NLayers)
+			return nil, fmt.Errorf("executor: sim: %d starting formats for %d layers", len(opt.Start), cfg.NLayers)
 		}
 		for l, f := range opt.Start {
 			if _, ok := e.layerBytes[f]; !ok {
-				return nil, fmt.Errorf("exec: sim: layer %d starts in %v, which is not prepared (%v)", l, f, opt.Formats)
+				return nil, fmt.Errorf("executor: sim: layer %d starts in %v, which is not prepared (%v)", l, f, opt.Formats)
 			}
 		}
 		e.formats = slices.Clone(opt.Start)
@@ -120,7 +120,7 @@ func NewSim(opt SimOptions) (*Sim, error) {
 		opt.Blocks = mem.Attachable()
 	}
 	if opt.Blocks <= 0 || opt.Blocks > mem.Attachable() {
-		return nil, fmt.Errorf("exec: budget of %d bytes holds %d KV blocks of %d beside %d bytes of weights and %d of workspace, want %d",
+		return nil, fmt.Errorf("executor: budget of %d bytes holds %d KV blocks of %d beside %d bytes of weights and %d of workspace, want %d",
 			opt.Budget, mem.Attachable(), mem.BlockBytes, mem.Weights, mem.Workspace, opt.Blocks)
 	}
 	e.blocks = opt.Blocks
@@ -162,7 +162,7 @@ func (e *Sim) Memory() Memory {
 		Budget:         e.opt.Budget,
 		Weights:        e.weights(func(l int) quant.Format { return e.formats[l] }),
 		KV:             int64(e.blocks) * bb,
-		Workspace:      WorkspaceBytes(e.cfg, e.opt.MaxTokens),
+		Workspace:      WorkspaceBytes(e.cfg, e.opt.MaxBatchedTokens),
 		PendingWeights: e.weights(func(l int) quant.Format { return e.swaps.format(l, e.formats[l]) }),
 		BlockBytes:     bb,
 		Blocks:         e.blocks,
@@ -172,10 +172,10 @@ func (e *Sim) Memory() Memory {
 // SetLayerPrecision asks for layer to run in f once its transfer is done; see Executor and SwapCost.
 func (e *Sim) SetLayerPrecision(layer int, f quant.Format) error {
 	if layer < 0 || layer >= e.cfg.NLayers {
-		return fmt.Errorf("exec: layer %d out of range [0, %d)", layer, e.cfg.NLayers)
+		return fmt.Errorf("executor: layer %d out of range [0, %d)", layer, e.cfg.NLayers)
 	}
 	if _, ok := e.layerBytes[f]; !ok {
-		return fmt.Errorf("exec: layer %d has no %v variant prepared", layer, f)
+		return fmt.Errorf("executor: layer %d has no %v variant prepared", layer, f)
 	}
 	if f == e.formats[layer] {
 		delete(e.swaps.pending, layer)
@@ -188,7 +188,7 @@ func (e *Sim) SetLayerPrecision(layer int, f quant.Format) error {
 func (e *Sim) AttachKV(blocks int) error {
 	mem := e.Memory()
 	if blocks <= 0 || blocks > mem.Attachable() {
-		return fmt.Errorf("exec: attach %d KV blocks, room for %d", blocks, mem.Attachable())
+		return fmt.Errorf("executor: attach %d KV blocks, room for %d", blocks, mem.Attachable())
 	}
 	e.blocks += blocks
 	return nil
@@ -197,7 +197,7 @@ func (e *Sim) AttachKV(blocks int) error {
 // DetachKV shrinks the attached KV blocks; see Executor.
 func (e *Sim) DetachKV(blocks int) error {
 	if blocks <= 0 || blocks > e.blocks {
-		return fmt.Errorf("exec: detach %d KV blocks of %d attached", blocks, e.blocks)
+		return fmt.Errorf("executor: detach %d KV blocks of %d attached", blocks, e.blocks)
 	}
 	e.blocks -= blocks
 	return nil
@@ -230,27 +230,27 @@ func (e *Sim) Step(b *Batch) (Result, error) {
 	defer func() { e.swaps.lastEnd = b.Now + res.Duration }()
 	n := len(b.Seqs)
 	if n == 0 {
-		return res, fmt.Errorf("exec: empty batch")
+		return res, fmt.Errorf("executor: empty batch")
 	}
-	if t := b.Tokens(); t > e.opt.MaxTokens {
-		return res, fmt.Errorf("exec: batch of %d tokens, the workspace holds %d", t, e.opt.MaxTokens)
+	if t := b.Tokens(); t > e.opt.MaxBatchedTokens {
+		return res, fmt.Errorf("executor: batch of %d tokens, the workspace holds %d", t, e.opt.MaxBatchedTokens)
 	}
 	var w costmodel.Work
 	for i, s := range b.Seqs {
 		switch {
 		case len(s.Tokens) == 0:
-			return res, fmt.Errorf("exec: sequence %d feeds no tokens", i)
+			return res, fmt.Errorf("executor: sequence %d feeds no tokens", i)
 		case s.SeqLen < len(s.Tokens) || s.SeqLen > e.cfg.SeqLen:
-			return res, fmt.Errorf("exec: sequence %d feeds %d tokens to reach %d positions, want %d..%d",
+			return res, fmt.Errorf("executor: sequence %d feeds %d tokens to reach %d positions, want %d..%d",
 				i, len(s.Tokens), s.SeqLen, len(s.Tokens), e.cfg.SeqLen)
 		case len(s.Table)*e.opt.BlockSize < s.SeqLen:
-			return res, fmt.Errorf("exec: sequence %d holds %d positions, its table of %d blocks %d",
+			return res, fmt.Errorf("executor: sequence %d holds %d positions, its table of %d blocks %d",
 				i, s.SeqLen, len(s.Table), len(s.Table)*e.opt.BlockSize)
 		}
 		limit := uint32(e.blocks)
 		for _, id := range s.Table {
 			if uint32(id) >= limit { // a negative id too
-				return res, fmt.Errorf("exec: sequence %d uses block %d, %d attached", i, id, e.blocks)
+				return res, fmt.Errorf("executor: sequence %d uses block %d, %d attached", i, id, e.blocks)
 			}
 		}
 		w.AddSeq(len(s.Tokens), s.SeqLen, s.Sample)
@@ -288,7 +288,7 @@ func mix(x uint64) uint64 {
 // Geometry reports the executor's block size and tokens per step and the model's context and vocabulary.
 func (e *Sim) Geometry() Geometry {
 	c := e.cfg
-	return Geometry{BlockSize: e.opt.BlockSize, MaxTokens: e.opt.MaxTokens, Context: c.SeqLen, Vocab: c.VocabSize, Layers: c.NLayers}
+	return Geometry{BlockSize: e.opt.BlockSize, MaxBatchedTokens: e.opt.MaxBatchedTokens, Context: c.SeqLen, Vocab: c.VocabSize, Layers: c.NLayers}
 }
 
 // LayerBytes reports each layer's bytes in each prepared format.

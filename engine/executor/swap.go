@@ -1,4 +1,4 @@
-package exec
+package executor
 
 import (
 	"fmt"
@@ -48,7 +48,7 @@ func (q *swapQueue) ask(layer int, f quant.Format, bytes int64, memory func() Me
 		} else {
 			delete(q.pending, layer)
 		}
-		return fmt.Errorf("exec: layer %d in %v needs %d bytes more than the budget has free; detach KV first",
+		return fmt.Errorf("executor: layer %d in %v needs %d bytes more than the budget has free; detach KV first",
 			layer, f, mem.PendingWeights-(mem.Budget-mem.KV-mem.Workspace))
 	}
 	p := pendingSwap{format: f}

@@ -188,7 +188,7 @@ func TestCalibrationFit(t *testing.T) {
 		w := want.Formats[i]
 		same := ft.Format == w.Format && close(ft.Layer, w.Layer) && close(ft.LayerToken, w.LayerToken) && len(ft.Bands) == len(w.Bands)
 		for b := 0; same && b < len(w.Bands); b++ {
-			same = ft.Bands[b].MaxTokens == w.Bands[b].MaxTokens && close(ft.Bands[b].Layer, w.Bands[b].Layer)
+			same = ft.Bands[b].UpTo == w.Bands[b].UpTo && close(ft.Bands[b].Layer, w.Bands[b].Layer)
 		}
 		if !same {
 			t.Errorf("fitted %+v, want %+v", ft, w)
@@ -206,7 +206,7 @@ func TestCalibrationFit(t *testing.T) {
 	if back.Check(cfg, []quant.Format{quant.F32, quant.Int8}) != nil || back.Check(cfg, []quant.Format{quant.Int4}) == nil {
 		t.Error("Check: want f32 and int8 covered, int4 not")
 	}
-	back.Formats[1].Bands[2].MaxTokens = 4
+	back.Formats[1].Bands[2].UpTo = 4
 	if err := back.Save(path); err != nil {
 		t.Fatal(err)
 	}

@@ -1,12 +1,12 @@
-// Package exec runs the engine's iterations. An Executor takes one batch (each sequence's next tokens, its cache
+// Package executor runs the engine's iterations. An Executor takes one batch (each sequence's next tokens, its cache
 // length and block table), runs the model over it and returns each sequence's next token and how long the step
 // took. It owns the weights and the KV storage; the kv.Manager above it owns only block ids. The scheduler and the
 // morphing controller see only this interface, so a real (CPU) and a simulated executor run the same engine code.
 //
 // NewCPU runs the model's forward pass on the CPU kernels; NewSim holds no weights and takes each step's time
-// from engine/exec/costmodel (a roofline fitted to measured GPU operator times, or this CPU's calibration), with
+// from engine/executor/costmodel (a roofline fitted to measured GPU operator times, or this CPU's calibration), with
 // the CPU executor's memory accounting and swap semantics. Package exectest is the behaviour suite both pass.
-package exec
+package executor
 
 import (
 	"sync"
@@ -63,11 +63,11 @@ type Result struct {
 // Geometry is what an executor fixes about the steps it runs. The engine takes it from the executor instead of
 // repeating it in its own options.
 type Geometry struct {
-	BlockSize int // KV block size in tokens
-	MaxTokens int // the most tokens one step feeds (the workspace holds that many)
-	Context   int // the model's context length: the most positions a sequence may reach
-	Vocab     int // vocabulary size
-	Layers    int // decoder layers
+	BlockSize        int // KV block size in tokens
+	MaxBatchedTokens int // the most tokens one step feeds (the workspace holds that many)
+	Context          int // the model's context length: the most positions a sequence may reach
+	Vocab            int // vocabulary size
+	Layers           int // decoder layers
 }
 
 // LayerBytes is one decoder layer's weight bytes in each format prepared for it, so that what a swap frees is

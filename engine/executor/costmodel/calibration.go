@@ -62,13 +62,13 @@ type FormatTerms struct {
 	Format     string  `json:"format"`
 	Layer      float64 `json:"layer_s"`
 	LayerToken float64 `json:"layer_token_s"`
-	Bands      []Band  `json:"bands,omitempty"` // by MaxTokens, ascending
+	Bands      []Band  `json:"bands,omitempty"` // by UpTo, ascending
 }
 
-// Band is the fixed cost a layer adds in a step of at most MaxTokens tokens and more than the band below's.
+// Band is the fixed cost a layer adds in a step of at most UpTo tokens and more than the band below's.
 type Band struct {
-	MaxTokens int     `json:"max_tokens"`
-	Layer     float64 `json:"layer_s"`
+	UpTo  int     `json:"max_tokens"`
+	Layer float64 `json:"layer_s"`
 }
 
 // TokenBands are the bands of a step's token count (their upper bounds) that FitCalibration gives a cost of
@@ -82,7 +82,7 @@ const minBandSteps = 2
 
 // band is the fixed cost a layer of the format adds in a step of tokens tokens.
 func (t FormatTerms) band(tokens int) float64 {
-	if i := slices.IndexFunc(t.Bands, func(b Band) bool { return tokens <= b.MaxTokens }); i >= 0 {
+	if i := slices.IndexFunc(t.Bands, func(b Band) bool { return tokens <= b.UpTo }); i >= 0 {
 		return t.Bands[i].Layer
 	}
 	return 0
@@ -218,7 +218,7 @@ func FitCalibration(samples []Sample, nLayers int) (*Calibration, error) {
 		j := first[i]
 		ft := FormatTerms{Format: f.String(), Layer: x.AtVec(j), LayerToken: x.AtVec(j + 1)}
 		for b, maxTokens := range bands[i] {
-			ft.Bands = append(ft.Bands, Band{MaxTokens: maxTokens, Layer: x.AtVec(j + 2 + b)})
+			ft.Bands = append(ft.Bands, Band{UpTo: maxTokens, Layer: x.AtVec(j + 2 + b)})
 		}
 		c.Formats = append(c.Formats, ft)
 	}
@@ -300,8 +300,8 @@ func LoadCalibration(path string) (*Calibration, error) {
 			return nil, fmt.Errorf("%s: formats: %v", path, err)
 		}
 		for i, b := range t.Bands {
-			if b.MaxTokens < 1 || i > 0 && b.MaxTokens <= t.Bands[i-1].MaxTokens {
-				return nil, fmt.Errorf("%s: formats: %s: bands: max_tokens %d, want >= 1 and above the band before's", path, t.Format, b.MaxTokens)
+			if b.UpTo < 1 || i > 0 && b.UpTo <= t.Bands[i-1].UpTo {
+				return nil, fmt.Errorf("%s: formats: %s: bands: max_tokens %d, want >= 1 and above the band before's", path, t.Format, b.UpTo)
 			}
 		}
 	}

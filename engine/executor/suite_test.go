@@ -1,11 +1,11 @@
-package exec_test
+package executor_test
 
 import (
 	"testing"
 
-	"github.com/morphlab/morphlab/engine/exec"
-	"github.com/morphlab/morphlab/engine/exec/costmodel"
-	"github.com/morphlab/morphlab/engine/exec/exectest"
+	"github.com/morphlab/morphlab/engine/executor"
+	"github.com/morphlab/morphlab/engine/executor/costmodel"
+	"github.com/morphlab/morphlab/engine/executor/exectest"
 	"github.com/morphlab/morphlab/engine/model"
 	"github.com/morphlab/morphlab/engine/model/modeltest"
 	"github.com/morphlab/morphlab/quant"
@@ -17,8 +17,8 @@ func suiteModel(t *testing.T) *model.Model {
 }
 
 func TestCPUSuite(t *testing.T) {
-	exectest.Run(t, func(t *testing.T, o exectest.Options) exec.Executor {
-		e, err := exec.NewCPU(suiteModel(t), exec.CPUOptions{Budget: o.Budget, BlockSize: o.BlockSize, MaxTokens: o.MaxTokens, Blocks: o.Blocks, Swap: o.Swap})
+	exectest.Run(t, func(t *testing.T, o exectest.Options) executor.Executor {
+		e, err := executor.NewCPU(suiteModel(t), executor.CPUOptions{Budget: o.Budget, BlockSize: o.BlockSize, MaxBatchedTokens: o.MaxBatchedTokens, Blocks: o.Blocks, Swap: o.Swap})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -45,9 +45,9 @@ func simCost(t testing.TB) *costmodel.Model {
 }
 
 func TestSimSuite(t *testing.T) {
-	exectest.Run(t, func(t *testing.T, o exectest.Options) exec.Executor {
-		e, err := exec.NewSim(exec.SimOptions{Cost: simCost(t), Formats: []quant.Format{quant.F32, quant.Int8, quant.Int4},
-			Outer: quant.F32, Budget: o.Budget, BlockSize: o.BlockSize, MaxTokens: o.MaxTokens, Blocks: o.Blocks, Swap: o.Swap})
+	exectest.Run(t, func(t *testing.T, o exectest.Options) executor.Executor {
+		e, err := executor.NewSim(executor.SimOptions{Cost: simCost(t), Formats: []quant.Format{quant.F32, quant.Int8, quant.Int4},
+			Outer: quant.F32, Budget: o.Budget, BlockSize: o.BlockSize, MaxBatchedTokens: o.MaxBatchedTokens, Blocks: o.Blocks, Swap: o.Swap})
 		if err != nil {
 			t.Fatal(err)
 		}
