@@ -19,7 +19,7 @@
 //
 // # Control surface
 //
-// Options.OnStep is called after every iteration and, when the engine is idle, on every idle tick (StepInfo.Idle):
+// Hooks added with OnStep are called after every iteration and, when the engine is idle, on every idle tick (StepInfo.Idle):
 // it carries the signals a controller reads (queue, queueing delay, the KV pool by region, preemptions, tokens,
 // the requests that ended). From the hook a controller may ask for layer precisions (SetLayerPrecision), attach,
 // drain and detach KV regions, and log its decisions (Note); swaps and region changes are logged with the
@@ -173,9 +173,7 @@ type Options struct {
 	MaxDelay         time.Duration  // dynamic batching's queueing delay
 	Watermark        float64        // fraction of blocks admission keeps free; default 0.01
 	Clock            executor.Clock // default: the wall clock
-	// OnStep, if set, is called by the loop's goroutine after every iteration and on every idle tick.
-	OnStep func(StepInfo)
-	// IdleTick is how often an idle engine calls OnStep (Run and Replay); default 50 ms.
+	// IdleTick is how often an idle engine calls its OnStep hooks (Run and Replay); default 50 ms.
 	IdleTick time.Duration
 	// LogSize is the number of events the log keeps (the oldest are dropped first); default 65536.
 	LogSize int
@@ -264,7 +262,8 @@ type Engine struct {
 	wake     chan struct{}
 	ended    chan struct{} // signalled when a request ends (Shutdown waits on it)
 	failed   error         // the step error that stopped the engine
-	closing  bool          // Shutdown: no new requests
+	hooks    []func(StepInfo)
+	closing  bool // Shutdown: no new requests
 	overflow map[*Stream]bool
 }
 
@@ -322,6 +321,30 @@ func New(x executor.Executor, opt Options) (*Engine, error) {
 		return nil, fmt.Errorf("engine: scheduler %q, want continuous, static or dynamic", opt.Scheduler)
 	}
 	return e, nil
+}
+
+// OnStep adds a hook that the loop's goroutine calls after every iteration and on every idle tick, after the hooks
+// added before it: a morphing controller, a metrics exporter, a trace replay's recorder. Add hooks before the loop
+// first runs (Step, Run, Replay); they are the engine's only callbacks.
+func (e *Engine) OnStep(hook func(StepInfo)) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.hooks = append(e.hooks, hook)
+}
+
+// hooked reports whether a hook is set, and returns them.
+func (e *Engine) hooked() ([]func(StepInfo), bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.hooks, len(e.hooks) > 0
+}
+
+// callHooks calls the hooks with info.
+func (e *Engine) callHooks(info StepInfo) {
+	hooks, _ := e.hooked()
+	for _, h := range hooks {
+		h(info)
+	}
 }
 
 // Geometry is the executor's geometry, which the engine runs with.

@@ -46,13 +46,12 @@ func newEngine(t *testing.T, m *model.Model, s setup) *Engine {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var e *Engine
-	opt := Options{Clock: &executor.VirtualClock{}}
-	if s.onStep != nil {
-		opt.OnStep = func(info StepInfo) { s.onStep(e, info) }
-	}
-	if e, err = New(x, opt); err != nil {
+	e, err := New(x, Options{Clock: &executor.VirtualClock{}})
+	if err != nil {
 		t.Fatal(err)
+	}
+	if s.onStep != nil {
+		e.OnStep(func(info StepInfo) { s.onStep(e, info) })
 	}
 	return e
 }

@@ -344,12 +344,12 @@ func TestRunReturnsOnCancel(t *testing.T) {
 	}
 	ctx, cancel = context.WithCancel(context.Background())
 	at := -1
-	e.opt.OnStep = func(info StepInfo) {
+	e.OnStep(func(info StepInfo) {
 		if info.Iter == 5 {
 			at = info.Iter
 			cancel()
 		}
-	}
+	})
 	if err := e.Run(ctx); !errors.Is(err, context.Canceled) || at != 5 || e.Iterations() != 6 {
 		t.Fatalf("Run: %v after %d iterations, cancelled at %d; want it back right after", err, e.Iterations(), at)
 	}
@@ -687,15 +687,15 @@ func TestVirtualRunBoundedLog(t *testing.T) {
 	}
 	var cursor uint64
 	var seen int
-	var e *Engine
-	e, err := New(newFake(400), Options{Clock: &executor.VirtualClock{}, LogSize: 4096, OnStep: func(StepInfo) {
-		evs, next := e.LogSince(cursor)
-		seen += len(evs)
-		cursor = next
-	}})
+	e, err := New(newFake(400), Options{Clock: &executor.VirtualClock{}, LogSize: 4096})
 	if err != nil {
 		t.Fatal(err)
 	}
+	e.OnStep(func(StepInfo) {
+		evs, next := e.LogSince(cursor)
+		seen += len(evs)
+		cursor = next
+	})
 	reqs := make([]TimedRequest, n)
 	for i := range reqs {
 		reqs[i] = TimedRequest{Request: Request{Prompt: prompt(1 + i%50), MaxTokens: 1 + i%20}, Arrival: time.Duration(i) * 3 * time.Millisecond}
@@ -722,13 +722,11 @@ func BenchmarkMonitorIteration(b *testing.B) {
 	for _, past := range []int{1000, 10000} {
 		b.Run(fmt.Sprintf("past=%d", past), func(b *testing.B) {
 			var cursor uint64
-			var e *Engine
-			e, err := New(newFake(400), Options{Clock: &executor.VirtualClock{}, OnStep: func(StepInfo) {
-				_, cursor = e.LogSince(cursor)
-			}})
+			e, err := New(newFake(400), Options{Clock: &executor.VirtualClock{}})
 			if err != nil {
 				b.Fatal(err)
 			}
+			e.OnStep(func(StepInfo) { _, cursor = e.LogSince(cursor) })
 			reqs := make([]TimedRequest, past)
 			for i := range reqs {
 				reqs[i] = TimedRequest{Request: Request{Prompt: prompt(1 + i%50), MaxTokens: 1 + i%20}, Arrival: time.Duration(i) * 3 * time.Millisecond}

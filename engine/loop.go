@@ -52,8 +52,8 @@ func (e *Engine) Step() (bool, error) {
 	}
 	if len(plan.Work) == 0 {
 		e.flushOverflow()
-		if e.opt.OnStep != nil {
-			e.opt.OnStep(e.info(StepInfo{Iter: e.iter, Idle: true, Time: now, Wall: time.Since(start), Preempted: len(plan.Preempted)}))
+		if _, ok := e.hooked(); ok {
+			e.callHooks(e.info(StepInfo{Iter: e.iter, Idle: true, Time: now, Wall: time.Since(start), Preempted: len(plan.Preempted)}))
 		}
 		return false, nil
 	}
@@ -112,9 +112,9 @@ func (e *Engine) Step() (bool, error) {
 	e.iter++
 	e.mu.Unlock()
 	e.flushOverflow()
-	if e.opt.OnStep != nil {
+	if _, ok := e.hooked(); ok {
 		info.Wall = time.Since(start)
-		e.opt.OnStep(e.info(info))
+		e.callHooks(e.info(info))
 	}
 	return true, nil
 }
@@ -244,7 +244,7 @@ func (e *Engine) NextWake() (time.Duration, bool) { return e.sched.NextWake() }
 
 // Run drives the loop until ctx is done, returning within one iteration of it. While there is no work it waits
 // for a submission or a command, for dynamic batching's queueing deadline (on a virtual clock it moves the clock
-// there) and, when an OnStep hook is set, for the next idle tick. A step error ends the loop and is returned.
+// there) and, when a hook is set (OnStep), for the next idle tick. A step error ends the loop and is returned.
 func (e *Engine) Run(ctx context.Context) error {
 	_, virtual := e.opt.Clock.(*executor.VirtualClock)
 	for {
@@ -269,7 +269,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		}
 		var tick *time.Timer
 		var tickC <-chan time.Time
-		if !virtual && (e.opt.OnStep != nil || e.hasOverflow()) {
+		if _, hooked := e.hooked(); !virtual && (hooked || e.hasOverflow()) {
 			tick = time.NewTimer(e.opt.IdleTick)
 			tickC = tick.C
 		}

@@ -22,7 +22,7 @@ const maxStalledTicks = 1000
 
 // Replay runs reqs to completion and returns their results in the order given. Each request is submitted at its
 // arrival time and stamped with it, also when it arrives during a step. When the engine is idle the clock moves to
-// the next arrival, the scheduler's next deadline (dynamic batching) or, with an OnStep hook, the next idle tick:
+// the next arrival, the scheduler's next deadline (dynamic batching) or, with a hook (OnStep), the next idle tick:
 // a virtual clock is advanced there, the wall clock is waited on. Replay returns ctx's error within one iteration
 // of its end, and an error when a step fails or the requests left can never start.
 func (e *Engine) Replay(ctx context.Context, reqs []TimedRequest) ([]Result, error) {
@@ -63,11 +63,11 @@ func (e *Engine) Replay(ctx context.Context, reqs []TimedRequest) ([]Result, err
 		}
 		if !ok {
 			stalled++
-			if e.opt.OnStep == nil || stalled > maxStalledTicks {
+			if _, hooked := e.hooked(); !hooked || stalled > maxStalledTicks {
 				return nil, fmt.Errorf("engine: replay stalled at %v: %d requests left, none can start and no arrival is due", now, e.Pending())
 			}
 		}
-		if e.opt.OnStep != nil {
+		if _, hooked := e.hooked(); hooked {
 			if tick := now + e.opt.IdleTick; !ok || tick < t {
 				t, ok = tick, true
 			}

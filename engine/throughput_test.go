@@ -178,17 +178,17 @@ func serveTrace(tb testing.TB, m *model.Model, policy string, lengths [][2]int, 
 	var stepWall time.Duration
 	var decodeSeqs, decodeIters int
 	e, err := New(x, Options{Scheduler: policy, MaxBatchedTokens: maxTokens, MaxSeqs: batch, BatchSize: batch, MaxDelay: 100 * time.Millisecond,
-		Clock: clock,
-		OnStep: func(info StepInfo) {
-			stepWall += info.Wall
-			if t := len(info.Work); t > 0 && info.Work[0].Tokens == 1 {
-				decodeSeqs += t
-				decodeIters++
-			}
-		}})
+		Clock: clock})
 	if err != nil {
 		tb.Fatal(err)
 	}
+	e.OnStep(func(info StepInfo) {
+		stepWall += info.Wall
+		if t := len(info.Work); t > 0 && info.Work[0].Tokens == 1 {
+			decodeSeqs += t
+			decodeIters++
+		}
+	})
 	rng := rand.New(rand.NewPCG(7, 7))
 	reqs := make([]TimedRequest, len(lengths))
 	for i := range reqs {

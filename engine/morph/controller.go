@@ -30,29 +30,27 @@ type Controller struct {
 	last      Signals
 }
 
-// NewController returns a controller for spec over a model whose layers are stored in base and swap in order.
-// Bind it to the engine before the first iteration, and pass its OnStep as the engine's hook.
-func NewController(spec Spec, order []int, base []quant.Format) *Controller {
+// NewController returns a controller for spec acting on e, over a model whose layers are stored in base and swap
+// in order. Add its OnStep to e's hooks (e.OnStep(c.OnStep)) before the engine runs. e may be nil for a policy
+// that does not morph (the controller then only records).
+func NewController(e *engine.Engine, spec Spec, order []int, base []quant.Format) *Controller {
 	window := 8
 	if spec.Kind == "morph" {
 		window = spec.Params.Window
 	}
-	return &Controller{Spec: spec, Monitor: NewMonitor(window, 10*time.Second), Recorder: NewRecorder(base),
+	c := &Controller{Spec: spec, Monitor: NewMonitor(window, 10*time.Second), Recorder: NewRecorder(base),
 		order: order, base: base}
-}
-
-// Bind attaches the controller to the engine it acts on.
-func (c *Controller) Bind(e *engine.Engine) {
-	if c.Spec.Kind != "morph" {
-		return
+	if spec.Kind != "morph" {
+		return c
 	}
-	p := c.Spec.Params
-	limit := int(math.Round(p.Cap * float64(len(c.base))))
-	c.act = NewActuator(e, c.order, c.base, p.Tiers, limit)
-	if c.Spec.Mode == "predictive" {
+	p := spec.Params
+	limit := int(math.Round(p.Cap * float64(len(base))))
+	c.act = NewActuator(e, order, base, p.Tiers, limit)
+	if spec.Mode == "predictive" {
 		c.pred = NewPredictor(p)
 	}
 	c.blockSize = e.Geometry().BlockSize
+	return c
 }
 
 // Actuator is the controller's actuator (nil unless the policy morphs).

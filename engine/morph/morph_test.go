@@ -153,17 +153,15 @@ func run(t *testing.T, x executor.Executor, policy string, reqs []engine.TimedRe
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := NewController(spec, frontToBack(len(base)), base)
-	e, err := engine.New(x, engine.Options{Clock: &executor.VirtualClock{}, OnStep: func(info engine.StepInfo) {
-		if check != nil {
-			check(info)
-		}
-		c.OnStep(info)
-	}})
+	e, err := engine.New(x, engine.Options{Clock: &executor.VirtualClock{}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.Bind(e)
+	if check != nil {
+		e.OnStep(check)
+	}
+	c := NewController(e, spec, frontToBack(len(base)), base)
+	e.OnStep(c.OnStep)
 	res, err := e.Replay(context.Background(), reqs)
 	if err != nil {
 		t.Fatalf("%s: %v", policy, err)

@@ -81,7 +81,11 @@ func benchOverhead(b *testing.B, shape string, promptLen int) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go eng.Run(ctx)
-	s, err := New(Config{Model: "bench", Vocab: ck.Vocab, Executor: newExec()})
+	served, err := engine.New(newExec(), engine.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	s, err := New(Config{Model: "bench", Vocab: ck.Vocab, Engine: served})
 	if err != nil {
 		b.Fatal(err)
 	}

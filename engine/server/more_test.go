@@ -19,7 +19,7 @@ func TestSchedulers(t *testing.T) {
 	body := fmt.Sprintf(`{"model": %q, "prompt": %s, "max_tokens": 12, "temperature": 0}`, testModel, tokenJSON(testPrompt))
 	var want string
 	for _, policy := range []string{"continuous", "static", "dynamic"} {
-		ts := newTestServer(t, func(_ *testExec, c *Config) {
+		ts := newTestServer(t, func(_ *testExec, c *testConfig) {
 			c.Engine = engine.Options{Scheduler: policy, BatchSize: 4, MaxDelay: 5 * time.Millisecond}
 		})
 		got, reason, u := complete(t, ts.url, body, false)
@@ -34,7 +34,7 @@ func TestSchedulers(t *testing.T) {
 
 // TestPoolTooSmall: a request the KV pool can never hold is a 400 naming max_tokens, with the engine's reason.
 func TestPoolTooSmall(t *testing.T) {
-	ts := newTestServer(t, func(x *testExec, _ *Config) {
+	ts := newTestServer(t, func(x *testExec, _ *testConfig) {
 		m, _ := synthModel(t)
 		cx, err := executor.NewCPU(m, executor.CPUOptions{Budget: budget(m, 64, 4), BlockSize: 16, MaxBatchedTokens: 64})
 		if err != nil {
@@ -56,7 +56,7 @@ func TestPoolTooSmall(t *testing.T) {
 // TestEngineFailure: a step that fails under a request answers 500 (or an error event when streaming); from then
 // on /health and new requests answer 503.
 func TestEngineFailure(t *testing.T) {
-	ts := newTestServer(t, func(x *testExec, _ *Config) { x.delay = time.Millisecond })
+	ts := newTestServer(t, func(x *testExec, _ *testConfig) { x.delay = time.Millisecond })
 	ts.x.fail.Store(true)
 	code, _, b := post(t, ts.url+"/v1/completions", fmt.Sprintf(`{"model": %q, "prompt": "Once", "max_tokens": 8}`, testModel))
 	var e openai.ErrorResponse
@@ -71,14 +71,15 @@ func TestEngineFailure(t *testing.T) {
 	}
 }
 
-// TestOnStepHook: a controller's hook is called by the engine's loop with the engine, after the metrics are
-// updated, on iterations and idle ticks, and what it does through the engine (here a Note) takes effect.
+// TestOnStepHook: a hook added to the engine before the server (a controller's) is called by the engine's loop
+// on iterations and idle ticks beside the server's metrics, and what it does through the engine (here a Note)
+// takes effect.
 func TestOnStepHook(t *testing.T) {
 	var mu sync.Mutex
 	var steps, idle int
 	var eng *engine.Engine
 	var ts *testServer
-	ts = newTestServer(t, func(_ *testExec, c *Config) {
+	ts = newTestServer(t, func(_ *testExec, c *testConfig) {
 		c.Engine = engine.Options{IdleTick: 5 * time.Millisecond}
 		c.OnStep = func(e *engine.Engine, info engine.StepInfo) {
 			mu.Lock()
@@ -112,7 +113,7 @@ func TestOnStepHook(t *testing.T) {
 
 // TestQuantizedLayersMetric: num_quantized_layers counts the layers a step ran in an integer format.
 func TestQuantizedLayersMetric(t *testing.T) {
-	ts := newTestServer(t, func(x *testExec, _ *Config) {
+	ts := newTestServer(t, func(x *testExec, _ *testConfig) {
 		m, _ := synthModel(t)
 		for _, l := range []int{1, 3} {
 			if _, err := m.AddVariant(l, quant.Int8); err != nil {

@@ -18,7 +18,7 @@ import (
 // (all its tokens, a finish reason, and [DONE] when streamed) or a 429 with Retry-After: no other status, none
 // lost. Afterwards /health is ok, a new request succeeds and the KV pool is empty.
 func TestOverload(t *testing.T) {
-	ts := newTestServer(t, func(x *testExec, c *Config) {
+	ts := newTestServer(t, func(x *testExec, c *testConfig) {
 		x.delay = time.Millisecond
 		c.MaxQueue = 4
 		c.Engine = engine.Options{MaxSeqs: 4}

@@ -45,8 +45,7 @@
 //
 // Serve runs the engine's loop and the HTTP server until its context ends, then stops admitting (the listener
 // closes), lets the running requests finish within Config.Grace (engine.Shutdown), cancels what is left, and
-// returns nil. Config.OnStep is where a controller plugs in: it is called after every iteration and idle tick,
-// after the metrics have been updated, with the engine it may act on.
+// returns nil. A controller plugs into the engine itself (engine.Engine.OnStep) before the server is made.
 package server
 
 import (
@@ -75,14 +74,11 @@ import (
 // Config configures a server.
 type Config struct {
 	// Model is the name the server answers to (the "model" field of a request, /v1/models).
-	Model    string
-	Vocab    *tokenizer.Vocab
-	Executor executor.Executor
-	// Engine chooses the scheduler and its limits. Its OnStep must be nil: the server sets it (use OnStep below).
-	Engine engine.Options
-	// OnStep, if set, is called by the engine's loop after every iteration and idle tick, once the metrics have
-	// been updated: a morphing controller's hook.
-	OnStep func(e *engine.Engine, info engine.StepInfo)
+	Model string
+	Vocab *tokenizer.Vocab
+	// Engine is the engine served, with its hooks (a morphing controller's) already added; the server adds its
+	// metrics' hook after them, and runs the engine's loop in Serve.
+	Engine *engine.Engine
 	// MaxQueue bounds the requests waiting for their first batch; a request beyond it is answered 429. 0: no bound.
 	MaxQueue int
 	// Grace is how long Serve lets running requests finish after its context ends; default 30 s.
@@ -114,19 +110,17 @@ type Server struct {
 	failed  error // the engine loop's error
 }
 
-// New builds the engine over cfg.Executor and the server in front of it.
+// New builds the server in front of cfg.Engine.
 func New(cfg Config) (*Server, error) {
 	switch {
 	case cfg.Model == "":
 		return nil, errors.New("server: Config.Model is empty, want the name clients ask for")
-	case cfg.Vocab == nil || cfg.Executor == nil:
-		return nil, errors.New("server: Config.Vocab and Config.Executor are required")
-	case cfg.Engine.OnStep != nil:
-		return nil, errors.New("server: Config.Engine.OnStep is set; the server sets it, pass a controller's hook as Config.OnStep")
+	case cfg.Vocab == nil || cfg.Engine == nil:
+		return nil, errors.New("server: Config.Vocab and Config.Engine are required")
 	case cfg.MaxQueue < 0 || cfg.Grace < 0:
 		return nil, fmt.Errorf("server: MaxQueue %d and Grace %v, want neither negative", cfg.MaxQueue, cfg.Grace)
 	}
-	geo := cfg.Executor.Geometry()
+	geo := cfg.Engine.Geometry()
 	if cfg.Vocab.Len() != geo.Vocab {
 		return nil, fmt.Errorf("server: the tokenizer has %d tokens, the model %d", cfg.Vocab.Len(), geo.Vocab)
 	}
@@ -149,18 +143,8 @@ func New(cfg Config) (*Server, error) {
 			s.ends = append(s.ends, int32(id))
 		}
 	}
-	opt := cfg.Engine
-	opt.OnStep = func(info engine.StepInfo) {
-		s.metrics.step(info)
-		if cfg.OnStep != nil {
-			cfg.OnStep(s.eng, info)
-		}
-	}
-	eng, err := engine.New(cfg.Executor, opt)
-	if err != nil {
-		return nil, err
-	}
-	s.eng = eng
+	s.eng = cfg.Engine
+	s.eng.OnStep(s.metrics.step)
 	s.mux = http.NewServeMux()
 	s.mux.HandleFunc("/v1/completions", s.complete(false))
 	s.mux.HandleFunc("/v1/chat/completions", s.complete(true))

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/morphlab/morphlab/engine"
 	"github.com/morphlab/morphlab/engine/executor"
 	"github.com/morphlab/morphlab/engine/model"
 	"github.com/morphlab/morphlab/engine/sample"
@@ -85,9 +86,17 @@ type testServer struct {
 	served chan error
 }
 
+// testConfig is what a test may adjust before newTestServer builds the engine and the server: the server's
+// config, the engine's options, and a hook the engine calls (before the server's own) with itself.
+type testConfig struct {
+	Config
+	Engine engine.Options
+	OnStep func(e *engine.Engine, info engine.StepInfo)
+}
+
 // newTestServer serves the synthetic model on a loopback port until the test ends; edit adjusts the executor and
 // the config first.
-func newTestServer(t testing.TB, edit func(*testExec, *Config)) *testServer {
+func newTestServer(t testing.TB, edit func(*testExec, *testConfig)) *testServer {
 	t.Helper()
 	m, vocab := synthModel(t)
 	cx, err := executor.NewCPU(m, executor.CPUOptions{Budget: budget(m, 64, 256), BlockSize: 16, MaxBatchedTokens: 64})
@@ -95,12 +104,19 @@ func newTestServer(t testing.TB, edit func(*testExec, *Config)) *testServer {
 		t.Fatal(err)
 	}
 	x := &testExec{Executor: cx}
-	cfg := Config{Model: testModel, Vocab: vocab, Grace: 5 * time.Second}
+	cfg := testConfig{Config: Config{Model: testModel, Vocab: vocab, Grace: 5 * time.Second}}
 	if edit != nil {
 		edit(x, &cfg)
 	}
-	cfg.Executor = x
-	s, err := New(cfg)
+	eng, err := engine.New(x, cfg.Engine)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.OnStep != nil {
+		eng.OnStep(func(info engine.StepInfo) { cfg.OnStep(eng, info) })
+	}
+	cfg.Config.Engine = eng
+	s, err := New(cfg.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -798,7 +814,7 @@ func TestMetrics(t *testing.T) {
 // TestQueueFull: with MaxQueue 1, a request arriving while one waits for its first batch is answered 429 with
 // Retry-After, and the waiting ones complete.
 func TestQueueFull(t *testing.T) {
-	ts := newTestServer(t, func(x *testExec, c *Config) {
+	ts := newTestServer(t, func(x *testExec, c *testConfig) {
 		x.gate = make(chan struct{})
 		c.MaxQueue = 1
 	})
@@ -843,7 +859,7 @@ func waitFor(t testing.TB, cond func() bool) {
 func TestDisconnectFreesKV(t *testing.T) {
 	for _, stream := range []bool{true, false} {
 		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
-			ts := newTestServer(t, func(x *testExec, _ *Config) { x.delay = 5 * time.Millisecond })
+			ts := newTestServer(t, func(x *testExec, _ *testConfig) { x.delay = 5 * time.Millisecond })
 			if out := greedy(t, ts.m, ts.vocab, testPrompt, 400); len(out) < 400 {
 				t.Fatalf("the synthetic model's greedy output ends after %d tokens, want one that runs to 400", len(out))
 			}
@@ -888,7 +904,7 @@ func TestShutdown(t *testing.T) {
 		complete bool
 	}{{"finishes", 5 * time.Second, 40, true}, {"deadline", 100 * time.Millisecond, 480, false}} {
 		t.Run(c.name, func(t *testing.T) {
-			ts := newTestServer(t, func(x *testExec, cfg *Config) { x.delay = 2 * time.Millisecond; cfg.Grace = c.grace })
+			ts := newTestServer(t, func(x *testExec, cfg *testConfig) { x.delay = 2 * time.Millisecond; cfg.Grace = c.grace })
 			if out := greedy(t, ts.m, ts.vocab, testPrompt, c.tokens); len(out) < c.tokens {
 				t.Fatalf("the synthetic model's greedy output ends after %d tokens, want one that runs to %d", len(out), c.tokens)
 			}

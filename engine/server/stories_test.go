@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/morphlab/morphlab/engine"
 	"github.com/morphlab/morphlab/engine/executor"
 	"github.com/morphlab/morphlab/engine/model/modeltest"
 	"github.com/morphlab/morphlab/internal/datadir"
@@ -24,7 +25,11 @@ func TestStories260K(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(Config{Model: "stories260K", Vocab: vocab, Executor: x, Grace: time.Second})
+	eng, err := engine.New(x, engine.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Config{Model: "stories260K", Vocab: vocab, Engine: eng, Grace: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -45,7 +45,7 @@ type Config struct {
 	Policy     morph.Spec
 	Order      []int          // the swap order (a permutation of the layers)
 	Base       []quant.Format // the layers' full-precision formats
-	Engine     engine.Options // its Clock chooses the run's clock; its OnStep is the controller's
+	Engine     engine.Options // its Clock chooses the run's clock
 	Meta       results.Meta   // what the results say was run; Policy, Params, KV and block size are filled in
 	KeepTokens bool           // keep each request's output tokens in the results
 	KeepSteps  bool           // keep every step's work, layer formats and time in the results (Run.Steps)
@@ -53,14 +53,16 @@ type Config struct {
 
 // Run replays reqs on x and returns the results and the engine's lifecycle and control events (no tokens).
 func Run(ctx context.Context, x executor.Executor, cfg Config, reqs []engine.TimedRequest) (*results.Run, []engine.Event, error) {
-	c := morph.NewController(cfg.Policy, cfg.Order, cfg.Base)
-	var e *engine.Engine
+	e, err := engine.New(x, cfg.Engine)
+	if err != nil {
+		return nil, nil, err
+	}
+	c := morph.NewController(e, cfg.Policy, cfg.Order, cfg.Base)
+	e.OnStep(c.OnStep)
 	var events []engine.Event
 	var cursor uint64
-	opt := cfg.Engine
 	var steps []costmodel.Sample
-	opt.OnStep = func(info engine.StepInfo) {
-		c.OnStep(info)
+	e.OnStep(func(info engine.StepInfo) {
 		if cfg.KeepSteps && !info.Idle {
 			steps = append(steps, StepSample(info))
 		}
@@ -71,12 +73,7 @@ func Run(ctx context.Context, x executor.Executor, cfg Config, reqs []engine.Tim
 				events = append(events, ev)
 			}
 		}
-	}
-	e, err := engine.New(x, opt)
-	if err != nil {
-		return nil, nil, err
-	}
-	c.Bind(e)
+	})
 	blocks := x.Memory().Blocks
 	res, err := e.Replay(ctx, reqs)
 	if err != nil {

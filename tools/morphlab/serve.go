@@ -101,24 +101,20 @@ func runServe(e *env, args []string) error {
 		fmt.Fprintf(e.stderr, "memory: %s for the process: %s resident after loading less the weights, %s kept for HTTP, %s for the engine\n",
 			*memory, formatBytes(total-budget-serveReserve), formatBytes(serveReserve), formatBytes(budget))
 	}
-	controller := morph.NewController(spec, order, base)
-	bound := false
-	onStep := func(e *engine.Engine, info engine.StepInfo) {
-		if !bound {
-			controller.Bind(e)
-			bound = true
-		}
-		controller.OnStep(info)
-	}
 	x, err := executor.NewCPU(m, executor.CPUOptions{Budget: budget, BlockSize: *blockSize, MaxBatchedTokens: *stepTokens, KVType: m.SequenceKV})
 	if err != nil {
 		return err
 	}
+	eng, err := engine.New(x, engine.Options{Scheduler: *policy, MaxSeqs: *maxSeqs, BatchSize: min(*batch, *stepTokens), MaxDelay: *maxDelay})
+	if err != nil {
+		return err
+	}
+	controller := morph.NewController(eng, spec, order, base)
+	eng.OnStep(controller.OnStep)
 	if *name == "" {
 		*name = strings.TrimSuffix(filepath.Base(mf.path), filepath.Ext(mf.path))
 	}
-	srv, err := server.New(server.Config{Model: *name, Vocab: vocab, Executor: x, MaxQueue: *maxQueue, Grace: *grace, OnStep: onStep,
-		Engine: engine.Options{Scheduler: *policy, MaxSeqs: *maxSeqs, BatchSize: min(*batch, *stepTokens), MaxDelay: *maxDelay}})
+	srv, err := server.New(server.Config{Model: *name, Vocab: vocab, Engine: eng, MaxQueue: *maxQueue, Grace: *grace})
 	if err != nil {
 		return err
 	}
