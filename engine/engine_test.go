@@ -42,7 +42,7 @@ type setup struct {
 
 func newEngine(t *testing.T, m *model.Model, s setup) *Engine {
 	t.Helper()
-	x, err := executor.NewCPU(m, executor.CPUOptions{Budget: s.budget, BlockSize: 16, MaxBatchedTokens: s.maxTokens, Blocks: s.blocks})
+	x, err := executor.NewCPU(m, executor.CPUOptions{Pool: executor.Pool{Bytes: s.budget}, BlockSize: 16, MaxBatchedTokens: s.maxTokens, Attach: s.blocks})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -372,7 +372,7 @@ func TestSwapFreesBecomeKV(t *testing.T) {
 // timeline is ordered; the wall-clock run loop serves requests submitted from several goroutines.
 func TestStreamAndTimeline(t *testing.T) {
 	m := synthModel(t)
-	x, err := executor.NewCPU(m, executor.CPUOptions{Budget: budgetFor(m, 48, 64), BlockSize: 16, MaxBatchedTokens: 48})
+	x, err := executor.NewCPU(m, executor.CPUOptions{Pool: executor.Pool{Blocks: 64}, BlockSize: 16, MaxBatchedTokens: 48})
 	if err != nil {
 		t.Fatal(err)
 	}

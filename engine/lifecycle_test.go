@@ -385,7 +385,7 @@ func TestGeometryFromExecutor(t *testing.T) {
 	m := synthModel(t)
 	reqs := randomRequests(6, 4, m.Config.VocabSize)
 	want := alone(t, m, reqs)
-	x, err := executor.NewCPU(m, executor.CPUOptions{Budget: budgetFor(m, 48, 80), BlockSize: 8, MaxBatchedTokens: 48})
+	x, err := executor.NewCPU(m, executor.CPUOptions{Pool: executor.Pool{Bytes: budgetFor(m, 48, 80)}, BlockSize: 8, MaxBatchedTokens: 48})
 	if err != nil {
 		t.Fatal(err)
 	}

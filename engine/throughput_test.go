@@ -169,7 +169,7 @@ func serveTrace(tb testing.TB, m *model.Model, policy string, lengths [][2]int, 
 	const blockSize, maxTokens = 16, 512
 	blocks := batch * (m.Config.SeqLen/blockSize + 2)
 	budget := int64(m.WeightBytes()) + executor.WorkspaceBytes(m.Config, maxTokens) + int64(blocks*model.KVBytesPerBlock(m.Config, blockSize))
-	cx, err := executor.NewCPU(m, executor.CPUOptions{Budget: budget, BlockSize: blockSize, MaxBatchedTokens: maxTokens})
+	cx, err := executor.NewCPU(m, executor.CPUOptions{Pool: executor.Pool{Bytes: budget}, BlockSize: blockSize, MaxBatchedTokens: maxTokens})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -12,14 +12,18 @@ import (
 
 // CPUOptions configure a CPU executor.
 type CPUOptions struct {
-	// Budget is the memory budget in bytes that the executor emulates (a GPU's memory at a smaller scale).
-	Budget int64
+	// Pool is the memory budget that the executor emulates (a GPU's memory at a smaller scale), in KV blocks beside
+	// the model at full precision (its layers' formats when NewCPU is called) or in bytes.
+	Pool Pool
 	// BlockSize is the KV block size in tokens.
 	BlockSize int
 	// MaxBatchedTokens is the most tokens one step feeds; the workspace is reserved for it.
 	MaxBatchedTokens int
-	// Blocks is the KV blocks attached at the start; 0 attaches every block the budget holds.
-	Blocks int
+	// Attach is the KV blocks attached at the start; 0 attaches every block the budget holds.
+	Attach int
+	// Start, when set, is each layer's format at the start (each a prepared variant): a policy that quantizes
+	// layers from the start (static, selective) loads them so.
+	Start []quant.Format
 	// KVType is the KV cache's element type: float32 (the zero value), binary16 (half the bytes a block) or int8
 	// codes with a scale a row (about a quarter).
 	KVType model.KVType
@@ -46,33 +50,46 @@ type CPU struct {
 	logits []float32
 	tables []int32
 
+	budget     int64
+	fullBlocks int
+
 	mu      sync.Mutex // guards the fields below, which SetLayerPrecision, AttachKV and Memory touch
 	formats []quant.Format
 	swaps   swapQueue
 	blocks  int
 }
 
-// NewCPU returns an executor over m with opt's budget. It fails when the budget does not hold the weights, the
-// workspace and opt.Blocks blocks.
+// NewCPU returns an executor over m, whose layers' formats are its full precision, with opt's budget. It fails
+// when the budget does not hold the weights, the workspace and opt.Attach blocks, or a starting format is not
+// prepared.
 func NewCPU(m *model.Model, opt CPUOptions) (*CPU, error) {
 	if opt.BlockSize <= 0 || opt.MaxBatchedTokens <= 0 {
 		return nil, fmt.Errorf("executor: block size %d and max batched tokens %d, want > 0", opt.BlockSize, opt.MaxBatchedTokens)
+	}
+	if opt.Start != nil && len(opt.Start) != len(m.Layers) {
+		return nil, fmt.Errorf("executor: %d starting formats for %d layers", len(opt.Start), len(m.Layers))
 	}
 	e := &CPU{m: m, opt: opt, swaps: newSwapQueue(opt.Swap)}
 	for _, l := range m.Layers {
 		e.formats = append(e.formats, l.Active)
 	}
+	full := e.memoryLocked()
+	var err error
+	if e.budget, e.fullBlocks, err = opt.Pool.Budget(full.Weights+full.Workspace, full.BlockBytes); err != nil {
+		return nil, err
+	}
+	for l, f := range opt.Start {
+		if err := m.SetPrecision(l, f); err != nil {
+			return nil, fmt.Errorf("executor: layer %d starts in %v: %v", l, f, err)
+		}
+		e.formats[l] = f
+	}
 	mem := e.memoryLocked()
 	minWeights := e.weightBytes(func(l int) quant.Format { return smallestVariant(m.Layers[l]) })
-	maxBlocks := int((opt.Budget - minWeights - mem.Workspace) / mem.BlockBytes)
-	if opt.Blocks == 0 {
-		opt.Blocks = mem.Attachable()
+	maxBlocks := int((e.budget - minWeights - mem.Workspace) / mem.BlockBytes)
+	if e.blocks, err = attached(mem, opt.Attach); err != nil {
+		return nil, err
 	}
-	if opt.Blocks <= 0 || opt.Blocks > mem.Attachable() {
-		return nil, fmt.Errorf("executor: budget of %d bytes holds %d KV blocks of %d beside %d bytes of weights and %d of workspace, want %d",
-			opt.Budget, mem.Attachable(), mem.BlockBytes, mem.Weights, mem.Workspace, opt.Blocks)
-	}
-	e.blocks = opt.Blocks
 	e.cache = model.NewKVCacheType(m.Config, maxBlocks, opt.BlockSize, opt.KVType)
 	return e, nil
 }
@@ -110,7 +127,8 @@ func (e *CPU) memoryLocked() Memory {
 	cfg := e.m.Config
 	bb := int64(e.opt.KVType.BytesPerBlock(cfg, e.opt.BlockSize))
 	return Memory{
-		Budget:         e.opt.Budget,
+		Budget:         e.budget,
+		FullBlocks:     e.fullBlocks,
 		Weights:        e.weightBytes(func(l int) quant.Format { return e.formats[l] }),
 		KV:             int64(e.blocks) * bb,
 		Workspace:      WorkspaceBytes(cfg, e.opt.MaxBatchedTokens),

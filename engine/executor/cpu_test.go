@@ -19,7 +19,7 @@ func synthModel(t *testing.T) *model.Model {
 // greedy token model.Sequence picks for the same tokens.
 func TestStepMatchesSequence(t *testing.T) {
 	m := synthModel(t)
-	e, err := NewCPU(m, CPUOptions{Budget: 8 << 20, BlockSize: 4, MaxBatchedTokens: 64})
+	e, err := NewCPU(m, CPUOptions{Pool: Pool{Bytes: 8 << 20}, BlockSize: 4, MaxBatchedTokens: 64})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func TestReducedKV(t *testing.T) {
 			t.Fatalf("%v block of %d bytes, want %d", c.kv, bb, c.want)
 		}
 		budget := int64(m.WeightBytes()) + WorkspaceBytes(cfg, 32) + 10*bb
-		e, err := NewCPU(m, CPUOptions{Budget: budget, BlockSize: 16, MaxBatchedTokens: 32, KVType: c.kv})
+		e, err := NewCPU(m, CPUOptions{Pool: Pool{Bytes: budget}, BlockSize: 16, MaxBatchedTokens: 32, KVType: c.kv})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -104,7 +104,7 @@ func TestMemoryAccounting(t *testing.T) {
 	ws := WorkspaceBytes(cfg, 32)
 	bb := int64(model.KVBytesPerBlock(cfg, 16))
 	budget := full + ws + 10*bb + bb/2
-	e, err := NewCPU(m, CPUOptions{Budget: budget, BlockSize: 16, MaxBatchedTokens: 32})
+	e, err := NewCPU(m, CPUOptions{Pool: Pool{Bytes: budget}, BlockSize: 16, MaxBatchedTokens: 32})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +159,7 @@ func TestSwapCost(t *testing.T) {
 		}
 		return res
 	}
-	e, err := NewCPU(m, CPUOptions{Budget: 8 << 20, BlockSize: 4, MaxBatchedTokens: 64, Swap: SwapCost{HostLink: link}})
+	e, err := NewCPU(m, CPUOptions{Pool: Pool{Bytes: 8 << 20}, BlockSize: 4, MaxBatchedTokens: 64, Swap: SwapCost{HostLink: link}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +180,7 @@ func TestSwapCost(t *testing.T) {
 		t.Fatalf("at 50 ms swapped %v, formats %v, want layer 1", res.Swapped, res.Formats)
 	}
 
-	e, err = NewCPU(m, CPUOptions{Budget: 8 << 20, BlockSize: 4, MaxBatchedTokens: 64, Swap: SwapCost{HostLink: link, Blocking: true}})
+	e, err = NewCPU(m, CPUOptions{Pool: Pool{Bytes: 8 << 20}, BlockSize: 4, MaxBatchedTokens: 64, Swap: SwapCost{HostLink: link, Blocking: true}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@
 package executor
 
 import (
+	"fmt"
 	"sync"
 	"time"
 
@@ -104,12 +105,57 @@ type Executor interface {
 	DetachKV(blocks int) error
 }
 
+// Pool sizes an executor's memory budget, in the KV blocks it holds or in bytes: with Blocks, the budget holds the
+// model at full precision, the workspace and that many KV blocks (the pool a full-precision deployment has, which
+// quantized layers grow); with Bytes, it is that many bytes. Exactly one is set. Every executor sizes its budget
+// with Pool.Budget.
+type Pool struct {
+	Blocks int
+	Bytes  int64
+}
+
+// Budget returns the budget in bytes and the KV blocks it holds at full precision, given the bytes of the model at
+// full precision and the workspace (fixed) and of a KV block. It fails when the pool sets neither or both, or when
+// the budget does not hold fixed and one block.
+func (p Pool) Budget(fixed, blockBytes int64) (budget int64, blocks int, err error) {
+	switch {
+	case blockBytes <= 0:
+		return 0, 0, fmt.Errorf("executor: KV blocks of %d bytes, want > 0", blockBytes)
+	case (p.Blocks != 0) == (p.Bytes != 0) || p.Blocks < 0 || p.Bytes < 0:
+		return 0, 0, fmt.Errorf("executor: pool of %d blocks and %d bytes, want one of them, above 0", p.Blocks, p.Bytes)
+	case p.Blocks > 0:
+		budget = fixed + int64(p.Blocks)*blockBytes
+	default:
+		budget = p.Bytes
+	}
+	if budget-fixed < blockBytes {
+		return 0, 0, fmt.Errorf("executor: a budget of %d bytes does not hold the %d bytes of full-precision weights and workspace and one KV block of %d",
+			budget, fixed, blockBytes)
+	}
+	return budget, int((budget - fixed) / blockBytes), nil
+}
+
+// attached is the blocks an executor attaches at the start: want, or with want 0 every block the budget holds
+// beside the starting weights (mem, before any is attached); it fails when the budget does not hold want.
+func attached(mem Memory, want int) (int, error) {
+	if want == 0 {
+		want = mem.Attachable()
+	}
+	if want <= 0 || want > mem.Attachable() {
+		return 0, fmt.Errorf("executor: budget of %d bytes holds %d KV blocks of %d beside %d bytes of weights and %d of workspace, want %d",
+			mem.Budget, mem.Attachable(), mem.BlockBytes, mem.Weights, mem.Workspace, want)
+	}
+	return want, nil
+}
+
 // Memory is a device's memory budget in bytes and its parts. Used = Weights + KV + Workspace exactly.
 type Memory struct {
-	Budget    int64
-	Weights   int64 // model weights by each layer's current precision
-	KV        int64 // KV pool: attached blocks × BlockBytes
-	Workspace int64 // activations and logits of the largest step, reserved
+	Budget int64
+	// FullBlocks is the KV pool the budget holds beside the model at full precision and the workspace.
+	FullBlocks int
+	Weights    int64 // model weights by each layer's current precision
+	KV         int64 // KV pool: attached blocks × BlockBytes
+	Workspace  int64 // activations and logits of the largest step, reserved
 	// PendingWeights is what Weights becomes once the swaps asked for are applied.
 	PendingWeights int64
 	BlockBytes     int64 // bytes of one KV block over all layers

@@ -22,11 +22,11 @@ type SimOptions struct {
 	Start []quant.Format
 	// Outer is the embedding's and classifier's format (F32 or F16; F32 with tied embeddings shares the table).
 	Outer quant.Format
-	// Budget, BlockSize, MaxBatchedTokens and Blocks are as in CPUOptions.
-	Budget           int64
+	// Pool, BlockSize, MaxBatchedTokens and Attach are as in CPUOptions; the full precision is Formats[0].
+	Pool             Pool
 	BlockSize        int
 	MaxBatchedTokens int
-	Blocks           int
+	Attach           int
 	// Swap is what a layer swap's transfer costs; its zero value makes swaps free. Transfers are timed on the
 	// engine's clock (Batch.Now), as the CPU executor times them.
 	Swap SwapCost
@@ -66,6 +66,9 @@ type Sim struct {
 	counts  []costmodel.LayerFormat
 	swaps   swapQueue
 	blocks  int
+
+	budget     int64
+	fullBlocks int
 }
 
 // NewSim returns a simulated executor. It fails when the options are inconsistent or the budget does not hold
@@ -103,6 +106,11 @@ func NewSim(opt SimOptions) (*Sim, error) {
 		}
 	}
 	e.formats = slices.Repeat([]quant.Format{opt.Formats[0]}, cfg.NLayers)
+	full := e.Memory()
+	var err error
+	if e.budget, e.fullBlocks, err = opt.Pool.Budget(full.Weights+full.Workspace, full.BlockBytes); err != nil {
+		return nil, err
+	}
 	if opt.Start != nil {
 		if len(opt.Start) != cfg.NLayers {
 			return nil, fmt.Errorf("executor: sim: %d starting formats for %d layers", len(opt.Start), cfg.NLayers)
@@ -116,14 +124,9 @@ func NewSim(opt SimOptions) (*Sim, error) {
 	}
 	e.recount()
 	mem := e.Memory()
-	if opt.Blocks == 0 {
-		opt.Blocks = mem.Attachable()
+	if e.blocks, err = attached(mem, opt.Attach); err != nil {
+		return nil, err
 	}
-	if opt.Blocks <= 0 || opt.Blocks > mem.Attachable() {
-		return nil, fmt.Errorf("executor: budget of %d bytes holds %d KV blocks of %d beside %d bytes of weights and %d of workspace, want %d",
-			opt.Budget, mem.Attachable(), mem.BlockBytes, mem.Weights, mem.Workspace, opt.Blocks)
-	}
-	e.blocks = opt.Blocks
 	return e, nil
 }
 
@@ -159,7 +162,8 @@ func (e *Sim) weights(format func(l int) quant.Format) int64 {
 func (e *Sim) Memory() Memory {
 	bb := int64(e.opt.Cost.KV.BytesPerBlock(e.cfg, e.opt.BlockSize))
 	return Memory{
-		Budget:         e.opt.Budget,
+		Budget:         e.budget,
+		FullBlocks:     e.fullBlocks,
 		Weights:        e.weights(func(l int) quant.Format { return e.formats[l] }),
 		KV:             int64(e.blocks) * bb,
 		Workspace:      WorkspaceBytes(e.cfg, e.opt.MaxBatchedTokens),

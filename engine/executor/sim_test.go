@@ -35,13 +35,13 @@ var allFormats = []quant.Format{quant.F32, quant.Int8, quant.Int4}
 func TestSimMirrorsCPUMemory(t *testing.T) {
 	m := synthModel(t)
 	for _, kv := range []model.KVType{model.KVF32, model.KVF16, model.KVInt8} {
-		opt := CPUOptions{Budget: 4 << 20, BlockSize: 16, MaxBatchedTokens: 64, KVType: kv}
+		opt := CPUOptions{Pool: Pool{Bytes: 4 << 20}, BlockSize: 16, MaxBatchedTokens: 64, KVType: kv}
 		c, err := NewCPU(m, opt)
 		if err != nil {
 			t.Fatal(err)
 		}
 		cost := testCost(t, "stories260K", kv)
-		s, err := NewSim(SimOptions{Cost: cost, Formats: allFormats, Outer: quant.F32, Budget: opt.Budget, BlockSize: 16, MaxBatchedTokens: 64})
+		s, err := NewSim(SimOptions{Cost: cost, Formats: allFormats, Outer: quant.F32, Pool: opt.Pool, BlockSize: 16, MaxBatchedTokens: 64})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -70,8 +70,8 @@ func newSim(t *testing.T, o SimOptions) *Sim {
 	if o.Formats == nil {
 		o.Formats = []quant.Format{quant.F16, quant.Int8, quant.Int4}
 	}
-	if o.Budget == 0 {
-		o.Budget = 80e9
+	if o.Pool == (Pool{}) {
+		o.Pool = Pool{Bytes: 80e9}
 	}
 	if o.BlockSize == 0 {
 		o.BlockSize, o.MaxBatchedTokens = 16, 4096
@@ -286,11 +286,11 @@ func TestSimErrors(t *testing.T) {
 	}
 	cost := testCost(t, "llama2-7b", model.KVF16)
 	for name, o := range map[string]SimOptions{
-		"no cost model":  {Formats: allFormats, Budget: 80e9, BlockSize: 16, MaxBatchedTokens: 64},
-		"no formats":     {Cost: cost, Budget: 80e9, BlockSize: 16, MaxBatchedTokens: 64},
-		"stop rate 2":    {Cost: cost, Formats: allFormats, Budget: 80e9, BlockSize: 16, MaxBatchedTokens: 64, StopRate: 2},
-		"a small budget": {Cost: cost, Formats: allFormats, Budget: 1e9, BlockSize: 16, MaxBatchedTokens: 64},
-		"int8 outer":     {Cost: cost, Formats: allFormats, Budget: 80e9, BlockSize: 16, MaxBatchedTokens: 64, Outer: quant.Int8},
+		"no cost model":  {Formats: allFormats, Pool: Pool{Bytes: 80e9}, BlockSize: 16, MaxBatchedTokens: 64},
+		"no formats":     {Cost: cost, Pool: Pool{Bytes: 80e9}, BlockSize: 16, MaxBatchedTokens: 64},
+		"stop rate 2":    {Cost: cost, Formats: allFormats, Pool: Pool{Bytes: 80e9}, BlockSize: 16, MaxBatchedTokens: 64, StopRate: 2},
+		"a small budget": {Cost: cost, Formats: allFormats, Pool: Pool{Bytes: 1e9}, BlockSize: 16, MaxBatchedTokens: 64},
+		"int8 outer":     {Cost: cost, Formats: allFormats, Pool: Pool{Bytes: 80e9}, BlockSize: 16, MaxBatchedTokens: 64, Outer: quant.Int8},
 	} {
 		if _, err := NewSim(o); err == nil {
 			t.Errorf("%s: accepted", name)
@@ -305,7 +305,7 @@ func BenchmarkSimStep(b *testing.B) {
 	for _, decodes := range []int{16, 64, 100} {
 		b.Run("decodes="+strconv.Itoa(decodes), func(b *testing.B) {
 			s, err := NewSim(SimOptions{Cost: testCost(b, "llama2-7b", model.KVF16), Formats: []quant.Format{quant.F16, quant.Int4},
-				Outer: quant.F16, Budget: 80e9, BlockSize: 16, MaxBatchedTokens: 4096})
+				Outer: quant.F16, Pool: Pool{Bytes: 80e9}, BlockSize: 16, MaxBatchedTokens: 4096})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -336,7 +336,7 @@ func TestSimCalibrated(t *testing.T) {
 	cost := testCost(t, "stories260K", model.KVF32)
 	cost.Calibration = &costmodel.Calibration{Config: cost.Config, Formats: []costmodel.FormatTerms{{Format: "f32", Layer: 1e-3, LayerToken: 1e-5}, {Format: "int8", Layer: 5e-4, LayerToken: 5e-6}},
 		DecodeKey: 1e-7, Sampled: 2e-4}
-	opt := SimOptions{Cost: cost, Formats: []quant.Format{quant.F32, quant.Int8}, Outer: quant.F32, Budget: 4 << 20, BlockSize: 16, MaxBatchedTokens: 64}
+	opt := SimOptions{Cost: cost, Formats: []quant.Format{quant.F32, quant.Int8}, Outer: quant.F32, Pool: Pool{Bytes: 4 << 20}, BlockSize: 16, MaxBatchedTokens: 64}
 	s, err := NewSim(opt)
 	if err != nil {
 		t.Fatal(err)

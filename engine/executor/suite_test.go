@@ -18,7 +18,8 @@ func suiteModel(t *testing.T) *model.Model {
 
 func TestCPUSuite(t *testing.T) {
 	exectest.Run(t, func(t *testing.T, o exectest.Options) executor.Executor {
-		e, err := executor.NewCPU(suiteModel(t), executor.CPUOptions{Budget: o.Budget, BlockSize: o.BlockSize, MaxBatchedTokens: o.MaxBatchedTokens, Blocks: o.Blocks, Swap: o.Swap})
+		e, err := executor.NewCPU(suiteModel(t), executor.CPUOptions{Pool: o.Pool, BlockSize: o.BlockSize,
+			MaxBatchedTokens: o.MaxBatchedTokens, Attach: o.Attach, Start: o.Start, Swap: o.Swap})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -47,7 +48,7 @@ func simCost(t testing.TB) *costmodel.Model {
 func TestSimSuite(t *testing.T) {
 	exectest.Run(t, func(t *testing.T, o exectest.Options) executor.Executor {
 		e, err := executor.NewSim(executor.SimOptions{Cost: simCost(t), Formats: []quant.Format{quant.F32, quant.Int8, quant.Int4},
-			Outer: quant.F32, Budget: o.Budget, BlockSize: o.BlockSize, MaxBatchedTokens: o.MaxBatchedTokens, Blocks: o.Blocks, Swap: o.Swap})
+			Outer: quant.F32, Pool: o.Pool, BlockSize: o.BlockSize, MaxBatchedTokens: o.MaxBatchedTokens, Attach: o.Attach, Start: o.Start, Swap: o.Swap})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,43 +12,36 @@ import (
 )
 
 // Controller is the Morphing Controller: it runs as the engine's per-iteration hook (OnStep), feeds the Monitor,
-// records the timeline, and under a morph policy decides when the Actuator swaps and restores. Under the other
-// policies it only records: their layers are set before the engine starts (Spec.Formats).
+// records the timeline, and under a Morphing policy has its Rule judge every iteration and carries the verdicts
+// out with the Actuator: a swap once pressure has persisted for Control.Persistence iterations, a restore once
+// calm has persisted for Control.RestorePersistence iterations and Control.RestoreHold. Under the other policies it
+// only records: their layers are set before the engine starts (Policy.Start).
 type Controller struct {
-	Spec      Spec
+	Policy    Policy
 	Monitor   *Monitor
 	Recorder  *Recorder
 	act       *Actuator
-	order     []int
-	base      []quant.Format
+	rule      Rule
+	control   *Control
+	blockSize int
 	pressure  int           // consecutive iterations under pressure
 	calm      int           // consecutive iterations in which a restore could go ahead
 	calmSince time.Duration // when they began
-	pred      *Predictor    // morph:predictive's forecast
-	rates     sloRates      // morph:slo's measured rates
-	blockSize int
 	last      Signals
 }
 
-// NewController returns a controller for spec acting on e, over a model whose layers are stored in base and swap
-// in order. Add its OnStep to e's hooks (e.OnStep(c.OnStep)) before the engine runs. e may be nil for a policy
-// that does not morph (the controller then only records).
-func NewController(e *engine.Engine, spec Spec, order []int, base []quant.Format) *Controller {
-	window := 8
-	if spec.Kind == "morph" {
-		window = spec.Params.Window
-	}
-	c := &Controller{Spec: spec, Monitor: NewMonitor(window, 10*time.Second), Recorder: NewRecorder(base),
-		order: order, base: base}
-	if spec.Kind != "morph" {
+// NewController returns a controller for p acting on e, over a model whose layers are stored in base and swap in
+// order. Add its OnStep to e's hooks (e.OnStep(c.OnStep)) before the engine runs. e may be nil for a policy that
+// does not morph (the controller then only records).
+func NewController(e *engine.Engine, p Policy, order []int, base []quant.Format) *Controller {
+	c := &Controller{Policy: p, Monitor: NewMonitor(10 * time.Second), Recorder: NewRecorder(base)}
+	m, ok := p.(Morphing)
+	if !ok {
 		return c
 	}
-	p := spec.Params
-	limit := int(math.Round(p.Cap * float64(len(base))))
-	c.act = NewActuator(e, order, base, p.Tiers, limit)
-	if spec.Mode == "predictive" {
-		c.pred = NewPredictor(p)
-	}
+	c.control, c.rule = m.control(), m.Rule()
+	limit := int(math.Round(c.control.Cap * float64(len(base))))
+	c.act = NewActuator(e, order, base, c.control.Tiers, limit)
 	c.blockSize = e.Geometry().BlockSize
 	return c
 }
@@ -76,56 +69,23 @@ func (c *Controller) OnStep(info engine.StepInfo) {
 		return
 	}
 	c.act.Advance(info)
-	switch c.Spec.Mode {
-	case "predictive":
-		c.decidePredictive(s)
-	case "slo":
-		c.decideSLO(s, info)
-	default:
-		c.decide(s)
-	}
+	c.carryOut(s, c.rule.Judge(Input{Signals: s, Step: info, Monitor: c.Monitor, Actuator: c.act, BlockSize: c.blockSize}))
 }
 
-// decide is the reactive morph modes' rule: swap after Persistence iterations of pressure, restore after
-// RestorePersistence calm ones that also last RestoreHold (the package doc has the rules and the modes' numbers).
-func (c *Controller) decide(s Signals) {
-	p := c.Spec.Params
-	var why []string
-	if s.MeanUsage > p.Usage {
-		why = append(why, fmt.Sprintf("kv usage %.3f > %.2f", s.MeanUsage, p.Usage))
-	}
-	if s.OldestWait > p.Delay {
-		why = append(why, fmt.Sprintf("queueing delay %v > %v", s.OldestWait.Round(time.Millisecond), p.Delay))
-	}
-	if s.Waiting > 0 && s.HeadBlocks > s.Free {
-		why = append(why, fmt.Sprintf("prefill blocked: %d blocks needed, %d free", s.HeadBlocks, s.Free))
-	}
-	if s.Preempted > 0 {
-		why = append(why, fmt.Sprintf("%d preempted", s.Preempted))
-	}
-	top := c.act.TopBlocks()
-	calm := s.Waiting == 0 && c.act.Actions() > 0 && float64(s.Free-top) >= p.RestoreMargin*float64(s.Total-top)
-	c.step(s, why, calm, func() int {
-		if per := c.act.BlocksPerLayer(); per > 0 {
-			return int(math.Ceil(float64(s.WaitingBlocks-s.Free) / per))
-		}
-		return 1
-	})
-}
-
-// step counts pressure (why is not empty) and calm iterations and, with no action in flight, swaps the number of
-// layers size asks for (within 1 and LayersPerAction) or restores the last action.
-func (c *Controller) step(s Signals, why []string, calm bool, size func() int) {
-	p := c.Spec.Params
-	if len(why) > 0 {
+// carryOut counts pressure and calm iterations and, with no action in flight, swaps the number of layers the
+// verdict asks for (within 1 and LayersPerAction) or restores the last action. Pressure cancels a restore whose
+// region is still draining.
+func (c *Controller) carryOut(s Signals, v Verdict) {
+	p := c.control
+	if len(v.Pressure) > 0 {
 		c.pressure++
 		c.calm = 0
 		if c.act.Restoring() {
-			c.act.CancelRestore(strings.Join(why, "; "))
+			c.act.CancelRestore(strings.Join(v.Pressure, "; "))
 		}
 	} else {
 		c.pressure = 0
-		if calm {
+		if v.Calm {
 			if c.calm == 0 {
 				c.calmSince = s.Time
 			}
@@ -139,11 +99,11 @@ func (c *Controller) step(s Signals, why []string, calm bool, size func() int) {
 	}
 	switch {
 	case c.pressure >= p.Persistence && c.act.CanSwap():
-		n := min(max(size(), 1), p.LayersPerAction)
-		c.act.Swap(n, fmt.Sprintf("%s (policy %s, %d iterations)", strings.Join(why, "; "), c.Spec, c.pressure))
+		n := min(max(v.Layers(), 1), p.LayersPerAction)
+		c.act.Swap(n, fmt.Sprintf("%s (policy %s, %d iterations)", strings.Join(v.Pressure, "; "), c.Policy, c.pressure))
 		c.pressure = 0
 	case c.calm >= p.RestorePersistence && s.Time-c.calmSince >= p.RestoreHold:
-		c.act.Restore(fmt.Sprintf("queue empty, %d of %d blocks free (policy %s, %d iterations)", s.Free, s.Total, c.Spec, c.calm))
+		c.act.Restore(fmt.Sprintf("queue empty, %d of %d blocks free (policy %s, %d iterations)", s.Free, s.Total, c.Policy, c.calm))
 		c.calm = 0
 	}
 }

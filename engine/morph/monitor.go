@@ -9,9 +9,10 @@ import (
 	"github.com/morphlab/morphlab/engine"
 )
 
-// Signals are what the Serving Monitor reports after an iteration: the engine's queue and pool, KV usage averaged
-// over the last Window iterations, and the output throughput over the requests that ended in the last Span
-// (their TTFT and TPOT percentiles are Monitor.Latency, computed when asked).
+// Signals are what the Serving Monitor reports after an iteration: the engine's queue and pool, and the output
+// throughput over the requests that ended in the last Span (their TTFT and TPOT percentiles are Monitor.Latency,
+// computed when asked; a rule that smooths a signal over iterations, as Reactive does KV usage, keeps its own
+// window).
 type Signals struct {
 	Iter          int
 	Idle          bool
@@ -26,7 +27,6 @@ type Signals struct {
 	Used          int
 	Total         int
 	Usage         float64 // Used / Total at this iteration
-	MeanUsage     float64 // over the window
 	Preempted     int     // at this iteration
 	Quantized     int     // layers not in their stored precision
 	Throughput    float64 // output tokens per second over the span
@@ -34,19 +34,15 @@ type Signals struct {
 
 // Monitor windows the engine's StepInfo into Signals.
 type Monitor struct {
-	Window int           // iterations KV usage is averaged over
-	Span   time.Duration // how far back ended requests count
+	Span time.Duration // how far back ended requests count
 
-	usage []float64
 	ended []engine.Ended
 	ttft  []float64
 	tpot  []float64
 }
 
-// NewMonitor returns a monitor averaging over window iterations and span of time.
-func NewMonitor(window int, span time.Duration) *Monitor {
-	return &Monitor{Window: max(1, window), Span: span}
-}
+// NewMonitor returns a monitor windowing ended requests over span.
+func NewMonitor(span time.Duration) *Monitor { return &Monitor{Span: span} }
 
 // Observe takes one StepInfo (and the quantized layer count it ran with) and returns the signals.
 func (m *Monitor) Observe(info engine.StepInfo, quantized int) Signals {
@@ -56,11 +52,6 @@ func (m *Monitor) Observe(info engine.StepInfo, quantized int) Signals {
 	if info.Total > 0 {
 		s.Usage = float64(info.Used) / float64(info.Total)
 	}
-	m.usage = append(m.usage, s.Usage)
-	if len(m.usage) > m.Window {
-		m.usage = m.usage[len(m.usage)-m.Window:]
-	}
-	s.MeanUsage = stat.Mean(m.usage, nil)
 	for _, r := range info.Ended {
 		if r.Finish == engine.FinishStop || r.Finish == engine.FinishLength {
 			m.ended = append(m.ended, r)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -179,30 +178,41 @@ func prompt(rng *rand.Rand, n, vocab int) []int32 {
 
 // TestParse: every policy form parses with its parameters, and bad names give one-line errors naming the problem.
 func TestParse(t *testing.T) {
-	for name, want := range map[string]Spec{
-		"fp16":              {Kind: "fp16"},
-		"static:int4":       {Kind: "static", Format: quant.Int4},
-		"static:int8":       {Kind: "static", Format: quant.Int8},
-		"selective:8":       {Kind: "selective", N: 8, Format: quant.Int4},
-		"selective:16:int8": {Kind: "selective", N: 16, Format: quant.Int8},
+	for name, want := range map[string]Policy{
+		"fp16":              FP16{},
+		"static:int4":       Static{Format: quant.Int4},
+		"static:int8":       Static{Format: quant.Int8},
+		"selective:8":       Selective{N: 8, Format: quant.Int4, name: "selective:8"},
+		"selective:16:int8": Selective{N: 16, Format: quant.Int8, name: "selective:16:int8"},
 	} {
 		got, err := Parse(name)
-		if err != nil || got.Kind != want.Kind || got.Format != want.Format || got.N != want.N || got.String() != name {
+		if err != nil || got != want || got.String() != name {
 			t.Errorf("Parse(%q) = %+v, %v", name, got, err)
 		}
 	}
-	s, err := Parse("morph:default:persistence=1:tiers=int8,int4:delay=250ms")
-	if err != nil || s.Params.Persistence != 1 || !slices.Equal(s.Params.Tiers, []quant.Format{quant.Int8, quant.Int4}) ||
-		s.Params.Delay != 250*time.Millisecond || s.Params.Usage != 0.85 {
-		t.Errorf("morph overrides: %+v, %v", s.Params, err)
+	p, err := Parse("morph:default:persistence=1:tiers=int8,int4:delay=250ms")
+	r, ok := p.(*Reactive)
+	if err != nil || !ok || r.Persistence != 1 || !slices.Equal(r.Tiers, []quant.Format{quant.Int8, quant.Int4}) ||
+		r.Delay != 250*time.Millisecond || r.Usage != 0.85 || r.String() != "morph:default:persistence=1:tiers=int8,int4:delay=250ms" {
+		t.Errorf("morph overrides: %+v, %v", p, err)
+	}
+	if ReactiveModes["default"].Persistence != 4 || !slices.Equal(ReactiveModes["default"].Tiers, []quant.Format{quant.Int4}) {
+		t.Errorf("an override changed the mode table: %+v", ReactiveModes["default"])
+	}
+	if p, err := Parse("morph:slo:prefill_smoothing=0.5:ttft=1s"); err != nil || p.(*SLO).Smoothing != 0.5 || p.(*SLO).TTFT != time.Second {
+		t.Errorf("morph:slo overrides: %+v, %v", p, err)
 	}
 	for name, want := range map[string]string{
 		"fp32":                          "want fp16, static",
 		"static:int2":                   `format "int2"`,
 		"selective:x":                   `layer count "x"`,
-		"morph:fast":                    `mode "fast"`,
+		"morph:fast":                    `mode "fast", want one of accuracy, default, performance, predictive, slo`,
 		"morph:default:speed=2":         `unknown parameter "speed"`,
 		"morph:default:usage=2":         "usage=2: out of [0, 1]",
+		"morph:default:delay=-1s":       "delay=-1s: want >= 0",
+		"morph:predictive:bin=0s":       "bin=0s: want > 0",
+		"morph:default:horizon=1s":      `unknown parameter "horizon"`,
+		"morph:slo:window=4":            `unknown parameter "window"`,
 		"morph:default:tiers=int4,int8": "want int4, int8 or int8,int4",
 	} {
 		_, err := Parse(name)
@@ -213,7 +223,7 @@ func TestParse(t *testing.T) {
 	order := []int{3, 1, 0, 2}
 	base := []quant.Format{quant.F16, quant.F16, quant.F16, quant.F16}
 	sel, _ := Parse("selective:2")
-	if got := sel.Formats(order, base); !slices.Equal(got, []quant.Format{quant.F16, quant.Int4, quant.F16, quant.Int4}) {
+	if got := sel.Start(order, base); !slices.Equal(got, []quant.Format{quant.F16, quant.Int4, quant.F16, quant.Int4}) {
 		t.Errorf("selective:2 formats %v", got)
 	}
 }
@@ -388,7 +398,7 @@ func checkPreserved(t *testing.T, m *model.Model, tier string, maxTokens int) {
 	}
 	blocks := 30
 	budget := int64(m.WeightBytes()) + executor.WorkspaceBytes(m.Config, maxTokens) + int64(blocks*model.KVBytesPerBlock(m.Config, 16))
-	cx, err := executor.NewCPU(m, executor.CPUOptions{Budget: budget, BlockSize: 16, MaxBatchedTokens: maxTokens})
+	cx, err := executor.NewCPU(m, executor.CPUOptions{Pool: executor.Pool{Bytes: budget}, BlockSize: 16, MaxBatchedTokens: maxTokens})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -424,7 +434,7 @@ func checkPreserved(t *testing.T, m *model.Model, tier string, maxTokens int) {
 // TestPredictorForecast: Holt's smoothing of the demand's peak per bin holds a steady demand and carries a rising
 // one Horizon ahead of the last bin's middle by its trend.
 func TestPredictorForecast(t *testing.T) {
-	p := Modes["predictive"]
+	p := &DefaultPredictive
 	f := NewPredictor(p)
 	if got := f.Forecast(); got != 0 {
 		t.Errorf("forecast %v before a bin has ended, want 0", got)
@@ -462,7 +472,7 @@ func TestPredictiveSwapsAhead(t *testing.T) {
 	watch := func(info engine.StepInfo) {
 		if info.Used+info.WaitingBlocks <= info.Total {
 			streak = 0
-		} else if streak++; over < 0 && streak >= Modes["predictive"].Persistence {
+		} else if streak++; over < 0 && streak >= DefaultPredictive.Persistence {
 			over = info.Time
 		}
 	}
@@ -488,23 +498,35 @@ func TestPredictiveSwapsAhead(t *testing.T) {
 	}
 }
 
-// TestParamsJSON: every mode's parameters survive a JSON round trip.
+// TestParamsJSON: a morph mode's report lists exactly its own parameters, then the common ones, by name; the
+// other policies have none.
 func TestParamsJSON(t *testing.T) {
-	for name, p := range Modes {
-		b, err := json.Marshal(p)
+	common := `"persistence":%d,"layers_per_action":%d,"cap":%g,"restore_persistence":%d,"restore_margin":%g,"restore_hold":%q,"tiers":["int4"]}`
+	for policy, want := range map[string]string{
+		"morph:default":    `{"usage":0.85,"delay":"100ms","window":8,` + fmt.Sprintf(common, 4, 4, 1.0, 8, 0.3, "5s"),
+		"morph:accuracy":   `{"usage":0.95,"delay":"500ms","window":8,` + fmt.Sprintf(common, 8, 2, 0.5, 4, 0.3, "2s"),
+		"morph:predictive": `{"usage":1,"horizon":"1s","bin":"1s","alpha":0.5,"beta":0.3,` + fmt.Sprintf(common, 2, 8, 1.0, 8, 0.1, "1s"),
+		"morph:slo":        `{"ttft":"2s","margin":0.5,"prefill_smoothing":0.3,` + fmt.Sprintf(common, 2, 8, 1.0, 8, 0.3, "5s"),
+	} {
+		p, err := Parse(policy)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var back Params
-		if err := json.Unmarshal(b, &back); err != nil || !reflect.DeepEqual(back, p) {
-			t.Errorf("%s: %s reads back as %+v (%v)", name, b, back, err)
+		got := Params(p)
+		if string(got) != want || !json.Valid(got) {
+			t.Errorf("%s: %s, want %s", policy, got, want)
+		}
+	}
+	for _, policy := range []string{"fp16", "static:int4", "selective:4"} {
+		if p, _ := Parse(policy); Params(p) != nil {
+			t.Errorf("%s: parameters %s, want none", policy, Params(p))
 		}
 	}
 }
 
 // TestMonitor: the window's mean usage, the span's throughput and latency percentiles.
 func TestMonitor(t *testing.T) {
-	m := NewMonitor(2, 10*time.Second)
+	m := NewMonitor(10 * time.Second)
 	end := func(at, ttft time.Duration, out int) engine.Ended {
 		return engine.Ended{Finish: engine.FinishLength, Arrival: at - time.Second, E2E: time.Second, TTFT: ttft, TPOT: ttft / 10, Output: out}
 	}
@@ -512,8 +534,8 @@ func TestMonitor(t *testing.T) {
 	m.Observe(engine.StepInfo{Time: 5 * time.Second, Used: 4, Total: 10, Ended: []engine.Ended{end(5*time.Second, 300*time.Millisecond, 30)}}, 0)
 	s := m.Observe(engine.StepInfo{Time: 12 * time.Second, Used: 8, Total: 10, Waiting: 1, Ended: []engine.Ended{
 		end(12*time.Second, 200*time.Millisecond, 20), {Finish: engine.FinishCancelled, Output: 99}}}, 3)
-	if math.Abs(s.MeanUsage-0.6) > 1e-12 || s.Usage != 0.8 || s.Quantized != 3 || s.Waiting != 1 {
-		t.Errorf("signals %+v: want mean usage 0.6 over the last two iterations", s)
+	if s.Usage != 0.8 || s.Quantized != 3 || s.Waiting != 1 {
+		t.Errorf("signals %+v: want usage 0.8, 3 quantized layers, 1 waiting", s)
 	}
 	if s.Throughput != 5 { // the request ended at 1 s left the 10 s span; 30 + 20 tokens over 10 s
 		t.Errorf("throughput %v, want 5 tokens/s", s.Throughput)
@@ -521,6 +543,27 @@ func TestMonitor(t *testing.T) {
 	ttft50, ttft95, _, _ := m.Latency()
 	if ttft50 != 200*time.Millisecond || ttft95 != 300*time.Millisecond { // empirical quantiles: the smallest value with that share
 		t.Errorf("TTFT P50 %v P95 %v over 200 and 300 ms", ttft50, ttft95)
+	}
+}
+
+// TestReactiveUsageWindow: the reactive rule averages KV usage over its last Window iterations and is under
+// pressure when that mean passes Usage.
+func TestReactiveUsageWindow(t *testing.T) {
+	for _, c := range []struct {
+		usage float64
+		want  string
+	}{{0.5, "kv usage 0.600 > 0.50"}, {0.7, ""}} {
+		p := ReactiveModes["default"]
+		p.Window, p.Usage = 2, c.usage
+		rule := p.Rule()
+		act := NewActuator(nil, []int{0}, []quant.Format{quant.F16}, p.Tiers, 1)
+		var v Verdict
+		for _, used := range []int{2, 4, 8} {
+			v = rule.Judge(Input{Signals: Signals{Used: used, Total: 10, Usage: float64(used) / 10, Free: 10 - used}, Actuator: act})
+		}
+		if got := strings.Join(v.Pressure, "; "); got != c.want {
+			t.Errorf("usage trigger %v: pressure %q, want %q (the mean of the last two of 0.2, 0.4, 0.8)", c.usage, got, c.want)
+		}
 	}
 }
 

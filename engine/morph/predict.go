@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/morphlab/morphlab/quant"
 )
 
 // Predictor forecasts the peak KV demand (blocks in use plus the blocks the waiting queue needs) Horizon ahead, for
@@ -15,7 +17,7 @@ import (
 // finishing requests drain, so its trend is the net of both and far steadier than the arrival rate's; the peak, not
 // the mean, is what the pool must hold.
 type Predictor struct {
-	p        Params
+	p        *Predictive
 	binStart time.Duration
 	peak     float64 // the demand's peak over the bin so far
 	seen     bool    // whether the bin has had an iteration
@@ -25,7 +27,7 @@ type Predictor struct {
 }
 
 // NewPredictor returns a predictor with the mode's parameters.
-func NewPredictor(p Params) *Predictor { return &Predictor{p: p} }
+func NewPredictor(p *Predictive) *Predictor { return &Predictor{p: p} }
 
 // Observe takes the demand after the iteration that ended at t.
 func (f *Predictor) Observe(t time.Duration, demand float64) {
@@ -60,40 +62,68 @@ func (f *Predictor) Forecast() float64 {
 	return math.Max(0, f.level+f.trend*ahead)
 }
 
-// decidePredictive is morph:predictive's rule. The demand is the larger of the present one and the Predictor's
-// forecast. It swaps when the demand exceeds Usage of the pool (1: the pool itself) for Persistence iterations, the
-// layers sized by the blocks over that line, and also on the triggers that show pressure already there (a blocked
-// prefill, a preemption); a queue that waits for compute alone, with its blocks in the pool, is no reason. It
-// restores, last action first, once the queue has been empty and the demand would leave RestoreMargin of the pool
-// free without the last region, for RestorePersistence iterations and RestoreHold: the forecast, which sees a
-// rise coming, stands in for most of the long hold of the reactive modes. Its parameters (Modes) are the same for
-// every trace: demand over the whole pool, a 1 s horizon and 1 s bins, Holt's alpha 0.5 and beta 0.3, a 10%
-// restore margin, 8 calm iterations and 1 s of hold. They were chosen on the experiment suite's workloads and
-// checked on bursts the choice never saw (BENCHMARKS.md); a longer horizon swaps earlier and costs quality there.
-func (c *Controller) decidePredictive(s Signals) {
-	p := c.Spec.Params
+// Predictive is morph:predictive's rule (beyond the paper). The demand is the larger of the present one (blocks in
+// use plus the blocks the waiting queue needs) and the Predictor's forecast. It is pressure when the demand exceeds
+// Usage of the pool (1: the pool itself), the layers sized by the blocks over that line, and also on the triggers
+// that show pressure already there (a blocked prefill, a preemption); a queue that waits for compute alone, with
+// its blocks in the pool, is no reason. It is calm once the queue is empty and the demand would leave
+// RestoreMargin of the pool free without the last region: the forecast, which sees a rise coming, stands in for
+// most of the long hold of the reactive modes.
+//
+// Its parameters (DefaultPredictive) are the same for every trace: demand over the whole pool, a 1 s horizon and
+// 1 s bins, Holt's alpha 0.5 and beta 0.3, a 10% restore margin, 8 calm iterations and 1 s of hold. They were
+// chosen on the experiment suite's workloads and checked on bursts the choice never saw (BENCHMARKS.md); a longer
+// horizon swaps earlier and costs quality there.
+type Predictive struct {
+	Control
+	Usage   float64       // share of the pool the demand may fill before it is pressure
+	Horizon time.Duration // how far ahead the demand is forecast
+	Bin     time.Duration // the demand's peak is taken over bins this long
+	Alpha   float64       // Holt's smoothing of the peak's level
+	Beta    float64       // and of its trend
+}
+
+// DefaultPredictive is morph:predictive's parameters.
+var DefaultPredictive = Predictive{Usage: 1, Horizon: time.Second, Bin: time.Second, Alpha: 0.5, Beta: 0.3,
+	Control: Control{Persistence: 2, LayersPerAction: 8, Cap: 1, RestorePersistence: 8, RestoreMargin: 0.1, RestoreHold: time.Second,
+		Tiers: []quant.Format{quant.Int4}}}
+
+func (p *Predictive) params() []param {
+	return append([]param{share("usage", &p.Usage), duration("horizon", &p.Horizon, false), duration("bin", &p.Bin, true),
+		share("alpha", &p.Alpha), share("beta", &p.Beta)}, p.Control.params()...)
+}
+
+// Rule returns the rule with a fresh forecast.
+func (p *Predictive) Rule() Rule { return &predictiveRule{p: p, f: NewPredictor(p)} }
+
+type predictiveRule struct {
+	p *Predictive
+	f *Predictor
+}
+
+// Judge finds the pressure and calm of one iteration.
+func (j *predictiveRule) Judge(in Input) Verdict {
+	p, s, act := j.p, in.Signals, in.Actuator
 	present := float64(s.Used + s.WaitingBlocks)
-	c.pred.Observe(s.Time, present)
-	forecast := c.pred.Forecast()
+	j.f.Observe(s.Time, present)
+	forecast := j.f.Forecast()
 	demand := math.Max(present, forecast)
 	limit := p.Usage * float64(s.Total)
 	var why []string
 	if demand > limit {
 		why = append(why, fmt.Sprintf("demand %.0f blocks (present %.0f, forecast %.0f) > %.0f", demand, present, forecast, limit))
 	}
-	if s.Waiting > 0 && s.HeadBlocks > s.Free {
-		why = append(why, fmt.Sprintf("prefill blocked: %d blocks needed, %d free", s.HeadBlocks, s.Free))
+	why = append(why, memoryShort(s)...)
+	top := act.TopBlocks()
+	return Verdict{
+		Pressure: why,
+		Calm:     s.Waiting == 0 && act.Actions() > 0 && demand <= (1-p.RestoreMargin)*float64(s.Total-top),
+		Layers: func() int {
+			per := act.BlocksPerLayer()
+			if per <= 0 {
+				return 1
+			}
+			return int(math.Ceil((demand - limit) / per))
+		},
 	}
-	if s.Preempted > 0 {
-		why = append(why, fmt.Sprintf("%d preempted", s.Preempted))
-	}
-	top := c.act.TopBlocks()
-	calm := s.Waiting == 0 && c.act.Actions() > 0 && demand <= (1-p.RestoreMargin)*float64(s.Total-top)
-	c.step(s, why, calm, func() int {
-		per := c.act.BlocksPerLayer()
-		if per <= 0 {
-			return 1
-		}
-		return int(math.Ceil((demand - limit) / per))
-	})
 }

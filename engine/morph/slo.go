@@ -5,14 +5,8 @@ import (
 	"math"
 	"time"
 
-	"github.com/morphlab/morphlab/engine"
+	"github.com/morphlab/morphlab/quant"
 )
-
-// sloRates are what morph:slo measures of the executor as it runs: how fast prompt tokens are prefilled and how
-// fast running requests give their KV blocks back.
-type sloRates struct {
-	prefill float64 // prompt tokens per second, smoothed over the steps that prefill
-}
 
 // predictTTFT is the TTFT that the request at the head of the queue and the one at its tail would see with free
 // blocks free: each waits for the blocks it needs beyond the free ones to be released (at release blocks per
@@ -45,33 +39,62 @@ func predictTTFT(s Signals, free int, release, prefill float64) time.Duration {
 	return time.Duration(w * float64(time.Second))
 }
 
-// decideSLO is morph:slo's rule: with the prefill rate and the block release rate measured on the executor as it
-// runs (its own step times are the calibration), it predicts the queue's TTFT (predictTTFT) for each number of
-// layers it could quantize further, each adding the blocks a layer frees, and swaps the fewest that bring the
-// prediction under Margin of the TTFT SLO (sloLayers). When none does, it swaps the fewest that bring the
-// prediction to its shortest: none if more blocks do not shorten it at all (the queue waits for compute, not
-// memory: quantizing would cost quality for nothing), all it may if the wait has no bound whatever the count
-// (blocks are short and none come back). It restores, last action first, once the queue has been empty and the
-// pool without the last region would keep the restore margin free, for the restore persistence and hold. There is
-// no threshold on usage or delay: the SLO is the only target.
-func (c *Controller) decideSLO(s Signals, info engine.StepInfo) {
-	p := c.Spec.Params
+// SLO is morph:slo's rule (beyond the paper): with the prefill rate and the block release rate measured on the
+// executor as it runs (its own step times are the calibration), it predicts the queue's TTFT (predictTTFT) for each
+// number of layers it could quantize further, each adding the blocks a layer frees, and it is pressure when the
+// fewest that bring the prediction under Margin of the TTFT SLO are more than none (sloLayers); when none does, the
+// fewest that bring the prediction to its shortest: none if more blocks do not shorten it at all (the queue waits
+// for compute, not memory: quantizing would cost quality for nothing), all it may if the wait has no bound whatever
+// the count (blocks are short and none come back). It is calm once the queue is empty and the pool without the
+// last region would keep the restore margin free. There is no threshold on usage or delay: the SLO is the only
+// target.
+type SLO struct {
+	Control
+	TTFT      time.Duration // the TTFT SLO the quantized layers are chosen to meet
+	Margin    float64       // the share of the SLO the predicted TTFT is held under
+	Smoothing float64       // exponential smoothing of the measured prefill rate (the weight of a step)
+}
+
+// DefaultSLO is morph:slo's parameters.
+var DefaultSLO = SLO{TTFT: 2 * time.Second, Margin: 0.5, Smoothing: 0.3,
+	Control: Control{Persistence: 2, LayersPerAction: 8, Cap: 1, RestorePersistence: 8, RestoreMargin: 0.3, RestoreHold: 5 * time.Second,
+		Tiers: []quant.Format{quant.Int4}}}
+
+func (p *SLO) params() []param {
+	return append([]param{duration("ttft", &p.TTFT, true), share("margin", &p.Margin), share("prefill_smoothing", &p.Smoothing)},
+		p.Control.params()...)
+}
+
+// Rule returns the rule with no rate measured yet.
+func (p *SLO) Rule() Rule { return &sloRule{p: p} }
+
+type sloRule struct {
+	p       *SLO
+	prefill float64 // prompt tokens per second, smoothed over the steps that prefill
+}
+
+// Judge finds the pressure and calm of one iteration.
+func (r *sloRule) Judge(in Input) Verdict {
+	p, s, act, info := r.p, in.Signals, in.Actuator, in.Step
 	if info.PrefillTokens > 0 && info.Duration > 0 {
-		c.rates.prefill = smoothed(c.rates.prefill, float64(info.PrefillTokens)/info.Duration.Seconds(), p.Alpha)
+		r.prefill = smoothed(r.prefill, float64(info.PrefillTokens)/info.Duration.Seconds(), p.Smoothing)
 	}
-	release := c.Monitor.ReleaseRate(c.blockSize)
+	release := in.Monitor.ReleaseRate(in.BlockSize)
 	target := time.Duration(p.Margin * float64(p.TTFT))
 	var why []string
-	per := c.act.BlocksPerLayer()
-	predict := func(j int) time.Duration { return predictTTFT(s, s.Free+int(float64(j)*per), release, c.rates.prefill) }
-	need := sloLayers(predict, c.act.Headroom(), target)
+	per := act.BlocksPerLayer()
+	predict := func(j int) time.Duration { return predictTTFT(s, s.Free+int(float64(j)*per), release, r.prefill) }
+	need := sloLayers(predict, act.Headroom(), target)
 	if need > 0 {
 		why = append(why, fmt.Sprintf("predicted TTFT %v > %v (%.0f%% of the %v SLO): %d more layers for %v",
 			shown(predict(0)), target, 100*p.Margin, p.TTFT, need, shown(predict(need))))
 	}
-	top := c.act.TopBlocks()
-	calm := s.Waiting == 0 && c.act.Actions() > 0 && float64(s.Free-top) >= p.RestoreMargin*float64(s.Total-top)
-	c.step(s, why, calm, func() int { return need })
+	top := act.TopBlocks()
+	return Verdict{
+		Pressure: why,
+		Calm:     s.Waiting == 0 && act.Actions() > 0 && float64(s.Free-top) >= p.RestoreMargin*float64(s.Total-top),
+		Layers:   func() int { return need },
+	}
 }
 
 // sloLayers is how many more layers morph:slo quantizes, of the left it may, given predict(j), the predicted TTFT

@@ -61,7 +61,7 @@ func benchOverhead(b *testing.B, shape string, promptLen int) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		x, err := executor.NewCPU(m, executor.CPUOptions{Budget: int64(m.WeightBytes()) + executor.WorkspaceBytes(m.Config, 256) + int64(64*model.KVBytesPerBlock(m.Config, 16)),
+		x, err := executor.NewCPU(m, executor.CPUOptions{Pool: executor.Pool{Blocks: 64},
 			BlockSize: 16, MaxBatchedTokens: 256})
 		if err != nil {
 			b.Fatal(err)

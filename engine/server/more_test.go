@@ -36,7 +36,7 @@ func TestSchedulers(t *testing.T) {
 func TestPoolTooSmall(t *testing.T) {
 	ts := newTestServer(t, func(x *testExec, _ *testConfig) {
 		m, _ := synthModel(t)
-		cx, err := executor.NewCPU(m, executor.CPUOptions{Budget: budget(m, 64, 4), BlockSize: 16, MaxBatchedTokens: 64})
+		cx, err := executor.NewCPU(m, executor.CPUOptions{Pool: executor.Pool{Blocks: 4}, BlockSize: 16, MaxBatchedTokens: 64})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -123,7 +123,7 @@ func TestQuantizedLayersMetric(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		cx, err := executor.NewCPU(m, executor.CPUOptions{Budget: budget(m, 64, 64), BlockSize: 16, MaxBatchedTokens: 64})
+		cx, err := executor.NewCPU(m, executor.CPUOptions{Pool: executor.Pool{Blocks: 64}, BlockSize: 16, MaxBatchedTokens: 64})
 		if err != nil {
 			t.Fatal(err)
 		}

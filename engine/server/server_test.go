@@ -71,11 +71,6 @@ func synthModel(t testing.TB) (*model.Model, *tokenizer.Vocab) {
 	return m, ck.Vocab
 }
 
-// budget holds m's weights, a workspace of maxTokens and blocks KV blocks of 16 tokens.
-func budget(m *model.Model, maxTokens, blocks int) int64 {
-	return int64(m.WeightBytes()) + executor.WorkspaceBytes(m.Config, maxTokens) + int64(blocks*model.KVBytesPerBlock(m.Config, 16))
-}
-
 type testServer struct {
 	*Server
 	url    string
@@ -99,7 +94,7 @@ type testConfig struct {
 func newTestServer(t testing.TB, edit func(*testExec, *testConfig)) *testServer {
 	t.Helper()
 	m, vocab := synthModel(t)
-	cx, err := executor.NewCPU(m, executor.CPUOptions{Budget: budget(m, 64, 256), BlockSize: 16, MaxBatchedTokens: 64})
+	cx, err := executor.NewCPU(m, executor.CPUOptions{Pool: executor.Pool{Blocks: 256}, BlockSize: 16, MaxBatchedTokens: 64})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,7 +21,7 @@ func TestStories260K(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	x, err := executor.NewCPU(m, executor.CPUOptions{Budget: budget(m, 64, 128), BlockSize: 16, MaxBatchedTokens: 64})
+	x, err := executor.NewCPU(m, executor.CPUOptions{Pool: executor.Pool{Blocks: 128}, BlockSize: 16, MaxBatchedTokens: 64})
 	if err != nil {
 		t.Fatal(err)
 	}

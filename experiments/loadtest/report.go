@@ -8,10 +8,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/morphlab/morphlab/internal/mdtable"
 	"github.com/morphlab/morphlab/internal/numfmt"
-	"github.com/olekukonko/tablewriter"
-	"github.com/olekukonko/tablewriter/renderer"
-	"github.com/olekukonko/tablewriter/tw"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
@@ -27,21 +25,7 @@ type Table struct {
 
 // Write writes t as a Markdown pipe table, which reads as aligned columns on a terminal and pastes into a
 // report as it is.
-func (t Table) Write(w io.Writer) error {
-	tt := tablewriter.NewTable(w,
-		tablewriter.WithRenderer(renderer.NewMarkdown()),
-		tablewriter.WithHeaderAutoFormat(tw.Off),
-		tablewriter.WithHeaderAlignment(tw.AlignLeft),
-		tablewriter.WithRowAlignment(tw.AlignLeft),
-		tablewriter.WithRowAutoWrap(tw.WrapNone),
-		tablewriter.WithHeaderAutoWrap(tw.WrapNone),
-		tablewriter.WithTrimSpace(tw.Off))
-	tt.Header(t.Header)
-	if err := tt.Bulk(t.Rows); err != nil {
-		return err
-	}
-	return tt.Render()
-}
+func (t Table) Write(w io.Writer) error { return mdtable.Write(w, t.Header, t.Rows) }
 
 // WriteTables writes tables one after another, a blank line between them.
 func WriteTables(w io.Writer, tables ...Table) error {

@@ -32,18 +32,18 @@ const Schema = 1
 
 // Meta says what was run.
 type Meta struct {
-	Command      string        `json:"command"`  // run or simulate
-	Executor     string        `json:"executor"` // cpu or sim
-	Clock        string        `json:"clock"`    // wall, cpu (virtual, advanced by each step's CPU time) or virtual
-	Model        string        `json:"model"`
-	Hardware     string        `json:"hardware,omitempty"` // simulate: the GPU
-	Policy       string        `json:"policy"`
-	Params       *morph.Params `json:"params,omitempty"`
-	Memory       int64         `json:"memory_bytes"`
-	KVBlocksFull int           `json:"kv_blocks_full_precision"` // the pool at full precision
-	BlockSize    int           `json:"block_size"`
-	Trace        TraceInfo     `json:"trace"`
-	SLO          loadtest.SLO  `json:"slo"`
+	Command      string          `json:"command"`  // run or simulate
+	Executor     string          `json:"executor"` // cpu or sim
+	Clock        string          `json:"clock"`    // wall, cpu (virtual, advanced by each step's CPU time) or virtual
+	Model        string          `json:"model"`
+	Hardware     string          `json:"hardware,omitempty"` // simulate: the GPU
+	Policy       string          `json:"policy"`
+	Params       json.RawMessage `json:"params,omitempty"` // a morphing policy's parameters (morph.Params)
+	Memory       int64           `json:"memory_bytes"`
+	KVBlocksFull int             `json:"kv_blocks_full_precision"` // the pool at full precision
+	BlockSize    int             `json:"block_size"`
+	Trace        TraceInfo       `json:"trace"`
+	SLO          loadtest.SLO    `json:"slo"`
 }
 
 // TraceInfo names the trace replayed and the transforms applied to it.

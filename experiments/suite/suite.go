@@ -38,8 +38,9 @@ import (
 
 	"github.com/morphlab/morphlab/engine"
 	"github.com/morphlab/morphlab/engine/morph"
+	"github.com/morphlab/morphlab/experiments/deploy"
+	"github.com/morphlab/morphlab/experiments/fidelity"
 	"github.com/morphlab/morphlab/experiments/loadtest"
-	"github.com/morphlab/morphlab/experiments/replay"
 	"github.com/morphlab/morphlab/experiments/results"
 	"github.com/morphlab/morphlab/experiments/trace"
 )
@@ -119,15 +120,10 @@ type Report struct {
 	// replays, by setup name; both are set only when a workload is PerSetup.
 	Capacity map[string]float64      `json:"fp16_capacity_rps,omitempty"`
 	Bursts   map[string]*trace.Trace `json:"-"`
-	// Set by the caller when it ran them: the sensitivity tables and the real engine's run beside the simulator.
+	// Set by the caller when it ran them: the sensitivity tables (Sensitivity) and the real engine's runs beside
+	// the simulator's (RealEngine).
 	Sensitivity string `json:"-"`
-	Real        []RealPair
-}
-
-// RealPair is a run on the real CPU engine and the simulator's prediction of it.
-type RealPair struct {
-	Policy    string
-	Real, Sim *results.Run
+	Real        []*fidelity.Pair
 }
 
 // Run simulates every setup, workload and policy, and the rate sweep, writing each run under opt.Out.
@@ -149,7 +145,7 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 		return nil, err
 	}
 	r := &Report{Options: opt, Workloads: wls}
-	specs := make([]morph.Spec, len(opt.Policies))
+	specs := make([]morph.Policy, len(opt.Policies))
 	for i, p := range opt.Policies {
 		if specs[i], err = morph.Parse(p); err != nil {
 			return nil, err
@@ -223,15 +219,23 @@ func (r *Report) sizeBursts(ctx context.Context) error {
 	return nil
 }
 
+// MaxBatchedTokens is the step token budget of every setup: 2,048 tokens, vLLM's default for online serving.
+const MaxBatchedTokens = 2048
+
+// Deployment is a setup's deployment under a policy: the setup's model on its GPU in the sim, with the paper's
+// FP16 KV pool.
+func (s Setup) Deployment(p morph.Policy) deploy.Deployment {
+	return deploy.Deployment{Model: s.Model, Executor: "sim", Device: s.GPU, Policy: p,
+		KV: deploy.KV{Blocks: s.KVBlocks}, Scheduler: deploy.Scheduler{MaxBatchedTokens: MaxBatchedTokens}}
+}
+
 // simulate runs one policy on one setup.
-func simulate(ctx context.Context, s Setup, spec morph.Spec, t *trace.Trace) (*Cell, error) {
-	cfg := replay.DefaultSim(s.Model, s.GPU)
-	cfg.KVBlocks = s.KVBlocks
-	sim, err := replay.NewSim(spec, cfg)
+func simulate(ctx context.Context, s Setup, spec morph.Policy, t *trace.Trace) (*Cell, error) {
+	in, err := s.Deployment(spec).Build()
 	if err != nil {
 		return nil, err
 	}
-	run, events, err := sim.Replay(ctx, t, SLO)
+	run, events, err := in.Replay(ctx, t, deploy.ReplayOptions{SLO: SLO})
 	if err != nil {
 		return nil, err
 	}
@@ -244,7 +248,7 @@ func simulate(ctx context.Context, s Setup, spec morph.Spec, t *trace.Trace) (*C
 	return c, nil
 }
 
-func usesInt8(spec morph.Spec) bool {
+func usesInt8(spec morph.Policy) bool {
 	for _, f := range spec.Needs() {
 		if f.String() == "int8" {
 			return true

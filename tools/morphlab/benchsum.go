@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/morphlab/morphlab/internal/mdtable"
 	"golang.org/x/perf/benchfmt"
 	"golang.org/x/perf/benchmath"
 	"golang.org/x/perf/benchunit"
@@ -247,7 +248,7 @@ func printBenchTables(w io.Writer, sums []benchSummary) error {
 			fmt.Fprintln(w)
 		}
 		fmt.Fprintf(w, "%s  %s\n", g.top, g.pkg)
-		if err := writeTable(w, header, rows); err != nil {
+		if err := mdtable.Write(w, header, rows); err != nil {
 			return err
 		}
 		if infinite {

@@ -10,6 +10,7 @@ import (
 	"strconv"
 
 	"github.com/morphlab/morphlab/internal/datafetch"
+	"github.com/morphlab/morphlab/internal/mdtable"
 	"github.com/morphlab/morphlab/internal/numfmt"
 )
 
@@ -96,7 +97,7 @@ func runData(e *env, args []string) error {
 		for _, r := range results {
 			rows = append(rows, []string{r.File.Path, fileSize(r.File.Size), string(r.Status)})
 		}
-		if err := writeTable(e.stdout, []string{"file", "size", "status"}, rows); err != nil {
+		if err := mdtable.Write(e.stdout, []string{"file", "size", "status"}, rows); err != nil {
 			return err
 		}
 	}
@@ -116,7 +117,7 @@ func listData(e *env, files []datafetch.File, asJSON bool) error {
 		rows = append(rows, []string{f.Path, fileSize(f.Size), f.SHA256[:16], f.What, f.URL})
 		total += f.Size
 	}
-	if err := writeTable(e.stdout, []string{"file", "size", "sha256", "what", "source"}, rows); err != nil {
+	if err := mdtable.Write(e.stdout, []string{"file", "size", "sha256", "what", "source"}, rows); err != nil {
 		return err
 	}
 	_, err := fmt.Fprintf(e.stdout, "%d files, %s bytes (%s)\n", len(files), strconv.FormatInt(total, 10), fileSize(total))

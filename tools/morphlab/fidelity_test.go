@@ -13,16 +13,16 @@ import (
 	"github.com/morphlab/morphlab/quant"
 )
 
-// TestFidelityPipeline is the short twin of tools/fidelity.sh: stories260K's shape calibrated on the CPU-time
-// clock, a 2-second Poisson trace at 40 requests a second replayed on the CPU engine (--clock cpu) and in the
-// simulator with that calibration, under fp16 and morph:default with a KV budget that fills. The load is what
-// makes the steps fittable on a fast machine: at 4 requests a second stories260K decodes one sequence a step,
-// every step samples one row, and the sampled-row term is then the layers' count over five, which no fit
-// separates. Requests are clipped to 176 tokens, within the 12 blocks of the full-precision pool: a longer one
-// would be served or rejected depending on whether morph had attached blocks by then, which timing decides. Both
-// sides must serve the same requests with the same output lengths; the TPOT ratio is logged, not asserted:
-// timings are the script's to hold against its 10% bar (on stories110M, timed over minutes), while stories260K's
-// steps take tens of microseconds, below a shared machine's noise.
+// TestFidelityPipeline is the fidelity comparison (morphlab fidelity) through the commands that make it up:
+// stories260K's shape calibrated on the CPU-time clock, a 2-second Poisson trace at 40 requests a second replayed
+// on the CPU engine (--clock cpu) and in the simulator with that calibration, under fp16 and morph:default with a
+// KV budget that fills. The load is what makes the steps fittable on a fast machine: at 4 requests a second
+// stories260K decodes one sequence a step, every step samples one row, and the sampled-row term is then the
+// layers' count over five, which no fit separates. Requests are clipped to 176 tokens, within the 12 blocks of the
+// full-precision pool: a longer one would be served or rejected depending on whether morph had attached blocks by
+// then, which timing decides. Both sides must serve the same requests with the same output lengths; the TPOT
+// ratio is logged, not asserted: timings are morphlab fidelity's to hold against its 10% bar (on stories110M,
+// timed over minutes), while stories260K's steps take tens of microseconds, below a shared machine's noise.
 func TestFidelityPipeline(t *testing.T) {
 	dir := t.TempDir()
 	calib, trace := filepath.Join(dir, "cpu.json"), filepath.Join(dir, "trace.csv")

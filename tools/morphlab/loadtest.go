@@ -15,6 +15,7 @@ import (
 
 	"github.com/morphlab/morphlab/experiments/loadtest"
 	"github.com/morphlab/morphlab/experiments/trace"
+	"github.com/morphlab/morphlab/internal/mdtable"
 	"github.com/morphlab/morphlab/internal/numfmt"
 	"github.com/morphlab/morphlab/internal/openai"
 )
@@ -430,7 +431,7 @@ func printTables(e *env, tables ...loadtest.Table) error {
 		if i > 0 {
 			fmt.Fprintln(e.stdout)
 		}
-		if err := writeTable(e.stdout, t.Header, t.Rows); err != nil {
+		if err := mdtable.Write(e.stdout, t.Header, t.Rows); err != nil {
 			return err
 		}
 	}

@@ -10,14 +10,11 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
-	"slices"
 	"strconv"
 	"sync"
 	"time"
 
-	"github.com/olekukonko/tablewriter"
-	"github.com/olekukonko/tablewriter/renderer"
-	"github.com/olekukonko/tablewriter/tw"
+	"github.com/morphlab/morphlab/internal/mdtable"
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 )
@@ -31,32 +28,7 @@ func writeJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-// writeTable prints a table on w with tablewriter: the header, then one line per row, as a Markdown pipe table,
-// which reads as aligned columns on a terminal and pastes into a Markdown file as it is. Every table the command
-// line prints goes through it. A row shorter than the header is padded with empty cells.
-func writeTable(w io.Writer, header []string, rows [][]string) error {
-	t := tablewriter.NewTable(w,
-		tablewriter.WithRenderer(renderer.NewMarkdown()),
-		tablewriter.WithHeaderAutoFormat(tw.Off),
-		tablewriter.WithHeaderAlignment(tw.AlignLeft),
-		tablewriter.WithRowAlignment(tw.AlignLeft),
-		tablewriter.WithRowAutoWrap(tw.WrapNone),
-		tablewriter.WithHeaderAutoWrap(tw.WrapNone),
-		tablewriter.WithTrimSpace(tw.Off),
-	)
-	t.Header(header)
-	for _, r := range rows {
-		if len(r) < len(header) {
-			r = append(slices.Clone(r), make([]string, len(header)-len(r))...)
-		}
-		if err := t.Append(r); err != nil {
-			return err
-		}
-	}
-	return t.Render()
-}
-
-// table collects a table's rows one at a time for writeTable, for commands that build rows in a loop:
+// table collects a table's rows one at a time for mdtable.Write, for commands that build rows in a loop:
 // t := newTable(w, "a", "b"); t.row("1", "2"); err := t.flush().
 type table struct {
 	w      io.Writer
@@ -74,9 +46,9 @@ func (t *table) row(cells ...string) {
 	t.rows = append(t.rows, cells)
 }
 
-// flush prints the table with writeTable.
+// flush prints the table with mdtable.Write.
 func (t *table) flush() error {
-	return writeTable(t.w, t.header, t.rows)
+	return mdtable.Write(t.w, t.header, t.rows)
 }
 
 // formatBytes formats a size in binary units: 32 KiB, 1 MiB, 1.5 GiB.

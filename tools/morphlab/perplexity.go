@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/morphlab/morphlab/internal/mdtable"
 	"github.com/morphlab/morphlab/internal/numfmt"
 	"github.com/morphlab/morphlab/profiling/eval"
 )
@@ -81,6 +82,6 @@ func runPerplexity(e *env, args []string) error {
 		return writeJSON(e.stdout, map[string]any{"mode": *mode, "tokens": r.Tokens, "nll": r.NLL, "ppl": r.PPL,
 			"seconds": r.Seconds, "tokens_per_second": r.TokensPerSecond()})
 	}
-	return writeTable(e.stdout, []string{"mode", "tokens", "NLL", "PPL", "tok/s"}, [][]string{
+	return mdtable.Write(e.stdout, []string{"mode", "tokens", "NLL", "PPL", "tok/s"}, [][]string{
 		{*mode, fmt.Sprint(r.Tokens), fmt.Sprintf("%.6f", r.NLL), fmt.Sprintf("%.4f", r.PPL), numfmt.Figure(r.TokensPerSecond())}})
 }

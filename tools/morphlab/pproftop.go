@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/pprof/profile"
+	"github.com/morphlab/morphlab/internal/mdtable"
 )
 
 // funcTime is the CPU time of one function in a profile: flat (in the function itself) and cumulative (with
@@ -105,11 +106,11 @@ func printCPUTop(w io.Writer, file string, n int) error {
 	}
 	header := []string{"flat", "flat%", "cum", "cum%", "function"}
 	fmt.Fprintf(w, "CPU profile %s: %v of samples; top %d by flat time\n", file, total.Round(time.Millisecond), n)
-	if err := writeTable(w, header, rows(top)); err != nil {
+	if err := mdtable.Write(w, header, rows(top)); err != nil {
 		return err
 	}
 	byCum := slices.Clone(top)
 	slices.SortStableFunc(byCum, func(a, b funcTime) int { return cmp.Compare(b.Cum, a.Cum) })
 	fmt.Fprintf(w, "top %d by cumulative time\n", n)
-	return writeTable(w, header, rows(byCum))
+	return mdtable.Write(w, header, rows(byCum))
 }

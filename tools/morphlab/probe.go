@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strings"
 
+	"github.com/morphlab/morphlab/internal/mdtable"
 	"github.com/morphlab/morphlab/internal/numfmt"
 	"github.com/morphlab/morphlab/kernels/probe"
 )
@@ -82,7 +83,7 @@ func printCeilings(e *env, c probe.Ceilings) error {
 	for _, p := range c.Bandwidth {
 		rows = append(rows, []string{formatBytes(p.Bytes), numfmt.Figure(p.GBps), formatBytes(p.Bytes / int64(c.Threads))})
 	}
-	if err := writeTable(e.stdout, []string{"working set", "read GB/s", "per thread"}, rows); err != nil {
+	if err := mdtable.Write(e.stdout, []string{"working set", "read GB/s", "per thread"}, rows); err != nil {
 		return err
 	}
 	_, err := fmt.Fprintf(e.stdout, "(read kernel: %s)\n", c.ReadKernel)

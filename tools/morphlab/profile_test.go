@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -72,17 +71,7 @@ func TestProfile(t *testing.T) {
 		t.Errorf("orders %v and %v", q.Order, p.Order)
 	}
 
-	// The random orders' mean curve, and the plot of every curve.
-	cs := curves(p)
-	r1, r2, mean := p.Orders[2].Curve, p.Orders[3].Curve, cs[len(cs)-1]
-	if len(cs) != 3 || mean.label != "random (mean of 2)" || len(mean.points) != 5 {
-		t.Fatalf("curves %+v, want lis, front and the mean of 2 random orders at 5 ks", cs)
-	}
-	for i, pt := range mean.points {
-		if want := (r1[i].PPL + r2[i].PPL) / 2; pt.K != i+1 || math.Abs(pt.PPL-want) > 1e-12*want {
-			t.Errorf("mean at k=%d: PPL %v, want %v", pt.K, pt.PPL, want)
-		}
-	}
+	// The plot of every curve.
 	svg := filepath.Join(dir, "curves.svg")
 	if code, _, stderr = runCLI(append(args[:len(args)-2], "--plot", svg)...); code != 0 {
 		t.Fatalf("profile --plot: exit %d, stderr %q", code, stderr)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/morphlab/morphlab/engine/model"
 	"github.com/morphlab/morphlab/engine/tokenizer"
+	"github.com/morphlab/morphlab/internal/mdtable"
 	"github.com/morphlab/morphlab/internal/numfmt"
 )
 
@@ -98,7 +99,7 @@ func runQuantize(e *env, args []string) error {
 		return writeJSON(e.stdout, map[string]any{"model": *in, "out": *out, "format": *format, "layers": n,
 			"classifier_format": classifierName, "bytes": size, "seconds": sec})
 	}
-	return writeTable(e.stdout, []string{"model", "out", "format", "layers", "classifier", "size", "seconds"}, [][]string{
+	return mdtable.Write(e.stdout, []string{"model", "out", "format", "layers", "classifier", "size", "seconds"}, [][]string{
 		{*in, *out, *format, fmt.Sprintf("%d of %d", n, ck.Config.NLayers), classifierName,
 			numfmt.Figure(float64(size)/(1<<20)) + " MiB", numfmt.Figure(sec)}})
 }

@@ -5,49 +5,42 @@ import (
 	"flag"
 
 	"github.com/morphlab/morphlab/engine"
-	"github.com/morphlab/morphlab/engine/morph"
 	"github.com/morphlab/morphlab/experiments/loadtest"
 	"github.com/morphlab/morphlab/experiments/results"
 	"github.com/morphlab/morphlab/experiments/trace"
 )
 
-// replayFlags are the flags run and simulate share: the trace and its transforms, the policy, the SLO and where
+// replayFlags are the flags of a replay beside the deployment's: the trace and its transforms, the SLO and where
 // the results go.
 type replayFlags struct {
-	trace  trace.Flags
-	path   string
-	policy string
-	slo    string
-	out    string
-	json   bool
+	trace trace.Flags
+	path  string
+	slo   string
+	out   string
+	json  bool
 }
 
 func (f *replayFlags) register(fs *flag.FlagSet) {
 	f.trace.Register(fs)
 	fs.StringVar(&f.path, "trace", "", "request trace `file` (any format experiments/trace reads)")
-	fs.StringVar(&f.policy, "policy", "fp16", "serving `policy`")
 	fs.StringVar(&f.slo, "slo", "ttft=2s", "SLO `limits` for violations and goodput: ttft=..,tpot=..,e2el=..")
 	fs.StringVar(&f.out, "out", "", "output `directory`")
 	fs.BoolVar(&f.json, "json", false, "print the aggregates as JSON instead of a table")
 }
 
-// parse checks the flags and returns the policy and the SLO.
-func (f *replayFlags) parse() (morph.Spec, loadtest.SLO, error) {
-	spec, err := morph.Parse(f.policy)
-	if err != nil {
-		return morph.Spec{}, loadtest.SLO{}, usagef("--policy: %v", err)
-	}
+// parse checks the flags and returns the SLO.
+func (f *replayFlags) parse() (loadtest.SLO, error) {
 	slo, err := loadtest.ParseSLO(f.slo)
 	if err != nil {
-		return morph.Spec{}, loadtest.SLO{}, usagef("--slo: %v", err)
+		return loadtest.SLO{}, usagef("--slo: %v", err)
 	}
 	switch {
 	case f.path == "":
-		return morph.Spec{}, loadtest.SLO{}, usagef("--trace is required")
+		return loadtest.SLO{}, usagef("--trace is required")
 	case f.out == "":
-		return morph.Spec{}, loadtest.SLO{}, usagef("--out is required")
+		return loadtest.SLO{}, usagef("--out is required")
 	}
-	return spec, slo, nil
+	return slo, nil
 }
 
 // load loads the trace with its transforms.

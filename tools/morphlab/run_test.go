@@ -63,10 +63,12 @@ func TestRunCommand(t *testing.T) {
 		want string
 	}{
 		{[]string{"--shape", "stories260K", "--trace", tr, "--kv-blocks", "30"}, "--out is required"},
-		{[]string{"--shape", "stories260K", "--trace", tr, "--out", dir}, "give one of --memory and --kv-blocks"},
+		{[]string{"--shape", "stories260K", "--trace", tr, "--kv-blocks", "30", "--memory", "64MiB", "--out", dir}, "give one of them"},
+		{[]string{"--shape", "stories260K", "--trace", tr, "--out", dir, "--device", "l4"}, "the cpu executor runs on this CPU"},
 		{[]string{"--shape", "stories260K", "--trace", tr, "--kv-blocks", "30", "--out", dir, "--policy", "morph:fast"}, `mode "fast"`},
-		{[]string{"--trace", tr, "--kv-blocks", "30", "--out", dir}, "give one of --model and --shape"},
-		{[]string{"--shape", "stories260K", "--trace", tr, "--kv-blocks", "30", "--out", dir, "--clock", "sun"}, `--clock "sun"`},
+		{[]string{"--trace", tr, "--kv-blocks", "30", "--out", dir}, "--model is required"},
+		{[]string{"--shape", "stories260K", "--trace", tr, "--kv-blocks", "30", "--out", dir, "--clock", "sun"}, `clock "sun", want wall, cpu or thread`},
+		{[]string{"--shape", "stories260K", "--trace", tr, "--out", dir, "--clock", "thread"}, "the thread clock times one kernel thread"},
 	} {
 		code, _, stderr := runCLI(append([]string{"run"}, c.args...)...)
 		if code != 2 || !strings.Contains(stderr, c.want) || strings.Count(stderr, "\n") != 1 {

@@ -10,15 +10,12 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
-	"github.com/morphlab/morphlab/engine"
-	"github.com/morphlab/morphlab/engine/executor"
-	"github.com/morphlab/morphlab/engine/morph"
 	"github.com/morphlab/morphlab/engine/server"
+	"github.com/morphlab/morphlab/experiments/deploy"
 )
 
 func init() {
@@ -32,7 +29,8 @@ Serve runs the engine on the CPU behind OpenAI's HTTP API: POST /v1/completions 
 measured once the model is loaded) and a reserve for HTTP leave, and holds the weights, its workspace and KV
 blocks in it (without --memory: the weights, the workspace and 32 full-context sequences of KV, and no bound on
 the process);
---scheduler picks continuous (iteration-level) batching or the static and dynamic baselines. With --max-queue N
+--scheduler picks continuous (iteration-level) batching or the static and dynamic baselines; the deployment flags
+are every command's (experiments/deploy), vLLM's names where vLLM has the knob. With --max-queue N
 a request arriving while N wait for their first batch is answered 429 with Retry-After. SIGINT or SIGTERM stops
 admitting, lets running requests finish within --grace, and exits 0. The Go collector's soft memory limit is set
 to the budget less the binary's mapped pages (unless GOMEMLIMIT is set), so that under load the heap stays near
@@ -41,80 +39,49 @@ lists the parameters and error answers.`
 
 func runServe(e *env, args []string) error {
 	fs := e.flags("--model FILE [flags]", serveHelp)
-	var mf modelFlags
-	mf.register(fs)
+	var df deploy.Flags
+	df.Register(fs, "cpu")
 	name := fs.String("served-model-name", "", "the model `name` clients ask for (default: the checkpoint's file name without extension)")
-	memory := fs.String("memory", "", "the process's memory `budget`, e.g. 256MiB or 2GiB, the engine's share what the process and HTTP leave (default: weights, workspace and 32 full-context sequences of KV for the engine)")
-	policy := fs.String("scheduler", "continuous", "batching: continuous, dynamic or static")
-	blockSize := fs.Int("block-size", 16, "KV block size in `tokens`")
-	stepTokens := fs.Int("max-num-batched-tokens", 256, "tokens one iteration feeds at most (the workspace is sized for it)")
-	maxSeqs := fs.Int("max-num-seqs", 256, "running sequences at most (continuous batching)")
-	batch := fs.Int("batch-size", 32, "batch size of static and dynamic batching")
-	maxDelay := fs.Duration("max-delay", 50*time.Millisecond, "dynamic batching: the longest a request waits for its batch to fill")
 	maxQueue := fs.Int("max-queue", 0, "requests waiting for their first batch at most; more get 429 (0: no bound)")
 	addr := fs.String("addr", "127.0.0.1:8000", "listen `address`")
 	grace := fs.Duration("grace", 30*time.Second, "on SIGINT/SIGTERM, how long running requests may take to finish")
-	morphPolicy := fs.String("policy", "fp16", "morphing `policy`: fp16, static:int8|int4, selective:N[:int8|int4], morph:MODE[:k=v...] (as morphlab run)")
-	profile := fs.String("profile", "", "layer swap order from a 'morphlab profile' `file`")
 	if err := e.parse(fs, args); err != nil {
 		return err
 	}
-	spec, err := morph.Parse(*morphPolicy)
-	if err != nil {
-		return usagef("--policy: %v", err)
-	}
+	d, err := df.Deployment()
 	switch {
-	case *policy != "continuous" && *policy != "dynamic" && *policy != "static":
-		return usagef("--scheduler=%s, want continuous, dynamic or static", *policy)
-	case *blockSize < 1 || *stepTokens < 1 || *maxSeqs < 1 || *batch < 1:
-		return usagef("--block-size %d, --max-num-batched-tokens %d, --max-num-seqs %d, --batch-size %d: want each at least 1",
-			*blockSize, *stepTokens, *maxSeqs, *batch)
-	case *maxQueue < 0 || *grace < 0 || *maxDelay < 0:
-		return usagef("--max-queue %d, --grace %v, --max-delay %v: want none negative", *maxQueue, *grace, *maxDelay)
+	case err != nil:
+		return usagef("%v", err)
+	case d.Executor != "cpu":
+		return usagef("--executor %s: serve runs the cpu executor", d.Executor)
+	case *maxQueue < 0 || *grace < 0:
+		return usagef("--max-queue %d, --grace %v: want neither negative", *maxQueue, *grace)
 	}
-	var budget int64
-	if *memory != "" {
-		b, err := parseBytes(*memory)
-		if err != nil {
-			return usagef("--memory: %v", err)
-		}
-		budget = b
-	}
-	m, vocab, err := mf.load()
+	l, err := d.Load()
 	if err != nil {
 		return err
 	}
-	order, base, err := servingSetup(m, spec, *profile)
-	if err != nil {
-		return err
+	if l.Vocab == nil {
+		return usagef("%s has no vocabulary: give --tokenizer", d.Model)
 	}
 	var heapLimit int64 // with --memory: the process's budget less its mapped files
-	if budget == 0 {
-		blocks := 32 * ((m.Config.SeqLen + *blockSize - 1) / *blockSize)
-		budget = budgetFor(m, base, m.SequenceKV, *blockSize, *stepTokens, blocks)
-	} else {
-		own, total := measureProcess(), budget
-		if budget, err = engineBudget(total, own, int64(m.WeightBytes())); err != nil {
+	if total := d.KV.Memory; total > 0 {
+		own := measureProcess()
+		if l.Deployment.KV.Memory, err = engineBudget(total, own, int64(l.Weights.WeightBytes())); err != nil {
 			return usagef("--memory: %v", err)
 		}
 		heapLimit = total - own.file
 		fmt.Fprintf(e.stderr, "memory: %s for the process: %s resident after loading less the weights, %s kept for HTTP, %s for the engine\n",
-			*memory, formatBytes(total-budget-serveReserve), formatBytes(serveReserve), formatBytes(budget))
+			formatBytes(total), formatBytes(total-l.Deployment.KV.Memory-serveReserve), formatBytes(serveReserve), formatBytes(l.Deployment.KV.Memory))
 	}
-	x, err := executor.NewCPU(m, executor.CPUOptions{Budget: budget, BlockSize: *blockSize, MaxBatchedTokens: *stepTokens, KVType: m.SequenceKV})
+	in, err := l.Start()
 	if err != nil {
 		return err
 	}
-	eng, err := engine.New(x, engine.Options{Scheduler: *policy, MaxSeqs: *maxSeqs, BatchSize: min(*batch, *stepTokens), MaxDelay: *maxDelay})
-	if err != nil {
-		return err
-	}
-	controller := morph.NewController(eng, spec, order, base)
-	eng.OnStep(controller.OnStep)
 	if *name == "" {
-		*name = strings.TrimSuffix(filepath.Base(mf.path), filepath.Ext(mf.path))
+		*name = strings.TrimSuffix(filepath.Base(d.Model), filepath.Ext(d.Model))
 	}
-	srv, err := server.New(server.Config{Model: *name, Vocab: vocab, Engine: eng, MaxQueue: *maxQueue, Grace: *grace})
+	srv, err := server.New(server.Config{Model: *name, Vocab: l.Vocab, Engine: in.Engine, MaxQueue: *maxQueue, Grace: *grace})
 	if err != nil {
 		return err
 	}
@@ -122,10 +89,10 @@ func runServe(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	limitHeap(cmp.Or(heapLimit, budget))
-	mem := x.Memory()
+	mem := in.Executor.Memory()
+	limitHeap(cmp.Or(heapLimit, mem.Budget))
 	fmt.Fprintf(e.stderr, "serving %s on http://%s: %s batching, policy %s, %d KV blocks of %d tokens, budget %s (weights %s)\n",
-		*name, ln.Addr(), *policy, spec, mem.Blocks, *blockSize, formatBytes(mem.Budget), formatBytes(mem.Weights))
+		*name, ln.Addr(), d.Scheduler.Kind, d.Policy, mem.Blocks, d.KV.BlockSize, formatBytes(mem.Budget), formatBytes(mem.Weights))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	announced := make(chan struct{})
@@ -188,25 +155,4 @@ func limitHeap(budget int64) {
 	if _, set := os.LookupEnv("GOMEMLIMIT"); !set {
 		debug.SetMemoryLimit(budget)
 	}
-}
-
-// parseBytes reads a size: an integer with an optional unit, B, KiB, MiB, GiB (powers of 1024) or KB, MB, GB
-// (powers of 1000).
-func parseBytes(s string) (int64, error) {
-	units := []struct {
-		suffix string
-		scale  int64
-	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"B", 1}}
-	num, scale := s, int64(1)
-	for _, u := range units {
-		if n, ok := strings.CutSuffix(s, u.suffix); ok {
-			num, scale = n, u.scale
-			break
-		}
-	}
-	v, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
-	if err != nil || v <= 0 || v*float64(scale) > 1<<62 {
-		return 0, fmt.Errorf("%q, want a positive size such as 512MiB, 2GiB or 1000000", s)
-	}
-	return int64(v * float64(scale)), nil
 }

@@ -89,9 +89,12 @@ func TestServeUsage(t *testing.T) {
 		want string
 	}{
 		{[]string{"serve"}, "morphlab serve: --model is required\n"},
-		{[]string{"serve", "--model", "x", "--scheduler", "fifo"}, "morphlab serve: --scheduler=fifo, want continuous, dynamic or static\n"},
-		{[]string{"serve", "--model", "x", "--memory", "lots"}, "morphlab serve: --memory: \"lots\", want a positive size such as 512MiB, 2GiB or 1000000\n"},
-		{[]string{"serve", "--model", "x", "--max-queue", "-1"}, "morphlab serve: --max-queue -1, --grace 30s, --max-delay 50ms: want none negative\n"},
+		{[]string{"serve", "--model", "stories260K", "--scheduler", "fifo"}, "morphlab serve: scheduler \"fifo\", want continuous, static or dynamic\n"},
+		{[]string{"serve", "--model", "stories260K", "--memory", "lots"}, "morphlab serve: --memory: \"lots\", want a positive size such as 512MiB, 2GiB or 1000000\n"},
+		{[]string{"serve", "--model", "stories260K", "--max-queue", "-1"}, "morphlab serve: --max-queue -1, --grace 30s: want neither negative\n"},
+		{[]string{"serve", "--model", "stories260K", "--executor", "sim", "--device", "l4"}, "morphlab serve: --executor sim: serve runs the cpu executor\n"},
+		{[]string{"serve", "--model", "x.bin"}, "morphlab serve: --model: model \"x.bin\" is neither a file nor a model name: unknown model \"x.bin\" " +
+			"(models: llama-2-7b, vicuna-7b-v1.5, llama-2-13b, llama-3-8b, codellama-34b, stories260K, stories15M, stories42M, stories110M)\n"},
 	} {
 		code, stdout, stderr := runCLI(c.args...)
 		if code != 2 || stderr != c.want || stdout != "" {
@@ -134,18 +137,5 @@ func TestEngineBudget(t *testing.T) {
 	_, err = engineBudget(100*mib, own, 60*mib)
 	if want := "100 MiB leaves nothing for KV blocks: the weights take 60 MiB, the process 30 MiB and HTTP 16 MiB"; err == nil || err.Error() != want {
 		t.Errorf("engineBudget(100 MiB): %v, want %q", err, want)
-	}
-}
-
-func TestParseBytes(t *testing.T) {
-	for s, want := range map[string]int64{"512MiB": 512 << 20, "2GiB": 2 << 30, "1.5KiB": 1536, "1000000": 1e6, "3MB": 3e6, "64B": 64} {
-		if got, err := parseBytes(s); got != want || err != nil {
-			t.Errorf("parseBytes(%q) = %d, %v; want %d", s, got, err, want)
-		}
-	}
-	for _, s := range []string{"", "0", "-1MiB", "MiB", "1TiB5", "1e30GiB"} {
-		if _, err := parseBytes(s); err == nil {
-			t.Errorf("parseBytes(%q): no error", s)
-		}
 	}
 }

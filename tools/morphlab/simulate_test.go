@@ -2,19 +2,13 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
-	"github.com/morphlab/morphlab/engine/morph"
-	"github.com/morphlab/morphlab/experiments/loadtest"
-	"github.com/morphlab/morphlab/experiments/replay"
 	"github.com/morphlab/morphlab/experiments/results"
 	"github.com/morphlab/morphlab/experiments/trace"
-	"github.com/morphlab/morphlab/internal/datadir"
 )
 
 // burstFile writes a seeded on/off burst of n requests and returns its path.
@@ -50,7 +44,7 @@ func TestSimulate(t *testing.T) {
 	}
 	runs := map[string]*results.Run{}
 	for _, c := range []struct{ name, policy string }{{"fp16", "fp16"}, {"morph", "morph:default"}, {"morph-again", "morph:default"}} {
-		code, stdout, stderr := runCLI("simulate", "--model", "llama-2-7b", "--gpu", "l4", "--trace", tr, "--policy", c.policy,
+		code, stdout, stderr := runCLI("simulate", "--model", "llama-2-7b", "--device", "l4", "--trace", tr, "--policy", c.policy,
 			"--kv-blocks", "958", "--out", filepath.Join(dir, c.name))
 		if code != 0 || !strings.Contains(stdout, c.policy) {
 			t.Fatalf("simulate %s: exit %d, %q, %q", c.policy, code, stdout, stderr)
@@ -77,58 +71,17 @@ func TestSimulate(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--trace", tr, "--out", dir, "--model", "gpt-9"}, `unknown model "gpt-9"`},
-		{[]string{"--trace", tr, "--out", dir, "--gpu", "tpu"}, `unknown device "tpu"`},
-		{[]string{"--trace", tr, "--out", dir, "--gpu", "cpu", "--model", "stories110M"}, "needs a --calibration"},
-		{[]string{"--out", dir}, "--trace is required"},
-		{[]string{"--trace", tr, "--out", dir, "--memory-utilization", "2"}, "--memory-utilization 2"},
+		{[]string{"--trace", tr, "--out", dir, "--model", "gpt-9", "--device", "l4"}, `--model: model "gpt-9" is neither a file nor a model name: unknown model "gpt-9"`},
+		{[]string{"--trace", tr, "--out", dir, "--model", "llama-2-7b", "--device", "tpu"}, `--device: unknown device "tpu"`},
+		{[]string{"--trace", tr, "--out", dir, "--model", "llama-2-7b"}, "the sim needs a device"},
+		{[]string{"--trace", tr, "--out", dir, "--gpu", "cpu", "--model", "stories110M"}, "needs a calibration file"},
+		{[]string{"--out", dir, "--model", "llama-2-7b", "--device", "l4"}, "--trace is required"},
+		{[]string{"--trace", tr, "--out", dir, "--model", "llama-2-7b", "--device", "l4", "--gpu-memory-utilization", "2"}, "utilization 2"},
+		{[]string{"--trace", tr, "--out", dir, "--model", "llama-2-7b", "--device", "l4", "--clock", "cpu"}, `clock "cpu": the sim runs in virtual time`},
 	} {
 		code, _, stderr := runCLI(append([]string{"simulate"}, c.args...)...)
 		if code != 2 || !strings.Contains(stderr, c.want) || strings.Count(stderr, "\n") != 1 {
 			t.Errorf("simulate %v: exit %d, %q; want 2 and one line with %q", c.args, code, stderr, c.want)
 		}
-	}
-}
-
-// BenchmarkSimulateAzure simulates the whole 1-hour Azure conversation trace (19,366 requests) for Llama-2-7B on
-// an A100 under fp16 and morph:default; run it with GOMAXPROCS=1. It reports simulated requests per second of
-// wall time, the CPU seconds a simulation took (steadier than wall time on a shared machine), and the heap in use
-// at the end. Without the data it runs a generated trace of as many requests.
-func BenchmarkSimulateAzure(b *testing.B) {
-	var tr *trace.Trace
-	if p, err := datadir.Path("traces/azure2023/AzureLLMInferenceTrace_conv.csv"); err == nil {
-		if tr, err = trace.Load(p, trace.LoadOptions{}); err != nil {
-			b.Fatal(err)
-		}
-	} else {
-		if tr, err = trace.Load(burstFile(b, b.TempDir(), 19366), trace.LoadOptions{}); err != nil {
-			b.Fatal(err)
-		}
-	}
-	for _, policy := range []string{"fp16", "morph:default"} {
-		b.Run("policy="+policy, func(b *testing.B) {
-			spec, err := morph.Parse(policy)
-			if err != nil {
-				b.Fatal(err)
-			}
-			var heap uint64
-			cpu0 := replay.ProcessCPU()
-			for range b.N {
-				s, err := replay.NewSim(spec, replay.DefaultSim("llama-2-7b", "a100"))
-				if err != nil {
-					b.Fatal(err)
-				}
-				r, _, err := s.Replay(context.Background(), tr, loadtest.SLO{TTFT: 2e9})
-				if err != nil || r.Aggregates.Completed != len(tr.Requests) {
-					b.Fatalf("%v, %d completed", err, r.Aggregates.Completed)
-				}
-				var ms runtime.MemStats
-				runtime.ReadMemStats(&ms)
-				heap = max(heap, ms.HeapInuse)
-			}
-			b.ReportMetric((replay.ProcessCPU()-cpu0).Seconds()/float64(b.N), "cpu-s/op")
-			b.ReportMetric(float64(len(tr.Requests))*float64(b.N)/b.Elapsed().Seconds(), "req/s")
-			b.ReportMetric(float64(heap)/(1<<20), "MiB-heap")
-		})
 	}
 }

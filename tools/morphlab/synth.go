@@ -8,6 +8,7 @@ import (
 
 	"github.com/morphlab/morphlab/engine/model"
 	"github.com/morphlab/morphlab/engine/tokenizer"
+	"github.com/morphlab/morphlab/internal/mdtable"
 	"github.com/morphlab/morphlab/internal/numfmt"
 )
 
@@ -109,7 +110,7 @@ func runSynth(e *env, args []string) error {
 		return writeJSON(e.stdout, map[string]any{"shape": *shape, "seed": *seed, "type": *typ, "file": *out,
 			"params": cfg.Params(), "bytes": size, "synth_seconds": synthSec, "write_seconds": writeSec})
 	}
-	return writeTable(e.stdout, []string{"shape", "type", "params", "file", "size", "synth s", "write s"}, [][]string{
+	return mdtable.Write(e.stdout, []string{"shape", "type", "params", "file", "size", "synth s", "write s"}, [][]string{
 		{*shape, *typ, formatCount(cfg.Params()), *out, numfmt.Figure(float64(size)/(1<<20)) + " MiB", numfmt.Figure(synthSec), numfmt.Figure(writeSec)}})
 }
 

@@ -6,6 +6,7 @@ package exectest
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,10 +16,11 @@ import (
 
 // Options are what the suite asks of an executor.
 type Options struct {
-	Budget           int64
+	Pool             executor.Pool
 	BlockSize        int
 	MaxBatchedTokens int
-	Blocks           int // attached at the start; 0: every block the budget holds
+	Attach           int            // blocks attached at the start; 0: every block the budget holds
+	Start            []quant.Format // each layer's format at the start; nil: F32
 	Swap             executor.SwapCost
 }
 
@@ -29,6 +31,7 @@ type Factory func(t *testing.T, o Options) executor.Executor
 
 // Run runs the suite against the executors f makes.
 func Run(t *testing.T, f Factory) {
+	t.Run("Pool", func(t *testing.T) { testPool(t, f) })
 	t.Run("Geometry", func(t *testing.T) { testGeometry(t, f) })
 	t.Run("Step", func(t *testing.T) { testStep(t, f) })
 	t.Run("StepErrors", func(t *testing.T) { testStepErrors(t, f) })
@@ -41,13 +44,10 @@ func Run(t *testing.T, f Factory) {
 const (
 	blockSize = 4
 	maxTokens = 32
-	// probeBudget is the budget of the first executor fit makes to learn the sizes: the factory's model, its
-	// workspace and a block must fit in it (the CPU executor reserves address space for every block it could hold).
-	probeBudget = 64 << 20
 )
 
 // fit returns an executor whose budget holds its full-precision weights, its workspace and headroom blocks
-// (a fraction counting as bytes), learning the sizes from a first executor with a large budget.
+// (a fraction counting as bytes), learning the sizes from a first executor with a one-block pool.
 func fit(t *testing.T, f Factory, headroom float64) executor.Executor {
 	t.Helper()
 	return fitSwap(t, f, headroom, executor.SwapCost{})
@@ -55,10 +55,43 @@ func fit(t *testing.T, f Factory, headroom float64) executor.Executor {
 
 func fitSwap(t *testing.T, f Factory, headroom float64, swap executor.SwapCost) executor.Executor {
 	t.Helper()
-	probe := f(t, Options{Budget: probeBudget, BlockSize: blockSize, MaxBatchedTokens: maxTokens, Blocks: 1})
+	probe := f(t, Options{Pool: executor.Pool{Blocks: 1}, BlockSize: blockSize, MaxBatchedTokens: maxTokens})
 	mem := probe.Memory()
 	budget := mem.Weights + mem.Workspace + int64(headroom*float64(mem.BlockBytes))
-	return f(t, Options{Budget: budget, BlockSize: blockSize, MaxBatchedTokens: maxTokens, Swap: swap})
+	return f(t, Options{Pool: executor.Pool{Bytes: budget}, BlockSize: blockSize, MaxBatchedTokens: maxTokens, Swap: swap})
+}
+
+// testPool: a pool of N blocks is a budget of the full-precision weights, the workspace and N blocks exactly, and
+// a pool in bytes holds the whole blocks that fit beside them; layers that start quantized leave the full-precision
+// pool as it is and attach what they free; a pool that holds no block, or sets both or neither, is refused.
+func testPool(t *testing.T, f Factory) {
+	e := f(t, Options{Pool: executor.Pool{Blocks: 7}, BlockSize: blockSize, MaxBatchedTokens: maxTokens})
+	mem := e.Memory()
+	fixed := mem.Weights + mem.Workspace
+	if mem.Budget != fixed+7*mem.BlockBytes || mem.FullBlocks != 7 || mem.Blocks != 7 || mem.Free() != 0 {
+		t.Fatalf("pool of 7 blocks: %+v, want a budget of weights, workspace and 7 blocks, all attached", mem)
+	}
+	bytes := fixed + 9*mem.BlockBytes + mem.BlockBytes/2
+	if mem := f(t, Options{Pool: executor.Pool{Bytes: bytes}, BlockSize: blockSize, MaxBatchedTokens: maxTokens}).Memory(); mem.Budget != bytes || mem.FullBlocks != 9 || mem.Blocks != 9 {
+		t.Fatalf("pool of %d bytes: %+v, want 9 blocks", bytes, mem)
+	}
+	lb := e.LayerBytes()
+	start := slices.Repeat([]quant.Format{quant.F32}, len(lb))
+	start[0], start[2] = quant.Int4, quant.Int8
+	freed := lb[0][quant.F32] - lb[0][quant.Int4] + lb[2][quant.F32] - lb[2][quant.Int8]
+	q := f(t, Options{Pool: executor.Pool{Blocks: 7}, BlockSize: blockSize, MaxBatchedTokens: maxTokens, Start: start}).Memory()
+	if q.Budget != mem.Budget || q.FullBlocks != 7 || q.Weights != mem.Weights-freed || q.Blocks != 7+int(freed/mem.BlockBytes) {
+		t.Fatalf("layers 0 and 2 starting in int4 and int8: %+v, want the same budget and full-precision pool, %d more blocks attached",
+			q, freed/mem.BlockBytes)
+	}
+	if a := f(t, Options{Pool: executor.Pool{Blocks: 7}, BlockSize: blockSize, MaxBatchedTokens: maxTokens, Attach: 3}).Memory(); a.Blocks != 3 || a.Attachable() != 4 {
+		t.Fatalf("7 blocks with 3 attached: %+v", a)
+	}
+	for _, p := range []executor.Pool{{}, {Blocks: 2, Bytes: bytes}, {Blocks: -1}, {Bytes: fixed + mem.BlockBytes - 1}} {
+		if _, _, err := p.Budget(fixed, mem.BlockBytes); err == nil || strings.Contains(err.Error(), "\n") {
+			t.Errorf("pool %+v: %v, want a one-line error", p, err)
+		}
+	}
 }
 
 func testGeometry(t *testing.T, f Factory) {

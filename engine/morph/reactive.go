@@ -1,0 +1,98 @@
+package morph
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"gonum.org/v1/gonum/stat"
+
+	"github.com/morphlab/morphlab/quant"
+)
+
+// Reactive is MorphServe's rule, the accuracy, default and performance modes (the package doc's table): pressure
+// is KV usage over Usage (averaged over the last Window iterations), the oldest request waiting longer than Delay,
+// a prefill at the head of the queue that the free blocks cannot admit, or a preemption; a swap moves the layers
+// whose freed blocks would admit the waiting queue. Calm is an empty queue with RestoreMargin of the pool free
+// without the last region.
+type Reactive struct {
+	Control
+	Usage  float64       // mean KV usage over the window that counts as pressure
+	Delay  time.Duration // oldest queueing delay that counts as pressure
+	Window int           // iterations KV usage is averaged over
+}
+
+// ReactiveModes are the paper's three modes' parameters.
+var ReactiveModes = map[string]Reactive{
+	"accuracy": {Usage: 0.95, Delay: 500 * time.Millisecond, Window: 8, Control: Control{Persistence: 8, LayersPerAction: 2, Cap: 0.5,
+		RestorePersistence: 4, RestoreMargin: 0.3, RestoreHold: 2 * time.Second, Tiers: []quant.Format{quant.Int4}}},
+	"default": {Usage: 0.85, Delay: 100 * time.Millisecond, Window: 8, Control: Control{Persistence: 4, LayersPerAction: 4, Cap: 1,
+		RestorePersistence: 8, RestoreMargin: 0.3, RestoreHold: 5 * time.Second, Tiers: []quant.Format{quant.Int4}}},
+	"performance": {Usage: 0.75, Delay: 50 * time.Millisecond, Window: 8, Control: Control{Persistence: 2, LayersPerAction: 8, Cap: 1,
+		RestorePersistence: 16, RestoreMargin: 0.3, RestoreHold: 10 * time.Second, Tiers: []quant.Format{quant.Int4}}},
+}
+
+// memoryShort is the pressure that memory is short already: the prefill at the head of the queue cannot get its
+// blocks, or a request lost its own.
+func memoryShort(s Signals) []string {
+	var why []string
+	if s.Waiting > 0 && s.HeadBlocks > s.Free {
+		why = append(why, fmt.Sprintf("prefill blocked: %d blocks needed, %d free", s.HeadBlocks, s.Free))
+	}
+	if s.Preempted > 0 {
+		why = append(why, fmt.Sprintf("%d preempted", s.Preempted))
+	}
+	return why
+}
+
+// reactive makes a fresh policy of a ReactiveModes mode.
+func reactive(mode string) func() Morphing {
+	return func() Morphing {
+		r := ReactiveModes[mode]
+		r.Tiers = slices.Clone(r.Tiers)
+		return &r
+	}
+}
+
+func (r *Reactive) params() []param {
+	return append([]param{share("usage", &r.Usage), duration("delay", &r.Delay, false), count("window", &r.Window)},
+		r.Control.params()...)
+}
+
+// Rule returns the rule with an empty usage window.
+func (r *Reactive) Rule() Rule { return &reactiveRule{p: r} }
+
+type reactiveRule struct {
+	p     *Reactive
+	usage []float64 // KV usage over the last Window iterations
+}
+
+// Judge finds the pressure and calm of one iteration.
+func (j *reactiveRule) Judge(in Input) Verdict {
+	p, s, act := j.p, in.Signals, in.Actuator
+	j.usage = append(j.usage, s.Usage)
+	if len(j.usage) > p.Window {
+		j.usage = j.usage[len(j.usage)-p.Window:]
+	}
+	mean := stat.Mean(j.usage, nil)
+	var why []string
+	if mean > p.Usage {
+		why = append(why, fmt.Sprintf("kv usage %.3f > %.2f", mean, p.Usage))
+	}
+	if s.OldestWait > p.Delay {
+		why = append(why, fmt.Sprintf("queueing delay %v > %v", s.OldestWait.Round(time.Millisecond), p.Delay))
+	}
+	why = append(why, memoryShort(s)...)
+	top := act.TopBlocks()
+	return Verdict{
+		Pressure: why,
+		Calm:     s.Waiting == 0 && act.Actions() > 0 && float64(s.Free-top) >= p.RestoreMargin*float64(s.Total-top),
+		Layers: func() int {
+			if per := act.BlocksPerLayer(); per > 0 {
+				return int(math.Ceil(float64(s.WaitingBlocks-s.Free) / per))
+			}
+			return 1
+		},
+	}
+}

@@ -1,0 +1,223 @@
+package deploy
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/morphlab/morphlab/engine"
+	"github.com/morphlab/morphlab/engine/executor"
+	"github.com/morphlab/morphlab/engine/executor/costmodel"
+	"github.com/morphlab/morphlab/engine/morph"
+	"github.com/morphlab/morphlab/experiments/loadtest"
+	"github.com/morphlab/morphlab/experiments/results"
+	"github.com/morphlab/morphlab/experiments/trace"
+	"github.com/morphlab/morphlab/kernels/cpu"
+	"github.com/morphlab/morphlab/quant"
+)
+
+// Instance is a started deployment: its executor, the engine over it and the controller in the engine's hooks.
+// The engine is not running: Replay drives it through a trace, or a server runs its loop.
+type Instance struct {
+	*Loaded
+	Executor   executor.Executor
+	Engine     *engine.Engine
+	Controller *morph.Controller
+	replayed   bool
+}
+
+// Start builds the executor (sized by the deployment's pool, its layers in the policy's starting formats), the
+// engine over it, and the controller, added to the engine's hooks.
+func (l *Loaded) Start() (*Instance, error) {
+	if l.started {
+		return nil, fmt.Errorf("deploy: %s already started: load the deployment again for another instance", l.Name)
+	}
+	d := l.Deployment
+	start := d.Policy.Start(l.Order, l.Base)
+	var x executor.Executor
+	var clock executor.Clock = executor.NewWallClock()
+	switch d.Executor {
+	case "cpu":
+		cx, err := executor.NewCPU(l.Weights, executor.CPUOptions{Pool: l.pool(), BlockSize: d.KV.BlockSize,
+			MaxBatchedTokens: d.Scheduler.MaxBatchedTokens, Start: start, KVType: l.KVType})
+		if err != nil {
+			return nil, err
+		}
+		x = cx
+		switch d.Clock {
+		case "cpu":
+			x, clock = CPUTimed{Executor: cx, Threads: cpu.Threads()}, &executor.VirtualClock{}
+		case "thread":
+			x, clock = ThreadTimed{Executor: cx}, &executor.VirtualClock{}
+		}
+	case "sim":
+		sx, err := executor.NewSim(executor.SimOptions{Cost: l.cost, Formats: l.formats, Start: start, Outer: quant.F16,
+			Pool: l.pool(), BlockSize: d.KV.BlockSize, MaxBatchedTokens: d.Scheduler.MaxBatchedTokens, Seed: d.SimSeed,
+			Swap: executor.SwapCost{HostLink: l.hw.HostLink, Blocking: d.BlockingSwaps}})
+		if err != nil {
+			return nil, fmt.Errorf("%s on %s: %w", l.Name, d.Device, err)
+		}
+		x, clock = sx, &executor.VirtualClock{}
+	}
+	s := d.Scheduler
+	eng, err := engine.New(x, engine.Options{Scheduler: s.Kind, MaxBatchedTokens: s.MaxBatchedTokens, MaxSeqs: s.MaxNumSeqs,
+		BatchSize: s.BatchSize, MaxDelay: s.MaxDelay, Clock: clock})
+	if err != nil {
+		return nil, err
+	}
+	c := morph.NewController(eng, d.Policy, l.Order, l.Base)
+	eng.OnStep(c.OnStep)
+	l.started = true
+	return &Instance{Loaded: l, Executor: x, Engine: eng, Controller: c}, nil
+}
+
+// ReplayOptions say how a trace is replayed and what the results keep.
+type ReplayOptions struct {
+	SLO loadtest.SLO // the limits for violations and goodput
+	// PromptSeed draws the prompts' tokens (0 is 1).
+	PromptSeed uint64
+	// KeepTokens keeps each request's output tokens in the results (quality comparisons).
+	KeepTokens bool
+	// KeepSteps keeps every step's work, layer formats and time (results.Run.Steps: what a calibration fits).
+	KeepSteps bool
+}
+
+// Replay runs t (clipped to the model's context) through the instance, every request at its arrival, to the
+// end, and returns the results and the engine's lifecycle and control events (no tokens). An instance replays
+// once.
+func (in *Instance) Replay(ctx context.Context, t *trace.Trace, o ReplayOptions) (*results.Run, []engine.Event, error) {
+	if in.replayed {
+		return nil, nil, fmt.Errorf("deploy: this instance of %s has replayed a trace already: start another", in.Name)
+	}
+	in.replayed = true
+	g := in.Engine.Geometry()
+	t, err := trace.Clip(t, trace.Limits{Context: g.Context})
+	if err != nil {
+		return nil, nil, err
+	}
+	reqs, err := Requests(t, g.Vocab, max(o.PromptSeed, 1))
+	if err != nil {
+		return nil, nil, err
+	}
+	e := in.Engine
+	var events []engine.Event
+	var cursor uint64
+	collect := func() {
+		evs, next := e.LogSince(cursor)
+		cursor = next
+		for _, ev := range evs {
+			if ev.Kind != engine.Token {
+				events = append(events, ev)
+			}
+		}
+	}
+	var steps []costmodel.Sample
+	e.OnStep(func(info engine.StepInfo) {
+		if o.KeepSteps && !info.Idle {
+			steps = append(steps, StepSample(info))
+		}
+		collect()
+	})
+	if in.Deployment.Clock == "thread" {
+		runtime.LockOSThread() // the steps run on this goroutine, and ThreadTimed reads its thread's clock
+		defer runtime.UnlockOSThread()
+	}
+	res, err := e.Replay(ctx, reqs)
+	if err != nil {
+		return nil, nil, err
+	}
+	collect()
+	d, mem := in.Deployment, in.Executor.Memory()
+	meta := results.Meta{Command: "run", Executor: d.Executor, Clock: d.Clock, Model: in.Name, Policy: d.Policy.String(),
+		Params: morph.Params(d.Policy), Memory: mem.Budget, KVBlocksFull: mem.FullBlocks, BlockSize: g.BlockSize, SLO: o.SLO,
+		Trace: results.TraceInfo{Source: t.Source, Format: t.Format, Transforms: slices.Clone(t.Transforms), Requests: len(t.Requests)}}
+	if d.Executor == "sim" {
+		meta.Command, meta.Hardware = "simulate", d.Device
+	}
+	r := results.Build(meta, reqs, res, in.Controller, o.KeepTokens)
+	r.Steps = steps
+	return r, events, nil
+}
+
+// Requests turns a trace into requests with prompts of its lengths, drawn uniformly from token ids [3, vocab) with
+// the given seed (ids 0-2 are the llama2.c vocabularies' unknown, BOS and EOS), in trace order.
+func Requests(t *trace.Trace, vocab int, seed uint64) ([]engine.TimedRequest, error) {
+	if vocab <= 3 {
+		return nil, fmt.Errorf("deploy: vocabulary of %d tokens, want > 3", vocab)
+	}
+	rng := rand.New(rand.NewPCG(seed, 0x5eed))
+	out := make([]engine.TimedRequest, len(t.Requests))
+	for i, r := range t.Requests {
+		p := make([]int32, r.PromptTokens)
+		for j := range p {
+			p[j] = int32(3 + rng.IntN(vocab-3))
+		}
+		out[i] = engine.TimedRequest{Arrival: time.Duration(r.Arrival * float64(time.Second)),
+			Request: engine.Request{Prompt: p, MaxTokens: r.OutputTokens}}
+	}
+	return out, nil
+}
+
+// StepSample is a step's work, its layers' formats and the executor's time for it, as the CPU calibration fits them.
+func StepSample(info engine.StepInfo) costmodel.Sample {
+	s := costmodel.Sample{Layers: costmodel.CountFormats(info.Formats), Seconds: info.Duration.Seconds()}
+	for _, w := range info.Work {
+		s.Work.AddSeq(w.Tokens, w.Start+w.Tokens, w.Sample)
+	}
+	return s
+}
+
+// CPUTimed is an executor whose steps take the process CPU time they used divided by threads, instead of their
+// wall time: on a shared, loaded machine a virtual-time run with it replays what an unloaded machine with that
+// many busy threads would, while every step is still computed for real.
+type CPUTimed struct {
+	executor.Executor
+	Threads int
+}
+
+// Step runs the step and times it by CPU time.
+func (c CPUTimed) Step(b *executor.Batch) (executor.Result, error) {
+	u := ProcessCPU()
+	r, err := c.Executor.Step(b)
+	r.Duration = (ProcessCPU() - u) / time.Duration(max(1, c.Threads))
+	return r, err
+}
+
+// ThreadTimed is an executor whose steps take the CPU time of the thread that ran them, for runs side by side in
+// one process, each on one kernel thread (kernels then run on the caller's thread) and on a goroutine locked to
+// its thread (Replay locks it): each run counts only its own work, as CPUTimed counts a process's.
+type ThreadTimed struct {
+	executor.Executor
+}
+
+// Step runs the step and times it by the thread's CPU time.
+func (c ThreadTimed) Step(b *executor.Batch) (executor.Result, error) {
+	u := ThreadCPU()
+	r, err := c.Executor.Step(b)
+	r.Duration = ThreadCPU() - u
+	return r, err
+}
+
+// ThreadCPU is the CPU time the calling thread has used (CLOCK_THREAD_CPUTIME_ID).
+func ThreadCPU() time.Duration {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts); err != nil {
+		panic(err)
+	}
+	return time.Duration(ts.Nano())
+}
+
+// ProcessCPU is the CPU time (user and system) the process has used.
+func ProcessCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		panic(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
