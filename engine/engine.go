@@ -347,6 +347,9 @@ func (e *Engine) callHooks(info StepInfo) {
 	}
 }
 
+// Clock is the engine's clock.
+func (e *Engine) Clock() executor.Clock { return e.opt.Clock }
+
 // Geometry is the executor's geometry, which the engine runs with.
 func (e *Engine) Geometry() executor.Geometry { return e.geo }
 
@@ -357,6 +360,12 @@ func (e *Engine) Submit(r Request) *Stream { return e.submit(r, e.opt.Clock.Now(
 // replays arrivals stamps each with its true time even when it is submitted after the step in progress.
 func (e *Engine) SubmitAt(r Request, arrival time.Duration) *Stream {
 	return e.submit(r, min(arrival, e.opt.Clock.Now()), false)
+}
+
+// SubmitTimed is SubmitAt for a driver of trace replays: the stream keeps no events, only the result, and the
+// request is stamped with its true arrival even when that is before now.
+func (e *Engine) SubmitTimed(r Request, arrival time.Duration) *Stream {
+	return e.submit(r, arrival, true)
 }
 
 // SubmitContext is Submit, with the request cancelled when ctx ends before it does.

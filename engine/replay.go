@@ -20,6 +20,20 @@ type TimedRequest struct {
 // tick) before Replay reports the stall.
 const maxStalledTicks = 1000
 
+// Wake is when an engine that ran no batch at now (on its clock) next has something to do without a new
+// request: its scheduler's next deadline (dynamic batching) or, with a hook, its next idle tick, whichever comes
+// first; ok is false when only a new request can give it work. A driver of several engines on one timeline steps
+// each at its Wake, as Replay does one.
+func (e *Engine) Wake(now time.Duration) (time.Duration, bool) {
+	t, ok := e.NextWake()
+	if _, hooked := e.hooked(); hooked {
+		if tick := now + e.opt.IdleTick; !ok || tick < t {
+			t, ok = tick, true
+		}
+	}
+	return t, ok
+}
+
 // Replay runs reqs to completion and returns their results in the order given. Each request is submitted at its
 // arrival time and stamped with it, also when it arrives during a step. When the engine is idle the clock moves to
 // the next arrival, the scheduler's next deadline (dynamic batching) or, with a hook (OnStep), the next idle tick:

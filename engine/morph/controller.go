@@ -172,6 +172,13 @@ func sameState(a, b Point) bool {
 // Layers is the number of decoder layers recorded.
 func (r *Recorder) Layers() int { return len(r.base) }
 
+// Take returns Mix(id) and forgets the request: a driver of many requests takes each one's mix as it ends.
+func (r *Recorder) Take(id kv.SeqID) []int {
+	m := r.Mix(id)
+	delete(r.mix, id)
+	return m
+}
+
 // Mix returns, for request id, the output tokens generated with k quantized layers at index k.
 func (r *Recorder) Mix(id kv.SeqID) []int {
 	if m := r.mix[id]; m != nil {

@@ -1,6 +1,8 @@
 package server
 
 import (
+	"strconv"
+
 	"github.com/morphlab/morphlab/engine"
 	"github.com/morphlab/morphlab/quant"
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,7 +27,11 @@ var (
 	e2eBuckets  = []float64{0.01, 0.05, 0.1, 0.3, 0.5, 0.8, 1, 1.5, 2, 2.5, 5, 10, 15, 20, 30, 40, 50, 60, 120, 240, 480, 960, 1920, 7680}
 )
 
-func newMetrics(reg prometheus.Registerer, model string) *metrics {
+// newMetrics registers the metrics of a server of model on reg, and cache_config_info: vLLM's gauge of the KV
+// cache's configuration as labels (block_size in tokens, num_gpu_blocks the pool at the start), which the Gateway
+// API Inference Extension's endpoint picker reads beside num_requests_waiting, num_requests_running and
+// kv_cache_usage_perc.
+func newMetrics(reg prometheus.Registerer, model string, blockSize, blocks int) *metrics {
 	labels := prometheus.Labels{"model_name": model}
 	gauge := func(name, help string) prometheus.Gauge {
 		g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "morphlab:" + name, Help: help, ConstLabels: labels})
@@ -63,6 +69,10 @@ func newMetrics(reg prometheus.Registerer, model string) *metrics {
 	for _, r := range []string{"stop", "length", "abort"} {
 		m.success.WithLabelValues(r) // present at 0 from the start, so that rate() sees the first increment
 	}
+	info := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "morphlab:cache_config_info", Help: "Information of the KV cache's configuration (1).",
+		ConstLabels: labels}, []string{"block_size", "num_gpu_blocks"})
+	reg.MustRegister(info)
+	info.WithLabelValues(strconv.Itoa(blockSize), strconv.Itoa(blocks)).Set(1)
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -15,7 +15,12 @@
 //     num_preemptions_total, time_to_first_token_seconds, inter_token_latency_seconds,
 //     request_time_per_output_token_seconds, e2e_request_latency_seconds, request_queue_time_seconds,
 //     prompt_tokens_total, generation_tokens_total, request_success_total{finished_reason}, and
-//     num_quantized_layers and kv_cache_blocks for the morphing controller's work.
+//     num_quantized_layers and kv_cache_blocks for the morphing controller's work, and cache_config_info (labels
+//     block_size and num_gpu_blocks). The Gateway API Inference Extension's endpoint picker reads a model server's
+//     queue, running requests and KV usage from these under the names its flags give: --total-queued-requests-metric
+//     morphlab:num_requests_waiting, --total-running-requests-metric morphlab:num_requests_running,
+//     --kv-cache-usage-percentage-metric morphlab:kv_cache_usage_perc, --cache-info-metric
+//     morphlab:cache_config_info, and --lora-info-metric "" (no LoRA adapters are served).
 //
 // # Parameters
 //
@@ -130,7 +135,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
 	}
-	s := &Server{cfg: cfg, geo: geo, metrics: newMetrics(cfg.Registry, cfg.Model), byText: map[string][]int32{}}
+	s := &Server{cfg: cfg, geo: geo, metrics: newMetrics(cfg.Registry, cfg.Model, geo.BlockSize, cfg.Engine.Memory().Blocks), byText: map[string][]int32{}}
 	v := cfg.Vocab
 	for id := range v.Len() {
 		if v.Types[id] != tokenizer.Control {

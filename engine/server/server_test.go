@@ -804,6 +804,10 @@ func TestMetrics(t *testing.T) {
 	if reasons != 3 || value(t, fams, "morphlab:request_success_total", "finished_reason", "abort") != 0 {
 		t.Errorf("request_success_total: %g stop or length, want 3 and no abort", reasons)
 	}
+	// The endpoint picker's cache info: the pool's block size and blocks as labels.
+	if value(t, fams, "morphlab:cache_config_info", "num_gpu_blocks", "256") != 1 || value(t, fams, "morphlab:cache_config_info", "block_size", "16") != 1 {
+		t.Errorf("cache_config_info: want 1 with block_size 16 and num_gpu_blocks 256")
+	}
 }
 
 // TestQueueFull: with MaxQueue 1, a request arriving while one waits for its first batch is answered 429 with

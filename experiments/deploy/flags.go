@@ -5,7 +5,10 @@ import (
 	"flag"
 	"fmt"
 	"math"
+	"slices"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/dustin/go-humanize"
 
@@ -116,4 +119,60 @@ func ParseBytes(s string) (int64, error) {
 		return 0, fmt.Errorf("%q, want a positive size such as 512MiB, 2GiB or 1000000", s)
 	}
 	return int64(n), nil
+}
+
+// FleetFlags fill a Fleet of a deployment's replicas from the command line: --replicas, --router, admission
+// (--max-queue, --rate-limit with --rate-burst) and the autoscaler (--autoscale METRIC=TARGET, --min-replicas,
+// --max-replicas, --scale-interval, --scale-delay, --scale-cooldown).
+type FleetFlags struct {
+	replicas, maxQueue, burst, minReplicas, maxReplicas int
+	router, autoscale                                   string
+	rate                                                float64
+	interval, delay, coolDown                           time.Duration
+}
+
+// Register registers the fleet flags on fs.
+func (f *FleetFlags) Register(fs *flag.FlagSet) {
+	fs.IntVar(&f.replicas, "replicas", 1, "replicas of the deployment at the start (more than one, or --autoscale: a fleet)")
+	fs.StringVar(&f.router, "router", "round-robin", "a fleet's `router`: "+strings.Join(Routers, ", "))
+	fs.IntVar(&f.maxQueue, "max-queue", 0, "a fleet's admission: turn a request away when `N` wait for their first step (0: no cap)")
+	fs.Float64Var(&f.rate, "rate-limit", 0, "a fleet's admission: a token bucket of this many `requests` a second (with --rate-burst)")
+	fs.IntVar(&f.burst, "rate-burst", 0, "the token bucket's `size`")
+	fs.StringVar(&f.autoscale, "autoscale", "", "target-tracking autoscaler `metric=target`: outstanding (requests a replica), waiting or kv (usage share)")
+	fs.IntVar(&f.minReplicas, "min-replicas", 1, "the autoscaler's fewest replicas")
+	fs.IntVar(&f.maxReplicas, "max-replicas", 16, "the autoscaler's most replicas")
+	fs.DurationVar(&f.interval, "scale-interval", DefaultScaleInterval, "how often the autoscaler evaluates")
+	fs.DurationVar(&f.delay, "scale-delay", DefaultScaleDelay, "from asking for a replica to its serving (provisioning and model load)")
+	fs.DurationVar(&f.coolDown, "scale-cooldown", DefaultCoolDown, "how long the autoscaler must want fewer replicas before it removes any")
+}
+
+// Fleet returns the fleet of d's replicas the flags describe, and whether they describe one (more than one
+// replica, or an autoscaler). Its errors name the flag.
+func (f *FleetFlags) Fleet(d Deployment) (Fleet, bool, error) {
+	fl := Fleet{Router: f.router, Admission: Admission{MaxQueue: f.maxQueue, Rate: f.rate, Burst: f.burst}}
+	switch {
+	case f.replicas < 1:
+		return fl, false, fmt.Errorf("--replicas %d, want at least 1", f.replicas)
+	case !slices.Contains(Routers, f.router):
+		return fl, false, fmt.Errorf("--router %q, want one of %s", f.router, strings.Join(Routers, ", "))
+	}
+	if err := fl.Admission.check(); err != nil {
+		return fl, false, fmt.Errorf("--max-queue, --rate-limit, --rate-burst: %v", strings.TrimPrefix(err.Error(), "deploy: "))
+	}
+	for range f.replicas {
+		fl.Replicas = append(fl.Replicas, d)
+	}
+	if f.autoscale != "" {
+		metric, target, ok := strings.Cut(f.autoscale, "=")
+		x, err := strconv.ParseFloat(target, 64)
+		if !ok || err != nil {
+			return fl, false, fmt.Errorf("--autoscale %q, want metric=target such as outstanding=16", f.autoscale)
+		}
+		fl.Autoscale = &Autoscale{Template: d, Metric: metric, Target: x, Min: f.minReplicas, Max: f.maxReplicas,
+			Interval: f.interval, Delay: f.delay, CoolDown: f.coolDown}
+		if err := fl.Autoscale.defaults(f.replicas); err != nil {
+			return fl, false, fmt.Errorf("--autoscale: %v", strings.TrimPrefix(err.Error(), "deploy: "))
+		}
+	}
+	return fl, f.replicas > 1 || fl.Autoscale != nil, nil
 }

@@ -3,7 +3,6 @@ package deploy
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"runtime"
 	"slices"
 	"syscall"
@@ -148,18 +147,13 @@ func (in *Instance) Replay(ctx context.Context, t *trace.Trace, o ReplayOptions)
 // Requests turns a trace into requests with prompts of its lengths, drawn uniformly from token ids [3, vocab) with
 // the given seed (ids 0-2 are the llama2.c vocabularies' unknown, BOS and EOS), in trace order.
 func Requests(t *trace.Trace, vocab int, seed uint64) ([]engine.TimedRequest, error) {
-	if vocab <= 3 {
+	src := newPromptSource(vocab, seed)
+	if src == nil {
 		return nil, fmt.Errorf("deploy: vocabulary of %d tokens, want > 3", vocab)
 	}
-	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	out := make([]engine.TimedRequest, len(t.Requests))
 	for i, r := range t.Requests {
-		p := make([]int32, r.PromptTokens)
-		for j := range p {
-			p[j] = int32(3 + rng.IntN(vocab-3))
-		}
-		out[i] = engine.TimedRequest{Arrival: time.Duration(r.Arrival * float64(time.Second)),
-			Request: engine.Request{Prompt: p, MaxTokens: r.OutputTokens}}
+		out[i] = src.request(r, time.Duration(r.Arrival*float64(time.Second)))
 	}
 	return out, nil
 }

@@ -87,6 +87,49 @@ type Aggregates struct {
 	QuantizedLayerTk float64 `json:"mean_quantized_layers"` // per output token
 }
 
+// Fleet is what a run of a fleet of replicas adds to its results. The run's aggregates are the fleet's; its
+// timeline is empty (each replica's is summed up in Replicas); ITL is not pooled over a fleet (its requests'
+// TPOT are).
+type Fleet struct {
+	Router   string    `json:"router"`
+	Replicas []Replica `json:"replicas"`
+	// Assigned is each request's replica (an index into Replicas), or -1 when admission turned it away.
+	Assigned []int       `json:"assigned"`
+	Size     []SizePoint `json:"size"` // the fleet over time, at every change and autoscaler evaluation
+	// ReplicaHours is the replicas' time from being asked for to being stopped, in hours; Cost is what it cost
+	// at each replica's device's hourly price, CostPerHour its mean over the run and CostPerMillionTokens over
+	// the output tokens.
+	ReplicaHours         float64        `json:"replica_hours"`
+	Cost                 float64        `json:"cost_usd"`
+	CostPerHour          float64        `json:"cost_usd_per_hour"`
+	CostPerMillionTokens float64        `json:"cost_usd_per_million_output_tokens"`
+	Rejections           map[string]int `json:"rejections,omitempty"` // requests turned away, by reason
+}
+
+// Replica is one replica of a fleet: what it was, when it served, and its own aggregates.
+type Replica struct {
+	Model    string  `json:"model"`
+	Device   string  `json:"device"`
+	Policy   string  `json:"policy"`
+	Price    float64 `json:"usd_per_hour"`
+	Asked    float64 `json:"asked_s"`   // when it was asked for
+	Ready    float64 `json:"ready_s"`   // when it started serving
+	Stopped  float64 `json:"stopped_s"` // when it stopped (or the run ended)
+	Requests int     `json:"requests"`
+	// Aggregates are over the requests it served, with its own KV and swap figures.
+	Aggregates Aggregates `json:"aggregates"`
+}
+
+// SizePoint is the fleet at a time: its replicas by state, and the requests waiting and running over all.
+type SizePoint struct {
+	T            float64 `json:"t"`
+	Serving      int     `json:"serving"`
+	Provisioning int     `json:"provisioning"`
+	Draining     int     `json:"draining"`
+	Waiting      int     `json:"waiting"`
+	Running      int     `json:"running"`
+}
+
 // Quality compares a run's greedy outputs with a reference run of the same requests (Agreement).
 type Quality struct {
 	Reference      string  `json:"reference"`
@@ -102,6 +145,8 @@ type Run struct {
 	Quality    *Quality      `json:"quality,omitempty"`
 	Requests   []Request     `json:"requests"`
 	Timeline   []morph.Point `json:"timeline"`
+	// Fleet is set for a fleet's run: its replicas, its size over time, its cost.
+	Fleet *Fleet `json:"fleet,omitempty"`
 	// Steps, when the replay kept them, are every step's work, layer formats and time; Write puts them in
 	// steps.jsonl (costmodel.WriteSteps), the input of 'morphlab calibrate --steps'.
 	Steps []costmodel.Sample `json:"-"`
@@ -110,69 +155,122 @@ type Run struct {
 // Build assembles the results of replaying reqs, whose results are res, under the controller c; tokens keeps the
 // output token ids.
 func Build(meta Meta, reqs []engine.TimedRequest, res []engine.Result, c *morph.Controller, tokens bool) *Run {
-	r := &Run{Schema: Schema, Meta: meta, Timeline: c.Recorder.Timeline}
-	lt := &loadtest.Result{}
-	var first, last time.Duration = -1, 0
-	r.Aggregates.TokensByLayers = make([]int, c.Recorder.Layers()+1)
+	a := NewAccumulator(meta, c.Recorder.Layers())
 	for i, res := range res {
-		tl := res.Timeline
-		rec := Request{ID: int(res.ID), Arrival: reqs[i].Arrival.Seconds(), Prompt: len(reqs[i].Prompt),
-			MaxTokens: reqs[i].MaxTokens, Output: len(res.Output), TTFT: ms(tl.TTFT()), TPOT: ms(tl.TPOT()),
-			E2EL: ms(tl.E2E()), Finish: res.Finish.String(), Preemptions: res.Preemptions, Mix: c.Recorder.Mix(res.ID)}
-		if tokens {
-			rec.Tokens = res.Output
+		a.Add(reqs[i], res, c.Recorder.Mix(res.ID), tokens, true)
+	}
+	return a.Run(c.Recorder.Timeline, c.Swaps())
+}
+
+// Accumulator assembles a run's results a request at a time, so that a driver of many requests (a fleet) keeps
+// their rows and outcomes and lets their engine results go as they end.
+type Accumulator struct {
+	meta   Meta
+	layers int
+	rows   []Request
+	lt     loadtest.Result
+	finish []time.Duration
+}
+
+// NewAccumulator starts the results of a run of a model of layers decoder layers.
+func NewAccumulator(meta Meta, layers int) *Accumulator {
+	return &Accumulator{meta: meta, layers: layers}
+}
+
+// Add adds a request, its result and its output tokens by the number of quantized layers they were made with
+// (mix); tokens keeps its output token ids, itl its inter-token gaps for the pooled ITL.
+func (a *Accumulator) Add(req engine.TimedRequest, res engine.Result, mix []int, tokens, itl bool) {
+	tl := res.Timeline
+	rec := Request{ID: int(res.ID), Arrival: req.Arrival.Seconds(), Prompt: len(req.Prompt),
+		MaxTokens: req.MaxTokens, Output: len(res.Output), TTFT: ms(tl.TTFT()), TPOT: ms(tl.TPOT()),
+		E2EL: ms(tl.E2E()), Finish: res.Finish.String(), Preemptions: res.Preemptions, Mix: mix}
+	if tokens {
+		rec.Tokens = res.Output
+	}
+	a.rows = append(a.rows, rec)
+	o := loadtest.Outcome{Sent: tl.Arrival, PromptTokens: len(req.Prompt), OutputTokens: len(res.Output)}
+	switch res.Finish {
+	case engine.FinishStop, engine.FinishLength:
+		o.Status = loadtest.Completed
+		o.TTFT, o.Latency = tl.TTFT(), tl.E2E()
+		for j := 1; itl && j < len(tl.Tokens); j++ {
+			o.ITL = append(o.ITL, tl.Tokens[j]-tl.Tokens[j-1])
 		}
-		r.Requests = append(r.Requests, rec)
+	case engine.FinishRejected:
+		o.Status, o.Error = loadtest.Rejected, fmt.Sprint(res.Err)
+	default:
+		o.Status, o.Error = loadtest.Failed, fmt.Sprint(res.Err)
+	}
+	a.lt.Requests = append(a.lt.Requests, loadtest.Request{Arrival: req.Arrival, PromptTokens: len(req.Prompt), MaxTokens: req.MaxTokens})
+	a.lt.Outcomes = append(a.lt.Outcomes, o)
+	a.finish = append(a.finish, tl.Finish)
+}
+
+// Requests is the number of requests added.
+func (a *Accumulator) Requests() int { return len(a.rows) }
+
+// Run returns the results: every request's row and the aggregates over them, with the run's timeline and its
+// swap actions.
+func (a *Accumulator) Run(timeline []morph.Point, swaps int) *Run {
+	r := &Run{Schema: Schema, Meta: a.meta, Requests: a.rows, Timeline: timeline}
+	r.Aggregates = a.aggregate(nil, timeline, swaps)
+	return r
+}
+
+// Part is the aggregates over the requests added at the given indices (in the order added), with that part's
+// timeline and swap actions: a fleet's replica's figures over the fleet's rows.
+func (a *Accumulator) Part(indices []int, timeline []morph.Point, swaps int) Aggregates {
+	return a.aggregate(indices, timeline, swaps)
+}
+
+// aggregate computes the aggregates over the rows at indices (nil: all of them).
+func (a *Accumulator) aggregate(indices []int, timeline []morph.Point, swaps int) Aggregates {
+	if indices == nil {
+		indices = make([]int, len(a.rows))
+		for i := range indices {
+			indices[i] = i
+		}
+	}
+	g := Aggregates{TokensByLayers: make([]int, a.layers+1)}
+	lt := &loadtest.Result{Requests: make([]loadtest.Request, 0, len(indices)), Outcomes: make([]loadtest.Outcome, 0, len(indices))}
+	var first, last time.Duration = -1, 0
+	for _, i := range indices {
+		rec, o := a.rows[i], a.lt.Outcomes[i]
 		for k, n := range rec.Mix {
-			r.Aggregates.TokensByLayers[k] += n
+			g.TokensByLayers[k] += n
 		}
-		r.Aggregates.Preemptions += res.Preemptions
-		o := loadtest.Outcome{Sent: tl.Arrival, PromptTokens: len(reqs[i].Prompt), OutputTokens: len(res.Output)}
-		switch res.Finish {
-		case engine.FinishStop, engine.FinishLength:
-			o.Status = loadtest.Completed
-			o.TTFT, o.Latency = tl.TTFT(), tl.E2E()
-			for j := 1; j < len(tl.Tokens); j++ {
-				o.ITL = append(o.ITL, tl.Tokens[j]-tl.Tokens[j-1])
-			}
-			if meta.SLO.TTFT > 0 && tl.TTFT() > meta.SLO.TTFT {
-				r.Aggregates.SLOViolations++
-			}
-		case engine.FinishRejected:
-			o.Status, o.Error = loadtest.Rejected, fmt.Sprint(res.Err)
-			r.Aggregates.SLOViolations++
-		default:
-			o.Status, o.Error = loadtest.Failed, fmt.Sprint(res.Err)
-			r.Aggregates.SLOViolations++
+		g.Preemptions += rec.Preemptions
+		if o.Status != loadtest.Completed || a.meta.SLO.TTFT > 0 && o.TTFT > a.meta.SLO.TTFT {
+			g.SLOViolations++
 		}
-		lt.Requests = append(lt.Requests, loadtest.Request{Arrival: reqs[i].Arrival, PromptTokens: len(reqs[i].Prompt), MaxTokens: reqs[i].MaxTokens})
+		lt.Requests = append(lt.Requests, a.lt.Requests[i])
 		lt.Outcomes = append(lt.Outcomes, o)
-		if first < 0 || tl.Arrival < first {
-			first = tl.Arrival
+		if first < 0 || o.Sent < first {
+			first = o.Sent
 		}
-		last = max(last, tl.Finish)
+		last = max(last, a.finish[i])
 	}
-	if len(res) > 0 {
+	if len(indices) > 0 {
 		lt.Duration = last - first
-		r.Aggregates.SLOViolationRate = float64(r.Aggregates.SLOViolations) / float64(len(res))
+		g.SLOViolationRate = float64(g.SLOViolations) / float64(len(indices))
 	}
-	r.Aggregates.Metrics = loadtest.Compute(lt, meta.SLO)
-	for _, p := range r.Timeline {
-		r.Aggregates.PeakKVBlocks = max(r.Aggregates.PeakKVBlocks, p.KVUsed)
-		r.Aggregates.PeakKVAttached = max(r.Aggregates.PeakKVAttached, p.KVTotal)
-		r.Aggregates.MaxQuantized = max(r.Aggregates.MaxQuantized, p.Quantized)
+	g.Metrics = loadtest.Compute(lt, a.meta.SLO)
+	for _, p := range timeline {
+		g.PeakKVBlocks = max(g.PeakKVBlocks, p.KVUsed)
+		g.PeakKVAttached = max(g.PeakKVAttached, p.KVTotal)
+		g.MaxQuantized = max(g.MaxQuantized, p.Quantized)
 	}
-	r.Aggregates.SwapActions = c.Swaps()
+	g.SwapActions = swaps
 	total, weighted := 0, 0
-	for k, n := range r.Aggregates.TokensByLayers {
+	for k, n := range g.TokensByLayers {
 		total += n
 		weighted += k * n
 	}
 	if total > 0 {
-		r.Aggregates.FullPrecision = float64(r.Aggregates.TokensByLayers[0]) / float64(total)
-		r.Aggregates.QuantizedLayerTk = float64(weighted) / float64(total)
+		g.FullPrecision = float64(g.TokensByLayers[0]) / float64(total)
+		g.QuantizedLayerTk = float64(weighted) / float64(total)
 	}
-	return r
+	return g
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

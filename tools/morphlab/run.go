@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 
 	"github.com/morphlab/morphlab/experiments/deploy"
 	"github.com/morphlab/morphlab/experiments/results"
+	"github.com/morphlab/morphlab/experiments/suite"
 )
 
 func init() {
@@ -31,7 +33,8 @@ threads, which a loaded machine does not skew. Policies: fp16, static:int8, stat
 selective:N[:int8|int4], morph:accuracy|default|performance|predictive|slo[:k=v...] (engine/morph's package doc);
 --profile takes the swap order from a 'morphlab profile' file, else front to back. --steps also writes
 steps.jsonl, each step's work, layer formats and time, which 'morphlab calibrate --steps' fits. --executor sim
-makes it 'morphlab simulate'.`
+makes it 'morphlab simulate'. --replicas N or --autoscale replays the trace on a fleet (experiments/deploy.Fleet; see
+'morphlab simulate -h').`
 
 const simulateHelp = `
 Simulate replays a request trace through the same engine, scheduler, KV manager and morph controller as 'morphlab
@@ -43,13 +46,23 @@ link (overlapped unless --blocking-swaps). It writes the same results.json, even
 The budget is --kv-blocks (full-precision weights, the workspace and that many KV blocks: the paper's FP16 pools
 are 958 blocks for the 7B models on an L4, 2,599 for Llama-3-8B on an L4, 3,435 for CodeLlama-34B on an A100),
 --memory, or else --gpu-memory-utilization of the device's memory (default 0.9). The same inputs give the same
-results.json, byte for byte.`
+results.json, byte for byte.
+
+--replicas N serves the trace on a fleet of N replicas of the deployment on one timeline behind --router
+(round-robin, least-outstanding, least-kv, morph-aware), with admission control (--max-queue, --rate-limit and
+--rate-burst turn requests away, each with its reason) and, with --autoscale METRIC=TARGET, a target-tracking
+autoscaler (Kubernetes' HPA rule) that adds replicas --scale-delay after asking for them and removes them after
+--scale-cooldown. results.json then holds the fleet's aggregates, each replica's, the fleet's size over time,
+replica-hours and cost at the catalog's on-demand price of the device; fleet.png and fleet.svg plot the replicas
+and the queue over time.`
 
 // runReplay is run and simulate: it deploys the model as the flags say, replays the trace and writes the results.
 func runReplay(e *env, args []string, executor, help string) error {
 	fs := e.flags("--model M --trace FILE --policy P --out DIR [flags]", help)
 	var df deploy.Flags
 	df.Register(fs, executor)
+	var ff deploy.FleetFlags
+	ff.Register(fs)
 	var rf replayFlags
 	rf.register(fs)
 	promptSeed := fs.Uint64("prompt-seed", 1, "`seed` of the prompts' random tokens")
@@ -67,9 +80,29 @@ func runReplay(e *env, args []string, executor, help string) error {
 	if err != nil {
 		return err
 	}
+	fleet, isFleet, err := ff.Fleet(d)
+	if err != nil {
+		return usagef("%v", err)
+	}
 	t, err := rf.load()
 	if err != nil {
 		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if isFleet {
+		if *keep || *steps || *reference != "" {
+			return usagef("--keep-tokens, --steps and --reference are for one replica")
+		}
+		fmt.Fprintf(e.stderr, "%s: %d requests on a fleet of %d replicas of %s (%s router)\n", e.name, len(t.Requests), len(fleet.Replicas), d.Model, fleet.Router)
+		r, err := fleet.Replay(ctx, t, deploy.ReplayOptions{SLO: slo, PromptSeed: *promptSeed})
+		if err != nil {
+			return err
+		}
+		if err := suite.PlotFleet(filepath.Join(rf.out, "fleet"), r); err != nil {
+			return err
+		}
+		return rf.write(e, r, nil)
 	}
 	in, err := d.Build()
 	if err != nil {
@@ -78,8 +111,6 @@ func runReplay(e *env, args []string, executor, help string) error {
 	mem := in.Executor.Memory()
 	fmt.Fprintf(e.stderr, "%s: %d requests, %s on %s, policy %s, budget %s (%d KV blocks at full precision, %d attached), clock %s\n",
 		e.name, len(t.Requests), in.Name, d.Executor, d.Policy, formatBytes(mem.Budget), mem.FullBlocks, mem.Blocks, d.Clock)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
 	r, events, err := in.Replay(ctx, t, deploy.ReplayOptions{SLO: slo, PromptSeed: *promptSeed, KeepTokens: *keep || *reference != "", KeepSteps: *steps})
 	if err != nil {
 		return err

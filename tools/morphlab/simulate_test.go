@@ -85,3 +85,42 @@ func TestSimulate(t *testing.T) {
 		}
 	}
 }
+
+// TestSimulateFleet: --replicas and --autoscale make simulate replay the trace on a fleet: every request served,
+// results.json with the fleet's replicas and cost, and its plot; bad fleet flags are one-line usage errors.
+func TestSimulateFleet(t *testing.T) {
+	dir := t.TempDir()
+	tr := burstFile(t, dir, 300)
+	out := filepath.Join(dir, "fleet")
+	code, stdout, stderr := runCLI("simulate", "--model", "llama-2-7b", "--device", "l4", "--trace", tr, "--kv-blocks", "958",
+		"--replicas", "2", "--router", "least-kv", "--autoscale", "outstanding=8", "--max-replicas", "4", "--out", out)
+	if code != 0 || !strings.Contains(stdout, "fp16") {
+		t.Fatalf("simulate --replicas: exit %d, %q, %q", code, stdout, stderr)
+	}
+	r, err := results.Load(filepath.Join(out, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Aggregates.Completed != 300 || r.Fleet == nil || r.Fleet.Router != "least-kv" || len(r.Fleet.Replicas) < 2 || !(r.Fleet.Cost > 0) {
+		t.Fatalf("fleet results: %d completed, %+v", r.Aggregates.Completed, r.Fleet)
+	}
+	if _, err := os.Stat(filepath.Join(out, "fleet.svg")); err != nil {
+		t.Error(err)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--replicas", "0"}, "--replicas 0, want at least 1"},
+		{[]string{"--replicas", "2", "--router", "random"}, `--router "random"`},
+		{[]string{"--replicas", "2", "--rate-limit", "5"}, "a rate with a burst"},
+		{[]string{"--autoscale", "outstanding"}, "want metric=target"},
+		{[]string{"--autoscale", "gpu=3"}, `metric "gpu"`},
+	} {
+		args := append([]string{"simulate", "--model", "llama-2-7b", "--device", "l4", "--trace", tr, "--out", dir}, c.args...)
+		code, _, stderr := runCLI(args...)
+		if code != 2 || !strings.Contains(stderr, c.want) || strings.Count(stderr, "\n") != 1 {
+			t.Errorf("%v: exit %d, %q; want 2 and one line with %q", c.args, code, stderr, c.want)
+		}
+	}
+}

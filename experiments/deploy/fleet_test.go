@@ -1,0 +1,255 @@
+package deploy
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/morphlab/morphlab/experiments/loadtest"
+	"github.com/morphlab/morphlab/experiments/trace"
+	"github.com/morphlab/morphlab/internal/datadir"
+)
+
+// sim7b is Llama-2-7B on an L4 in the sim with a small pool, under policy.
+func sim7b(t testing.TB, policy string, blocks int) Deployment {
+	return Deployment{Model: "llama-2-7b", Executor: "sim", Device: "l4", KV: KV{Blocks: blocks}, Policy: mustPolicy(t, policy)}
+}
+
+// TestFleetRoundRobinExact: round-robin over N identical replicas serves every request with the same TTFT and
+// TPOT as N independent replays of the trace split by arrival index mod N (under fp16 and under morph:default,
+// whose controllers act on their own replicas' load).
+func TestFleetRoundRobinExact(t *testing.T) {
+	tr := burst(t, 300, 700, 200)
+	const n = 3
+	slo := loadtest.SLO{TTFT: 2 * time.Second}
+	for _, policy := range []string{"fp16", "morph:default"} {
+		f := Fleet{Router: "round-robin"}
+		for range n {
+			f.Replicas = append(f.Replicas, sim7b(t, policy, 300))
+		}
+		got, err := f.Replay(context.Background(), tr, ReplayOptions{SLO: slo})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got.Requests) != len(tr.Requests) || got.Fleet == nil || len(got.Fleet.Replicas) != n {
+			t.Fatalf("%s: %d requests, fleet %+v", policy, len(got.Requests), got.Fleet)
+		}
+		swaps := 0
+		for k := range n {
+			part := *tr
+			part.Requests = nil
+			for i, r := range tr.Requests {
+				if i%n == k {
+					part.Requests = append(part.Requests, r)
+				}
+			}
+			in, err := sim7b(t, policy, 300).Build()
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, _, err := in.Replay(context.Background(), &part, ReplayOptions{SLO: slo})
+			if err != nil {
+				t.Fatal(err)
+			}
+			swaps += want.Aggregates.SwapActions
+			for j, w := range want.Requests {
+				i := j*n + k
+				g := got.Requests[i]
+				if g.ID != i || got.Fleet.Assigned[i] != k || g.TTFT != w.TTFT || g.TPOT != w.TPOT || g.Output != w.Output || g.Finish != w.Finish {
+					t.Fatalf("%s: request %d on replica %d: %+v, alone %+v", policy, i, got.Fleet.Assigned[i], g, w)
+				}
+			}
+		}
+		if policy == "morph:default" && (swaps == 0 || got.Aggregates.SwapActions != swaps) {
+			t.Errorf("morph:default: the fleet swapped %d times, its replicas alone %d: the burst should make them swap", got.Aggregates.SwapActions, swaps)
+		}
+	}
+}
+
+// TestFleetRouters: every router serves every request; least-outstanding spreads a burst that round-robin, on
+// replicas of different speeds, does not; morph-aware keeps requests off a replica whose pool is full.
+func TestFleetRouters(t *testing.T) {
+	tr := burst(t, 200, 700, 200)
+	for _, router := range Routers {
+		f := Fleet{Router: router, Replicas: []Deployment{sim7b(t, "fp16", 300), sim7b(t, "morph:default", 300)}}
+		r, err := f.Replay(context.Background(), tr, ReplayOptions{SLO: loadtest.SLO{TTFT: 2 * time.Second}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		per := []int{r.Fleet.Replicas[0].Requests, r.Fleet.Replicas[1].Requests}
+		if r.Aggregates.Completed != 200 || per[0]+per[1] != 200 || per[0] == 0 || per[1] == 0 {
+			t.Errorf("%s: %d completed, per replica %v", router, r.Aggregates.Completed, per)
+		}
+		if r.Meta.Policy != "fp16+morph:default" || r.Meta.KVBlocksFull != 600 {
+			t.Errorf("%s: meta %+v", router, r.Meta)
+		}
+	}
+	if _, err := (Fleet{Router: "random", Replicas: []Deployment{sim7b(t, "fp16", 300)}}).Replay(context.Background(), tr, ReplayOptions{}); err == nil ||
+		!strings.Contains(err.Error(), `router "random"`) {
+		t.Errorf("an unknown router: %v", err)
+	}
+}
+
+// TestFleetAdmission: a token bucket turns away the requests past its rate and burst, a queue cap those that
+// find it full, each with its reason; the turned-away count as SLO violations and are assigned no replica.
+func TestFleetAdmission(t *testing.T) {
+	var tr trace.Trace
+	for i := range 100 { // 100 requests in one second
+		tr.Requests = append(tr.Requests, trace.Request{Arrival: float64(i) / 100, PromptTokens: 100, OutputTokens: 50})
+	}
+	f := Fleet{Replicas: []Deployment{sim7b(t, "fp16", 958)}, Admission: Admission{Rate: 10, Burst: 20}}
+	r, err := f.Replay(context.Background(), &tr, ReplayOptions{SLO: loadtest.SLO{TTFT: 2 * time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The bucket starts full (20) and refills 10 a second: over the second of arrivals 20 + 9.9 pass.
+	admitted := r.Aggregates.Completed
+	rej := r.Fleet.Rejections["rate limited: 10 requests a second, bursts of 20"]
+	if admitted != 29 || rej != 71 || r.Aggregates.SLOViolations < 71 || r.Fleet.Assigned[99] != -1 || r.Fleet.Assigned[0] != 0 {
+		t.Errorf("token bucket: %d admitted, %d turned away (%v), %d violations", admitted, rej, r.Fleet.Rejections, r.Aggregates.SLOViolations)
+	}
+	q := Fleet{Replicas: []Deployment{sim7b(t, "fp16", 30)}, Admission: Admission{MaxQueue: 5}}
+	rq, err := q.Replay(context.Background(), &tr, ReplayOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for why, c := range rq.Fleet.Rejections {
+		if !strings.HasPrefix(why, "queue full: ") || !strings.HasSuffix(why, " requests waiting, the limit is 5") {
+			t.Errorf("reason %q", why)
+		}
+		n += c
+	}
+	if n == 0 || rq.Aggregates.Completed+n != 100 {
+		t.Errorf("queue cap: %d turned away, %d completed of 100", n, rq.Aggregates.Completed)
+	}
+	if err := (Fleet{Replicas: f.Replicas, Admission: Admission{Rate: 5}}).Admission.check(); err == nil {
+		t.Error("a rate without a burst was accepted")
+	}
+}
+
+// TestFleetAutoscale: under a load that doubles for a while, the autoscaler asks for replicas, which serve only
+// after the delay and cost from the moment they are asked for, and removes them once the load has stayed low for
+// the cool-down; replica-hours and cost add up from the replicas' times and prices.
+func TestFleetAutoscale(t *testing.T) {
+	var tr trace.Trace
+	at := 0.0
+	for at < 900 {
+		rate := 1.0
+		if at > 120 && at < 360 {
+			rate = 12
+		}
+		at += 1 / rate
+		tr.Requests = append(tr.Requests, trace.Request{Arrival: at, PromptTokens: 300, OutputTokens: 150})
+	}
+	f := Fleet{Router: "least-outstanding", Replicas: []Deployment{sim7b(t, "fp16", 958)},
+		Autoscale: &Autoscale{Template: sim7b(t, "fp16", 958), Metric: "outstanding", Target: 16, Min: 1, Max: 6, Delay: time.Minute, CoolDown: 2 * time.Minute}}
+	r, err := f.Replay(context.Background(), &tr, ReplayOptions{SLO: loadtest.SLO{TTFT: 2 * time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fl := r.Fleet
+	if len(fl.Replicas) < 2 {
+		t.Fatalf("%d replicas: the burst should have made it scale up", len(fl.Replicas))
+	}
+	hours, cost, peak := 0.0, 0.0, 0
+	for i, rep := range fl.Replicas {
+		if i > 0 && (rep.Ready-rep.Asked != 60 || rep.Asked < 120 || rep.Stopped > 900+60) {
+			t.Errorf("replica %d asked at %v, ready %v, stopped %v: want ready a minute after asked, asked in the burst", i, rep.Asked, rep.Ready, rep.Stopped)
+		}
+		hours += (rep.Stopped - rep.Asked) / 3600
+		cost += (rep.Stopped - rep.Asked) / 3600 * 0.8048
+	}
+	for _, p := range fl.Size {
+		peak = max(peak, p.Serving)
+	}
+	last := fl.Size[len(fl.Size)-1]
+	if math.Abs(fl.ReplicaHours-hours) > 1e-9 || math.Abs(fl.Cost-cost) > 1e-9 || peak < 2 || last.Serving != 0 {
+		t.Errorf("replica-hours %v (want %v), cost %v (want %v), peak %d serving, last %+v", fl.ReplicaHours, hours, fl.Cost, cost, peak, last)
+	}
+	scaledDown := false
+	for _, rep := range fl.Replicas[1:] {
+		scaledDown = scaledDown || rep.Stopped < 800
+	}
+	if !scaledDown || r.Aggregates.Completed != len(tr.Requests) {
+		t.Errorf("no replica removed before the end, or %d of %d completed", r.Aggregates.Completed, len(tr.Requests))
+	}
+	if want := fl.Cost / (float64(r.Aggregates.TotalOutputTokens) / 1e6); math.Abs(fl.CostPerMillionTokens-want) > 1e-9 {
+		t.Errorf("cost per million tokens %v, want %v", fl.CostPerMillionTokens, want)
+	}
+}
+
+// BenchmarkFleet is the fleet simulator's cost, run with GOMAXPROCS=1: 4 replicas of Llama-2-7B on an A100
+// (least-outstanding router, morph:default) over the 1-hour Azure conversation trace at 4x its rate
+// (replicas=4), and 64 replicas over a million synthetic requests (replicas=64: on/off arrivals at 400 req/s on
+// average, prompts of 50-900 tokens, outputs of 20-400). It reports the CPU seconds a run took, simulated requests
+// per second and the peak resident set of the process (VmHWM). Without the data the first runs a generated trace
+// of as many requests.
+func BenchmarkFleet(b *testing.B) {
+	azure := func() *trace.Trace {
+		var tr *trace.Trace
+		if p, err := datadir.Path("traces/azure2023/AzureLLMInferenceTrace_conv.csv"); err == nil {
+			if tr, err = trace.Load(p, trace.LoadOptions{}); err != nil {
+				b.Fatal(err)
+			}
+		} else {
+			tr = burst(b, 19366, 900, 400)
+		}
+		tr, err := trace.TimeScale(tr, 0.25)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return tr
+	}
+	million := func() *trace.Trace {
+		tr, err := trace.Generate(trace.Spec{Process: trace.OnOff{OnRate: 600, OffRate: 200, OnMean: 30, OffMean: 30},
+			Lengths: trace.Independent{Prompt: trace.Uniform{Min: 50, Max: 900}, Output: trace.Uniform{Min: 20, Max: 400}}, N: 1_000_000}, 3)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return tr
+	}
+	for _, c := range []struct {
+		replicas int
+		trace    func() *trace.Trace
+	}{{4, azure}, {64, million}} {
+		b.Run(fmt.Sprintf("replicas=%d", c.replicas), func(b *testing.B) {
+			tr := c.trace()
+			f := Fleet{Router: "least-outstanding"}
+			for range c.replicas {
+				f.Replicas = append(f.Replicas, Deployment{Model: "llama-2-7b", Executor: "sim", Device: "a100", Policy: mustPolicy(b, "morph:default"),
+					Scheduler: Scheduler{MaxBatchedTokens: 2048}})
+			}
+			cpu0 := ProcessCPU()
+			for range b.N {
+				r, err := f.Replay(context.Background(), tr, ReplayOptions{SLO: loadtest.SLO{TTFT: 2 * time.Second}})
+				if err != nil || r.Aggregates.Completed != len(tr.Requests) {
+					b.Fatalf("%v, %d of %d completed", err, r.Aggregates.Completed, len(tr.Requests))
+				}
+			}
+			b.ReportMetric((ProcessCPU()-cpu0).Seconds()/float64(b.N), "cpu-s/op")
+			b.ReportMetric(float64(len(tr.Requests))*float64(b.N)/b.Elapsed().Seconds(), "req/s")
+			b.ReportMetric(float64(peakRSS())/(1<<20), "MiB-peak-rss")
+		})
+	}
+}
+
+// peakRSS is the process's peak resident set (VmHWM in /proc/self/status), 0 where there is none.
+func peakRSS() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			var kb int64
+			fmt.Sscan(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), &kb)
+			return kb << 10
+		}
+	}
+	return 0
+}

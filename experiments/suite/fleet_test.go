@@ -1,0 +1,103 @@
+package suite
+
+import (
+	"context"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/morphlab/morphlab/experiments/deploy"
+	"github.com/morphlab/morphlab/experiments/results"
+	"github.com/morphlab/morphlab/experiments/trace"
+	"github.com/morphlab/morphlab/internal/datadir"
+)
+
+// TestSmallest: the search finds the fewest replicas that meet the SLO with few runs, and fleetMax when none does.
+func TestSmallest(t *testing.T) {
+	for _, need := range []int{1, 2, 3, 7, 33, 64, 65} {
+		runs := 0
+		n, r, err := smallest(func(n int) (*results.Run, error) {
+			runs++
+			v := 0.0
+			if n < need {
+				v = 0.5
+			}
+			return &results.Run{Aggregates: results.Aggregates{SLOViolationRate: v}}, nil
+		})
+		want := min(need, fleetMax)
+		if err != nil || n != want || (need <= fleetMax) != meets(r) || runs > 14 {
+			t.Errorf("need %d: got %d after %d runs (meets %v), want %d", need, n, runs, meets(r), want)
+		}
+	}
+}
+
+// TestFleetStudy runs the study on three minutes of each trace for one setup at the real rate: every strategy's
+// fleet is found, a fixed fleet one replica smaller misses the SLO, the costs add up, and the files are written.
+func TestFleetStudy(t *testing.T) {
+	data, _ := datadir.Dir()
+	out := t.TempDir()
+	rep, err := FleetStudy(context.Background(), FleetOptions{Out: out, Data: data, Setups: PaperSetups[1:2], Rates: []float64{1}, Hours: 0.05})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Cells) != 2*len(FleetStrategies) {
+		t.Fatalf("%d cells, want 2 traces x %d strategies", len(rep.Cells), len(FleetStrategies))
+	}
+	for _, c := range rep.Cells {
+		if !c.Meets || c.Replicas < 1 || c.Cost <= 0 || math.Abs(c.Cost-c.run.Fleet.Cost) > 1e-12 {
+			t.Errorf("%+v: want a fleet that meets the SLO at a cost", *c)
+			continue
+		}
+		if c.Target == 0 && c.Replicas > 1 {
+			f, err := fleetFor(PaperSetups[1], c.Strategy, c.Replicas-1, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := f.Replay(context.Background(), studyTrace(t, data, c.Workload, PaperSetups[1]), deploy.ReplayOptions{SLO: SLO})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if meets(r) {
+				t.Errorf("%s on %s: %d replicas meet the SLO too, the study chose %d", c.Strategy, c.Workload, c.Replicas-1, c.Replicas)
+			}
+		}
+	}
+	rel := rep.RelativeCost()
+	if v := rel["fp16+autoscale"]; v.Ratio != 1 || v.Cells != 2 {
+		t.Errorf("fp16+autoscale relative to itself: %+v", v)
+	}
+	md, err := os.ReadFile(filepath.Join(out, "fleet.md"))
+	if err != nil || !strings.Contains(string(md), "| fp16+autoscale ") || !strings.Contains(string(md), "| 1.00x ") {
+		t.Errorf("fleet.md: %v\n%s", err, md)
+	}
+	for _, f := range []string{"fleet.json", "cost-vs-slo.png", "llama-2-7b-l4/azure-conv-hour-1x/morph_default/results.json",
+		"llama-2-7b-l4/azure-code-hour-1x/fp16+autoscale/fleet.svg"} {
+		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
+			t.Errorf("missing %s: %v", f, err)
+		}
+	}
+}
+
+// studyTrace is the study's trace of a workload for a setup, three minutes at the real rate.
+func studyTrace(t *testing.T, data, workload string, s Setup) *trace.Trace {
+	wls, err := fleetWorkloads(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range wls {
+		if w.Name == workload {
+			tr, err := trace.Window(w.Trace, 0, 3600*0.05)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tr, err = trace.Clip(tr, trace.Limits{Prompt: s.MaxPrompt, Output: s.MaxOutput}); err != nil {
+				t.Fatal(err)
+			}
+			return tr
+		}
+	}
+	t.Fatalf("no workload %s", workload)
+	return nil
+}

@@ -1,0 +1,170 @@
+#!/bin/sh
+# fleet.sh serves a fleet of 'morphlab serve' replicas behind HAProxy on this machine, finds its knee with
+# 'morphlab loadtest', and sets it beside the simulator's prediction of the same fleet.
+#
+#   tools/loadbench/fleet.sh RESULTS_DIR
+#
+# 1. Start $REPLICAS 'morphlab serve' processes (each --threads $THREADS, --memory $MEMORY) on loopback ports
+#    $PORT+1.., and HAProxy (Debian's haproxy package) on 127.0.0.1:$PORT in front of them with 'balance
+#    leastconn' and health checks on /health. Every process is started in the background, its PID kept, and
+#    stopped on exit.
+# 2. Sweep the fleet through HAProxy: 'morphlab loadtest --sweep $RATES' (synthetic prompts of about $PROMPT
+#    token ids, about $OUTPUT output tokens, each drawn within $RANGE_RATIO of it, --ignore-eos, Poisson arrivals,
+#    seeded) into fleet.json; the knee is the top rate with the P95 of $KNEE within its limit and every request
+#    complete.
+# 3. Calibrate the simulator on this CPU for the replicas' model ('morphlab calibrate', wall clock, $THREADS
+#    threads) and simulate the same fleet ('morphlab simulate --replicas $REPLICAS --router least-outstanding
+#    --device cpu', the pool each replica reported) on the same kind of traces at every rate; the predicted knee
+#    is found the same way (of the rates that meet the target, the one with the most requests served a second).
+#    fleet.md holds both curves and knees.
+#
+# The environment overrides the setup: MORPHLAB (binary; built when missing), MODEL (default: stories15M with
+# seeded random weights, synthesized into RESULTS_DIR), REPLICAS, MEMORY, THREADS, RATES, DURATION, PROMPT, OUTPUT,
+# RANGE_RATIO, KNEE, PORT, TIMEOUT. Everything listens on 127.0.0.1 only and every run is bounded by --duration
+# and --timeout; a process that does not come up within 60 s fails the script.
+set -eu
+
+if [ $# -ne 1 ]; then
+	echo "usage: tools/loadbench/fleet.sh RESULTS_DIR" >&2
+	exit 2
+fi
+command -v haproxy >/dev/null || { echo "fleet.sh: haproxy is not installed (apt-get install haproxy)" >&2; exit 1; }
+command -v jq >/dev/null || { echo "fleet.sh: jq is not installed (apt-get install jq)" >&2; exit 1; }
+out=$1
+root=$(cd "$(dirname "$0")/../.." && pwd)
+
+MORPHLAB=${MORPHLAB:-$root/morphlab}
+REPLICAS=${REPLICAS:-2}
+MEMORY=${MEMORY:-256MiB}
+THREADS=${THREADS:-1}
+RATES=${RATES:-4,8,12,16,20,24,28,32,40}
+DURATION=${DURATION:-20s}
+PROMPT=${PROMPT:-64}
+OUTPUT=${OUTPUT:-64}
+RANGE_RATIO=${RANGE_RATIO:-0.9}
+KNEE=${KNEE:-ttft=1s}
+PORT=${PORT:-18400}
+TIMEOUT=${TIMEOUT:-60s}
+
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+if [ ! -x "$MORPHLAB" ]; then
+	(cd "$root" && go build -o "$MORPHLAB" ./tools/morphlab)
+fi
+if [ -z "${MODEL:-}" ]; then
+	MODEL=$out/stories15M.gguf
+	[ -f "$MODEL" ] || "$MORPHLAB" synth --shape stories15M --out "$MODEL" >/dev/null
+fi
+name=bench
+
+pids=
+stop_all() {
+	for p in $pids; do
+		kill "$p" 2>/dev/null || true
+	done
+	for p in $pids; do
+		wait "$p" 2>/dev/null || true
+	done
+	pids=
+}
+trap stop_all EXIT
+trap 'stop_all; exit 1' INT TERM
+
+# wait_up URL PID LOG: wait until URL answers, failing when PID is gone or 60 s have passed.
+wait_up() {
+	i=0
+	until curl -fsS "$1" >/dev/null 2>&1; do
+		i=$((i + 1))
+		if [ $i -gt 120 ] || ! kill -0 "$2" 2>/dev/null; then
+			echo "fleet.sh: $1 did not come up; the log:" >&2
+			cat "$3" >&2
+			exit 1
+		fi
+		sleep 0.5
+	done
+}
+
+# 1. The replicas and HAProxy.
+{
+	echo "global"
+	echo "    maxconn 4096"
+	echo "defaults"
+	echo "    mode http"
+	echo "    timeout connect 5s"
+	echo "    timeout client 300s"
+	echo "    timeout server 300s"
+	echo "frontend fleet"
+	echo "    bind 127.0.0.1:$PORT"
+	echo "    default_backend replicas"
+	echo "backend replicas"
+	echo "    balance leastconn"
+	echo "    option httpchk GET /health"
+} >"$out/haproxy.cfg"
+i=1
+while [ $i -le "$REPLICAS" ]; do
+	port=$((PORT + i))
+	"$MORPHLAB" serve --model "$MODEL" --served-model-name "$name" --addr "127.0.0.1:$port" --memory "$MEMORY" \
+		--threads "$THREADS" >"$out/replica-$i.log" 2>&1 &
+	pids="$pids $!"
+	wait_up "http://127.0.0.1:$port/health" "$!" "$out/replica-$i.log"
+	echo "    server r$i 127.0.0.1:$port check inter 1s" >>"$out/haproxy.cfg"
+	i=$((i + 1))
+done
+haproxy -c -f "$out/haproxy.cfg" >/dev/null
+haproxy -db -f "$out/haproxy.cfg" >"$out/haproxy.log" 2>&1 &
+pids="$pids $!"
+wait_up "http://127.0.0.1:$PORT/health" "$!" "$out/haproxy.log"
+blocks=$(sed -n 's/.* \([0-9][0-9]*\) KV blocks of .*/\1/p' "$out/replica-1.log" | head -n 1)
+echo "fleet.sh: $REPLICAS replicas of $MODEL ($blocks KV blocks each) behind HAProxy on 127.0.0.1:$PORT" >&2
+
+# 2. The sweep through HAProxy.
+"$MORPHLAB" loadtest --url "http://127.0.0.1:$PORT" --model "$name" --prompt-tokens "$PROMPT" --output-tokens "$OUTPUT" \
+	--range-ratio "$RANGE_RATIO" --ignore-eos --vocab 32000 --timeout "$TIMEOUT" --seed 1 --sweep "$RATES" \
+	--duration "$DURATION" --knee "$KNEE" --json >"$out/fleet.json" 2>"$out/loadtest.log"
+stop_all
+
+# 3. The simulator's prediction of the same fleet.
+shape=$(basename "$MODEL" .gguf)
+"$MORPHLAB" calibrate --model "$MODEL" --threads "$THREADS" --formats f32 --clock wall --out "$out/calibration.json" \
+	>"$out/calibration.txt" 2>&1
+metric=${KNEE%%=*}
+limit_ms=$(echo "${KNEE#*=}" | awk '/ms$/ { sub("ms", ""); print; next } /s$/ { sub("s", ""); print $1 * 1000; next } { print }')
+lo_p=$(awk -v l="$PROMPT" -v r="$RANGE_RATIO" 'BEGIN { printf "%d", l * (1 - r) }')
+hi_p=$(awk -v l="$PROMPT" -v r="$RANGE_RATIO" 'BEGIN { printf "%d", l * (1 + r) }')
+lo_o=$(awk -v l="$OUTPUT" -v r="$RANGE_RATIO" 'BEGIN { printf "%d", l * (1 - r) }')
+hi_o=$(awk -v l="$OUTPUT" -v r="$RANGE_RATIO" 'BEGIN { printf "%d", l * (1 + r) }')
+sim_knee=0
+best=0
+: >"$out/sim.txt"
+for rate in $(echo "$RATES" | tr ',' ' '); do
+	"$MORPHLAB" trace gen --process "poisson:$rate" --duration "$DURATION" --prompt "uniform:$lo_p:$hi_p" \
+		--output "uniform:$lo_o:$hi_o" --seed 1 --out "$out/trace-$rate.csv" 2>/dev/null
+	"$MORPHLAB" simulate --model "$MODEL" --device cpu --calibration "$out/calibration.json" --kv-blocks "$blocks" \
+		--replicas "$REPLICAS" --router least-outstanding --trace "$out/trace-$rate.csv" --out "$out/sim-$rate" >/dev/null
+	p95=$(jq ".aggregates.${metric}.p95_ms" "$out/sim-$rate/results.json")
+	ok=$(jq '.aggregates.completed == .aggregates.requests' "$out/sim-$rate/results.json")
+	thr=$(jq '.aggregates.request_throughput' "$out/sim-$rate/results.json")
+	echo "$rate $p95 $ok $thr" >>"$out/sim.txt"
+	if [ "$ok" = true ] && awk -v p="$p95" -v l="$limit_ms" -v t="$thr" -v b="$best" 'BEGIN { exit !(p <= l && t > b) }'; then
+		sim_knee=$rate best=$thr
+	fi
+done
+real_knee=$(jq '.knee.rate // 0' "$out/fleet.json")
+{
+	echo "# A fleet of $REPLICAS replicas behind HAProxy (leastconn)"
+	echo
+	echo "$MODEL, --memory $MEMORY ($blocks KV blocks), --threads $THREADS each; loadtest prompts ~$PROMPT, outputs ~$OUTPUT"
+	echo "(range ratio $RANGE_RATIO), Poisson, $DURATION a rate; knee: the top rate with the P95 $metric within ${KNEE#*=}."
+	echo "Machine: $(nproc) CPUs."
+	echo
+	echo "| rate (req/s) | measured P95 $metric ms | simulated P95 $metric ms |"
+	echo "|--:|--:|--:|"
+	for rate in $(echo "$RATES" | tr ',' ' '); do
+		m=$(jq -r --argjson r "$rate" ".runs[] | select(.rate == \$r) | .metrics.${metric}.p95_ms" "$out/fleet.json")
+		s=$(awk -v r="$rate" '$1 == r { print $2 }' "$out/sim.txt")
+		printf '| %s | %.1f | %.1f |\n' "$rate" "${m:-0}" "${s:-0}"
+	done
+	echo
+	echo "Knee: measured $real_knee req/s, simulated $sim_knee req/s."
+} >"$out/fleet.md"
+cat "$out/fleet.md"
