@@ -140,17 +140,21 @@ func Calibrate(d deploy.Deployment, o CalibrateOptions) (*costmodel.Calibration,
 		maxTokens = max(maxTokens, g.decodes+g.chunk)
 		maxBlocks = max(maxBlocks, g.blocks())
 	}
-	// Room for every layer in the largest of its variants, the workspace and the grid's blocks.
-	var largest int64
-	for _, layer := range m.Layers {
-		for _, v := range layer.Variants {
-			largest = max(largest, int64(v.Bytes()))
+	// The executor starts with every layer in its largest format, so that its pool (the grid's blocks beside
+	// those weights and the workspace) holds every configuration timed.
+	for i, layer := range m.Layers {
+		largest := o.Formats[0]
+		for _, f := range o.Formats {
+			if layer.Variants[f].Bytes() > layer.Variants[largest].Bytes() {
+				largest = f
+			}
+		}
+		if err := m.SetPrecision(i, largest); err != nil {
+			return nil, err
 		}
 	}
-	budget := int64(m.WeightBytes()) + int64(len(m.Layers))*largest + executor.WorkspaceBytes(m.Config, maxTokens) +
-		int64(maxBlocks)*int64(l.KVType.BytesPerBlock(m.Config, gridBlock))
-	ex, err := executor.NewCPU(m, executor.CPUOptions{Pool: executor.Pool{Bytes: budget}, BlockSize: gridBlock,
-		MaxBatchedTokens: maxTokens, Attach: maxBlocks, KVType: l.KVType})
+	ex, err := executor.NewCPU(m, executor.CPUOptions{Pool: executor.Pool{Blocks: maxBlocks}, BlockSize: gridBlock,
+		MaxBatchedTokens: maxTokens, KVType: l.KVType})
 	if err != nil {
 		return nil, err
 	}
