@@ -177,10 +177,13 @@ type Options struct {
 	IdleTick time.Duration
 	// LogSize is the number of events the log keeps (the oldest are dropped first); default 65536.
 	LogSize int
+	// QuietTokens keeps Token events out of the log: they go to the requests' streams only (a trace replay, which
+	// reads no token from the log, saves their cost).
+	QuietTokens bool
 }
 
 // StepInfo is the engine's state after an iteration, or at an idle tick (Idle), for monitors, controllers and
-// tests.
+// tests. Work is valid during the hook call only (the engine reuses its array); a hook that keeps it copies it.
 type StepInfo struct {
 	Iter     int // the iteration (after an idle tick: the number of iterations run so far)
 	Idle     bool
@@ -251,6 +254,9 @@ type Engine struct {
 	// it takes in.
 	endedNow []Ended
 	arrived  int
+	// batch and work are the arrays of each step's batch and of its StepInfo's Work, reused.
+	batch executor.Batch
+	work  []WorkInfo
 
 	mu       sync.Mutex // guards the fields below
 	iter     int        // iterations run

@@ -200,6 +200,7 @@ func TestPrecisionSwitchMidDecode(t *testing.T) {
 	var steps []StepInfo
 	mixed := false
 	e := newEngine(t, m, setup{budget: budgetFor(m, 48, 40), maxTokens: 48, onStep: func(e *Engine, info StepInfo) {
+		info.Work = slices.Clone(info.Work) // the engine reuses its array
 		steps = append(steps, info)
 		for _, f := range info.Formats {
 			mixed = mixed || f != quant.F32

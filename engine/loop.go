@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -57,7 +58,8 @@ func (e *Engine) Step() (bool, error) {
 		}
 		return false, nil
 	}
-	b := &executor.Batch{Seqs: make([]executor.SeqWork, len(plan.Work)), Now: now}
+	e.batch = executor.Batch{Seqs: slices.Grow(e.batch.Seqs[:0], len(plan.Work))[:len(plan.Work)], Now: now}
+	b := &e.batch
 	for i, w := range plan.Work {
 		table, _ := e.kv.Table(w.Seq.ID)
 		b.Seqs[i] = executor.SeqWork{Tokens: w.Seq.Tokens(w.Start, w.Start+w.N), SeqLen: w.Start + w.N, Table: table, Sample: w.Sample}
@@ -81,7 +83,8 @@ func (e *Engine) Step() (bool, error) {
 			Detail: fmt.Sprintf("layers %s took effect (transfer %v)", strings.Join(layers, " "), res.SwapTime)})
 	}
 	done := e.sched.Update(plan, res.Next)
-	info := StepInfo{Iter: e.iter, Time: now, Duration: res.Duration, Formats: res.Formats, Swapped: res.Swapped, Preempted: len(plan.Preempted)}
+	info := StepInfo{Iter: e.iter, Time: now, Duration: res.Duration, Formats: res.Formats, Swapped: res.Swapped, Preempted: len(plan.Preempted),
+		Work: e.work[:0]}
 	for _, w := range plan.Work {
 		info.Work = append(info.Work, WorkInfo{Req: w.Seq.ID, Start: w.Start, Tokens: w.N, Sample: w.Sample})
 		if w.N == 1 && w.Start >= len(w.Seq.Prompt) {
@@ -98,7 +101,13 @@ func (e *Engine) Step() (bool, error) {
 				q.timeline.FirstToken = now
 			}
 			q.timeline.Tokens = append(q.timeline.Tokens, now)
-			e.event(q, Event{Kind: Token, Req: q.seq.ID, Time: now, Iter: e.iter, Token: q.seq.Output[q.emitted]})
+			ev := Event{Kind: Token, Req: q.seq.ID, Time: now, Iter: e.iter, Token: q.seq.Output[q.emitted]}
+			if !e.opt.QuietTokens {
+				e.record(ev)
+			}
+			if !q.stream.discard { // a stream that keeps no events has no use for its tokens
+				q.stream.push(ev)
+			}
 		}
 	}
 	for _, s := range done {
@@ -108,6 +117,7 @@ func (e *Engine) Step() (bool, error) {
 		}
 		e.drop(e.reqs[s.ID], Event{Kind: Finished, Req: s.ID, Time: now, Iter: e.iter, Detail: reason.String()}, reason, nil)
 	}
+	e.work = info.Work
 	e.mu.Lock()
 	e.iter++
 	e.mu.Unlock()

@@ -86,7 +86,8 @@ type SwapCost struct {
 
 // Executor runs iterations on one device.
 type Executor interface {
-	// Step runs one batch.
+	// Step runs one batch. The batch is the caller's until Step returns: the engine reuses its arrays, so an
+	// executor keeps none of them.
 	Step(b *Batch) (Result, error)
 	// Geometry reports the block size, tokens per step, context and vocabulary the executor was built with.
 	Geometry() Geometry

@@ -120,18 +120,23 @@ type Point struct {
 	Running   int           `json:"running"`
 }
 
-// Recorder keeps the timeline (one point per iteration, and per idle tick where something changed) and, per
-// request, how many output tokens were generated with how many quantized layers.
+// Recorder keeps the timeline (one point per iteration, and per idle tick where something changed; with Every,
+// at most one per Every) and its peaks, and, per request, how many output tokens were generated with how many
+// quantized layers.
 type Recorder struct {
 	Timeline []Point
-	mix      map[kv.SeqID][]int
+	// Every, when set, keeps at most one timeline point per Every of time (a fleet of many replicas keeps its
+	// replicas' timelines short); the peaks are over every iteration all the same.
+	Every time.Duration
+	peak  Point
+	mix      [][]int // by request id (an engine numbers its requests from 0)
 	base     []quant.Format
 	formats  []quant.Format
 }
 
 // NewRecorder returns a recorder for layers stored in base.
 func NewRecorder(base []quant.Format) *Recorder {
-	return &Recorder{mix: map[kv.SeqID][]int{}, base: base}
+	return &Recorder{base: base}
 }
 
 // Observe records one StepInfo and returns the number of layers not in their stored precision it ran with (for an
@@ -148,12 +153,17 @@ func (r *Recorder) Observe(info engine.StepInfo) int {
 	}
 	p := Point{Time: info.Time, Seconds: info.Time.Seconds(), Iter: info.Iter, Quantized: q, KVTotal: info.Total,
 		KVUsed: info.Used, Waiting: info.Waiting, Running: info.Running}
-	if n := len(r.Timeline); !info.Idle || n == 0 || !sameState(r.Timeline[n-1], p) {
+	r.peak = Point{KVUsed: max(r.peak.KVUsed, p.KVUsed), KVTotal: max(r.peak.KVTotal, p.KVTotal), Quantized: max(r.peak.Quantized, q)}
+	n := len(r.Timeline)
+	if (!info.Idle || n == 0 || !sameState(r.Timeline[n-1], p)) && (r.Every == 0 || n == 0 || info.Time-r.Timeline[n-1].Time >= r.Every) {
 		r.Timeline = append(r.Timeline, p)
 	}
 	for _, w := range info.Work {
 		if !w.Sample || w.Req < 0 {
 			continue
+		}
+		for int(w.Req) >= len(r.mix) {
+			r.mix = append(r.mix, nil)
 		}
 		m := r.mix[w.Req]
 		if m == nil {
@@ -169,20 +179,26 @@ func sameState(a, b Point) bool {
 	return a.Quantized == b.Quantized && a.KVTotal == b.KVTotal && a.KVUsed == b.KVUsed && a.Waiting == b.Waiting && a.Running == b.Running
 }
 
+// Peak is the most KV blocks in use and attached and the most layers quantized at any iteration (its other
+// fields are zero).
+func (r *Recorder) Peak() Point { return r.peak }
+
 // Layers is the number of decoder layers recorded.
 func (r *Recorder) Layers() int { return len(r.base) }
 
 // Take returns Mix(id) and forgets the request: a driver of many requests takes each one's mix as it ends.
 func (r *Recorder) Take(id kv.SeqID) []int {
 	m := r.Mix(id)
-	delete(r.mix, id)
+	if int(id) >= 0 && int(id) < len(r.mix) {
+		r.mix[id] = nil
+	}
 	return m
 }
 
 // Mix returns, for request id, the output tokens generated with k quantized layers at index k.
 func (r *Recorder) Mix(id kv.SeqID) []int {
-	if m := r.mix[id]; m != nil {
-		return m
+	if int(id) >= 0 && int(id) < len(r.mix) && r.mix[id] != nil {
+		return r.mix[id]
 	}
 	return make([]int, len(r.base)+1)
 }

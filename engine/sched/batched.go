@@ -29,6 +29,7 @@ type Batched struct {
 	members []*Seq
 	pads    []*Seq
 	now     time.Duration
+	work    []Work // the plans' array, reused
 }
 
 // NewStatic returns the static batching baseline.
@@ -137,7 +138,8 @@ func (b *Batched) form(now time.Duration) []*Seq {
 
 // Schedule runs the batch's prefill chunks, or its decode iteration, or forms a new batch.
 func (b *Batched) Schedule(now time.Duration) Plan {
-	var p Plan
+	p := Plan{Work: b.work[:0]}
+	defer func() { b.work = p.Work }()
 	if b.members == nil {
 		p.Started = b.form(now)
 	}

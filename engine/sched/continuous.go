@@ -25,6 +25,7 @@ type Continuous struct {
 
 	waiting []*Seq // FCFS; preempted sequences return to the front
 	running []*Seq // in admission order; the last is the newest
+	work    []Work // the plans' array, reused
 }
 
 // Add queues s at the back of the waiting queue.
@@ -71,7 +72,8 @@ func (c *Continuous) preemptNewest(p *Plan) *Seq {
 
 // Schedule picks the next iteration; see Continuous.
 func (c *Continuous) Schedule(time.Duration) Plan {
-	var p Plan
+	p := Plan{Work: c.work[:0]}
+	defer func() { c.work = p.Work }()
 	budget := c.MaxBatchedTokens
 	// 1. Decodes, oldest first; make room by preempting the newest.
 	var prefilling []*Seq

@@ -34,17 +34,17 @@ type Seq struct {
 // Len is the number of tokens (prompt and output).
 func (s *Seq) Len() int { return len(s.Prompt) + len(s.Output) }
 
-// Tokens returns tokens [from, to) of Prompt followed by Output.
+// Tokens returns tokens [from, to) of Prompt followed by Output. A span within one of the two is that slice
+// itself (capacity-limited, so that an append copies); one across both is a copy.
 func (s *Seq) Tokens(from, to int) []int32 {
-	out := make([]int32, 0, to-from)
-	for i := from; i < to; i++ {
-		if i < len(s.Prompt) {
-			out = append(out, s.Prompt[i])
-		} else {
-			out = append(out, s.Output[i-len(s.Prompt)])
-		}
+	p := len(s.Prompt)
+	switch {
+	case to <= p:
+		return s.Prompt[from:to:to]
+	case from >= p:
+		return s.Output[from-p : to-p : to-p]
 	}
-	return out
+	return append(append(make([]int32, 0, to-from), s.Prompt[from:]...), s.Output[:to-p]...)
 }
 
 // Finished reports whether the sequence has all its output: MaxTokens tokens, a stop token, or a full context.
@@ -83,6 +83,7 @@ func work(s *Seq, n int) Work {
 
 // Plan is one iteration's decision.
 type Plan struct {
+	// Work is the iteration's work. The scheduler reuses its array: it is valid until the next Schedule.
 	Work      []Work
 	Preempted []*Seq // running sequences sent back to the waiting queue, newest first
 	Started   []*Seq // sequences scheduled for the first time (or again after a preemption)

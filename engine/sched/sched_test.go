@@ -88,6 +88,7 @@ func drive(t *testing.T, s Scheduler, m *kv.Manager, maxTokens int, arrivals []a
 		}
 		seen := map[kv.SeqID]bool{}
 		st := step{plan: p}
+		st.plan.Work = slices.Clone(p.Work) // the scheduler reuses its array
 		for _, w := range p.Work {
 			if seen[w.Seq.ID] || w.N < 1 || w.Start != w.Seq.Computed {
 				t.Fatalf("iteration %d: bad work %+v (seq %d, computed %d)", iter, w, w.Seq.ID, w.Seq.Computed)

@@ -76,6 +76,13 @@ const (
 	scaleTolerance       = 0.1
 )
 
+// A fleet's replicas keep fleetLog engine events (their events are not written out) and a timeline point every
+// fleetEvery of virtual time at most.
+const (
+	fleetLog   = 256
+	fleetEvery = time.Second
+)
+
 // replica states.
 const (
 	provisioning = iota
@@ -246,10 +253,15 @@ func fleetPolicy(f Fleet) string {
 
 // add builds a replica of d, asked for at asked and serving from ready.
 func (r *fleetRun) add(d Deployment, asked, ready time.Duration) (*replica, error) {
-	in, err := d.Build()
+	l, err := d.Load()
 	if err != nil {
 		return nil, fmt.Errorf("replica %d: %w", len(r.replicas), err)
 	}
+	in, err := l.start(fleetLog)
+	if err != nil {
+		return nil, fmt.Errorf("replica %d: %w", len(r.replicas), err)
+	}
+	in.Controller.Recorder.Every = fleetEvery
 	clock, ok := in.Engine.Clock().(*executor.VirtualClock)
 	if !ok {
 		return nil, fmt.Errorf("replica %d: a fleet runs in virtual time: the sim, or the cpu executor on the cpu or thread clock", len(r.replicas))
@@ -650,7 +662,7 @@ func (r *fleetRun) results(router string) *results.Run {
 	var end float64
 	for _, rep := range r.replicas {
 		c := rep.in.Controller
-		rep.info.Aggregates = r.acc.Part(rep.rows, c.Recorder.Timeline, c.Swaps())
+		rep.info.Aggregates = r.acc.Part(rep.rows, c.Recorder.Peak(), c.Swaps())
 		run.Aggregates.SwapActions += c.Swaps()
 		run.Aggregates.PeakKVAttached += rep.info.Aggregates.PeakKVAttached
 		hours := (rep.info.Stopped - rep.info.Asked) / 3600

@@ -33,7 +33,10 @@ type Instance struct {
 
 // Start builds the executor (sized by the deployment's pool, its layers in the policy's starting formats), the
 // engine over it, and the controller, added to the engine's hooks.
-func (l *Loaded) Start() (*Instance, error) {
+func (l *Loaded) Start() (*Instance, error) { return l.start(0) }
+
+// start is Start with an engine event log of logSize events (0: the engine's default).
+func (l *Loaded) start(logSize int) (*Instance, error) {
 	if l.started {
 		return nil, fmt.Errorf("deploy: %s already started: load the deployment again for another instance", l.Name)
 	}
@@ -66,7 +69,7 @@ func (l *Loaded) Start() (*Instance, error) {
 	}
 	s := d.Scheduler
 	eng, err := engine.New(x, engine.Options{Scheduler: s.Kind, MaxBatchedTokens: s.MaxBatchedTokens, MaxSeqs: s.MaxNumSeqs,
-		BatchSize: s.BatchSize, MaxDelay: s.MaxDelay, Clock: clock})
+		BatchSize: s.BatchSize, MaxDelay: s.MaxDelay, Clock: clock, LogSize: logSize, QuietTokens: true})
 	if err != nil {
 		return nil, err
 	}

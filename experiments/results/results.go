@@ -212,19 +212,23 @@ func (a *Accumulator) Requests() int { return len(a.rows) }
 // Run returns the results: every request's row and the aggregates over them, with the run's timeline and its
 // swap actions.
 func (a *Accumulator) Run(timeline []morph.Point, swaps int) *Run {
+	var peak morph.Point
+	for _, p := range timeline {
+		peak = morph.Point{KVUsed: max(peak.KVUsed, p.KVUsed), KVTotal: max(peak.KVTotal, p.KVTotal), Quantized: max(peak.Quantized, p.Quantized)}
+	}
 	r := &Run{Schema: Schema, Meta: a.meta, Requests: a.rows, Timeline: timeline}
-	r.Aggregates = a.aggregate(nil, timeline, swaps)
+	r.Aggregates = a.aggregate(nil, peak, swaps)
 	return r
 }
 
 // Part is the aggregates over the requests added at the given indices (in the order added), with that part's
-// timeline and swap actions: a fleet's replica's figures over the fleet's rows.
-func (a *Accumulator) Part(indices []int, timeline []morph.Point, swaps int) Aggregates {
-	return a.aggregate(indices, timeline, swaps)
+// peaks (morph.Recorder.Peak) and swap actions: a fleet's replica's figures over the fleet's rows.
+func (a *Accumulator) Part(indices []int, peak morph.Point, swaps int) Aggregates {
+	return a.aggregate(indices, peak, swaps)
 }
 
 // aggregate computes the aggregates over the rows at indices (nil: all of them).
-func (a *Accumulator) aggregate(indices []int, timeline []morph.Point, swaps int) Aggregates {
+func (a *Accumulator) aggregate(indices []int, peak morph.Point, swaps int) Aggregates {
 	if indices == nil {
 		indices = make([]int, len(a.rows))
 		for i := range indices {
@@ -255,11 +259,7 @@ func (a *Accumulator) aggregate(indices []int, timeline []morph.Point, swaps int
 		g.SLOViolationRate = float64(g.SLOViolations) / float64(len(indices))
 	}
 	g.Metrics = loadtest.Compute(lt, a.meta.SLO)
-	for _, p := range timeline {
-		g.PeakKVBlocks = max(g.PeakKVBlocks, p.KVUsed)
-		g.PeakKVAttached = max(g.PeakKVAttached, p.KVTotal)
-		g.MaxQuantized = max(g.MaxQuantized, p.Quantized)
-	}
+	g.PeakKVBlocks, g.PeakKVAttached, g.MaxQuantized = peak.KVUsed, peak.KVTotal, peak.Quantized
 	g.SwapActions = swaps
 	total, weighted := 0, 0
 	for k, n := range g.TokensByLayers {
