@@ -127,11 +127,11 @@ type Recorder struct {
 	Timeline []Point
 	// Every, when set, keeps at most one timeline point per Every of time (a fleet of many replicas keeps its
 	// replicas' timelines short); the peaks are over every iteration all the same.
-	Every time.Duration
-	peak  Point
-	mix      [][]int // by request id (an engine numbers its requests from 0)
-	base     []quant.Format
-	formats  []quant.Format
+	Every   time.Duration
+	peak    Point
+	mix     [][]int // by request id (an engine numbers its requests from 0)
+	base    []quant.Format
+	formats []quant.Format
 }
 
 // NewRecorder returns a recorder for layers stored in base.
