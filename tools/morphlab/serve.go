@@ -36,8 +36,15 @@ the process);
 a request arriving while N wait for their first batch is answered 429 with Retry-After. SIGINT or SIGTERM stops
 admitting, lets running requests finish within --grace, and exits 0. The Go collector's soft memory limit is set
 to the budget less the binary's mapped pages (unless GOMEMLIMIT is set), so that under load the heap stays near
-the budget instead of growing to twice what is live before each collection. The package doc of engine/server
-lists the parameters and error answers.`
+the budget instead of growing to twice what is live before each collection.
+
+With --api-key (or $MORPHLAB_API_KEY) every request but GET /health and GET /metrics must send
+"Authorization: Bearer KEY" (401 otherwise). POST bodies must be application/json (415 otherwise), at most 4 MiB
+(413). No web page of another origin may call the server unless --allowed-origins lists its origin. A request
+counts against --max-queue from before its body is read, and a prompt too long for the context is refused from
+its length before it is tokenized. A client has 10 s for its headers and 30 s for its body; an idle kept-alive
+connection is closed after 60 s; --max-connections bounds the open connections. The package doc of
+engine/server lists the parameters and error answers.`
 
 func runServe(e *env, args []string) error {
 	fs := e.flags("--model FILE [flags]", serveHelp)
@@ -56,7 +63,13 @@ func runServe(e *env, args []string) error {
 	grace := fs.Duration("grace", 30*time.Second, "on SIGINT/SIGTERM, how long running requests may take to finish")
 	morphPolicy := fs.String("policy", "fp16", "morphing `policy`: fp16, static:int8|int4, selective:N[:int8|int4], morph:MODE[:k=v...] (as morphlab run)")
 	profile := fs.String("profile", "", "layer swap order from a 'morphlab profile' `file`")
+	var access accessFlags
+	access.register(fs)
 	if err := e.parse(fs, args); err != nil {
+		return err
+	}
+	var cfg server.Config
+	if err := access.apply(&cfg); err != nil {
 		return err
 	}
 	spec, err := morph.Parse(*morphPolicy)
@@ -114,7 +127,8 @@ func runServe(e *env, args []string) error {
 	if *name == "" {
 		*name = strings.TrimSuffix(filepath.Base(mf.path), filepath.Ext(mf.path))
 	}
-	srv, err := server.New(server.Config{Model: *name, Vocab: vocab, Engine: eng, MaxQueue: *maxQueue, Grace: *grace})
+	cfg.Model, cfg.Vocab, cfg.Engine, cfg.MaxQueue, cfg.Grace = *name, vocab, eng, *maxQueue, *grace
+	srv, err := server.New(cfg)
 	if err != nil {
 		return err
 	}

@@ -83,6 +83,70 @@ func TestServeSIGTERM(t *testing.T) {
 	}
 }
 
+// TestServeAccess serves a synthetic model in a child process with its API key from $MORPHLAB_API_KEY, or from
+// --api-key, which wins, and an allowed origin: requests need the key, /health does not, and the origin's
+// preflight is answered.
+func TestServeAccess(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "m.gguf")
+	if code, _, stderr := runCLI("synth", "--shape", "stories260K", "--out", path); code != 0 {
+		t.Fatalf("synth: %s", stderr)
+	}
+	for _, c := range []struct {
+		flags      []string
+		key, wrong string
+	}{
+		{nil, "from-env", "from-flag"},
+		{[]string{"--api-key", "from-flag"}, "from-flag", "from-env"},
+	} {
+		args := append([]string{"serve", "--model", path, "--addr", "127.0.0.1:0", "--allowed-origins", "http://localhost:3000", "--max-connections", "8"}, c.flags...)
+		cmd := exec.Command(os.Args[0], args...)
+		cmd.Env = append(os.Environ(), "MORPHLAB_TEST_CLI=1", "MORPHLAB_API_KEY=from-env")
+		stderr, err := cmd.StderrPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		first, err := bufio.NewReader(stderr).ReadString('\n')
+		addr := regexp.MustCompile(`^serving m on (http://127\.0\.0\.1:\d+)`).FindStringSubmatch(first)
+		if err != nil || addr == nil {
+			cmd.Process.Kill()
+			t.Fatalf("serve's first line: %q, %v", first, err)
+		}
+		get := func(method, path string, headers ...string) *http.Response {
+			req, _ := http.NewRequest(method, addr[1]+path, nil)
+			for i := 0; i+1 < len(headers); i += 2 {
+				req.Header.Set(headers[i], headers[i+1])
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			return resp
+		}
+		for _, r := range []struct {
+			method, path, auth string
+			status             int
+		}{
+			{"GET", "/v1/models", "", 401}, {"GET", "/v1/models", "Bearer " + c.wrong, 401}, {"GET", "/v1/models", "Bearer " + c.key, 200}, {"GET", "/health", "", 200},
+		} {
+			if resp := get(r.method, r.path, "Authorization", r.auth); resp.StatusCode != r.status {
+				t.Errorf("serve %v: %s %s with %q: %d, want %d", c.flags, r.method, r.path, r.auth, resp.StatusCode, r.status)
+			}
+		}
+		resp := get("OPTIONS", "/v1/completions", "Origin", "http://localhost:3000", "Access-Control-Request-Method", "POST")
+		if resp.StatusCode != 204 || resp.Header.Get("Access-Control-Allow-Origin") != "http://localhost:3000" {
+			t.Errorf("serve %v: preflight from the allowed origin: %d, Access-Control-Allow-Origin %q", c.flags, resp.StatusCode, resp.Header.Get("Access-Control-Allow-Origin"))
+		}
+		cmd.Process.Signal(syscall.SIGTERM)
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("serve %v after SIGTERM: %v, want exit 0", c.flags, err)
+		}
+	}
+}
+
 func TestServeUsage(t *testing.T) {
 	for _, c := range []struct {
 		args []string
@@ -92,6 +156,11 @@ func TestServeUsage(t *testing.T) {
 		{[]string{"serve", "--model", "x", "--scheduler", "fifo"}, "morphlab serve: --scheduler=fifo, want continuous, dynamic or static\n"},
 		{[]string{"serve", "--model", "x", "--memory", "lots"}, "morphlab serve: --memory: \"lots\", want a positive size such as 512MiB, 2GiB or 1000000\n"},
 		{[]string{"serve", "--model", "x", "--max-queue", "-1"}, "morphlab serve: --max-queue -1, --grace 30s, --max-delay 50ms: want none negative\n"},
+		{[]string{"serve", "--model", "x", "--max-connections", "0"}, "morphlab serve: --max-connections=0, want at least 1\n"},
+		{[]string{"serve", "--model", "x", "--allowed-origins", "https://a.example, app.example.com"},
+			"morphlab serve: --allowed-origins: \"app.example.com\", want origins such as https://app.example.com or http://localhost:3000 (or *)\n"},
+		{[]string{"serve", "--model", "x", "--allowed-origins", "https://a.example/path"},
+			"morphlab serve: --allowed-origins: \"https://a.example/path\", want origins such as https://app.example.com or http://localhost:3000 (or *)\n"},
 	} {
 		code, stdout, stderr := runCLI(c.args...)
 		if code != 2 || stderr != c.want || stdout != "" {
