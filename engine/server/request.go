@@ -474,6 +474,13 @@ func readText(dec *jsontext.Decoder, dst *string, field string, before int, lim 
 	if err != nil {
 		return malformed(err)
 	}
+	// Without an escape the text is the bytes between the quotes (the decoder has checked that they are UTF-8):
+	// a long one is refused before it is decoded.
+	if bytes.IndexByte(v, '\\') < 0 {
+		if e := lim.textTooLong(field, before+len(v)-2); e != nil {
+			return e
+		}
+	}
 	if err := json.Unmarshal(v, dst); err != nil {
 		return malformed(err)
 	}
@@ -549,7 +556,12 @@ func readMessages(dec *jsontext.Decoder, r *apiRequest, lim limits) *apiError {
 				return badRequest(at+".role", "%s.role=%q, want system, developer, user or assistant", at, t.role)
 			case "content":
 				hasContent = true
-				if e := readContent(dec, &t.content, at+".content"); e != nil {
+				if dec.PeekKind() == '"' {
+					e := readText(dec, &t.content, "messages", text, lim)
+					text += len(t.content)
+					return e
+				}
+				if e := readParts(dec, &t.content, at+".content"); e != nil {
 					return e
 				}
 				text += len(t.content)
@@ -582,15 +594,12 @@ func readMessages(dec *jsontext.Decoder, r *apiRequest, lim limits) *apiError {
 	return nil
 }
 
-// readContent reads a message's content into dst: a string, or an array of {"type": "text", "text": ...} parts,
-// joined.
-func readContent(dec *jsontext.Decoder, dst *string, at string) *apiError {
+// readParts reads a message's content that is not a string into dst: an array of {"type": "text", "text": ...}
+// parts, joined.
+func readParts(dec *jsontext.Decoder, dst *string, at string) *apiError {
 	v, err := dec.ReadValue()
 	if err != nil {
 		return malformed(err)
-	}
-	if json.Unmarshal(v, dst) == nil {
-		return nil
 	}
 	var parts []struct {
 		Type string  `json:"type"`
