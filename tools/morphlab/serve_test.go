@@ -2,6 +2,8 @@ package main
 
 import (
 	"bufio"
+	"bytes"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -9,7 +11,9 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime/debug"
+	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -217,4 +221,92 @@ func TestParseBytes(t *testing.T) {
 			t.Errorf("parseBytes(%q): no error", s)
 		}
 	}
+}
+
+// BenchmarkServeLongPrompts serves stories260K (synthesized) in a child process with --memory 64MiB and, each
+// iteration, posts eight prompts of 4 MB at once ({"prompt": "a " x 2,097,052, "max_tokens": 1}), far beyond the
+// 512-token context. Each must be a 400 naming the context. It reports the slowest and the median time from
+// sending a request to having its answer, and the server's peak resident set (VmHWM, over the whole run, its
+// start included) with what it is over --memory; the server refuses such prompts from their length, so the peak
+// stays within --memory plus 64 MiB and each answer comes within 100 ms.
+func BenchmarkServeLongPrompts(b *testing.B) {
+	if _, err := os.Stat("/proc/self/status"); err != nil {
+		b.Skip("skipping: no /proc/PID/status to read the peak resident set from")
+	}
+	path := filepath.Join(b.TempDir(), "m.gguf")
+	if code, _, stderr := runCLI("synth", "--shape", "stories260K", "--out", path); code != 0 {
+		b.Fatalf("synth: %s", stderr)
+	}
+	const memory = 64 << 20
+	cmd := exec.Command(os.Args[0], "serve", "--model", path, "--addr", "127.0.0.1:0", "--memory", "64MiB")
+	cmd.Env = append(os.Environ(), "MORPHLAB_TEST_CLI=1")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	lines := bufio.NewReader(stderr)
+	var addr []string
+	for addr == nil {
+		line, err := lines.ReadString('\n')
+		if err != nil {
+			b.Fatalf("serve: %q, %v", line, err)
+		}
+		addr = regexp.MustCompile(`^serving m on (http://127\.0\.0\.1:\d+)`).FindStringSubmatch(line)
+	}
+	go io.Copy(io.Discard, lines)
+	body := []byte(`{"model": "m", "prompt": "` + strings.Repeat("a ", 2_097_052) + `", "max_tokens": 1}`)
+	const clients = 8
+	// Bodies go out in writes of 64 KiB, as curl's do, not the 4 KiB of Go's default transport.
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients, WriteBufferSize: 64 << 10}}
+	var mu sync.Mutex
+	var took []time.Duration
+	send := func() {
+		start := time.Now()
+		resp, err := client.Post(addr[1]+"/v1/completions", "application/json", bytes.NewReader(body))
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		answer, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		d := time.Since(start)
+		if err != nil || resp.StatusCode != 400 || !bytes.Contains(answer, []byte("the model's context is 512 tokens")) {
+			b.Errorf("a 4 MB prompt: %d %.200s (%v), want a 400 naming the context", resp.StatusCode, answer, err)
+		}
+		mu.Lock()
+		took = append(took, d)
+		mu.Unlock()
+	}
+	b.SetBytes(clients * int64(len(body)))
+	b.ResetTimer()
+	for range b.N {
+		var wg sync.WaitGroup
+		for range clients {
+			wg.Go(send)
+		}
+		wg.Wait()
+	}
+	b.StopTimer()
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var peakKiB int64
+	for line := range strings.Lines(string(status)) {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			fmt.Sscan(v, &peakKiB)
+		}
+	}
+	slices.Sort(took)
+	ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
+	b.ReportMetric(float64(peakKiB)/1024, "peak-rss-MiB")
+	b.ReportMetric(float64(peakKiB<<10-memory)/(1<<20), "over-memory-MiB")
+	b.ReportMetric(ms(took[len(took)/2]), "p50-ms-to-400")
+	b.ReportMetric(ms(took[len(took)-1]), "max-ms-to-400")
+	cmd.Process.Signal(syscall.SIGTERM)
+	cmd.Wait()
 }
