@@ -71,8 +71,9 @@ func TestLongPromptBoundedWork(t *testing.T) {
 		if code != 400 || e.Param == nil || *e.Param != c.param || e.Message != want {
 			t.Errorf("%s with a 4 MB prompt: %d %s; want 400 on %s: %q", c.path, code, b, c.param, want)
 		}
-		if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 6<<20 {
-			t.Errorf("%s with a 4 MB prompt: %.1f MiB allocated, want at most 6 (the body, its text neither decoded nor tokenized)", c.path, float64(alloc)/(1<<20))
+		// About the body (4 MiB; twice that under the race detector), where decoding and tokenizing it took 800.
+		if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 12<<20 {
+			t.Errorf("%s with a 4 MB prompt: %.1f MiB allocated, want at most 12", c.path, float64(alloc)/(1<<20))
 		}
 	}
 }
