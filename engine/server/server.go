@@ -17,27 +17,55 @@
 //     prompt_tokens_total, generation_tokens_total, request_success_total{finished_reason}, and
 //     num_quantized_layers and kv_cache_blocks for the morphing controller's work.
 //
+// # Access
+//
+// With Config.APIKey every request but GET /health and GET /metrics must carry "Authorization: Bearer KEY" (the
+// scheme in any case), compared in constant time; anything else is a 401 with WWW-Authenticate: Bearer and the
+// code invalid_api_key. /health and /metrics stay open by choice, as in vLLM: load balancers and Prometheus poll
+// them, and they tell nothing of what clients sent. A POST body must be Content-Type application/json (415
+// otherwise), so that a web page cannot drive the server with a text/plain form post, which browsers send across
+// origins without asking first. CORS is off: no answer carries Access-Control-Allow-Origin, so no page of another
+// origin can read one, unless Config.AllowedOrigins lists origins, whose preflights (OPTIONS) are then answered
+// and whose requests carry the header.
+//
+// # Limits
+//
+// A request takes its place in the Config.MaxQueue count before its body is read and keeps it until its first
+// batch, so that requests being read and parsed are bounded too. A body is at most 4 MiB (413 beyond, from its
+// Content-Length or while it is read). The body is parsed as a stream, and a prompt that cannot fit in the
+// context is refused as soon as that is certain: a text from its length in bytes before it is decoded or
+// tokenized (no token spells more bytes than the vocabulary's longest piece, tokenizer.Vocab.MinTokens), token
+// ids at the context's count, chat content as its total grows. A client has Config.HeaderTimeout (10 s) for its
+// headers and Config.BodyTimeout (30 s) for its body, 408 after; a kept-alive connection idle for
+// Config.IdleTimeout (60 s) is closed, and at most Config.MaxConnections (1024) are open, the rest waiting to be
+// accepted.
+//
 // # Parameters
 //
 // prompt (a string, or an array of token ids, which are used as they are; a text prompt is encoded with BOS),
 // messages (chat), max_tokens (max_completion_tokens in chat; default: the context the prompt leaves), temperature
-// (default 1; 0 is greedy), top_p, top_k (-1 or 0: all), seed (default: random when sampling), stop (up to 4
-// strings), n (1 only), stream, stream_options.include_usage, user (ignored), and vLLM's ignore_eos (EOS and BOS
-// do not end the request, which then runs to max_tokens or a stop string, as load tests ask). Parameters the server does not
-// implement are a 400 naming them, except at their no-op values (presence_penalty 0, logprobs null, ...), which
-// clients send by default. Generation ends at EOS or BOS (the llama2.c models end a story with BOS), at max_tokens
-// or at the context (finish_reason "length"), or at a stop string (finish_reason "stop", the stop string not part
-// of the text). A stop string that is exactly one token's text is also handed to the engine as a stop token, so
-// the request ends in the step that produced it; every stop string is also looked for in the decoded text,
-// where it may span tokens or sit inside one, and the request is then cancelled in the engine. Usage counts the
-// prompt's tokens and the tokens generated up to the one that ended the request, a stop token included.
+// (default 1; 0 is greedy), top_p, top_k (-1 or 0: all), seed (default: random when sampling; a draw depends only
+// on the seed and the token's position, so a seeded request's text does not change with batching or preemption),
+// stop (up to 4 strings), n (1 only), stream, stream_options.include_usage, user (ignored), and vLLM's ignore_eos
+// (EOS and BOS do not end the request, which then runs to max_tokens or a stop string, as load tests ask). Counts
+// and token ids are whole numbers, written as integers or not (2, 2.0, 2e0), as vLLM reads them. Parameters the
+// server does not implement are a 400 naming them, except at their no-op values (presence_penalty 0, logprobs
+// null, ...), which clients send by default. Generation ends at EOS or BOS (the llama2.c models end a story with
+// BOS), at max_tokens or at the context (finish_reason "length"), or at a stop string (finish_reason "stop", the
+// stop string not part of the text). Stop strings are found in the decoded text, where they may span tokens or
+// sit inside one, by a decoder that runs in the engine's loop (engine.Request.StopWhen): the request ends in the
+// step that completes one, its KV blocks freed then. Usage counts the prompt's tokens and the tokens generated up
+// to the one that ended the request, a stop token included; generation_tokens_total counts the same.
 //
 // # Errors
 //
-// Errors are OpenAI's JSON shape, {"error": {"message", "type", "param", "code"}}: 400 for a malformed body, an
-// unknown model, a prompt that leaves no room in the context, a max_tokens below 1 or beyond the context (as
-// vLLM does), or a request the KV pool can never hold; 429 with Retry-After when Config.MaxQueue requests are
-// already waiting for their first batch; 503 while shutting down or after the engine failed; 500 when a step
+// Errors are OpenAI's JSON shape, {"error": {"message", "type", "param", "code"}}, with a one-line message naming
+// the field or limit at fault: 400 for a malformed body (not JSON, not UTF-8, a duplicate member), a parameter out
+// of range, a prompt that leaves no room in the context, a max_tokens below 1 or beyond the context (as vLLM
+// does), or a request the KV pool can never hold; 401 without the API key; 404 model_not_found for another model
+// and 404 for another path; 405 with Allow for another method; 408 for a body not received in time; 413 for a body
+// over 4 MiB; 415 for a body that is not application/json; 429 with Retry-After when Config.MaxQueue requests
+// are already admitted and not yet in a batch; 503 while shutting down or after the engine failed; 500 when a step
 // fails under a request. A client that disconnects cancels its request (the engine frees its KV blocks at the
 // next iteration).
 //
