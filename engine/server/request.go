@@ -113,7 +113,8 @@ func (l limits) textTooLong(field string, n int) *apiError {
 }
 
 // parseRequest parses a /v1/completions (chat false) or /v1/chat/completions body. It streams through the body,
-// so that the prompt is checked against lim while it is read (its text decoded once, never tokenized here).
+// so that the prompt is checked against lim while it is read: its text is decoded at most once, not at all when
+// its length refuses it, and never tokenized here.
 // Every error is a 400 naming the field at fault; fields the server does not know or does not implement are
 // refused by name, except the no-op values in noops.
 func parseRequest(body []byte, chat bool, lim limits) (*apiRequest, *apiError) {
