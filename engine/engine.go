@@ -5,7 +5,7 @@
 //
 // # Lifecycle
 //
-// Every request ends exactly once, with a finish reason: stop (it produced a stop token), length (MaxTokens or the
+// Every request ends exactly once, with a finish reason: stop (a stop token, or Request.StopWhen), length (MaxTokens or the
 // context), cancelled (Cancel, or the context given to SubmitContext ended), rejected (invalid, or it can never
 // fit in the KV pool) or error (an executor step failed). Cancel removes a request wherever it is — queued,
 // prefilling or decoding — at the next iteration boundary and frees its blocks. When a step fails, every request
@@ -60,6 +60,10 @@ type Request struct {
 	MaxTokens int           // output tokens at most
 	Stop      []int32       // tokens that end the output (the stop token is the last output token)
 	Sampling  sample.Params // Temperature 0 is greedy
+	// StopWhen, when set, is called on the loop's goroutine with each output token as it is produced, in order
+	// and once each (a preemption does not repeat a token); true ends the request at that token, in the iteration
+	// that produced it, with FinishStop. A server finds stop strings in the decoded text with it.
+	StopWhen func(tok int32) bool
 }
 
 // FinishReason says how a request ended.
@@ -68,7 +72,7 @@ type FinishReason int
 // The finish reasons; FinishNone is a request that has not ended.
 const (
 	FinishNone      FinishReason = iota
-	FinishStop                   // it produced one of its stop tokens
+	FinishStop                   // it produced one of its stop tokens, or its StopWhen said stop
 	FinishLength                 // it reached MaxTokens or the context length
 	FinishCancelled              // Cancel, the submit context, or Shutdown's deadline
 	FinishRejected               // invalid, or it can never fit in the KV pool
@@ -389,7 +393,7 @@ func (e *Engine) submit(r Request, arrival time.Duration, discard bool) *Stream 
 	st := &Stream{ID: id, eng: e, done: make(chan struct{}), room: r.MaxTokens + 4, discard: discard}
 	q := &request{stream: st, timeline: Timeline{Arrival: arrival},
 		seq: &sched.Seq{ID: id, Prompt: slices.Clone(r.Prompt), MaxTokens: r.MaxTokens,
-			MaxLen: e.geo.Context, Stop: slices.Clone(r.Stop), Arrival: arrival}}
+			MaxLen: e.geo.Context, Stop: slices.Clone(r.Stop), StopWhen: r.StopWhen, Arrival: arrival}}
 	if r.Sampling.Temperature > 0 {
 		q.sampler = sample.New(r.Sampling)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/morphlab/morphlab/engine/executor"
 	"github.com/morphlab/morphlab/engine/model"
 	"github.com/morphlab/morphlab/engine/model/modeltest"
+	"github.com/morphlab/morphlab/engine/sample"
 	"github.com/morphlab/morphlab/quant"
 )
 
@@ -156,6 +157,18 @@ func TestConcurrentEqualsAloneSynthetic(t *testing.T) {
 		n = 6 // the race detector run
 	}
 	checkConcurrentEqualsAlone(t, m, randomRequests(3, n, m.Config.VocabSize), bytesOf)
+}
+
+// TestSeededSamplingUnderPreemption: requests sampled at temperature 0.9, each with its own seed, produce the
+// same tokens alone, together, and together in a pool small enough to preempt and recompute them: a draw depends
+// only on the seed and the position.
+func TestSeededSamplingUnderPreemption(t *testing.T) {
+	m := synthModel(t)
+	reqs := randomRequests(5, 8, m.Config.VocabSize)
+	for i := range reqs {
+		reqs[i].Sampling = sample.Params{Temperature: 0.9, TopP: 0.95, Seed: uint64(1000 + i)}
+	}
+	checkConcurrentEqualsAlone(t, m, reqs, bytesOf)
 }
 
 // TestConcurrentEqualsAloneStories: the same on stories260K with story prompts, compared as decoded text.

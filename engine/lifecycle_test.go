@@ -507,6 +507,69 @@ func TestFinishReasons(t *testing.T) {
 	}
 }
 
+// TestStopWhen: a request whose StopWhen says stop at its fourth token ends with stop and those four tokens in the
+// iteration that produced the fourth, its blocks freed then; StopWhen sees each token once and in order, also
+// when a small pool preempts and recomputes the requests, under each scheduler.
+func TestStopWhen(t *testing.T) {
+	for _, scheduler := range []string{"continuous", "static"} {
+		for _, blocks := range []int{100, 6} {
+			x := newFake(blocks)
+			e, err := New(x, Options{Scheduler: scheduler, Clock: &executor.VirtualClock{}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			probe := serve(t, e, []Request{{Prompt: prompt(20), MaxTokens: 30}})[0]
+			var seen []int32
+			stopAt := probe.Output[3]
+			r := Request{Prompt: prompt(20), MaxTokens: 30, StopWhen: func(tok int32) bool {
+				seen = append(seen, tok)
+				return len(seen) == 4
+			}}
+			var ended StepInfo
+			e.OnStep(func(info StepInfo) {
+				if len(info.Ended) > 0 && info.Ended[0].Finish == FinishStop {
+					ended = info
+				}
+			})
+			others := []*Stream{e.Submit(Request{Prompt: prompt(30), MaxTokens: 40}), e.Submit(Request{Prompt: prompt(25), MaxTokens: 40})}
+			st := e.Submit(r)
+			stepUntil(t, e, 500, func() bool { return e.Pending() == 0 })
+			res := st.Wait()
+			name := fmt.Sprintf("%s, %d blocks", scheduler, blocks)
+			if res.Finish != FinishStop || !slices.Equal(res.Output, probe.Output[:4]) || res.Output[3] != stopAt || res.Err != nil {
+				t.Errorf("%s: %v, output %v (%v); want stop after %v", name, res.Finish, res.Output, res.Err, probe.Output[:4])
+			}
+			if !slices.Equal(seen, res.Output) {
+				t.Errorf("%s: StopWhen saw %v, want each output token once: %v", name, seen, res.Output)
+			}
+			var lastToken, finished Event
+			for _, ev := range e.Log() {
+				if ev.Req == st.ID && ev.Kind == Token {
+					lastToken = ev
+				}
+				if ev.Req == st.ID && ev.Kind.ends() {
+					finished = ev
+				}
+			}
+			if finished.Kind != Finished || finished.Detail != "stop" || finished.Iter != lastToken.Iter || ended.Iter != lastToken.Iter {
+				t.Errorf("%s: ended with %v %q at iteration %d (hook: %d), last token at %d; want finished stop in that iteration",
+					name, finished.Kind, finished.Detail, finished.Iter, ended.Iter, lastToken.Iter)
+			}
+			for _, o := range others {
+				if r := o.Wait(); r.Finish != FinishLength || len(r.Output) != 40 {
+					t.Errorf("%s: another request: %v with %d tokens, want length with 40", name, r.Finish, len(r.Output))
+				}
+			}
+			if blocks == 6 && scheduler == "continuous" && preemptions(e) == 0 {
+				t.Errorf("%s: no preemption; the small pool is meant to force some", name)
+			}
+			if used := e.kv.UsedBlocks(); used != 0 {
+				t.Errorf("%s: %d blocks in use at the end", name, used)
+			}
+		}
+	}
+}
+
 // TestShutdown: Shutdown stops admitting, lets accepted requests finish, and at its deadline cancels the rest.
 func TestShutdown(t *testing.T) {
 	e, err := New(newFake(200), Options{})

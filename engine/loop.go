@@ -112,7 +112,7 @@ func (e *Engine) Step() (bool, error) {
 	}
 	for _, s := range done {
 		reason := FinishLength
-		if n := len(s.Output); n > 0 && containsToken(s.Stop, s.Output[n-1]) {
+		if n := len(s.Output); s.Stopped || n > 0 && containsToken(s.Stop, s.Output[n-1]) {
 			reason = FinishStop
 		}
 		e.drop(e.reqs[s.ID], Event{Kind: Finished, Req: s.ID, Time: now, Iter: e.iter, Detail: reason.String()}, reason, nil)

@@ -251,7 +251,7 @@ func (e *CPU) Step(b *Batch) (Result, error) {
 		case !s.Sample:
 			next[i] = -1
 		case s.Sampler != nil:
-			next[i] = int32(s.Sampler.Sample(row))
+			next[i] = int32(s.Sampler.Sample(row, s.SeqLen))
 		default:
 			next[i] = int32(sample.Argmax(row))
 		}

@@ -26,7 +26,7 @@ type SeqWork struct {
 	// Sample asks for the sequence's next token (its last prompt chunk or a decode step); a prompt chunk that does
 	// not end the prompt only fills the cache.
 	Sample bool
-	// Sampler draws the next token; nil means greedy (argmax).
+	// Sampler draws the next token, at position SeqLen; nil means greedy (argmax).
 	Sampler *sample.Sampler
 }
 

@@ -1,8 +1,11 @@
 // Package sample picks the next token from logits: greedy (temperature 0), temperature, top-k and top-p
-// (nucleus) sampling, seeded so that a run can be repeated.
+// (nucleus) sampling, seeded so that a run can be repeated. A draw depends only on the seed, the position of the
+// token drawn and the logits: a sequence recomputed after preemption, or run in another batch, draws the same
+// tokens.
 package sample
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -30,10 +33,14 @@ func (p Params) Validate() error {
 	return nil
 }
 
-// Sampler draws tokens with fixed parameters and its own random stream.
+// Sampler draws tokens with fixed parameters. The random number of each draw comes from a ChaCha8 stream keyed by
+// the seed and the token's position, not from a stream that advances with every draw, so that how many draws came
+// before (a recompute, a retried step) changes nothing.
 type Sampler struct {
 	p     Params
-	rng   *rand.Rand
+	src   *rand.ChaCha8
+	rng   *rand.Rand // reads src
+	key   [32]byte
 	cands []cand
 }
 
@@ -44,7 +51,10 @@ type cand struct {
 
 // New returns a sampler for p (which must be valid).
 func New(p Params) *Sampler {
-	return &Sampler{p: p, rng: rand.New(rand.NewPCG(p.Seed, p.Seed^0x9e3779b97f4a7c15))}
+	s := &Sampler{p: p, src: rand.NewChaCha8([32]byte{})}
+	s.rng = rand.New(s.src)
+	binary.LittleEndian.PutUint64(s.key[:8], p.Seed)
+	return s
 }
 
 // Argmax returns the index of the largest logit (the first on ties), as llama2.c's sample_argmax.
@@ -58,13 +68,16 @@ func Argmax(logits []float32) int {
 	return best
 }
 
-// Sample returns the next token for logits. With temperature 0 it is Argmax; otherwise the logits are divided by
-// the temperature, turned into probabilities, cut to the top K and then to the top-P nucleus, renormalized, and
-// one token is drawn.
-func (s *Sampler) Sample(logits []float32) int {
+// Sample returns the token at position pos of the sequence (counted from 0 over prompt and output) for its logits.
+// With temperature 0 it is Argmax; otherwise the logits are divided by the temperature, turned into
+// probabilities, cut to the top K and then to the top-P nucleus, renormalized, and one token is drawn with the
+// random stream of (seed, pos).
+func (s *Sampler) Sample(logits []float32, pos int) int {
 	if s.p.Temperature == 0 {
 		return Argmax(logits)
 	}
+	binary.LittleEndian.PutUint64(s.key[8:16], uint64(pos))
+	s.src.Seed(s.key)
 	s.cands = s.cands[:0]
 	mx := math.Inf(-1)
 	for _, v := range logits {

@@ -13,12 +13,13 @@ func TestArgmaxFirstOnTies(t *testing.T) {
 
 func TestGreedyIsArgmax(t *testing.T) {
 	s := New(Params{})
-	if got := s.Sample([]float32{0.1, 0.5, 2, 1}); got != 2 {
+	if got := s.Sample([]float32{0.1, 0.5, 2, 1}, 0); got != 2 {
 		t.Fatalf("greedy Sample = %d, want 2", got)
 	}
 }
 
-// TestFrequencies draws many tokens and compares their frequencies with the probabilities the parameters imply.
+// TestFrequencies draws a token at each of many positions and compares their frequencies with the probabilities
+// the parameters imply: the streams of successive positions are independent draws.
 func TestFrequencies(t *testing.T) {
 	logits := []float32{0, float32(math.Log(2)), float32(math.Log(4)), float32(math.Log(1))} // p ∝ 1, 2, 4, 1
 	cases := []struct {
@@ -37,8 +38,8 @@ func TestFrequencies(t *testing.T) {
 	for _, c := range cases {
 		s := New(c.p)
 		counts := make([]int, len(logits))
-		for range n {
-			counts[s.Sample(logits)]++
+		for pos := range n {
+			counts[s.Sample(logits, pos)]++
 		}
 		for i, w := range c.want {
 			got := float64(counts[i]) / n
@@ -54,9 +55,39 @@ func TestSeedRepeats(t *testing.T) {
 	logits := []float32{0.3, 0.1, 0.9, 0.5, 0.2}
 	a, b := New(Params{Temperature: 0.8, TopP: 0.9, Seed: 42}), New(Params{Temperature: 0.8, TopP: 0.9, Seed: 42})
 	for i := range 100 {
-		if x, y := a.Sample(logits), b.Sample(logits); x != y {
+		if x, y := a.Sample(logits, i), b.Sample(logits, i); x != y {
 			t.Fatalf("draw %d: %d vs %d with the same seed", i, x, y)
 		}
+	}
+}
+
+// TestDrawDependsOnPosition: the token drawn at a position is the same whatever was drawn before it with the
+// sampler (as when a preempted sequence is recomputed and draws again where it left off, or a step is redone),
+// and another seed draws another sequence of tokens.
+func TestDrawDependsOnPosition(t *testing.T) {
+	logits := make([]float32, 50) // uniform over 50 tokens: every draw is a fresh random choice
+	p := Params{Temperature: 1, Seed: 7}
+	once := New(p)
+	want := make([]int, 40)
+	for pos := range want {
+		want[pos] = once.Sample(logits, pos)
+	}
+	again := New(p)
+	for pos := 39; pos >= 0; pos-- { // backwards, each position drawn twice
+		again.Sample(logits, pos)
+		if got := again.Sample(logits, pos); got != want[pos] {
+			t.Fatalf("position %d drawn again after other draws: %d, want %d as drawn in order", pos, got, want[pos])
+		}
+	}
+	other := New(Params{Temperature: 1, Seed: 8})
+	same := 0
+	for pos := range want {
+		if other.Sample(logits, pos) == want[pos] {
+			same++
+		}
+	}
+	if same > 8 { // 40 draws that agree by chance with probability 1/50 each: about one
+		t.Errorf("seed 8 draws %d of 40 tokens as seed 7 does, want about 1", same)
 	}
 }
 

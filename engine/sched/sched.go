@@ -29,6 +29,10 @@ type Seq struct {
 	Pad bool
 	// Cancelled marks a sequence removed before it finished (Scheduler.Remove); it counts as finished.
 	Cancelled bool
+	// StopWhen, when set, is called once with each token appended to Output; true ends the sequence at that token
+	// (Stopped), for a stop the tokens alone do not show, such as a stop string in the decoded text.
+	StopWhen func(tok int32) bool
+	Stopped  bool
 }
 
 // Len is the number of tokens (prompt and output).
@@ -47,9 +51,10 @@ func (s *Seq) Tokens(from, to int) []int32 {
 	return append(append(make([]int32, 0, to-from), s.Prompt[from:]...), s.Output[:to-p]...)
 }
 
-// Finished reports whether the sequence has all its output: MaxTokens tokens, a stop token, or a full context.
+// Finished reports whether the sequence has all its output: MaxTokens tokens, a stop token, StopWhen, or a full
+// context.
 func (s *Seq) Finished() bool {
-	if s.Cancelled {
+	if s.Cancelled || s.Stopped {
 		return true
 	}
 	if len(s.Output) >= s.MaxTokens || s.Len() >= s.MaxLen {
@@ -129,6 +134,7 @@ func apply(m *kv.Manager, p Plan, next []int32) []*Seq {
 		s.Computed = w.Start + w.N
 		if w.Sample && next[i] >= 0 && !s.Finished() {
 			s.Output = append(s.Output, next[i])
+			s.Stopped = s.StopWhen != nil && s.StopWhen(next[i])
 			if s.Finished() {
 				m.Free(s.ID)
 				done = append(done, s)

@@ -17,19 +17,11 @@ import (
 )
 
 // generate submits a prepared request, cancelled with ctx (the client's connection), and writes its tokens to
-// out as they come. It holds a place in the bounded queue until the request's first batch.
-func (s *Server) generate(ctx context.Context, j *job, out output) {
+// out as they come. It calls leave, the end of the request's place in the bounded queue, at its first batch.
+func (s *Server) generate(ctx context.Context, j *job, out output, leave func()) {
 	st := s.eng.SubmitContext(ctx, j.req)
-	waiting := true
-	leave := func() {
-		if waiting {
-			waiting = false
-			s.queued.Add(-1)
-		}
-	}
-	defer leave()
 	d := decoder{vocab: s.cfg.Vocab, prev: int(j.req.Prompt[len(j.req.Prompt)-1]), stops: j.Stop}
-	started, stopped, tokens := false, false, 0
+	started := false
 	for ev := range st.Events() {
 		switch ev.Kind {
 		case engine.Queued:
@@ -38,42 +30,32 @@ func (s *Server) generate(ctx context.Context, j *job, out output) {
 		case engine.Scheduled:
 			leave()
 		case engine.Token:
-			if stopped {
-				continue // produced before the cancel took effect
-			}
-			tokens++
 			if slices.Contains(j.req.Stop, ev.Token) {
 				continue // a stop token has no text; the engine ends the request with it
 			}
-			delta, hit := d.add(ev.Token)
-			if hit {
-				stopped = true
-				s.eng.Cancel(st.ID)
-			}
-			if delta != "" && out.text(delta) != nil {
+			// The engine ends the request at the token that completes a stop string (Request.StopWhen runs
+			// the same decoder), so the text ends here too.
+			if delta, _ := d.add(ev.Token); delta != "" && out.text(delta) != nil {
 				s.eng.Cancel(st.ID) // the client is gone
 			}
 		}
 	}
 	res := st.Wait()
 	leave()
-	u := openai.Usage{PromptTokens: len(j.req.Prompt), CompletionTokens: tokens, TotalTokens: len(j.req.Prompt) + tokens}
-	switch {
-	case stopped:
-		s.metrics.request(res, len(j.req.Prompt), "stop")
-		out.finish("stop", u)
-	case res.Finish == engine.FinishStop || res.Finish == engine.FinishLength:
+	u := openai.Usage{PromptTokens: len(j.req.Prompt), CompletionTokens: len(res.Output), TotalTokens: len(j.req.Prompt) + len(res.Output)}
+	switch res.Finish {
+	case engine.FinishStop, engine.FinishLength:
 		s.metrics.request(res, len(j.req.Prompt), res.Finish.String())
 		if rest := d.flush(); rest != "" {
 			out.text(rest)
 		}
 		out.finish(res.Finish.String(), u)
-	case res.Finish == engine.FinishCancelled:
+	case engine.FinishCancelled:
 		s.metrics.request(res, len(j.req.Prompt), "abort")
 		if ctx.Err() == nil { // not the client: the shutdown deadline
 			out.fail(&apiError{Status: http.StatusServiceUnavailable, Type: "server_error", Message: "request cancelled: the server shut down before it finished"}, started)
 		}
-	case res.Finish == engine.FinishRejected:
+	case engine.FinishRejected:
 		e := s.unavailable()
 		if e == nil {
 			e = badRequest(j.MaxName, "%v", res.Err) // the pool can never hold the prompt and max_tokens

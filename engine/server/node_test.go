@@ -20,8 +20,9 @@ import (
 // package-lock.json).
 const nodeClientDir = "testdata/openai-node"
 
-// TestOpenAINodeClient runs the official OpenAI Node client against the server: completions and chat, streamed
-// and not, with usage, the model list and a 400. What it reads must equal what raw HTTP requests get. It skips
+// TestOpenAINodeClient runs the official OpenAI Node client against a server that wants an API key: completions
+// and chat, streamed and not, with usage, the model list, a 400, and the 401 of a wrong key. What it reads must
+// equal what raw HTTP requests get. It skips
 // when node is absent, and installs the client with npm ci when node_modules is missing (skipping when npm cannot
 // reach the registry).
 func TestOpenAINodeClient(t *testing.T) {
@@ -42,10 +43,11 @@ func TestOpenAINodeClient(t *testing.T) {
 			t.Skipf("skipping: npm ci in %s failed (no registry?): %v: %s", nodeClientDir, err, lastLine(out))
 		}
 	}
-	ts := newTestServer(t, nil)
+	const key = "sk-node-client"
+	ts := newTestServer(t, func(_ *testExec, c *testConfig) { c.APIKey = key })
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := osexec.CommandContext(ctx, node, "client.mjs", ts.url+"/v1", testModel)
+	cmd := osexec.CommandContext(ctx, node, "client.mjs", ts.url+"/v1", testModel, key)
 	cmd.Dir = nodeClientDir
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -72,6 +74,11 @@ func TestOpenAINodeClient(t *testing.T) {
 			Type   string `json:"type"`
 			Name   string `json:"name"`
 		} `json:"error"`
+		AuthError *struct {
+			Status int    `json:"status"`
+			Code   string `json:"code"`
+			Name   string `json:"name"`
+		} `json:"auth_error"`
 	}
 	dec := json.NewDecoder(&stdout)
 	dec.DisallowUnknownFields()
@@ -80,8 +87,16 @@ func TestOpenAINodeClient(t *testing.T) {
 	}
 
 	// The same requests over raw HTTP.
-	body := fmt.Sprintf(`{"model": %q, "prompt": "Once upon a time", "max_tokens": 12, "temperature": 0}`, testModel)
-	wantText, wantReason, wantUsage := complete(t, ts.url, body, false)
+	raw := func(path, body string) completion {
+		code, _, b := do(t, "POST", ts.url+path, body, "Content-Type", "application/json", "Authorization", "Bearer "+key)
+		var c completion
+		if err := json.Unmarshal(b, &c); code != 200 || err != nil || len(c.Choices) != 1 || c.Choices[0].FinishReason == nil || c.Usage == nil {
+			t.Fatalf("raw %s: %d %s", path, code, b)
+		}
+		return c
+	}
+	c := raw("/v1/completions", fmt.Sprintf(`{"model": %q, "prompt": "Once upon a time", "max_tokens": 12, "temperature": 0}`, testModel))
+	wantText, wantReason, wantUsage := *c.Choices[0].Text, *c.Choices[0].FinishReason, c.Usage
 	for _, a := range []answer{got.Completion, got.CompletionStream} {
 		if a.Text != wantText || a.FinishReason != wantReason || a.Usage == nil || *a.Usage != *wantUsage {
 			t.Errorf("Node client's completion %+v, want text %q, finish_reason %s, usage %+v", a, wantText, wantReason, *wantUsage)
@@ -90,12 +105,7 @@ func TestOpenAINodeClient(t *testing.T) {
 	if got.Completion.Object != "text_completion" || got.CompletionStream.Chunks < 3 {
 		t.Errorf("completion object %q, %d stream chunks; want text_completion and a chunk a token", got.Completion.Object, got.CompletionStream.Chunks)
 	}
-	code, _, b := post(t, ts.url+"/v1/chat/completions",
-		fmt.Sprintf(`{"model": %q, "messages": [{"role": "user", "content": "Tell me a story."}], "max_completion_tokens": 10, "temperature": 0}`, testModel))
-	var c completion
-	if err := json.Unmarshal(b, &c); code != 200 || err != nil || len(c.Choices) != 1 || c.Choices[0].Message == nil {
-		t.Fatalf("raw chat: %d %s", code, b)
-	}
+	c = raw("/v1/chat/completions", fmt.Sprintf(`{"model": %q, "messages": [{"role": "user", "content": "Tell me a story."}], "max_completion_tokens": 10, "temperature": 0}`, testModel))
 	for _, a := range []answer{got.Chat, got.ChatStream} {
 		if a.Text != c.Choices[0].Message.Content || a.FinishReason != *c.Choices[0].FinishReason || a.Usage == nil || *a.Usage != *c.Usage {
 			t.Errorf("Node client's chat %+v, want text %q, finish_reason %s, usage %+v", a, c.Choices[0].Message.Content, *c.Choices[0].FinishReason, *c.Usage)
@@ -109,6 +119,9 @@ func TestOpenAINodeClient(t *testing.T) {
 	}
 	if e := got.Error; e == nil || e.Status != 400 || e.Param != "max_tokens" || e.Type != "invalid_request_error" || e.Name != "BadRequestError" {
 		t.Errorf("max_tokens 0: the client saw %+v, want a BadRequestError, 400, invalid_request_error on max_tokens", e)
+	}
+	if e := got.AuthError; e == nil || e.Status != 401 || e.Code != "invalid_api_key" || e.Name != "AuthenticationError" {
+		t.Errorf("a wrong API key: the client saw %+v, want an AuthenticationError, 401, invalid_api_key", e)
 	}
 }
 

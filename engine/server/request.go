@@ -2,14 +2,20 @@ package server
 
 import (
 	"bytes"
-	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"maps"
 	"math"
 	"net/http"
 	"reflect"
 	"slices"
-	"sort"
+	"strconv"
 	"strings"
+
+	"github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
+	"github.com/morphlab/morphlab/engine/tokenizer"
 )
 
 // apiRequest is a completion or chat request as parsed from its JSON body, before it meets the model: the prompt
@@ -76,23 +82,81 @@ var fields = map[bool][]string{
 // maxStops is how many stop strings a request may give (OpenAI's limit).
 const maxStops = 4
 
-// parseRequest parses a /v1/completions (chat false) or /v1/chat/completions body. Every error is a 400 naming
-// the field at fault; fields the server does not know or does not implement are refused by name, except the no-op
-// values in noops.
-func parseRequest(body []byte, chat bool) (*apiRequest, *apiError) {
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(body, &obj); err != nil || obj == nil {
-		what := "want a JSON object"
-		if err != nil {
-			what = err.Error()
+// limits are what the served model allows a prompt. parseRequest refuses a prompt beyond them as soon as that is
+// certain: a text from its length before it is tokenized, token ids before the rest of the array is read.
+type limits struct {
+	context int              // the model's context in tokens: a prompt has at most context-1
+	vocab   *tokenizer.Vocab // token ids are below vocab.Len(); a text of n bytes has at least vocab.MinTokens(n)
+}
+
+// contextError is the 400 for a prompt (field) of count tokens, count saying how many ("512 tokens", "at least
+// 513 tokens").
+func (l limits) contextError(field, count string) *apiError {
+	return badRequest(field, "%s has %s, the model's context is %d tokens (a prompt may have at most %d, leaving one for the output)",
+		field, count, l.context, l.context-1)
+}
+
+// textTooLong is the 400 for a prompt text (field) of n bytes whose tokens, BOS included, certainly do not fit in
+// the context; nil when they may.
+func (l limits) textTooLong(field string, n int) *apiError {
+	least := l.vocab.MinTokens(n)
+	if least == 0 {
+		return nil
+	}
+	if l.vocab.BOS >= 0 {
+		least++
+	}
+	if least < l.context {
+		return nil
+	}
+	return l.contextError(field, fmt.Sprintf("at least %d tokens (%d bytes of text)", least, n))
+}
+
+// parseRequest parses a /v1/completions (chat false) or /v1/chat/completions body. It streams through the body,
+// so that the prompt is checked against lim while it is read: its text is decoded at most once, not at all when
+// its length refuses it, and never tokenized here.
+// Every error is a 400 naming the field at fault; fields the server does not know or does not implement are
+// refused by name, except the no-op values in noops.
+func parseRequest(body []byte, chat bool, lim limits) (*apiRequest, *apiError) {
+	r := &apiRequest{Chat: chat, Temperature: 1, TopP: 1, MaxName: "max_tokens"}
+	dec := jsontext.NewDecoder(bytes.NewBuffer(body))
+	if dec.PeekKind() != '{' {
+		if _, err := dec.ReadValue(); err != nil {
+			return nil, malformed(err)
 		}
-		return nil, badRequest("", "malformed JSON body: %s", what)
+		return nil, badRequest("", "malformed JSON body: want a JSON object")
 	}
-	keys := make([]string, 0, len(obj))
-	for k := range obj {
-		keys = append(keys, k)
+	promptField := "prompt"
+	if chat {
+		promptField = "messages"
 	}
-	sort.Strings(keys)
+	obj := map[string]jsontext.Value{}
+	prompted := false
+	e := members(dec, func(name string) *apiError {
+		if name != promptField {
+			v, err := dec.ReadValue()
+			if err != nil {
+				return malformed(err)
+			}
+			obj[name] = v.Clone()
+			return nil
+		}
+		prompted = true
+		if chat {
+			return readMessages(dec, r, lim)
+		}
+		return readPrompt(dec, r, lim)
+	})
+	if e != nil {
+		return nil, e
+	}
+	if _, err := dec.ReadToken(); err != io.EOF {
+		if err == nil {
+			return nil, badRequest("", "malformed JSON body: data after the JSON object")
+		}
+		return nil, malformed(err)
+	}
+	keys := slices.Sorted(maps.Keys(obj))
 	for _, k := range keys {
 		if slices.Contains(fields[chat], k) {
 			continue
@@ -105,39 +169,35 @@ func parseRequest(body []byte, chat bool) (*apiRequest, *apiError) {
 			return nil, badRequest(k, "parameter %q is not supported except as %s", k, strings.Join(ok, " or "))
 		}
 	}
-	r := &apiRequest{Chat: chat, Temperature: 1, TopP: 1, MaxName: "max_tokens"}
 	if err := field(obj, "model", &r.Model); err != nil {
 		return nil, err
 	}
 	if _, ok := obj["model"]; !ok || r.Model == "" {
 		return nil, badRequest("model", "model: required")
 	}
-	if chat {
-		text, err := parseMessages(obj["messages"])
-		if err != nil {
-			return nil, err
-		}
-		r.PromptText = text
-	} else if err := parsePrompt(obj["prompt"], r); err != nil {
-		return nil, err
+	if !prompted {
+		return nil, badRequest(promptField, "%s: required", promptField)
 	}
 	if chat && !isNull(obj["max_completion_tokens"]) {
 		r.MaxName = "max_completion_tokens"
 	}
-	var maxTokens *int64
-	if err := field(obj, r.MaxName, &maxTokens); err != nil {
+	maxTokens, err := wholeNumber(obj, r.MaxName)
+	if err != nil {
 		return nil, err
 	}
 	if maxTokens != nil {
-		if *maxTokens <= 0 || *maxTokens > math.MaxInt32 {
-			return nil, badRequest(r.MaxName, "%s=%d, want at least 1", r.MaxName, *maxTokens)
+		switch n := *maxTokens; {
+		case n < 1:
+			return nil, badRequest(r.MaxName, "%s=%s, want at least 1", r.MaxName, number(n))
+		case n >= float64(lim.context):
+			return nil, badRequest(r.MaxName, "%s=%s exceeds the model's context of %d tokens (at most %d, with a prompt of one token)",
+				r.MaxName, number(n), lim.context, lim.context-1)
 		}
 		r.MaxTokens = int(*maxTokens)
 	}
 	var temp, topP *float64
-	var topK *int64
 	var seed *int64
-	if err := firstErr(field(obj, "temperature", &temp), field(obj, "top_p", &topP), field(obj, "top_k", &topK), field(obj, "seed", &seed)); err != nil {
+	if err := firstErr(field(obj, "temperature", &temp), field(obj, "top_p", &topP), field(obj, "seed", &seed)); err != nil {
 		return nil, err
 	}
 	if temp != nil {
@@ -152,13 +212,17 @@ func parseRequest(body []byte, chat bool) (*apiRequest, *apiError) {
 		}
 		r.TopP = *topP
 	}
+	topK, err := wholeNumber(obj, "top_k")
+	if err != nil {
+		return nil, err
+	}
 	if topK != nil {
 		switch {
 		case *topK == -1: // vLLM's "all tokens"
-		case *topK < 0 || *topK > math.MaxInt32:
-			return nil, badRequest("top_k", "top_k=%d, want -1 or 0 (all tokens) or a count", *topK)
+		case *topK < 0:
+			return nil, badRequest("top_k", "top_k=%s, want -1 or 0 (all tokens) or a count", number(*topK))
 		default:
-			r.TopK = int(*topK)
+			r.TopK = int(min(*topK, math.MaxInt32))
 		}
 	}
 	if seed != nil {
@@ -167,12 +231,12 @@ func parseRequest(body []byte, chat bool) (*apiRequest, *apiError) {
 	if err := parseStop(obj["stop"], r); err != nil {
 		return nil, err
 	}
-	var n *int64
-	if err := field(obj, "n", &n); err != nil {
+	n, err := wholeNumber(obj, "n")
+	if err != nil {
 		return nil, err
 	}
 	if n != nil && *n != 1 {
-		return nil, badRequest("n", "n=%d, only n=1 is supported", *n)
+		return nil, badRequest("n", "n=%s, only n=1 is supported", number(*n))
 	}
 	var user string
 	if err := firstErr(field(obj, "stream", &r.Stream), field(obj, "user", &user), field(obj, "ignore_eos", &r.IgnoreEOS)); err != nil {
@@ -182,12 +246,12 @@ func parseRequest(body []byte, chat bool) (*apiRequest, *apiError) {
 		if !r.Stream {
 			return nil, badRequest("stream_options", "stream_options is only allowed with stream: true")
 		}
-		var so map[string]json.RawMessage
+		var so map[string]jsontext.Value
 		if err := json.Unmarshal(raw, &so); err != nil || so == nil {
 			return nil, badRequest("stream_options", "stream_options: want an object")
 		}
-		for k, v := range so {
-			switch {
+		for _, k := range slices.Sorted(maps.Keys(so)) {
+			switch v := so[k]; {
 			case k == "include_usage":
 				if err := json.Unmarshal(v, &r.IncludeUsage); err != nil {
 					return nil, badRequest("stream_options.include_usage", "stream_options.include_usage: want true or false")
@@ -201,8 +265,38 @@ func parseRequest(body []byte, chat bool) (*apiRequest, *apiError) {
 	return r, nil
 }
 
+// malformed is the 400 for a body that is not valid JSON (RFC 8259, which includes valid UTF-8).
+func malformed(err error) *apiError {
+	what := strings.TrimPrefix(err.Error(), "jsontext: ")
+	if errors.Is(err, io.EOF) {
+		what = "empty, want a JSON object"
+	}
+	return badRequest("", "malformed JSON body: %s", what)
+}
+
+// members reads the object dec is at, calling read for each member with dec at the member's value, which read
+// must consume.
+func members(dec *jsontext.Decoder, read func(name string) *apiError) *apiError {
+	if _, err := dec.ReadToken(); err != nil {
+		return malformed(err)
+	}
+	for dec.PeekKind() != '}' {
+		name, err := dec.ReadToken()
+		if err != nil {
+			return malformed(err)
+		}
+		if e := read(name.String()); e != nil {
+			return e
+		}
+	}
+	if _, err := dec.ReadToken(); err != nil {
+		return malformed(err)
+	}
+	return nil
+}
+
 // field decodes obj[name] into dst when present and not null; a value of the wrong type is a 400 naming it.
-func field[T any](obj map[string]json.RawMessage, name string, dst *T) *apiError {
+func field[T any](obj map[string]jsontext.Value, name string, dst *T) *apiError {
 	raw, ok := obj[name]
 	if !ok || isNull(raw) {
 		return nil
@@ -212,6 +306,19 @@ func field[T any](obj map[string]json.RawMessage, name string, dst *T) *apiError
 	}
 	return nil
 }
+
+// wholeNumber reads obj[name] as a whole number written as an integer or not (16, 16.0, 1.6e1, as pydantic and
+// so vLLM read an integer field); nil when absent or null.
+func wholeNumber(obj map[string]jsontext.Value, name string) (*float64, *apiError) {
+	var f *float64
+	if field(obj, name, &f) != nil || f != nil && *f != math.Trunc(*f) {
+		return nil, badRequest(name, "%s: want an integer, got %s", name, abbrev(obj[name]))
+	}
+	return f, nil
+}
+
+// number writes a whole number as digits (1e12 as 1000000000000).
+func number(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
 
 func typeName(v any) string {
 	switch v.(type) {
@@ -237,24 +344,24 @@ func firstErr(errs ...*apiError) *apiError {
 }
 
 // sameJSON reports whether raw is the value v writes (so that 0 and 0.0 are the same).
-func sameJSON(v string, raw json.RawMessage) bool {
+func sameJSON(v string, raw jsontext.Value) bool {
 	var a, b any
 	return json.Unmarshal([]byte(v), &a) == nil && json.Unmarshal(raw, &b) == nil && reflect.DeepEqual(a, b)
 }
 
-func isNull(raw json.RawMessage) bool { return raw == nil || compact(raw) == "null" }
+func isNull(raw jsontext.Value) bool { return raw == nil || compact(raw) == "null" }
 
 // compact is raw without insignificant white space, for comparing small values.
-func compact(raw json.RawMessage) string {
-	var b bytes.Buffer
-	if json.Compact(&b, raw) != nil {
+func compact(raw jsontext.Value) string {
+	c := raw.Clone()
+	if c.Compact() != nil {
 		return string(raw)
 	}
-	return b.String()
+	return string(c)
 }
 
 // abbrev quotes the start of a raw value for an error message.
-func abbrev(raw json.RawMessage) string {
+func abbrev(raw jsontext.Value) string {
 	s := compact(raw)
 	if len(s) > 40 {
 		s = s[:40] + "..."
@@ -262,48 +369,127 @@ func abbrev(raw json.RawMessage) string {
 	return s
 }
 
-// parsePrompt reads a completion's prompt: a string, an array of token ids, or an array holding one of these
-// (OpenAI's batched form, with a batch of one).
-func parsePrompt(raw json.RawMessage, r *apiRequest) *apiError {
-	if isNull(raw) {
-		return badRequest("prompt", "prompt: required")
-	}
-	if json.Unmarshal(raw, &r.PromptText) == nil {
-		return nil
-	}
-	var ids []int64
-	if json.Unmarshal(raw, &ids) == nil && len(ids) > 0 {
-		return promptTokens(ids, r)
-	}
-	var batch []json.RawMessage
-	if json.Unmarshal(raw, &batch) == nil && len(batch) > 0 {
-		if len(batch) != 1 {
-			return badRequest("prompt", "prompt: a batch of %d prompts, only one prompt per request is supported", len(batch))
+// readPrompt reads a completion's prompt from dec: a string, an array of token ids, or an array holding one of
+// these (OpenAI's batched form, with a batch of one).
+func readPrompt(dec *jsontext.Decoder, r *apiRequest, lim limits) *apiError {
+	switch dec.PeekKind() {
+	case '"':
+		return readText(dec, &r.PromptText, "prompt", 0, lim)
+	case '[':
+	default:
+		v, err := dec.ReadValue()
+		if err != nil {
+			return malformed(err)
 		}
-		if json.Unmarshal(batch[0], &r.PromptText) == nil {
-			return nil
+		if isNull(v) {
+			return badRequest("prompt", "prompt: required")
 		}
-		if json.Unmarshal(batch[0], &ids) == nil && len(ids) > 0 {
-			return promptTokens(ids, r)
+		return badRequest("prompt", "prompt: want a string or a non-empty array of token ids, got %s", abbrev(v))
+	}
+	if _, err := dec.ReadToken(); err != nil {
+		return malformed(err)
+	}
+	switch dec.PeekKind() {
+	case '0':
+		return readTokens(dec, r, "prompt", lim)
+	case '"', '[':
+	case ']':
+		dec.ReadToken()
+		return badRequest("prompt", "prompt: want a string or a non-empty array of token ids, got []")
+	default:
+		v, err := dec.ReadValue()
+		if err != nil {
+			return malformed(err)
+		}
+		return badRequest("prompt", "prompt[0]: want a string or a token id, got %s", abbrev(v))
+	}
+	var e *apiError
+	if dec.PeekKind() == '"' {
+		e = readText(dec, &r.PromptText, "prompt", 0, lim)
+	} else if _, err := dec.ReadToken(); err != nil {
+		return malformed(err)
+	} else {
+		e = readTokens(dec, r, "prompt[0]", lim)
+	}
+	if e != nil {
+		return e
+	}
+	n := 1
+	for ; dec.PeekKind() != ']'; n++ {
+		if err := dec.SkipValue(); err != nil {
+			return malformed(err)
 		}
 	}
-	return badRequest("prompt", "prompt: want a string or a non-empty array of token ids, got %s", abbrev(raw))
-}
-
-func promptTokens(ids []int64, r *apiRequest) *apiError {
-	r.IsTokens = true
-	r.PromptTokens = make([]int32, len(ids))
-	for i, id := range ids {
-		if id < 0 || id > math.MaxInt32 {
-			return badRequest("prompt", "prompt[%d]=%d, want a token id >= 0", i, id)
-		}
-		r.PromptTokens[i] = int32(id)
+	if _, err := dec.ReadToken(); err != nil {
+		return malformed(err)
+	}
+	if n > 1 {
+		return badRequest("prompt", "prompt: a batch of %d prompts, only one prompt per request is supported", n)
 	}
 	return nil
 }
 
+// readTokens reads the token ids of an array whose '[' dec has read, through its ']'; at names the array in
+// errors. It stops at the context.
+func readTokens(dec *jsontext.Decoder, r *apiRequest, at string, lim limits) *apiError {
+	r.IsTokens = true
+	for i := 0; dec.PeekKind() != ']'; i++ {
+		if dec.PeekKind() != '0' {
+			v, err := dec.ReadValue()
+			if err != nil {
+				return malformed(err)
+			}
+			return badRequest("prompt", "%s[%d]: want a token id, got %s", at, i, abbrev(v))
+		}
+		tok, err := dec.ReadToken()
+		if err != nil {
+			return malformed(err)
+		}
+		id, _ := tok.Float() // ±Inf when out of range
+		switch {
+		case id != math.Trunc(id):
+			return badRequest("prompt", "%s[%d]=%s: a token id must be an integer", at, i, tok.String())
+		case id < 0:
+			return badRequest("prompt", "%s[%d]=%s, want a token id >= 0", at, i, tok.String())
+		case id >= float64(lim.vocab.Len()):
+			return badRequest("prompt", "%s[%d]=%s is outside the vocabulary of %d tokens", at, i, tok.String(), lim.vocab.Len())
+		}
+		r.PromptTokens = append(r.PromptTokens, int32(id))
+		if len(r.PromptTokens) == lim.context {
+			return lim.contextError("prompt", fmt.Sprintf("at least %d tokens", lim.context))
+		}
+	}
+	if _, err := dec.ReadToken(); err != nil {
+		return malformed(err)
+	}
+	if len(r.PromptTokens) == 0 {
+		return badRequest("prompt", "prompt: want a string or a non-empty array of token ids, got []")
+	}
+	return nil
+}
+
+// readText reads a string that is prompt text into dst: the text of field, which has before bytes of text before
+// it. Text too long for the context is refused before it is tokenized.
+func readText(dec *jsontext.Decoder, dst *string, field string, before int, lim limits) *apiError {
+	v, err := dec.ReadValue()
+	if err != nil {
+		return malformed(err)
+	}
+	// Without an escape the text is the bytes between the quotes (the decoder has checked that they are UTF-8):
+	// a long one is refused before it is decoded.
+	if bytes.IndexByte(v, '\\') < 0 {
+		if e := lim.textTooLong(field, before+len(v)-2); e != nil {
+			return e
+		}
+	}
+	if err := json.Unmarshal(v, dst); err != nil {
+		return malformed(err)
+	}
+	return lim.textTooLong(field, before+len(*dst))
+}
+
 // parseStop reads stop: a string or an array of at most maxStops non-empty strings.
-func parseStop(raw json.RawMessage, r *apiRequest) *apiError {
+func parseStop(raw jsontext.Value, r *apiRequest) *apiError {
 	if isNull(raw) {
 		return nil
 	}
@@ -324,61 +510,114 @@ func parseStop(raw json.RawMessage, r *apiRequest) *apiError {
 	return nil
 }
 
-// parseMessages reads a chat's messages and renders them with the plain template (see renderChat).
-func parseMessages(raw json.RawMessage) (string, *apiError) {
-	if isNull(raw) {
-		return "", badRequest("messages", "messages: required")
+// readMessages reads a chat's messages from dec and renders them with the plain template (see renderChat); their
+// content is checked against the context as it is read.
+func readMessages(dec *jsontext.Decoder, r *apiRequest, lim limits) *apiError {
+	shape := badRequest("messages", "messages: want a non-empty array of {role, content} objects")
+	if dec.PeekKind() != '[' {
+		v, err := dec.ReadValue()
+		switch {
+		case err != nil:
+			return malformed(err)
+		case isNull(v):
+			return badRequest("messages", "messages: required")
+		}
+		return shape
 	}
-	var msgs []map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &msgs); err != nil || len(msgs) == 0 {
-		return "", badRequest("messages", "messages: want a non-empty array of {role, content} objects")
+	if _, err := dec.ReadToken(); err != nil {
+		return malformed(err)
 	}
-	turns := make([]turn, len(msgs))
-	for i, m := range msgs {
-		at := fmt.Sprintf("messages[%d]", i)
-		for k := range m {
-			if k != "role" && k != "content" && k != "name" {
-				return "", badRequest(at+"."+k, "unsupported parameter %s.%s", at, k)
+	var turns []turn
+	text := 0 // bytes of content so far
+	for i := 0; dec.PeekKind() != ']'; i++ {
+		if dec.PeekKind() != '{' {
+			if _, err := dec.ReadValue(); err != nil {
+				return malformed(err)
 			}
+			return shape
 		}
-		if json.Unmarshal(m["role"], &turns[i].role) != nil {
-			return "", badRequest(at+".role", "%s.role: want a string", at)
+		at := fmt.Sprintf("messages[%d]", i)
+		var t turn
+		hasRole, hasContent := false, false
+		e := members(dec, func(name string) *apiError {
+			switch name {
+			case "role":
+				hasRole = true
+				v, err := dec.ReadValue()
+				if err != nil {
+					return malformed(err)
+				}
+				if json.Unmarshal(v, &t.role) != nil {
+					return badRequest(at+".role", "%s.role: want a string", at)
+				}
+				switch t.role {
+				case "system", "developer", "user", "assistant":
+					return nil
+				}
+				return badRequest(at+".role", "%s.role=%q, want system, developer, user or assistant", at, t.role)
+			case "content":
+				hasContent = true
+				if dec.PeekKind() == '"' {
+					e := readText(dec, &t.content, "messages", text, lim)
+					text += len(t.content)
+					return e
+				}
+				if e := readParts(dec, &t.content, at+".content"); e != nil {
+					return e
+				}
+				text += len(t.content)
+				return lim.textTooLong("messages", text)
+			case "name":
+				if err := dec.SkipValue(); err != nil {
+					return malformed(err)
+				}
+				return nil
+			}
+			return badRequest(at+"."+name, "unsupported parameter %s.%s", at, name)
+		})
+		switch {
+		case e != nil:
+			return e
+		case !hasRole:
+			return badRequest(at+".role", "%s.role: want a string", at)
+		case !hasContent:
+			return badRequest(at+".content", "%s.content: want a string or an array of text parts", at)
 		}
-		switch turns[i].role {
-		case "system", "developer", "user", "assistant":
-		default:
-			return "", badRequest(at+".role", "%s.role=%q, want system, developer, user or assistant", at, turns[i].role)
-		}
-		content, err := parseContent(m["content"], at+".content")
-		if err != nil {
-			return "", err
-		}
-		turns[i].content = content
+		turns = append(turns, t)
 	}
-	return renderChat(turns), nil
+	if _, err := dec.ReadToken(); err != nil {
+		return malformed(err)
+	}
+	if len(turns) == 0 {
+		return shape
+	}
+	r.PromptText = renderChat(turns)
+	return nil
 }
 
-// parseContent reads a message's content: a string, or an array of {"type": "text", "text": ...} parts, joined.
-func parseContent(raw json.RawMessage, at string) (string, *apiError) {
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		return s, nil
+// readParts reads a message's content that is not a string into dst: an array of {"type": "text", "text": ...}
+// parts, joined.
+func readParts(dec *jsontext.Decoder, dst *string, at string) *apiError {
+	v, err := dec.ReadValue()
+	if err != nil {
+		return malformed(err)
 	}
 	var parts []struct {
 		Type string  `json:"type"`
 		Text *string `json:"text"`
 	}
-	if json.Unmarshal(raw, &parts) != nil {
-		return "", badRequest(at, "%s: want a string or an array of text parts", at)
+	if json.Unmarshal(v, &parts) != nil {
+		return badRequest(at, "%s: want a string or an array of text parts", at)
 	}
 	var sb strings.Builder
 	for j, p := range parts {
 		if p.Type != "text" || p.Text == nil {
-			return "", badRequest(fmt.Sprintf("%s[%d]", at, j), "%s[%d]: only {\"type\": \"text\", \"text\": ...} parts are supported", at, j)
+			return badRequest(fmt.Sprintf("%s[%d]", at, j), "%s[%d]: only {\"type\": \"text\", \"text\": ...} parts are supported", at, j)
 		}
 		sb.WriteString(*p.Text)
 	}
-	return sb.String(), nil
+	*dst = sb.String()
+	return nil
 }
 
 type turn struct{ role, content string }

@@ -22,27 +22,55 @@
 //     --kv-cache-usage-percentage-metric morphlab:kv_cache_usage_perc, --cache-info-metric
 //     morphlab:cache_config_info, and --lora-info-metric "" (no LoRA adapters are served).
 //
+// # Access
+//
+// With Config.APIKey every request but GET /health and GET /metrics must carry "Authorization: Bearer KEY" (the
+// scheme in any case), compared in constant time; anything else is a 401 with WWW-Authenticate: Bearer and the
+// code invalid_api_key. /health and /metrics stay open by choice, as in vLLM: load balancers and Prometheus poll
+// them, and they tell nothing of what clients sent. A POST body must be Content-Type application/json (415
+// otherwise), so that a web page cannot drive the server with a text/plain form post, which browsers send across
+// origins without asking first. CORS is off: no answer carries Access-Control-Allow-Origin, so no page of another
+// origin can read one, unless Config.AllowedOrigins lists origins, whose preflights (OPTIONS) are then answered
+// and whose requests carry the header.
+//
+// # Limits
+//
+// A request takes its place in the Config.MaxQueue count before its body is read and keeps it until its first
+// batch, so that requests being read and parsed are bounded too. A body is at most 4 MiB (413 beyond, from its
+// Content-Length or while it is read). The body is parsed as a stream, and a prompt that cannot fit in the
+// context is refused as soon as that is certain: a text from its length in bytes before it is decoded or
+// tokenized (no token spells more bytes than the vocabulary's longest piece, tokenizer.Vocab.MinTokens), token
+// ids at the context's count, chat content as its total grows. A client has Config.HeaderTimeout (10 s) for its
+// headers and Config.BodyTimeout (30 s) for its body, 408 after; a kept-alive connection idle for
+// Config.IdleTimeout (60 s) is closed, and at most Config.MaxConnections (1024) are open, the rest waiting to be
+// accepted.
+//
 // # Parameters
 //
 // prompt (a string, or an array of token ids, which are used as they are; a text prompt is encoded with BOS),
 // messages (chat), max_tokens (max_completion_tokens in chat; default: the context the prompt leaves), temperature
-// (default 1; 0 is greedy), top_p, top_k (-1 or 0: all), seed (default: random when sampling), stop (up to 4
-// strings), n (1 only), stream, stream_options.include_usage, user (ignored), and vLLM's ignore_eos (EOS and BOS
-// do not end the request, which then runs to max_tokens or a stop string, as load tests ask). Parameters the server does not
-// implement are a 400 naming them, except at their no-op values (presence_penalty 0, logprobs null, ...), which
-// clients send by default. Generation ends at EOS or BOS (the llama2.c models end a story with BOS), at max_tokens
-// or at the context (finish_reason "length"), or at a stop string (finish_reason "stop", the stop string not part
-// of the text). A stop string that is exactly one token's text is also handed to the engine as a stop token, so
-// the request ends in the step that produced it; every stop string is also looked for in the decoded text,
-// where it may span tokens or sit inside one, and the request is then cancelled in the engine. Usage counts the
-// prompt's tokens and the tokens generated up to the one that ended the request, a stop token included.
+// (default 1; 0 is greedy), top_p, top_k (-1 or 0: all), seed (default: random when sampling; a draw depends only
+// on the seed and the token's position, so a seeded request's text does not change with batching or preemption),
+// stop (up to 4 strings), n (1 only), stream, stream_options.include_usage, user (ignored), and vLLM's ignore_eos
+// (EOS and BOS do not end the request, which then runs to max_tokens or a stop string, as load tests ask). Counts
+// and token ids are whole numbers, written as integers or not (2, 2.0, 2e0), as vLLM reads them. Parameters the
+// server does not implement are a 400 naming them, except at their no-op values (presence_penalty 0, logprobs
+// null, ...), which clients send by default. Generation ends at EOS or BOS (the llama2.c models end a story with
+// BOS), at max_tokens or at the context (finish_reason "length"), or at a stop string (finish_reason "stop", the
+// stop string not part of the text). Stop strings are found in the decoded text, where they may span tokens or
+// sit inside one, by a decoder that runs in the engine's loop (engine.Request.StopWhen): the request ends in the
+// step that completes one, its KV blocks freed then. Usage counts the prompt's tokens and the tokens generated up
+// to the one that ended the request, a stop token included; generation_tokens_total counts the same.
 //
 // # Errors
 //
-// Errors are OpenAI's JSON shape, {"error": {"message", "type", "param", "code"}}: 400 for a malformed body, an
-// unknown model, a prompt that leaves no room in the context, a max_tokens below 1 or beyond the context (as
-// vLLM does), or a request the KV pool can never hold; 429 with Retry-After when Config.MaxQueue requests are
-// already waiting for their first batch; 503 while shutting down or after the engine failed; 500 when a step
+// Errors are OpenAI's JSON shape, {"error": {"message", "type", "param", "code"}}, with a one-line message naming
+// the field or limit at fault: 400 for a malformed body (not JSON, not UTF-8, a duplicate member), a parameter out
+// of range, a prompt that leaves no room in the context, a max_tokens below 1 or beyond the context (as vLLM
+// does), or a request the KV pool can never hold; 401 without the API key; 404 model_not_found for another model
+// and 404 for another path; 405 with Allow for another method; 408 for a body not received in time; 413 for a body
+// over 4 MiB; 415 for a body that is not application/json; 429 with Retry-After when Config.MaxQueue requests
+// are already admitted and not yet in a batch; 503 while shutting down or after the engine failed; 500 when a step
 // fails under a request. A client that disconnects cancels its request (the engine frees its KV blocks at the
 // next iteration).
 //
@@ -54,15 +82,19 @@
 package server
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
+	"mime"
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -74,6 +106,8 @@ import (
 	"github.com/morphlab/morphlab/internal/openai"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/rs/cors"
+	"golang.org/x/net/netutil"
 )
 
 // Config configures a server.
@@ -84,15 +118,27 @@ type Config struct {
 	// Engine is the engine served, with its hooks (a morphing controller's) already added; the server adds its
 	// metrics' hook after them, and runs the engine's loop in Serve.
 	Engine *engine.Engine
-	// MaxQueue bounds the requests waiting for their first batch; a request beyond it is answered 429. 0: no bound.
+	// MaxQueue bounds the requests admitted and not yet in their first batch, counted from before their body is
+	// read; a request beyond it is answered 429. 0: no bound.
 	MaxQueue int
 	// Grace is how long Serve lets running requests finish after its context ends; default 30 s.
 	Grace time.Duration
 	// Registry holds the metrics that /metrics serves; default: a new registry.
 	Registry *prometheus.Registry
+	// APIKey, when set, is the key a request must present as "Authorization: Bearer KEY"; without it the request
+	// is answered 401. GET /health and GET /metrics need none (load balancers and Prometheus poll them).
+	APIKey string
+	// AllowedOrigins are the web origins (such as https://app.example.com) whose pages may call the server from
+	// a browser (CORS). None by default: no page of another origin may.
+	AllowedOrigins []string
+	// MaxConnections bounds the open connections; one beyond it waits to be accepted. Default 1024.
+	MaxConnections int
+	// HeaderTimeout and BodyTimeout bound the time a client takes to send a request's headers and its body;
+	// IdleTimeout closes a kept-alive connection that sends no request for that long. Defaults 10 s, 30 s, 60 s.
+	HeaderTimeout, BodyTimeout, IdleTimeout time.Duration
 }
 
-// maxBody bounds a request body.
+// maxBody bounds a request body (OpenAI's and vLLM's answer to a larger one is 413).
 const maxBody = 4 << 20
 
 // retryAfter is what a 429 tells the client to wait, in seconds.
@@ -103,12 +149,12 @@ type Server struct {
 	cfg     Config
 	eng     *engine.Engine
 	geo     executor.Geometry
+	limits  limits
 	metrics *metrics
-	mux     *http.ServeMux
-	byText  map[string][]int32 // token ids by the text they decode to (single-token stop strings)
-	ends    []int32            // tokens that end every request: EOS and BOS
+	handler http.Handler
+	ends    []int32 // tokens that end every request: EOS and BOS
 
-	queued  atomic.Int64 // requests submitted and not yet in a batch (MaxQueue's count)
+	queued  atomic.Int64 // requests admitted, from before their body is read, and not yet in a batch (MaxQueue's count)
 	closing atomic.Bool
 	nextID  atomic.Uint64
 	failMu  sync.Mutex
@@ -122,27 +168,29 @@ func New(cfg Config) (*Server, error) {
 		return nil, errors.New("server: Config.Model is empty, want the name clients ask for")
 	case cfg.Vocab == nil || cfg.Engine == nil:
 		return nil, errors.New("server: Config.Vocab and Config.Engine are required")
-	case cfg.MaxQueue < 0 || cfg.Grace < 0:
-		return nil, fmt.Errorf("server: MaxQueue %d and Grace %v, want neither negative", cfg.MaxQueue, cfg.Grace)
+	case cfg.MaxQueue < 0 || cfg.Grace < 0 || cfg.MaxConnections < 0 || cfg.HeaderTimeout < 0 || cfg.BodyTimeout < 0 || cfg.IdleTimeout < 0:
+		return nil, fmt.Errorf("server: MaxQueue %d, Grace %v, MaxConnections %d, HeaderTimeout %v, BodyTimeout %v, IdleTimeout %v: want none negative",
+			cfg.MaxQueue, cfg.Grace, cfg.MaxConnections, cfg.HeaderTimeout, cfg.BodyTimeout, cfg.IdleTimeout)
 	}
 	geo := cfg.Engine.Geometry()
 	if cfg.Vocab.Len() != geo.Vocab {
 		return nil, fmt.Errorf("server: the tokenizer has %d tokens, the model %d", cfg.Vocab.Len(), geo.Vocab)
 	}
-	if cfg.Grace == 0 {
-		cfg.Grace = 30 * time.Second
+	for d, def := range map[*time.Duration]time.Duration{&cfg.Grace: 30 * time.Second, &cfg.HeaderTimeout: 10 * time.Second,
+		&cfg.BodyTimeout: 30 * time.Second, &cfg.IdleTimeout: 60 * time.Second} {
+		if *d == 0 {
+			*d = def
+		}
+	}
+	if cfg.MaxConnections == 0 {
+		cfg.MaxConnections = 1024
 	}
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
 	}
-	s := &Server{cfg: cfg, geo: geo, metrics: newMetrics(cfg.Registry, cfg.Model, geo.BlockSize, cfg.Engine.Memory().Blocks), byText: map[string][]int32{}}
+	s := &Server{cfg: cfg, geo: geo, limits: limits{context: geo.Context, vocab: cfg.Vocab},
+		metrics: newMetrics(cfg.Registry, cfg.Model, geo.BlockSize, cfg.Engine.Memory().Blocks)}
 	v := cfg.Vocab
-	for id := range v.Len() {
-		if v.Types[id] != tokenizer.Control {
-			text := string(v.Decode(-1, id))
-			s.byText[text] = append(s.byText[text], int32(id))
-		}
-	}
 	for _, id := range []int{v.EOS, v.BOS} {
 		if id >= 0 {
 			s.ends = append(s.ends, int32(id))
@@ -150,17 +198,61 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.eng = cfg.Engine
 	s.eng.OnStep(s.metrics.step)
-	s.mux = http.NewServeMux()
-	s.mux.HandleFunc("/v1/completions", s.complete(false))
-	s.mux.HandleFunc("/v1/chat/completions", s.complete(true))
-	s.mux.HandleFunc("/v1/models", s.models)
-	s.mux.HandleFunc("/health", s.health)
-	s.mux.Handle("/metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{}))
-	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/v1/completions", s.complete(false))
+	mux.HandleFunc("/v1/chat/completions", s.complete(true))
+	mux.HandleFunc("/v1/models", s.models)
+	mux.HandleFunc("/health", s.health)
+	mux.Handle("/metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &apiError{Status: http.StatusNotFound, Type: "invalid_request_error",
 			Message: fmt.Sprintf("no endpoint %s %s (endpoints: /v1/completions, /v1/chat/completions, /v1/models, /health, /metrics)", r.Method, r.URL.Path)})
 	})
+	s.handler = mux
+	if cfg.APIKey != "" {
+		s.handler = authorize(s.handler, cfg.APIKey)
+	}
+	if len(cfg.AllowedOrigins) > 0 { // outside authorize: a browser's preflight carries no credentials
+		s.handler = cors.New(cors.Options{AllowedOrigins: cfg.AllowedOrigins, AllowedMethods: []string{http.MethodGet, http.MethodPost},
+			AllowedHeaders: []string{"Authorization", "Content-Type"}, MaxAge: 600}).Handler(s.handler)
+	}
+	s.handler = s.readDeadline(s.handler)
 	return s, nil
+}
+
+// authorize answers 401 to a request without "Authorization: Bearer key", but for GET /health and /metrics.
+// The header and the key are compared as SHA-256 digests, in constant time: neither the time nor the length of
+// the comparison tells a client how much of a guess was right.
+func authorize(next http.Handler, key string) http.Handler {
+	want := sha256.Sum256([]byte(key))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/health" || r.URL.Path == "/metrics" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+		got := sha256.Sum256([]byte(token))
+		if subtle.ConstantTimeCompare(got[:], want[:]) == 1 && strings.EqualFold(scheme, "Bearer") {
+			next.ServeHTTP(w, r)
+			return
+		}
+		msg := "invalid API key"
+		if scheme == "" {
+			msg = "missing API key: send it as Authorization: Bearer KEY"
+		}
+		w.Header().Set("WWW-Authenticate", "Bearer")
+		writeError(w, &apiError{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_api_key", Message: msg})
+	})
+}
+
+// readDeadline gives a request Config.BodyTimeout to arrive in full: the handler that reads a body lifts the
+// deadline once it has (see readBody); any other request keeps it, so that the server never waits longer than
+// that for a body it does not read.
+func (s *Server) readDeadline(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout))
+		next.ServeHTTP(w, r)
+	})
 }
 
 // Engine is the engine the server runs.
@@ -168,7 +260,7 @@ func (s *Server) Engine() *engine.Engine { return s.eng }
 
 // Handler is the server's HTTP handler. The engine's loop must be running (Serve runs it) for requests to
 // complete.
-func (s *Server) Handler() http.Handler { return s.mux }
+func (s *Server) Handler() http.Handler { return s.handler }
 
 // Serve runs the engine's loop and answers HTTP on ln until ctx ends; then it stops admitting, lets the requests
 // in flight finish within Config.Grace, cancels the rest and returns nil. It returns an error when ln fails.
@@ -183,9 +275,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 			s.failMu.Unlock()
 		}
 	}()
-	hs := &http.Server{Handler: s.mux, ReadHeaderTimeout: 10 * time.Second}
+	hs := &http.Server{Handler: s.handler, ReadHeaderTimeout: s.cfg.HeaderTimeout, IdleTimeout: s.cfg.IdleTimeout}
 	served := make(chan error, 1)
-	go func() { served <- hs.Serve(ln) }()
+	go func() { served <- hs.Serve(netutil.LimitListener(ln, s.cfg.MaxConnections)) }()
 	var err error
 	select {
 	case <-ctx.Done():
@@ -230,7 +322,7 @@ func (s *Server) unavailable() *apiError {
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet {
-		writeError(w, methodNotAllowed(r, http.MethodGet))
+		methodNotAllowed(w, r, http.MethodGet)
 		return
 	}
 	if e := s.unavailable(); e != nil {
@@ -242,7 +334,7 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) models(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet {
-		writeError(w, methodNotAllowed(r, http.MethodGet))
+		methodNotAllowed(w, r, http.MethodGet)
 		return
 	}
 	type model struct {
@@ -256,9 +348,11 @@ func (s *Server) models(w http.ResponseWriter, r *http.Request) {
 		"data": []model{{ID: s.cfg.Model, Object: "model", Created: time.Now().Unix(), OwnedBy: "morphlab", MaxModelLen: s.geo.Context}}})
 }
 
-func methodNotAllowed(r *http.Request, allowed string) *apiError {
-	return &apiError{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error",
-		Message: fmt.Sprintf("%s %s: method not allowed, want %s", r.Method, r.URL.Path, allowed)}
+// methodNotAllowed answers 405 with the method allowed.
+func methodNotAllowed(w http.ResponseWriter, r *http.Request, allowed string) {
+	w.Header().Set("Allow", allowed)
+	writeError(w, &apiError{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error",
+		Message: fmt.Sprintf("%s %s: method not allowed, want %s", r.Method, r.URL.Path, allowed)})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -299,18 +393,11 @@ type job struct {
 // prepare checks a parsed request against the served model and turns it into an engine request.
 func (s *Server) prepare(r *apiRequest) (*job, *apiError) {
 	if r.Model != s.cfg.Model {
-		e := badRequest("model", "model %q does not exist; this server serves %q", r.Model, s.cfg.Model)
-		e.Code = "model_not_found"
-		return nil, e
+		return nil, &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Param: "model", Code: "model_not_found",
+			Message: fmt.Sprintf("model %q does not exist; this server serves %q", r.Model, s.cfg.Model)}
 	}
 	prompt := r.PromptTokens
-	if r.IsTokens {
-		for i, t := range prompt {
-			if int(t) >= s.geo.Vocab {
-				return nil, badRequest("prompt", "prompt[%d]=%d is outside the vocabulary of %d tokens", i, t, s.geo.Vocab)
-			}
-		}
-	} else {
+	if !r.IsTokens { // a text parseRequest has bounded by the context
 		ids := s.cfg.Vocab.Encode(r.PromptText, true, false)
 		prompt = make([]int32, len(ids))
 		for i, id := range ids {
@@ -326,8 +413,7 @@ func (s *Server) prepare(r *apiRequest) (*job, *apiError) {
 	case len(prompt) == 0:
 		return nil, badRequest(promptField, "%s: empty, want at least one token", promptField)
 	case len(prompt) >= ctx:
-		return nil, badRequest(promptField, "%s has %d tokens, the model's context is %d tokens (a prompt may have at most %d, leaving one for the output)",
-			promptField, len(prompt), ctx, ctx-1)
+		return nil, s.limits.contextError(promptField, fmt.Sprintf("%d tokens", len(prompt)))
 	}
 	maxTokens := r.MaxTokens
 	if maxTokens == 0 {
@@ -338,10 +424,15 @@ func (s *Server) prepare(r *apiRequest) (*job, *apiError) {
 	}
 	var stops []int32
 	if !r.IgnoreEOS {
-		stops = append(stops, s.ends...)
+		stops = s.ends
 	}
-	for _, str := range r.Stop {
-		stops = append(stops, s.byText[str]...)
+	var stopWhen func(int32) bool
+	if len(r.Stop) > 0 { // the loop's own decoder finds the stop strings, so that the request ends in the step
+		d := decoder{vocab: s.cfg.Vocab, prev: int(prompt[len(prompt)-1]), stops: r.Stop}
+		stopWhen = func(tok int32) bool {
+			_, hit := d.add(tok)
+			return hit
+		}
 	}
 	p := sample.Params{Temperature: r.Temperature, TopK: r.TopK, TopP: r.TopP, Seed: r.Seed}
 	if !r.HasSeed {
@@ -352,7 +443,7 @@ func (s *Server) prepare(r *apiRequest) (*job, *apiError) {
 		prefix = "chatcmpl-"
 	}
 	return &job{apiRequest: r, id: fmt.Sprintf("%s%x%06x", prefix, rand.Uint32(), s.nextID.Add(1)), created: time.Now().Unix(),
-		req: engine.Request{Prompt: prompt, MaxTokens: maxTokens, Stop: stops, Sampling: p}}, nil
+		req: engine.Request{Prompt: prompt, MaxTokens: maxTokens, Stop: stops, StopWhen: stopWhen, Sampling: p}}, nil
 }
 
 // admit takes a place in the bounded queue, or reports that it is full.
@@ -371,15 +462,32 @@ func (s *Server) admit() bool {
 func (s *Server) complete(chat bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
-			writeError(w, methodNotAllowed(r, http.MethodPost))
+			methodNotAllowed(w, r, http.MethodPost)
 			return
 		}
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
-		if err != nil {
-			writeError(w, badRequest("", "reading the request body: %v", err))
+		if e := firstErr(jsonContent(r), declaredSize(r), s.unavailable()); e != nil {
+			writeError(w, e)
 			return
 		}
-		req, aerr := parseRequest(body, chat)
+		if !s.admit() {
+			writeError(w, &apiError{Status: http.StatusTooManyRequests, Type: "rate_limit_error", Code: "queue_full",
+				Message: fmt.Sprintf("%d requests are waiting, the most this server queues; retry after %d s", s.cfg.MaxQueue, retryAfter)})
+			return
+		}
+		waiting := true
+		leave := func() { // the request's place in the queue, held until its first batch
+			if waiting {
+				waiting = false
+				s.queued.Add(-1)
+			}
+		}
+		defer leave()
+		body, aerr := s.readBody(w, r)
+		if aerr != nil {
+			writeError(w, aerr)
+			return
+		}
+		req, aerr := parseRequest(body, chat, s.limits)
 		if aerr != nil {
 			writeError(w, aerr)
 			return
@@ -389,21 +497,61 @@ func (s *Server) complete(chat bool) http.HandlerFunc {
 			writeError(w, aerr)
 			return
 		}
-		if e := s.unavailable(); e != nil {
-			writeError(w, e)
-			return
-		}
-		if !s.admit() {
-			writeError(w, &apiError{Status: http.StatusTooManyRequests, Type: "rate_limit_error", Code: "queue_full",
-				Message: fmt.Sprintf("%d requests are waiting, the most this server queues; retry after %d s", s.cfg.MaxQueue, retryAfter)})
-			return
-		}
 		var out output
 		if j.Stream {
 			out = &sseOutput{w: w, j: j, model: s.cfg.Model}
 		} else {
 			out = &jsonOutput{w: w, j: j, model: s.cfg.Model}
 		}
-		s.generate(r.Context(), j, out)
+		s.generate(r.Context(), j, out, leave)
 	}
+}
+
+// jsonContent refuses a body that does not say it is JSON (a web page may post text/plain to another origin
+// without asking it first).
+func jsonContent(r *http.Request) *apiError {
+	ct := r.Header.Get("Content-Type")
+	if t, _, err := mime.ParseMediaType(ct); err == nil && t == "application/json" {
+		return nil
+	}
+	e := &apiError{Status: http.StatusUnsupportedMediaType, Type: "invalid_request_error", Message: fmt.Sprintf("Content-Type: want application/json, got %q", ct)}
+	if ct == "" {
+		e.Message = "Content-Type: missing, want application/json"
+	}
+	return e
+}
+
+// errBodyTooLarge answers a body over maxBody, declared so or found so while it is read.
+var errBodyTooLarge = &apiError{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error",
+	Message: fmt.Sprintf("request body over %d bytes (%d MiB), the most this server reads", maxBody, maxBody>>20)}
+
+// declaredSize refuses a body whose Content-Length is over maxBody before reading it.
+func declaredSize(r *http.Request) *apiError {
+	if r.ContentLength > maxBody {
+		return errBodyTooLarge
+	}
+	return nil
+}
+
+// readBody reads a request's body, at most maxBody bytes within Config.BodyTimeout, then lifts the read
+// deadline: from then on the server's reads only watch for the client going away.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
+	var buf bytes.Buffer
+	if r.ContentLength > 0 {
+		buf.Grow(int(r.ContentLength) + bytes.MinRead) // room to read the end of the body without growing again
+	}
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, maxBody))
+	var tooLarge *http.MaxBytesError
+	var ne net.Error
+	switch {
+	case errors.As(err, &tooLarge):
+		return nil, errBodyTooLarge
+	case errors.As(err, &ne) && ne.Timeout():
+		return nil, &apiError{Status: http.StatusRequestTimeout, Type: "invalid_request_error",
+			Message: fmt.Sprintf("request body not received within %v", s.cfg.BodyTimeout)}
+	case err != nil:
+		return nil, badRequest("", "reading the request body: %v", err)
+	}
+	http.NewResponseController(w).SetReadDeadline(time.Time{})
+	return buf.Bytes(), nil
 }

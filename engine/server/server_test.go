@@ -380,8 +380,8 @@ func TestChat(t *testing.T) {
 	}
 }
 
-// TestStopStrings: a stop string ends the text just before it, whether it spans tokens (found in the text) or is
-// one token's text (a stop token in the engine), with finish_reason stop and the tokens produced up to it counted.
+// TestStopStrings: a stop string ends the text just before it, whether it spans tokens or is one token's text,
+// with finish_reason stop and the tokens produced up to it counted.
 func TestStopStrings(t *testing.T) {
 	ts := newTestServer(t, nil)
 	const n = 40
@@ -428,7 +428,7 @@ func TestStopStrings(t *testing.T) {
 	k = -1
 	for i := 3; i < len(out); i++ {
 		piece := raw[starts[i]:starts[i+1]]
-		if len(piece) > 0 && bytes.Index(raw, piece) == starts[i] && len(ts.byText[string(piece)]) > 0 && isASCII(piece) {
+		if len(piece) > 0 && bytes.Index(raw, piece) == starts[i] && isASCII(piece) {
 			k = i
 			break
 		}
@@ -437,10 +437,6 @@ func TestStopStrings(t *testing.T) {
 		t.Skipf("no output token of %q occurs first where it stands", raw)
 	}
 	stop = string(raw[starts[k]:starts[k+1]])
-	j, aerr := ts.prepare(&apiRequest{Model: testModel, PromptTokens: testPrompt, IsTokens: true, Stop: []string{stop}})
-	if aerr != nil || !containsAll(j.req.Stop, ts.byText[stop]) {
-		t.Fatalf("stop %q: engine stop tokens %v, want the tokens %v among them", stop, j.req.Stop, ts.byText[stop])
-	}
 	body := fmt.Sprintf(`{"model": %q, "prompt": %s, "max_tokens": %d, "temperature": 0, "stop": %q}`, testModel, tokenJSON(testPrompt), n, stop)
 	got, reason, u := complete(t, ts.url, body, false)
 	if want := jsonRoundTrip(string(raw[:starts[k]])); got != want || reason != "stop" || u.CompletionTokens != k+1 {
@@ -483,19 +479,6 @@ func TestIgnoreEOS(t *testing.T) {
 func isASCII(b []byte) bool {
 	for _, c := range b {
 		if c < ' ' || c >= 0x7f {
-			return false
-		}
-	}
-	return true
-}
-
-func containsAll(have, want []int32) bool {
-	for _, w := range want {
-		found := false
-		for _, h := range have {
-			found = found || h == w
-		}
-		if !found {
 			return false
 		}
 	}
@@ -596,11 +579,11 @@ func TestErrors(t *testing.T) {
 		{"/v1/completions", `{"model": `, 400, "", "malformed JSON body"},
 		{"/v1/completions", `[1, 2]`, 400, "", "malformed JSON body"},
 		{"/v1/completions", `null`, 400, "", "malformed JSON body: want a JSON object"},
-		{"/v1/completions", `{"model": "gpt-4", "prompt": "hi"}`, 400, "model", `model "gpt-4" does not exist`},
+		{"/v1/completions", `{"model": "gpt-4", "prompt": "hi"}`, 404, "model", `model "gpt-4" does not exist`},
 		{"/v1/completions", `{"prompt": "hi"}`, 400, "model", "model: required"},
 		{"/v1/completions", `{"model": 3, "prompt": "hi"}`, 400, "model", "model: want a string, got 3"},
 		{"/v1/completions", `{"model": "M"}`, 400, "prompt", "prompt: required"},
-		{"/v1/completions", `{"model": "M", "prompt": ` + tokenJSON(long) + `}`, 400, "prompt", "prompt has 512 tokens, the model's context is 512"},
+		{"/v1/completions", `{"model": "M", "prompt": ` + tokenJSON(long) + `}`, 400, "prompt", "prompt has at least 512 tokens, the model's context is 512"},
 		{"/v1/completions", `{"model": "M", "prompt": "` + longText + `"}`, 400, "prompt", "the model's context is 512"},
 		{"/v1/chat/completions", `{"model": "M", "messages": [{"role": "user", "content": "` + longText + `"}]}`, 400, "messages", "the model's context is 512"},
 		{"/v1/completions", `{"model": "M", "prompt": [1, 99999]}`, 400, "prompt", "prompt[1]=99999 is outside the vocabulary of 512"},
@@ -866,6 +849,7 @@ func TestDisconnectFreesKV(t *testing.T) {
 			defer cancel()
 			body := fmt.Sprintf(`{"model": %q, "prompt": %s, "max_tokens": 400, "temperature": 0, "stream": %v}`, testModel, tokenJSON(testPrompt), stream)
 			req, _ := http.NewRequestWithContext(ctx, "POST", ts.url+"/v1/completions", strings.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
 			done := make(chan struct{})
 			go func() {
 				defer close(done)

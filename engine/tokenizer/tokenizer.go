@@ -6,6 +6,7 @@ package tokenizer
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -37,8 +38,9 @@ type Vocab struct {
 	// (and run.c always does).
 	AddDummyPrefix bool
 
-	lookup map[string]int // text-producible pieces (Normal, UserDefined) -> lowest id
-	byteID [256]int       // id of <0xXX>, or UNK
+	lookup   map[string]int // text-producible pieces (Normal, UserDefined) -> lowest id
+	byteID   [256]int       // id of <0xXX>, or UNK
+	maxSpell int            // the most text bytes one token of Encode spells; 0 when Encode may drop a byte
 }
 
 // New makes a vocabulary from pieces that already use plain spaces. types may be nil: it is then inferred as
@@ -96,7 +98,28 @@ func New(pieces []string, scores []float32, types []TokenType, bos, eos, unk int
 			}
 		}
 	}
+	// A token of Encode is a byte token or UNK (one byte), or a text piece, or a merge of these whose piece is a
+	// text piece: it spells at most max(1, the longest text piece) bytes.
+	v.maxSpell = 1
+	for p := range v.lookup {
+		v.maxSpell = max(v.maxSpell, len(p))
+	}
+	if slices.Contains(v.byteID[:], -1) {
+		v.maxSpell = 0
+	}
 	return v, nil
+}
+
+// MinTokens is a lower bound of the number of tokens Encode makes of any text of n bytes (BOS and EOS not
+// counted), known without encoding it: Encode spells every byte of a text with a token, and no token spells more
+// bytes than the longest text piece. A server refuses a text too long for its context with it before spending
+// work and memory on encoding it in full. It is 0 when the vocabulary has neither a byte token nor UNK for some
+// byte, since Encode then drops such bytes.
+func (v *Vocab) MinTokens(n int) int {
+	if v.maxSpell == 0 {
+		return 0
+	}
+	return (n + v.maxSpell - 1) / v.maxSpell
 }
 
 // NewSentencePiece makes a vocabulary from SentencePiece pieces (as GGUF stores them), replacing '▁' (U+2581)

@@ -164,6 +164,33 @@ func TestEncodeMatchesReference(t *testing.T) {
 	}
 }
 
+// TestMinTokens: MinTokens never exceeds the tokens Encode makes of a text of that length, and reaches them when
+// the text is the longest piece repeated; a vocabulary that drops bytes it cannot spell bounds nothing.
+func TestMinTokens(t *testing.T) {
+	v := tinyVocab(t) // longest text pieces: " ab", "abc" (3 bytes)
+	r := rand.New(rand.NewPCG(5, 6))
+	alphabet := []string{"a", "b", "c", " ", "é", "z", "\n", "€", "\xff", "abc", " ab"}
+	for i := range 2000 {
+		text := randomText(r, alphabet, r.IntN(60))
+		if n, low := len(v.Encode(text, false, false)), v.MinTokens(len(text)); low > n {
+			t.Fatalf("case %d: MinTokens(%d) = %d, but Encode(%q) makes %d tokens", i, len(text), low, text, n)
+		}
+	}
+	if got := v.MinTokens(9); got != 3 {
+		t.Errorf("MinTokens(9) = %d, want 3 (nine bytes can be three tokens of the 3-byte pieces)", got)
+	}
+	if got := v.MinTokens(4 << 20); got != (4<<20+2)/3 {
+		t.Errorf("MinTokens(4 MiB) = %d, want %d", got, (4<<20+2)/3)
+	}
+	noFallback, err := New([]string{"a", "b", "ab"}, []float32{0, 0, 1}, []TokenType{Normal, Normal, Normal}, -1, -1, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := noFallback.MinTokens(100); got != 0 || len(noFallback.Encode("zzzz", false, false)) != 0 {
+		t.Errorf("a vocabulary without byte tokens or UNK: MinTokens(100) = %d, want 0 (it drops what it cannot spell)", got)
+	}
+}
+
 // spmIDs are the ids that SentencePiece's spm_encode gives with the Llama 2 tokenizer.model for these lines
 // (Encode was also checked line by line against spm_encode on all of eval/tinystories_val.txt and
 // eval/wiki.test.raw: identical).

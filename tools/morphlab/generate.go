@@ -76,7 +76,7 @@ func runGenerate(e *env, args []string) error {
 	prev, generated := toks[len(toks)-1], 0
 	decodeStart := time.Now()
 	for generated < *maxTokens && seq.Len() < seq.Capacity() {
-		next := int32(sampler.Sample(logits))
+		next := int32(sampler.Sample(logits, seq.Len()))
 		if int(next) == vocab.EOS || int(next) == vocab.BOS {
 			break
 		}

@@ -34,8 +34,15 @@ are every command's (experiments/deploy), vLLM's names where vLLM has the knob. 
 a request arriving while N wait for their first batch is answered 429 with Retry-After. SIGINT or SIGTERM stops
 admitting, lets running requests finish within --grace, and exits 0. The Go collector's soft memory limit is set
 to the budget less the binary's mapped pages (unless GOMEMLIMIT is set), so that under load the heap stays near
-the budget instead of growing to twice what is live before each collection. The package doc of engine/server
-lists the parameters and error answers.`
+the budget instead of growing to twice what is live before each collection.
+
+With --api-key (or $MORPHLAB_API_KEY) every request but GET /health and GET /metrics must send
+"Authorization: Bearer KEY" (401 otherwise). POST bodies must be application/json (415 otherwise), at most 4 MiB
+(413). No web page of another origin may call the server unless --allowed-origins lists its origin. A request
+counts against --max-queue from before its body is read, and a prompt too long for the context is refused from
+its length before it is tokenized. A client has 10 s for its headers and 30 s for its body; an idle kept-alive
+connection is closed after 60 s; --max-connections bounds the open connections. The package doc of
+engine/server lists the parameters and error answers.`
 
 func runServe(e *env, args []string) error {
 	fs := e.flags("--model FILE [flags]", serveHelp)
@@ -45,7 +52,13 @@ func runServe(e *env, args []string) error {
 	maxQueue := fs.Int("max-queue", 0, "requests waiting for their first batch at most; more get 429 (0: no bound)")
 	addr := fs.String("addr", "127.0.0.1:8000", "listen `address`")
 	grace := fs.Duration("grace", 30*time.Second, "on SIGINT/SIGTERM, how long running requests may take to finish")
+	var access accessFlags
+	access.register(fs)
 	if err := e.parse(fs, args); err != nil {
+		return err
+	}
+	var cfg server.Config
+	if err := access.apply(&cfg); err != nil {
 		return err
 	}
 	d, err := df.Deployment()
@@ -81,7 +94,8 @@ func runServe(e *env, args []string) error {
 	if *name == "" {
 		*name = strings.TrimSuffix(filepath.Base(d.Model), filepath.Ext(d.Model))
 	}
-	srv, err := server.New(server.Config{Model: *name, Vocab: l.Vocab, Engine: in.Engine, MaxQueue: *maxQueue, Grace: *grace})
+	cfg.Model, cfg.Vocab, cfg.Engine, cfg.MaxQueue, cfg.Grace = *name, l.Vocab, in.Engine, *maxQueue, *grace
+	srv, err := server.New(cfg)
 	if err != nil {
 		return err
 	}

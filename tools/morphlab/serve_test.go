@@ -2,6 +2,8 @@ package main
 
 import (
 	"bufio"
+	"bytes"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -9,7 +11,9 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime/debug"
+	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -83,6 +87,70 @@ func TestServeSIGTERM(t *testing.T) {
 	}
 }
 
+// TestServeAccess serves a synthetic model in a child process with its API key from $MORPHLAB_API_KEY, or from
+// --api-key, which wins, and an allowed origin: requests need the key, /health does not, and the origin's
+// preflight is answered.
+func TestServeAccess(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "m.gguf")
+	if code, _, stderr := runCLI("synth", "--shape", "stories260K", "--out", path); code != 0 {
+		t.Fatalf("synth: %s", stderr)
+	}
+	for _, c := range []struct {
+		flags      []string
+		key, wrong string
+	}{
+		{nil, "from-env", "from-flag"},
+		{[]string{"--api-key", "from-flag"}, "from-flag", "from-env"},
+	} {
+		args := append([]string{"serve", "--model", path, "--addr", "127.0.0.1:0", "--allowed-origins", "http://localhost:3000", "--max-connections", "8"}, c.flags...)
+		cmd := exec.Command(os.Args[0], args...)
+		cmd.Env = append(os.Environ(), "MORPHLAB_TEST_CLI=1", "MORPHLAB_API_KEY=from-env")
+		stderr, err := cmd.StderrPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		first, err := bufio.NewReader(stderr).ReadString('\n')
+		addr := regexp.MustCompile(`^serving m on (http://127\.0\.0\.1:\d+)`).FindStringSubmatch(first)
+		if err != nil || addr == nil {
+			cmd.Process.Kill()
+			t.Fatalf("serve's first line: %q, %v", first, err)
+		}
+		get := func(method, path string, headers ...string) *http.Response {
+			req, _ := http.NewRequest(method, addr[1]+path, nil)
+			for i := 0; i+1 < len(headers); i += 2 {
+				req.Header.Set(headers[i], headers[i+1])
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			return resp
+		}
+		for _, r := range []struct {
+			method, path, auth string
+			status             int
+		}{
+			{"GET", "/v1/models", "", 401}, {"GET", "/v1/models", "Bearer " + c.wrong, 401}, {"GET", "/v1/models", "Bearer " + c.key, 200}, {"GET", "/health", "", 200},
+		} {
+			if resp := get(r.method, r.path, "Authorization", r.auth); resp.StatusCode != r.status {
+				t.Errorf("serve %v: %s %s with %q: %d, want %d", c.flags, r.method, r.path, r.auth, resp.StatusCode, r.status)
+			}
+		}
+		resp := get("OPTIONS", "/v1/completions", "Origin", "http://localhost:3000", "Access-Control-Request-Method", "POST")
+		if resp.StatusCode != 204 || resp.Header.Get("Access-Control-Allow-Origin") != "http://localhost:3000" {
+			t.Errorf("serve %v: preflight from the allowed origin: %d, Access-Control-Allow-Origin %q", c.flags, resp.StatusCode, resp.Header.Get("Access-Control-Allow-Origin"))
+		}
+		cmd.Process.Signal(syscall.SIGTERM)
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("serve %v after SIGTERM: %v, want exit 0", c.flags, err)
+		}
+	}
+}
+
 func TestServeUsage(t *testing.T) {
 	for _, c := range []struct {
 		args []string
@@ -95,6 +163,11 @@ func TestServeUsage(t *testing.T) {
 		{[]string{"serve", "--model", "stories260K", "--executor", "sim", "--device", "l4"}, "morphlab serve: --executor sim: serve runs the cpu executor\n"},
 		{[]string{"serve", "--model", "x.bin"}, "morphlab serve: --model: model \"x.bin\" is neither a file nor a model name: unknown model \"x.bin\" " +
 			"(models: llama-2-7b, vicuna-7b-v1.5, llama-2-13b, llama-3-8b, codellama-34b, stories260K, stories15M, stories42M, stories110M)\n"},
+		{[]string{"serve", "--model", "x", "--max-connections", "0"}, "morphlab serve: --max-connections=0, want at least 1\n"},
+		{[]string{"serve", "--model", "x", "--allowed-origins", "https://a.example, app.example.com"},
+			"morphlab serve: --allowed-origins: \"app.example.com\", want origins such as https://app.example.com or http://localhost:3000 (or *)\n"},
+		{[]string{"serve", "--model", "x", "--allowed-origins", "https://a.example/path"},
+			"morphlab serve: --allowed-origins: \"https://a.example/path\", want origins such as https://app.example.com or http://localhost:3000 (or *)\n"},
 	} {
 		code, stdout, stderr := runCLI(c.args...)
 		if code != 2 || stderr != c.want || stdout != "" {
@@ -138,4 +211,114 @@ func TestEngineBudget(t *testing.T) {
 	if want := "100 MiB leaves nothing for KV blocks: the weights take 60 MiB, the process 30 MiB and HTTP 16 MiB"; err == nil || err.Error() != want {
 		t.Errorf("engineBudget(100 MiB): %v, want %q", err, want)
 	}
+}
+
+// BenchmarkServeLongPrompts serves stories260K (synthesized) in a child process with --memory 64MiB and, each
+// iteration, posts eight prompts of 4 MB at once ({"prompt": "a " x 2,097,052, "max_tokens": 1}), far beyond the
+// 512-token context. Each must be a 400 naming the context. It reports the slowest and the median time from
+// sending a request to having its answer, the server's CPU time a request (which other jobs on the machine do
+// not inflate as they do the times), and the server's peak resident set (VmHWM, over the whole run, its start
+// included) with what it is over --memory; the server refuses such prompts from their length, so the peak stays
+// within --memory plus 64 MiB and each answer comes within 100 ms.
+func BenchmarkServeLongPrompts(b *testing.B) {
+	if _, err := os.Stat("/proc/self/status"); err != nil {
+		b.Skip("skipping: no /proc/PID/status to read the peak resident set from")
+	}
+	path := filepath.Join(b.TempDir(), "m.gguf")
+	if code, _, stderr := runCLI("synth", "--shape", "stories260K", "--out", path); code != 0 {
+		b.Fatalf("synth: %s", stderr)
+	}
+	const memory = 64 << 20
+	cmd := exec.Command(os.Args[0], "serve", "--model", path, "--addr", "127.0.0.1:0", "--memory", "64MiB")
+	cmd.Env = append(os.Environ(), "MORPHLAB_TEST_CLI=1")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	lines := bufio.NewReader(stderr)
+	var addr []string
+	for addr == nil {
+		line, err := lines.ReadString('\n')
+		if err != nil {
+			b.Fatalf("serve: %q, %v", line, err)
+		}
+		addr = regexp.MustCompile(`^serving m on (http://127\.0\.0\.1:\d+)`).FindStringSubmatch(line)
+	}
+	go io.Copy(io.Discard, lines)
+	body := []byte(`{"model": "m", "prompt": "` + strings.Repeat("a ", 2_097_052) + `", "max_tokens": 1}`)
+	const clients = 8
+	// Bodies go out in writes of 64 KiB, as curl's do, not the 4 KiB of Go's default transport.
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients, WriteBufferSize: 64 << 10}}
+	var mu sync.Mutex
+	var took []time.Duration
+	send := func() {
+		start := time.Now()
+		resp, err := client.Post(addr[1]+"/v1/completions", "application/json", bytes.NewReader(body))
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		answer, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		d := time.Since(start)
+		if err != nil || resp.StatusCode != 400 || !bytes.Contains(answer, []byte("the model's context is 512 tokens")) {
+			b.Errorf("a 4 MB prompt: %d %.200s (%v), want a 400 naming the context", resp.StatusCode, answer, err)
+		}
+		mu.Lock()
+		took = append(took, d)
+		mu.Unlock()
+	}
+	b.SetBytes(clients * int64(len(body)))
+	cpu0 := processCPU(b, cmd.Process.Pid)
+	b.ResetTimer()
+	for range b.N {
+		var wg sync.WaitGroup
+		for range clients {
+			wg.Go(send)
+		}
+		wg.Wait()
+	}
+	b.StopTimer()
+	cpu := processCPU(b, cmd.Process.Pid) - cpu0
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var peakKiB int64
+	for line := range strings.Lines(string(status)) {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			fmt.Sscan(v, &peakKiB)
+		}
+	}
+	slices.Sort(took)
+	ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
+	b.ReportMetric(float64(peakKiB)/1024, "peak-rss-MiB")
+	b.ReportMetric(float64(peakKiB<<10-memory)/(1<<20), "over-memory-MiB")
+	b.ReportMetric(ms(took[len(took)/2]), "p50-ms-to-400")
+	b.ReportMetric(ms(took[len(took)-1]), "max-ms-to-400")
+	b.ReportMetric(ms(cpu)/float64(len(took)), "server-cpu-ms/request")
+	cmd.Process.Signal(syscall.SIGTERM)
+	cmd.Wait()
+}
+
+// processCPU is the user and system time process pid has run, from /proc/PID/stat (in ticks of 10 ms, Linux's
+// USER_HZ).
+func processCPU(b *testing.B, pid int) time.Duration {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	_, after, _ := bytes.Cut(stat, []byte(") ")) // past the command's name, which may hold spaces
+	fields := strings.Fields(string(after))
+	var user, sys int64
+	if len(fields) < 13 {
+		b.Fatalf("/proc/%d/stat: %q", pid, stat)
+	}
+	fmt.Sscan(fields[11], &user) // utime and stime, fields 14 and 15 of the line
+	fmt.Sscan(fields[12], &sys)
+	return time.Duration(user+sys) * 10 * time.Millisecond
 }

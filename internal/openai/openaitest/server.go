@@ -210,7 +210,9 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) bool {
 // answered.
 func (s *Server) begin(w http.ResponseWriter, start time.Time, model string, maxTokens, n *int, stream bool, so *openai.StreamOptions) (*generation, bool) {
 	if model != s.opts.Model {
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "model", fmt.Sprintf("model %q is not served (this server serves %q)", model, s.opts.Model))
+		param := "model"
+		writeJSON(w, http.StatusNotFound, openai.ErrorResponse{Error: openai.ErrorBody{Type: "invalid_request_error", Param: &param, Code: "model_not_found",
+			Message: fmt.Sprintf("model %q is not served (this server serves %q)", model, s.opts.Model)}})
 		return nil, false
 	}
 	if maxTokens != nil && *maxTokens <= 0 {

@@ -89,7 +89,7 @@ func TestErrors(t *testing.T) {
 		{`{"model":"m","prompt":"x","best_of":2}`, 400, "invalid_request_error", "best_of"},
 		{`{"model":"m","prompt":"x"`, 400, "invalid_request_error", nil},
 		{`{"model":"m","prompt":"x","max_tokens":"many"}`, 400, "invalid_request_error", "max_tokens"},
-		{`{"model":"other","prompt":"x"}`, 400, "invalid_request_error", "model"},
+		{`{"model":"other","prompt":"x"}`, 404, "invalid_request_error", "model"},
 		{`{"model":"m","prompt":"x","max_tokens":0}`, 400, "invalid_request_error", "max_tokens"},
 		{`{"model":"m","prompt":"x","n":2}`, 400, "invalid_request_error", "n"},
 		{`{"model":"m","prompt":""}`, 400, "invalid_request_error", "prompt"},
@@ -106,6 +106,9 @@ func TestErrors(t *testing.T) {
 		}
 		if resp.StatusCode != c.status || e.Error["type"] != c.typ || e.Error["param"] != c.param || e.Error["message"] == "" {
 			t.Errorf("%s: %d %v, want %d type %s param %v", c.body, resp.StatusCode, e.Error, c.status, c.typ, c.param)
+		}
+		if c.status == 404 && e.Error["code"] != "model_not_found" {
+			t.Errorf("another model: code %v, want model_not_found", e.Error["code"])
 		}
 		if c.status == 429 && resp.Header.Get("Retry-After") != "1" {
 			t.Errorf("429 without Retry-After: %v", resp.Header)

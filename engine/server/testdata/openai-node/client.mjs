@@ -1,10 +1,10 @@
-// Runs the official OpenAI Node client against a morphlab server: node client.mjs BASE_URL MODEL.
-// It makes completions and chat requests, streamed and not, reads their usage, lists the models and provokes a
-// 400, then prints what it saw as one JSON object for the Go test to check.
+// Runs the official OpenAI Node client against a morphlab server: node client.mjs BASE_URL MODEL API_KEY.
+// It makes completions and chat requests, streamed and not, reads their usage, lists the models, provokes a 400
+// and, with a wrong key, a 401, then prints what it saw as one JSON object for the Go test to check.
 import OpenAI from "openai";
 
-const [baseURL, model] = process.argv.slice(2);
-const client = new OpenAI({ baseURL, apiKey: "none", maxRetries: 0, timeout: 60_000 });
+const [baseURL, model, apiKey] = process.argv.slice(2);
+const client = new OpenAI({ baseURL, apiKey, maxRetries: 0, timeout: 60_000 });
 const prompt = "Once upon a time";
 const messages = [{ role: "user", content: "Tell me a story." }];
 const out = {};
@@ -47,6 +47,13 @@ try {
   out.error = null;
 } catch (e) {
   out.error = { status: e.status, param: e.param ?? null, type: e.type ?? null, name: e.constructor.name };
+}
+
+try {
+  await new OpenAI({ baseURL, apiKey: apiKey + "-wrong", maxRetries: 0, timeout: 60_000 }).models.list();
+  out.auth_error = null;
+} catch (e) {
+  out.auth_error = { status: e.status, code: e.code ?? null, name: e.constructor.name };
 }
 
 console.log(JSON.stringify(out));
