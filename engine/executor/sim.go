@@ -227,7 +227,8 @@ func (e *Sim) applySwaps(now time.Duration) (swapped []int, transfer, blocking t
 }
 
 // Step applies the swaps that are due, checks the batch, and returns the cost model's duration and a drawn
-// token for each sequence that asked for one.
+// token for each sequence that asked for one. Of a sequence's table it checks the blocks the step writes: the
+// blocks before them were checked by the steps that wrote them, and a simulated step reads nothing.
 func (e *Sim) Step(b *Batch) (Result, error) {
 	swapped, transfer, blocking := e.applySwaps(b.Now)
 	res := Result{Formats: e.formats, Swapped: swapped, SwapTime: transfer}
@@ -252,7 +253,7 @@ func (e *Sim) Step(b *Batch) (Result, error) {
 				i, s.SeqLen, len(s.Table), len(s.Table)*e.opt.BlockSize)
 		}
 		limit := uint32(e.blocks)
-		for _, id := range s.Table {
+		for _, id := range s.Table[(s.SeqLen-len(s.Tokens))/e.opt.BlockSize : (s.SeqLen-1)/e.opt.BlockSize+1] {
 			if uint32(id) >= limit { // a negative id too
 				return res, fmt.Errorf("executor: sequence %d uses block %d, %d attached", i, id, e.blocks)
 			}
