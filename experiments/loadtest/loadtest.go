@@ -59,6 +59,8 @@ type Config struct {
 	// IgnoreEOS sends vLLM's ignore_eos with every request, so that each one generates its max tokens (what
 	// vLLM's benchmark_serving --ignore-eos does); the server must know the parameter.
 	IgnoreEOS bool
+	// APIKey, when set, is sent with every request as Authorization: Bearer APIKey.
+	APIKey string
 	// Progress, when set, is called after each request ends with the count ended so far and the total, one call
 	// at a time (for a progress bar).
 	Progress func(done, total int)
@@ -220,7 +222,7 @@ dispatch:
 			if slots != nil {
 				defer func() { <-slots }()
 			}
-			res.Outcomes[i] = send(ctx, client, endpoint, bodies[i], r, start, timeout)
+			res.Outcomes[i] = send(ctx, client, endpoint, cfg.APIKey, bodies[i], r, start, timeout)
 			report()
 		})
 	}
@@ -259,7 +261,7 @@ func requestBody(cfg Config, r Request) ([]byte, error) {
 }
 
 // send sends one request and reads its stream.
-func send(ctx context.Context, client *http.Client, endpoint string, body []byte, r Request, start time.Time, timeout time.Duration) Outcome {
+func send(ctx context.Context, client *http.Client, endpoint, apiKey string, body []byte, r Request, start time.Time, timeout time.Duration) Outcome {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	out := Outcome{Status: Failed, PromptTokens: r.PromptTokens}
@@ -270,6 +272,9 @@ func send(ctx context.Context, client *http.Client, endpoint string, body []byte
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "text/event-stream")
+	if apiKey != "" {
+		req.Header.Set("Authorization", "Bearer "+apiKey)
+	}
 	sent := time.Now()
 	out.Sent = sent.Sub(start)
 	resp, err := client.Do(req)

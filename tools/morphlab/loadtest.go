@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -74,6 +75,7 @@ func runLoadtest(e *env, args []string) error {
 	outputTokens := fs.Int("output-tokens", 128, "max_tokens of each request (`N`)")
 	rangeRatio := fs.Float64("range-ratio", 0, "draw each synthetic request's prompt and output lengths uniformly within `R` (0 <= R < 1) of --prompt-tokens and --output-tokens, as vLLM's --random-range-ratio")
 	ignoreEOS := fs.Bool("ignore-eos", false, "send ignore_eos (vLLM's extension) so that every request generates its max_tokens")
+	apiKey := fs.String("api-key", "", "send `key` as Authorization: Bearer KEY with every request (default $OPENAI_API_KEY, as vLLM's benchmark)")
 	maxConc := fs.Int("max-concurrency", 0, "requests in flight at most (`N`); 0 for no limit")
 	timeout := fs.Duration("timeout", loadtest.DefaultTimeout, "limit per request, and the drain after the last arrival (`duration`)")
 	sloFlag := fs.String("slo", "", "goodput `limits`, such as ttft=500ms,tpot=50ms,e2el=2s (bare numbers are ms)")
@@ -215,7 +217,8 @@ func runLoadtest(e *env, args []string) error {
 	}
 	bar := newProgress(e.stderr, "loadtest: requests")
 	defer bar.clear()
-	cfg := loadtest.Config{URL: *url, Model: *modelName, Chat: *chat, MaxConcurrency: *maxConc, Timeout: *timeout, IgnoreEOS: *ignoreEOS, Progress: bar.set}
+	cfg := loadtest.Config{URL: *url, Model: *modelName, Chat: *chat, MaxConcurrency: *maxConc, Timeout: *timeout, IgnoreEOS: *ignoreEOS,
+		APIKey: cmp.Or(*apiKey, os.Getenv("OPENAI_API_KEY")), Progress: bar.set}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()

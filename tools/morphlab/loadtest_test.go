@@ -97,6 +97,46 @@ func TestLoadtestRangeRatio(t *testing.T) {
 	}
 }
 
+// TestLoadtestAPIKey: --api-key (or $OPENAI_API_KEY) reaches a server that answers 401 without it; without the
+// right key the run fails naming the 401.
+func TestLoadtestAPIKey(t *testing.T) {
+	s := openaitest.NewServer(openaitest.Options{Model: "m", APIKey: "k3y"})
+	defer s.Close()
+	args := []string{"loadtest", "--url", s.URL, "--model", "m", "--rate", "40", "--duration", "250ms", "--prompt-tokens", "4", "--output-tokens", "2", "--json"}
+	for _, c := range []struct {
+		name string
+		env  string
+		args []string
+		ok   bool
+	}{
+		{"no key", "", nil, false},
+		{"wrong key", "", []string{"--api-key", "k3"}, false},
+		{"flag", "", []string{"--api-key", "k3y"}, true},
+		{"environment", "k3y", nil, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Setenv("OPENAI_API_KEY", c.env)
+			code, stdout, stderr := runCLI(append(args, c.args...)...)
+			if !c.ok {
+				if code != 1 || !strings.Contains(stderr, "HTTP 401") {
+					t.Errorf("exit %d, stderr %q; want 1 naming HTTP 401", code, stderr)
+				}
+				return
+			}
+			if code != 0 {
+				t.Fatalf("exit %d, stderr %q", code, stderr)
+			}
+			var r loadtestReport
+			if err := json.Unmarshal([]byte(stdout), &r); err != nil {
+				t.Fatal(err)
+			}
+			if m := r.Runs[0].Metrics; m.Requests != 10 || m.Completed != 10 {
+				t.Errorf("%d requests, %d completed; want 10 and 10", m.Requests, m.Completed)
+			}
+		})
+	}
+}
+
 func sum(xs []int) int {
 	n := 0
 	for _, x := range xs {

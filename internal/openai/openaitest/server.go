@@ -47,6 +47,7 @@ type Options struct {
 	TokenDelay time.Duration // between tokens; token i is due at TTFT + i*TokenDelay, so delays do not add up
 	Tokens     int           // tokens per response; 0 means max_tokens (16 when not given)
 	OmitUsage  bool          // never send usage, even when asked: a client must then count chunks
+	APIKey     string        // when set, every route but /health answers 401 without Authorization: Bearer APIKey
 	// Fault chooses the fault for the n-th generation request (from 0), or none when nil.
 	Fault func(n int) Fault
 }
@@ -73,8 +74,19 @@ func NewServer(opts Options) *Server {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "invalid_request_error", "", "no route for "+r.Method+" "+r.URL.Path)
 	})
-	s.Server = httptest.NewServer(mux)
+	s.Server = httptest.NewServer(s.authorize(mux))
 	return s
+}
+
+// authorize answers 401 to a request without the API key, as OpenAI does, when the server has one.
+func (s *Server) authorize(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.opts.APIKey != "" && r.URL.Path != "/health" && r.Header.Get("Authorization") != "Bearer "+s.opts.APIKey {
+			writeError(w, http.StatusUnauthorized, "invalid_request_error", "", "missing or wrong API key")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // Requests returns how many generation requests the server has received.
