@@ -103,6 +103,9 @@ type replica struct {
 	due    bool          // whether next is set (false: only an arrival gives it work)
 	heapAt int           // its index in the step heap, -1 when not in it
 	ended  []kv.SeqID    // requests that ended in its last step
+	// routed is the KV blocks of the prompts routed to it since its last step, which its controller's last
+	// signals do not count.
+	routed int
 	// live are its requests not yet ended: their trace index and stream.
 	live map[kv.SeqID]liveRequest
 	rows []int // the fleet's result rows of the requests it served
@@ -394,6 +397,7 @@ func (r *fleetRun) step(rep *replica) error {
 	if err != nil {
 		return fmt.Errorf("replica %d: %w", rep.index, err)
 	}
+	rep.routed = 0
 	for _, id := range rep.ended {
 		r.end(rep, id)
 	}
@@ -455,6 +459,7 @@ func (r *fleetRun) route(index int, req engine.TimedRequest) {
 	}
 	st := rep.in.Engine.SubmitTimed(req.Request, req.Arrival)
 	rep.live[st.ID] = liveRequest{index: index, req: req, st: st}
+	rep.routed += rep.blocks(len(req.Prompt))
 	select {
 	case <-st.Done(): // rejected at once (it can never fit)
 		r.end(rep, st.ID)
@@ -535,19 +540,29 @@ func (r *fleetRun) pick(req engine.TimedRequest) *replica {
 }
 
 // morphRank orders replicas for the morph-aware router: 0 for one whose free blocks hold the request's prompt
-// and whose layers are all at full precision, 1 for one with the room but quantized layers, 2 for one without
-// the room at full precision, 3 for the rest.
+// beside the prompts already waiting there and whose layers are all at full precision, 1 for one with the room but
+// quantized layers, 2 for one without the room at full precision, 3 for the rest. A replica that has not stepped
+// yet has every attached block free.
 func morphRank(rep *replica, req engine.TimedRequest) int {
 	s := rep.in.Controller.Last()
-	bs := rep.in.Engine.Geometry().BlockSize
+	free := s.Free
+	if s.Total == 0 {
+		free = rep.in.Engine.Memory().Blocks
+	}
 	rank := 0
-	if s.Free < (len(req.Prompt)+bs-1)/bs+s.WaitingBlocks {
+	if free < rep.blocks(len(req.Prompt))+s.WaitingBlocks+rep.routed {
 		rank += 2
 	}
 	if s.Quantized > 0 {
 		rank++
 	}
 	return rank
+}
+
+// blocks is the KV blocks that tokens tokens fill on rep.
+func (rep *replica) blocks(tokens int) int {
+	bs := rep.in.Engine.Geometry().BlockSize
+	return (tokens + bs - 1) / bs
 }
 
 func cmpFloat(a, b float64) int {

@@ -94,6 +94,41 @@ func TestFleetRouters(t *testing.T) {
 	}
 }
 
+// TestFleetMorphAwareSpreads: under a light load the morph-aware router spreads requests over identical replicas,
+// those that have not yet served included (every one has room for every prompt and none is quantized), as
+// least-outstanding does.
+func TestFleetMorphAwareSpreads(t *testing.T) {
+	var tr trace.Trace
+	for i := range 400 { // 4 requests a second for 100 s
+		tr.Requests = append(tr.Requests, trace.Request{Arrival: float64(i) / 4, PromptTokens: 500, OutputTokens: 100})
+	}
+	d := sim7b(t, "morph:default", 300)
+	f := Fleet{Router: "morph-aware", Replicas: []Deployment{d, d, d, d}}
+	r, err := f.Replay(context.Background(), &tr, ReplayOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, rep := range r.Fleet.Replicas {
+		if rep.Requests < 50 {
+			t.Errorf("replica %d served %d of 400 requests, want at least 50: %+v", i, rep.Requests, r.Fleet.Replicas)
+		}
+	}
+}
+
+// TestFleetIdleReplica: a replica that serves no request reports none.
+func TestFleetIdleReplica(t *testing.T) {
+	tr := trace.Trace{Requests: []trace.Request{{Arrival: 0, PromptTokens: 100, OutputTokens: 10}, {Arrival: 1, PromptTokens: 100, OutputTokens: 10}}}
+	d := sim7b(t, "fp16", 300)
+	r, err := (Fleet{Router: "round-robin", Replicas: []Deployment{d, d, d}}).Replay(context.Background(), &tr, ReplayOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := r.Fleet.Replicas[2].Aggregates; r.Fleet.Replicas[2].Requests != 0 || a.Requests != 0 || a.Completed != 0 || a.TotalOutputTokens != 0 {
+		t.Errorf("the idle replica: %d requests, aggregates of %d requests, %d completed, %d output tokens; want none",
+			r.Fleet.Replicas[2].Requests, a.Requests, a.Completed, a.TotalOutputTokens)
+	}
+}
+
 // TestFleetAdmission: a token bucket turns away the requests past its rate and burst, a queue cap those that
 // find it full, each with its reason; the turned-away count as SLO violations and are assigned no replica.
 func TestFleetAdmission(t *testing.T) {

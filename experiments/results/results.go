@@ -222,8 +222,12 @@ func (a *Accumulator) Run(timeline []morph.Point, swaps int) *Run {
 }
 
 // Part is the aggregates over the requests added at the given indices (in the order added), with that part's
-// peaks (morph.Recorder.Peak) and swap actions: a fleet's replica's figures over the fleet's rows.
+// peaks (morph.Recorder.Peak) and swap actions: a fleet's replica's figures over the fleet's rows. No indices
+// (nil too) is a part of no requests.
 func (a *Accumulator) Part(indices []int, peak morph.Point, swaps int) Aggregates {
+	if indices == nil {
+		indices = []int{}
+	}
 	return a.aggregate(indices, peak, swaps)
 }
 

@@ -63,11 +63,12 @@ func PlotFleet(base string, r *results.Run) error {
 //	static:int4       the same, every layer in INT4
 //	morph:default     the same, each replica morphing (morph-aware router)
 //	fp16+autoscale    fp16 replicas behind the autoscaler (outstanding requests per replica against a target, a
-//	                  2-minute scale-up delay, the HPA's 5-minute cool-down), the cheapest target that meets the SLO
+//	                  2-minute scale-up delay, the HPA's 5-minute cool-down), the cheapest target and floor that
+//	                  meet the SLO
 //	morph+autoscale   the same with morph:default replicas
 //
 // An autoscaled fleet starts with as many replicas as the smallest fixed fleet of its policy that meets the SLO on
-// the trace's first ten minutes, and may go down to one. Cost is replica-hours at the catalog's on-demand price
+// the trace's first ten minutes; its floor (the HPA's minReplicas) is one, half that start or the start. Cost is replica-hours at the catalog's on-demand price
 // (AWS: an L4 $0.8048, an A100 80GB $3.4309 an hour); quality loss is token-weighted on Table 8's curves.
 const (
 	FleetViolations = 0.01
@@ -78,7 +79,7 @@ const (
 var FleetStrategies = []string{"fp16+autoscale", "fp16", "static:int4", "morph:default", "morph+autoscale"}
 
 // fleetTargets are the autoscaler targets tried (outstanding requests a replica).
-var fleetTargets = []float64{2, 3, 4, 6, 8, 12, 16, 24, 32, 48}
+var fleetTargets = []float64{2, 3, 4, 6, 8, 12, 16, 32}
 
 // fleetMax is the most replicas a fixed fleet is tried with, and the autoscaler's ceiling.
 const fleetMax = 64
@@ -106,9 +107,11 @@ type FleetCell struct {
 	Rate     float64 `json:"rate"`
 	Strategy string  `json:"strategy"`
 	Meets    bool    `json:"meets_slo"`
-	// Replicas is the fixed fleet's size, or the autoscaled fleet's start; Target the autoscaler's target.
+	// Replicas is the fixed fleet's size, or the autoscaled fleet's start; Target and Floor the autoscaler's
+	// target and least replicas.
 	Replicas     int     `json:"replicas"`
 	Target       float64 `json:"target,omitempty"`
+	Floor        int     `json:"floor,omitempty"`
 	PeakReplicas int     `json:"peak_replicas"`
 	ReplicaHours float64 `json:"replica_hours"`
 	Cost         float64 `json:"cost_usd"`
@@ -250,8 +253,9 @@ func FleetStudy(ctx context.Context, opt FleetOptions) (*FleetReport, error) {
 	return rep, rep.Write()
 }
 
-// fleetFor is a fleet of n replicas of the setup under strategy (with target, an autoscaled one starting at n).
-func fleetFor(s Setup, strategy string, n int, target float64) (deploy.Fleet, error) {
+// fleetFor is a fleet of n replicas of the setup under strategy (with target, an autoscaled one starting at n that
+// keeps floor replicas at least).
+func fleetFor(s Setup, strategy string, n int, target float64, floor int) (deploy.Fleet, error) {
 	name, router := strategy, "least-outstanding"
 	switch strategy {
 	case "fp16+autoscale":
@@ -269,7 +273,7 @@ func fleetFor(s Setup, strategy string, n int, target float64) (deploy.Fleet, er
 		f.Replicas = append(f.Replicas, d)
 	}
 	if target > 0 {
-		f.Autoscale = &deploy.Autoscale{Template: d, Metric: "outstanding", Target: target, Min: 1, Max: fleetMax}
+		f.Autoscale = &deploy.Autoscale{Template: d, Metric: "outstanding", Target: target, Min: floor, Max: fleetMax}
 	}
 	return f, nil
 }
@@ -282,8 +286,8 @@ func meets(r *results.Run) bool {
 // searchFleet finds the cheapest fleet of a strategy that meets the SLO on t.
 func searchFleet(ctx context.Context, s Setup, strategy string, t *trace.Trace) (*FleetCell, []FleetTry, error) {
 	var tried []FleetTry
-	sim := func(n int, target float64, tr *trace.Trace) (*results.Run, error) {
-		f, err := fleetFor(s, strategy, n, target)
+	sim := func(n int, target float64, floor int, tr *trace.Trace) (*results.Run, error) {
+		f, err := fleetFor(s, strategy, n, target, floor)
 		if err != nil {
 			return nil, err
 		}
@@ -299,7 +303,7 @@ func searchFleet(ctx context.Context, s Setup, strategy string, t *trace.Trace) 
 	fixedPolicy := strings.TrimSuffix(strings.Replace(strategy, "morph+autoscale", "morph:default", 1), "+autoscale")
 	fixed := func(tr *trace.Trace) (int, *results.Run, error) {
 		return smallest(func(n int) (*results.Run, error) {
-			f, err := fleetFor(s, fixedPolicy, n, 0)
+			f, err := fleetFor(s, fixedPolicy, n, 0, 0)
 			if err != nil {
 				return nil, err
 			}
@@ -327,13 +331,15 @@ func searchFleet(ctx context.Context, s Setup, strategy string, t *trace.Trace) 
 			return nil, nil, err
 		}
 		c.Replicas = n
-		for _, target := range fleetTargets {
-			r, err := sim(n, target, t)
-			if err != nil {
-				return nil, nil, err
-			}
-			if c.run == nil || meets(r) && (!meets(c.run) || r.Fleet.Cost < c.run.Fleet.Cost) {
-				c.run, c.Target = r, target
+		for _, floor := range slices.Compact([]int{1, (n + 1) / 2, n}) {
+			for _, target := range fleetTargets {
+				r, err := sim(n, target, floor, t)
+				if err != nil {
+					return nil, nil, err
+				}
+				if c.run == nil || meets(r) && (!meets(c.run) || r.Fleet.Cost < c.run.Fleet.Cost) {
+					c.run, c.Target, c.Floor = r, target, floor
+				}
 			}
 		}
 	}
@@ -508,7 +514,7 @@ func (r *FleetReport) WriteSummary(w io.Writer) error {
 			}
 			size := fmt.Sprint(c.Replicas)
 			if c.Target > 0 {
-				size = fmt.Sprintf("%d-%d (target %g)", min(c.Replicas, c.PeakReplicas), c.PeakReplicas, c.Target)
+				size = fmt.Sprintf("%d-%d (from %d, target %g)", c.Floor, c.PeakReplicas, c.Replicas, c.Target)
 			}
 			meet := ""
 			if !c.Meets {

@@ -51,7 +51,7 @@ func TestFleetStudy(t *testing.T) {
 			continue
 		}
 		if c.Target == 0 && c.Replicas > 1 {
-			f, err := fleetFor(PaperSetups[1], c.Strategy, c.Replicas-1, 0)
+			f, err := fleetFor(PaperSetups[1], c.Strategy, c.Replicas-1, 0, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
