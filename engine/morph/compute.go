@@ -16,22 +16,18 @@ import (
 //
 // Memory pressure is morph:default's without its queueing-delay trigger: mean KV usage over the last Window
 // iterations above Usage, a prefill at the head of the queue that the free blocks cannot admit, or a preemption.
-// It takes layers to Int4, the tier that frees the most bytes, sized by the blocks the waiting queue lacks.
-//
-// Compute pressure is a queue that waits for prefill, not for blocks: with no memory pressure, the TTFT that the
-// queue's prefill work at the measured prefill rate predicts (predictTTFT with the blocks there) is above Margin of
-// the TTFT SLO. It takes layers to Int8, which runs as W8A8: integer tensor cores prefill at twice the FP16 rate on
-// the catalog's GPUs (L4, A100, H100 datasheets) and this CPU's W8A8 kernels at 2.3x its F16 ones (BENCHMARKS.md,
-// Prefill), while an Int4 layer, W4A16 on a GPU, prefills no faster than FP16. The layers are sized by the prefill
-// time to take off (computeLayers). Every swap's log entry names the pressure and the tier.
+// It takes layers to Int4, the tier that frees the most bytes, sized by the blocks the waiting queue lacks and at
+// most MemoryLayers, as morph:default's actions.
 //
 // It is calm once the queue is empty and the pool without the last region keeps RestoreMargin free; a restore
 // undoes the last action first, whichever pressure made it.
 //
-// Its parameters (DefaultCompute) are fixed here, before any comparison, from the modes before it: morph:default's
-// memory triggers and hysteresis (usage 0.85 over 8 iterations, persistence 4, restore after 8 calm iterations and
-// 5 s, 30% free), morph:slo's prediction (half the 2 s SLO, the prefill rate smoothed at 0.3) and its 8 layers an
-// action, and the INT8-over-FP16 peak of the catalog's GPUs (2) as the speedup the sizing assumes.
+// Its parameters (DefaultCompute) are fixed here, the same for every trace: morph:default's memory triggers and
+// restore (usage 0.85 over 8 iterations, at most 4 layers a memory action, restore after 8 calm iterations and 5 s
+// with 30% free); morph:slo's prediction and persistence (half the 2 s SLO, the prefill rate smoothed at 0.3, 2
+// iterations), since compute pressure is its prediction; no bound on a compute action below the catalog's deepest
+// model (64 layers an action), since a W8A8 swap frees memory and its prediction sizes it; and the INT8-over-FP16
+// peak of the catalog's GPUs (2) as the speedup the sizing assumes.
 type Compute struct {
 	Control
 	Usage     float64       // mean KV usage over the window that is memory pressure
@@ -40,19 +36,22 @@ type Compute struct {
 	Margin    float64       // the share of the SLO the predicted TTFT is held under
 	Smoothing float64       // exponential smoothing of the measured prefill rate (the weight of a step)
 	Speedup   float64       // how many times faster an Int8 layer prefills than a full-precision one, for sizing
+	// MemoryLayers is the most layers a memory action moves (Control.LayersPerAction bounds compute actions).
+	MemoryLayers int
 	// Memory and Compute are the tiers that relieve each pressure.
 	Memory, Compute quant.Format
 }
 
 // DefaultCompute is morph:compute's parameters.
-var DefaultCompute = Compute{Usage: 0.85, Window: 8, TTFT: 2 * time.Second, Margin: 0.5, Smoothing: 0.3, Speedup: 2,
+var DefaultCompute = Compute{Usage: 0.85, Window: 8, TTFT: 2 * time.Second, Margin: 0.5, Smoothing: 0.3, Speedup: 2, MemoryLayers: 4,
 	Memory: quant.Int4, Compute: quant.Int8,
-	Control: Control{Persistence: 4, LayersPerAction: 8, Cap: 1, RestorePersistence: 8, RestoreMargin: 0.3, RestoreHold: 5 * time.Second,
+	Control: Control{Persistence: 2, LayersPerAction: 64, Cap: 1, RestorePersistence: 8, RestoreMargin: 0.3, RestoreHold: 5 * time.Second,
 		Tiers: []quant.Format{quant.Int8, quant.Int4}}}
 
 func (p *Compute) params() []param {
 	return append([]param{share("usage", &p.Usage), count("window", &p.Window), duration("ttft", &p.TTFT, true),
-		share("margin", &p.Margin), share("prefill_smoothing", &p.Smoothing), above1("speedup", &p.Speedup)},
+		share("margin", &p.Margin), share("prefill_smoothing", &p.Smoothing), above1("speedup", &p.Speedup),
+		count("memory_layers", &p.MemoryLayers)},
 		p.Control.params()...)
 }
 
@@ -94,7 +93,7 @@ func (j *computeRule) Judge(in Input) Verdict {
 		v.Pressure, v.To = prefix("memory: ", why), p.Memory
 		v.Layers = func() int {
 			if per := act.BlocksPerLayer(p.Memory); per > 0 {
-				return int(math.Ceil(float64(s.WaitingBlocks-s.Free) / per))
+				return min(int(math.Ceil(float64(s.WaitingBlocks-s.Free)/per)), p.MemoryLayers)
 			}
 			return 1
 		}
@@ -105,31 +104,26 @@ func (j *computeRule) Judge(in Input) Verdict {
 	if s.Waiting == 0 || predicted <= target {
 		return v
 	}
-	work := 0.0
-	if j.prefill > 0 {
-		work = float64(s.WaitingTokens) / j.prefill
-	}
 	v.Pressure = []string{fmt.Sprintf("compute: predicted TTFT %v > %v (%.0f%% of the %v SLO): %d tokens to prefill at %.0f tokens/s",
 		shown(predicted), target, 100*p.Margin, p.TTFT, s.WaitingTokens, j.prefill)}
 	v.To = p.Compute
 	v.Layers = func() int {
-		return computeLayers(work, target.Seconds(), len(act.cur), act.InFormat(p.Compute), p.Speedup)
+		layers, fast := len(act.cur), act.InFormat(p.Compute)
+		left, _ := act.next(layers, p.Compute)
+		predict := func(more int) time.Duration {
+			return predictTTFT(s, math.MaxInt, 0, j.prefill*prefillGain(layers, fast, more, p.Speedup))
+		}
+		return sloLayers(predict, len(left), target)
 	}
 	return v
 }
 
-// computeLayers is how many more layers to take to the compute tier so that work seconds of prefill, measured with
-// fast of the layers in it, take at most target: with every layer costing the same and a layer in the compute tier
-// speedup times faster, prefill time is in proportion to layers - n·(1 - 1/speedup) with n of them there. At
-// least 1 (the queue also waits for what it has waited already), at most the layers not there yet.
-func computeLayers(work, target float64, layers, fast int, speedup float64) int {
-	if work <= target || layers == 0 {
-		return 1
-	}
-	gain := 1 - 1/speedup
-	full := work * float64(layers) / (float64(layers) - float64(fast)*gain) // with no layer in the compute tier
-	need := int(math.Ceil(float64(layers)*(1-target/full)/gain)) - fast
-	return min(max(need, 1), layers-fast)
+// prefillGain is how many times faster prefill runs with more of layers in the compute tier than with fast of them
+// there: with every layer costing the same and a layer there speedup times faster, prefill time is in proportion to
+// layers - n·(1 - 1/speedup) with n of them there.
+func prefillGain(layers, fast, more int, speedup float64) float64 {
+	g := 1 - 1/speedup
+	return (float64(layers) - float64(fast)*g) / (float64(layers) - float64(fast+more)*g)
 }
 
 func prefix(p string, s []string) []string {

@@ -2,6 +2,7 @@ package morph
 
 import (
 	"context"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -82,25 +83,20 @@ func TestActuatorTargets(t *testing.T) {
 	}
 }
 
-// TestComputeLayers: the layers the compute tier needs so that the queue's prefill meets the target, counted from
-// the time it would take with no layer there.
-func TestComputeLayers(t *testing.T) {
+// TestPrefillGain: prefill time in proportion to layers - n·(1 - 1/speedup) with n layers in the compute tier.
+func TestPrefillGain(t *testing.T) {
 	for _, c := range []struct {
-		work, target float64
-		layers, fast int
-		speedup      float64
-		want         int
+		layers, fast, more int
+		speedup, want      float64
 	}{
-		{4, 3, 32, 0, 2, 16},  // a quarter off at half the time a layer: half the layers
-		{4, 2, 32, 0, 2, 32},  // half off needs every layer
-		{4, 1, 32, 0, 2, 32},  // more than it can: every layer left
-		{3, 3, 32, 0, 2, 1},   // met already (it waited too long): one
-		{3, 2, 32, 16, 2, 16}, // 16 there: 4 s without them, half off, 16 more
-		{6, 4, 40, 0, 4, 18},  // speedup 4: a third off, 40·(1/3)/(3/4) = 17.8
-		{5, 1, 10, 10, 2, 0},  // none left
+		{32, 0, 16, 2, 32.0 / 24},    // half the layers at twice the rate
+		{32, 16, 16, 2, 24.0 / 16},   // the other half, from 24 layer-times to 16
+		{40, 0, 40, 4, 4},            // every layer: the whole speedup
+		{48, 8, 0, 2, 1},             // no more: no gain
+		{10, 0, 5, 3.5, 10.0 / 6.43}, // this CPU's W8A8 over F16
 	} {
-		if got := computeLayers(c.work, c.target, c.layers, c.fast, c.speedup); got != c.want {
-			t.Errorf("computeLayers(%v, %v, %d, %d, %v) = %d, want %d", c.work, c.target, c.layers, c.fast, c.speedup, got, c.want)
+		if got := prefillGain(c.layers, c.fast, c.more, c.speedup); math.Abs(got-c.want) > 1e-3 {
+			t.Errorf("prefillGain(%d, %d, %d, %v) = %v, want %v", c.layers, c.fast, c.more, c.speedup, got, c.want)
 		}
 	}
 }
@@ -129,6 +125,12 @@ func TestComputeJudge(t *testing.T) {
 	// 1.5 s of prefill to bring to 1 s: a third off at half the time a layer, 4·(1/3)/(1/2) = 2.67: 3 layers.
 	if n := v.Layers(); n != 3 {
 		t.Errorf("compute pressure asks for %d layers, want 3", n)
+	}
+	// The head has waited 1.2 s already: no count meets 1 s, every layer left brings the prediction to its shortest.
+	v = judge(Signals{Waiting: 2, OldestWait: 1200 * time.Millisecond, HeadBlocks: 2, WaitingBlocks: 4, WaitingTokens: 2000, Free: 60, Used: 40,
+		Total: 100, Usage: 0.4}, engine.StepInfo{})
+	if n := v.Layers(); v.To != quant.Int8 || n != 4 {
+		t.Errorf("a head that waited past the target: to %v, %d layers, want int8 and all 4", v.To, n)
 	}
 	v = judge(Signals{Waiting: 2, OldestWait: 100 * time.Millisecond, HeadBlocks: 2, WaitingBlocks: 4, WaitingTokens: 2000, Free: 60, Used: 40,
 		Total: 100, Usage: 0.4}, engine.StepInfo{})

@@ -525,8 +525,8 @@ func TestParamsJSON(t *testing.T) {
 		"morph:accuracy":   `{"usage":0.95,"delay":"500ms","window":8,` + fmt.Sprintf(common, 8, 2, 0.5, 4, 0.3, "2s"),
 		"morph:predictive": `{"usage":1,"horizon":"1s","bin":"1s","alpha":0.5,"beta":0.3,` + fmt.Sprintf(common, 2, 8, 1.0, 8, 0.1, "1s"),
 		"morph:slo":        `{"ttft":"2s","margin":0.5,"prefill_smoothing":0.3,` + fmt.Sprintf(common, 2, 8, 1.0, 8, 0.3, "5s"),
-		"morph:compute": `{"usage":0.85,"window":8,"ttft":"2s","margin":0.5,"prefill_smoothing":0.3,"speedup":2,` +
-			strings.Replace(fmt.Sprintf(common, 4, 8, 1.0, 8, 0.3, "5s"), `["int4"]`, `["int8","int4"]`, 1),
+		"morph:compute": `{"usage":0.85,"window":8,"ttft":"2s","margin":0.5,"prefill_smoothing":0.3,"speedup":2,"memory_layers":4,` +
+			strings.Replace(fmt.Sprintf(common, 2, 64, 1.0, 8, 0.3, "5s"), `["int4"]`, `["int8","int4"]`, 1),
 	} {
 		p, err := Parse(policy)
 		if err != nil {
