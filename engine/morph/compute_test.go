@@ -151,8 +151,10 @@ func TestComputePolicy(t *testing.T) {
 	}
 	base := slices.Repeat([]quant.Format{quant.F16}, 8)
 	const slo = time.Second
+	var rec *Recorder
 	measure := func(x *memExec, policy string, reqs []engine.TimedRequest) (viol int, swaps map[string]int) {
-		res, _, e := run(t, x, policy, reqs, base, nil)
+		res, c, e := run(t, x, policy, reqs, base, nil)
+		rec = c.Recorder
 		swaps = map[string]int{}
 		for _, ev := range e.Log() {
 			if ev.Kind == engine.Decision && strings.HasPrefix(ev.Detail, "swap") {
@@ -170,6 +172,9 @@ func TestComputePolicy(t *testing.T) {
 	t.Logf("compute-bound, %d requests: violations fp16 %d, morph:default %d, morph:compute %d; compute's swaps %v", len(compute), fViol, dViol, cViol, cSwaps)
 	if cSwaps["int8 compute"] == 0 || len(cSwaps) != 1 {
 		t.Errorf("compute-bound: swaps %v, want only int8 ones for compute", cSwaps)
+	}
+	if pos := rec.TokensByPosition(); slices.Max(pos[quant.Int4]) != 0 || pos[quant.Int8][0] == 0 {
+		t.Errorf("compute-bound: tokens by position %v, want int8 ones only", pos)
 	}
 	if cViol >= dViol || cViol >= fViol {
 		t.Errorf("compute-bound: morph:compute %d violations, morph:default %d, fp16 %d: want fewer than both", cViol, dViol, fViol)
