@@ -20,8 +20,8 @@ func init() {
 const reproduceHelp = `
 Reproduce runs the experiment suite (experiments/suite): fp16, static INT8/INT4, selective and the morph modes
 on the paper's four deployments and traces, simulated at paper scale, a rate sweep and Table 5; then the layer
-sensitivity tables of stories260K (the profiler: Tables 2, 3 and 8 on our real model) and a run on the real CPU
-engine beside the simulator's prediction of it. It writes everything under --out and the headline to stdout:
+sensitivity tables of stories260K (the profiler: Tables 2, 3 and 8 on our real model, and its INT8 curves, W8A8 and
+W8A16, beside INT4's) and a run on the real CPU engine beside the simulator's prediction of it. It writes everything under --out and the headline to stdout:
 each run's results.json, events.jsonl and table.md, a table.md and plots (PNG and SVG) per setup and workload,
 summary.md and summary.json. Missing data files are replaced by seeded stand-ins and summary.md says which
 ('make data' fetches the real ones). --quick runs two workloads and six policies and skips the profiler and the
