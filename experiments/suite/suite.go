@@ -10,10 +10,11 @@
 // paper "downscales" them; the Mooncake conversation trace's busiest 72 s, stretched 4.75x too (it stands in for
 // the paper's second trace, BurstGPT, which is not in the shared data), its whole-second timestamps spread over
 // their second first (trace.Spread: tens of requests share each, and replayed as one instant they are a prefill
-// burst no weight format serves); and a seeded on/off burst sized to each setup (capacity.go: 2.5x its fp16
+// burst no INT4 layer serves); and a seeded on/off burst sized to each setup (capacity.go: 2.5x its fp16
 // capacity in bursts, a quarter of it between them, the capacity on average), with log-normal lengths at half the
-// setup's limits. The headline notes the cells that no weight format serves (static:int4 misses the SLO as often
-// as fp16: compute-bound loads) and the cut over the others. Where a trace file
+// setup's limits. The headline notes the compute-bound cells (static:int4, with the most KV, misses the SLO as
+// often as fp16: more memory does not serve them, faster prefill does) and gives each policy's violation cut
+// pooled, over the memory-bound cells and over the compute-bound ones. Where a trace file
 // is missing, a seeded synthetic stand-in of the same rate and lengths replays instead, and the report says so.
 // TTFT SLO 2 s. Every policy's parameters are fixed in engine/morph before any run: nothing is tuned per trace.
 //

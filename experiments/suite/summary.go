@@ -85,9 +85,9 @@ type Headline struct {
 	P95Ratio map[string]float64 `json:"p95_ttft_ratio"`
 	// LossRatio is each morph mode's quality loss over static:int4's, the mean over the cells.
 	LossRatio map[string]float64 `json:"quality_loss_ratio"`
-	// Bound lists the setup/workload cells where fp16 misses the SLO and static:int4 — every layer quantized,
-	// so the most KV and the fastest decode any policy reaches — misses it as often or more: loads that no
-	// weight format serves, whatever a controller does. BoundViolations is fp16's violations in them, of
+	// Bound lists the setup/workload cells where fp16 misses the SLO and static:int4 — every layer in INT4, so
+	// the most KV and the fastest decode any policy reaches — misses it as often or more: compute-bound loads,
+	// which more memory does not serve and only faster prefill (INT8 layers, W8A8) does. BoundViolations is fp16's violations in them, of
 	// FP16Violations in all, and CutElsewhere the violation cut over the other cells.
 	Bound           []string `json:"precision_bound_cells"`
 	BoundViolations int      `json:"precision_bound_fp16_violations"`
@@ -179,7 +179,7 @@ func (r *Report) Headline() Headline {
 }
 
 // computeBound reports whether fp16 misses the SLO in a setup and workload and static:int4 misses it as often or
-// more: a load that no weight format's memory serves.
+// more: a load that more memory does not serve.
 func (r *Report) computeBound(setup, workload string) bool {
 	f, s := r.Cell(setup, workload, "fp16"), r.Cell(setup, workload, "static:int4")
 	return f != nil && s != nil && f.Run.Aggregates.SLOViolations > 0 && s.Run.Aggregates.SLOViolations >= f.Run.Aggregates.SLOViolations
@@ -282,7 +282,7 @@ func (r *Report) WriteSummary(w io.Writer) error {
 	}
 	if len(h.Bound) > 0 {
 		fmt.Fprintf(b, "\n%d of fp16's %d pooled violations are in cells where static:int4, every layer quantized (the most KV "+
-			"and the fastest decode any policy reaches), misses the SLO as often or more: loads that no weight format serves, "+
+			"and the fastest decode INT4 reaches), misses the SLO as often or more: loads that more memory does not serve, "+
 			"compute-bound (%s). Over the other cells morph:default cuts fp16's violations by %s.\n",
 			h.BoundViolations, h.FP16Violations, strings.Join(h.Bound, ", "), pct(h.CutElsewhere))
 	}
