@@ -19,6 +19,15 @@ import (
 // It takes layers to Int4, the tier that frees the most bytes, sized by the blocks the waiting queue lacks and at
 // most MemoryLayers, as morph:default's actions.
 //
+// Compute pressure is a queue that waits for prefill, not for blocks: with no memory pressure, the TTFT that the
+// queue's prefill work at the measured prefill rate predicts (predictTTFT with the blocks there) is above Margin of
+// the TTFT SLO. It takes layers to Int8, which runs as W8A8: integer tensor cores prefill at twice the FP16 rate on
+// the catalog's GPUs (L4, A100, H100 datasheets) and this CPU's W8A8 kernels at 2.3x its F16 ones (BENCHMARKS.md,
+// Prefill), while an Int4 layer, W4A16 on a GPU, prefills no faster than FP16. A compute action moves the fewest
+// layers whose faster prefill (prefillGain) brings the prediction under the target, or, when no count does (the
+// head of the queue has waited too long already), the fewest that bring it to its shortest: morph:slo's sizing
+// (sloLayers). Every swap's log entry names the pressure and the tier.
+//
 // It is calm once the queue is empty and the pool without the last region keeps RestoreMargin free; a restore
 // undoes the last action first, whichever pressure made it.
 //
