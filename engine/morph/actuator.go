@@ -31,7 +31,7 @@ type action struct {
 }
 
 // Actuator carries decisions out on an engine: its LayerSwapper half moves layers along the swap order through the
-// tiers, its KVResizer half attaches what a swap freed as a region once the swap has taken effect, and, to undo the
+// tiers (to the next tier, or to the tier a rule names), its KVResizer half attaches what a swap freed as a region once the swap has taken effect, and, to undo the
 // last action, drains and detaches that region once empty before restoring the layers. Actions stack: they are
 // undone last first. One action is in flight at a time.
 type Actuator struct {
@@ -72,31 +72,63 @@ func (a *Actuator) Quantized() int {
 // Actions is the number of actions done and not undone.
 func (a *Actuator) Actions() int { return len(a.stack) }
 
-// next returns up to n layers the next swap would move and the format they would go to: the first layers of the
-// order still at the lowest tier reached so far, within the cap.
-func (a *Actuator) next(n int) ([]int, quant.Format) {
-	for t, to := range a.tiers {
-		var layers []int
-		quantized := a.Quantized()
-		for _, l := range a.order {
-			if len(layers) == n {
-				break
-			}
-			at := a.cur[l]
-			if t == 0 && at == a.base[l] {
-				if quantized+len(layers) >= a.cap {
-					break
-				}
-				layers = append(layers, l)
-			} else if t > 0 && at == a.tiers[t-1] {
-				layers = append(layers, l)
-			}
-		}
-		if len(layers) > 0 {
-			return layers, to
+// NextTier, as the format a swap takes its layers to, is the next of the policy's tiers (Tier). It is the zero
+// format: no tier is F32, a layer is never quantized to it.
+const NextTier = quant.F32
+
+// Tier is the format a swap to NextTier goes to: the first of the tiers that some layer can move to (within the
+// cap), 0 when none can.
+func (a *Actuator) Tier() quant.Format {
+	for _, t := range a.tiers {
+		if l, _ := a.next(1, t); len(l) > 0 {
+			return t
 		}
 	}
-	return nil, 0
+	return NextTier
+}
+
+// next returns up to n layers a swap to `to` would move, and the format they would go to: the first layers of the
+// order that are at their stored precision (while the cap allows more quantized layers) or at a tier before `to`.
+// NextTier is Tier(); a format that is not one of the tiers moves no layer.
+func (a *Actuator) next(n int, to quant.Format) ([]int, quant.Format) {
+	if to == NextTier {
+		if to = a.Tier(); to == NextTier {
+			return nil, NextTier
+		}
+	}
+	t := slices.Index(a.tiers, to)
+	if t < 0 {
+		return nil, to
+	}
+	var layers []int
+	quantized := a.Quantized()
+	for _, l := range a.order {
+		if len(layers) == n {
+			break
+		}
+		at := a.cur[l]
+		switch {
+		case at == a.base[l]:
+			if quantized < a.cap {
+				quantized++
+				layers = append(layers, l)
+			}
+		case slices.Index(a.tiers[:t], at) >= 0:
+			layers = append(layers, l)
+		}
+	}
+	return layers, to
+}
+
+// InFormat is the number of layers in format f.
+func (a *Actuator) InFormat(f quant.Format) int {
+	n := 0
+	for _, at := range a.cur {
+		if at == f {
+			n++
+		}
+	}
+	return n
 }
 
 // Headroom is the number of layers that swaps could still move one tier on (within the cap).
@@ -116,15 +148,16 @@ func (a *Actuator) Headroom() int {
 	return max(n, 0)
 }
 
-// CanSwap reports whether a swap would move any layer.
-func (a *Actuator) CanSwap() bool {
-	l, _ := a.next(1)
+// CanSwap reports whether a swap to `to` (NextTier: the next tier) would move any layer.
+func (a *Actuator) CanSwap(to quant.Format) bool {
+	l, _ := a.next(1, to)
 	return len(l) > 0
 }
 
-// BlocksPerLayer is the KV blocks the next swap frees for each layer it moves (0 when none would move).
-func (a *Actuator) BlocksPerLayer() float64 {
-	layers, to := a.next(1)
+// BlocksPerLayer is the KV blocks the next swap to `to` (NextTier: the next tier) frees for each layer it moves,
+// as the first of them frees (0 when none would move).
+func (a *Actuator) BlocksPerLayer(to quant.Format) float64 {
+	layers, to := a.next(1, to)
 	if len(layers) == 0 {
 		return 0
 	}
@@ -133,14 +166,15 @@ func (a *Actuator) BlocksPerLayer() float64 {
 	return float64(lb[a.cur[layers[0]]]-lb[to]) / float64(mem.BlockBytes)
 }
 
-// Swap begins an action moving up to n layers one tier on; why is logged with it. It returns the layers asked for.
-func (a *Actuator) Swap(n int, why string) ([]int, error) {
+// Swap begins an action moving up to n layers to `to` (NextTier: one tier on); why is logged with it. It returns
+// the layers asked for.
+func (a *Actuator) Swap(n int, to quant.Format, why string) ([]int, error) {
 	if a.flight != nil {
 		return nil, fmt.Errorf("morph: an action is in flight")
 	}
-	layers, to := a.next(n)
+	layers, to := a.next(n, to)
 	if len(layers) == 0 {
-		return nil, fmt.Errorf("morph: no layer left to swap")
+		return nil, fmt.Errorf("morph: no layer left to swap to %v", to)
 	}
 	act := &action{to: to, phase: swapping}
 	for _, l := range layers {

@@ -35,6 +35,9 @@ type Controller struct {
 // does not morph (the controller then only records).
 func NewController(e *engine.Engine, p Policy, order []int, base []quant.Format) *Controller {
 	c := &Controller{Policy: p, Monitor: NewMonitor(10 * time.Second), Recorder: NewRecorder(base)}
+	if needs := p.Needs(); len(needs) > 1 {
+		c.Recorder.TrackPositions(order, needs)
+	}
 	m, ok := p.(Morphing)
 	if !ok {
 		return c
@@ -73,7 +76,7 @@ func (c *Controller) OnStep(info engine.StepInfo) {
 }
 
 // carryOut counts pressure and calm iterations and, with no action in flight, swaps the number of layers the
-// verdict asks for (within 1 and LayersPerAction) or restores the last action. Pressure cancels a restore whose
+// verdict asks for (within 1 and LayersPerAction) to the format it names, or restores the last action. Pressure cancels a restore whose
 // region is still draining.
 func (c *Controller) carryOut(s Signals, v Verdict) {
 	p := c.control
@@ -98,9 +101,9 @@ func (c *Controller) carryOut(s Signals, v Verdict) {
 		return
 	}
 	switch {
-	case c.pressure >= p.Persistence && c.act.CanSwap():
+	case c.pressure >= p.Persistence && c.act.CanSwap(v.To):
 		n := min(max(v.Layers(), 1), p.LayersPerAction)
-		c.act.Swap(n, fmt.Sprintf("%s (policy %s, %d iterations)", strings.Join(v.Pressure, "; "), c.Policy, c.pressure))
+		c.act.Swap(n, v.To, fmt.Sprintf("%s (policy %s, %d iterations)", strings.Join(v.Pressure, "; "), c.Policy, c.pressure))
 		c.pressure = 0
 	case c.calm >= p.RestorePersistence && s.Time-c.calmSince >= p.RestoreHold:
 		c.act.Restore(fmt.Sprintf("queue empty, %d of %d blocks free (policy %s, %d iterations)", s.Free, s.Total, c.Policy, c.calm))
@@ -122,22 +125,40 @@ type Point struct {
 
 // Recorder keeps the timeline (one point per iteration, and per idle tick where something changed; with Every,
 // at most one per Every) and its peaks, and, per request, how many output tokens were generated with how many
-// quantized layers.
+// quantized layers. Under a policy with several quantized formats it also counts, for each format, the output
+// tokens generated while the layer at each position of the swap order was in it (TrackPositions): the count of
+// quantized layers no longer says which formats they were in.
 type Recorder struct {
 	Timeline []Point
 	// Every, when set, keeps at most one timeline point per Every of time (a fleet of many replicas keeps its
 	// replicas' timelines short); the peaks are over every iteration all the same.
-	Every   time.Duration
-	peak    Point
-	mix     [][]int // by request id (an engine numbers its requests from 0)
-	base    []quant.Format
-	formats []quant.Format
+	Every     time.Duration
+	peak      Point
+	mix       [][]int // by request id (an engine numbers its requests from 0)
+	base      []quant.Format
+	formats   []quant.Format
+	order     []int                  // the swap order, when positions are tracked
+	positions map[quant.Format][]int // by format, output tokens by swap position
 }
 
 // NewRecorder returns a recorder for layers stored in base.
 func NewRecorder(base []quant.Format) *Recorder {
 	return &Recorder{base: base}
 }
+
+// TrackPositions makes the recorder count, for each of formats, the output tokens generated while the layer at
+// each position of order was in it.
+func (r *Recorder) TrackPositions(order []int, formats []quant.Format) {
+	r.order = order
+	r.positions = map[quant.Format][]int{}
+	for _, f := range formats {
+		r.positions[f] = make([]int, len(order))
+	}
+}
+
+// TokensByPosition is, for each tracked format, the output tokens generated while the layer at each position of
+// the swap order was in it; nil unless TrackPositions was called.
+func (r *Recorder) TokensByPosition() map[quant.Format][]int { return r.positions }
 
 // Observe records one StepInfo and returns the number of layers not in their stored precision it ran with (for an
 // idle tick: the last iteration's).
@@ -171,6 +192,13 @@ func (r *Recorder) Observe(info engine.StepInfo) int {
 			r.mix[w.Req] = m
 		}
 		m[q]++
+		if r.positions != nil && len(r.formats) == len(r.base) {
+			for pos, l := range r.order {
+				if n, ok := r.positions[r.formats[l]]; ok {
+					n[pos]++
+				}
+			}
+		}
 	}
 	return q
 }

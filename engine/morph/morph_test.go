@@ -21,14 +21,17 @@ import (
 
 // memExec is a synthetic executor with the CPU executor's memory accounting (weights by each layer's format, KV
 // blocks, workspace, a budget) and a deterministic cost: a step takes 4 ms plus 40 µs a token fed plus 0.2 µs a
-// token of context read, its weight-bound part scaled by the weights' bytes against full precision. Sampled tokens
-// are a hash of position and last token, never 0.
+// token of context read, its weight-bound part scaled by the weights' bytes against full precision. With
+// tokenCost set, a token fed costs instead the mean over the layers of tokenCost of each one's format (a GPU's
+// compute-bound prefill: W8A8 at twice the FP16 rate, W4A16 at the FP16 rate). Sampled tokens are a hash of
+// position and last token, never 0.
 type memExec struct {
 	geo       executor.Geometry
 	budget    int64
 	block     int64
 	workspace int64
 	bytes     map[quant.Format]int64 // one layer's bytes in each format
+	tokenCost map[quant.Format]time.Duration
 	formats   []quant.Format
 	pending   map[int]quant.Format
 	blocks    int
@@ -133,6 +136,14 @@ func (x *memExec) Step(b *executor.Batch) (executor.Result, error) {
 	full := float64(x.bytes[quant.F16]) * float64(len(x.formats))
 	scale := float64(x.weights(false)) / full
 	d := time.Duration(scale*float64(4*time.Millisecond+40*time.Microsecond*time.Duration(b.Tokens()))) + 200*time.Nanosecond*time.Duration(ctx)
+	if x.tokenCost != nil {
+		var perToken time.Duration
+		for _, f := range x.formats {
+			perToken += x.tokenCost[f]
+		}
+		d = time.Duration(scale*float64(4*time.Millisecond)) + perToken/time.Duration(len(x.formats))*time.Duration(b.Tokens()) +
+			200*time.Nanosecond*time.Duration(ctx)
+	}
 	return executor.Result{Next: next, Duration: d, Formats: slices.Clone(x.formats), Swapped: swapped}, nil
 }
 
@@ -202,11 +213,15 @@ func TestParse(t *testing.T) {
 	if p, err := Parse("morph:slo:prefill_smoothing=0.5:ttft=1s"); err != nil || p.(*SLO).Smoothing != 0.5 || p.(*SLO).TTFT != time.Second {
 		t.Errorf("morph:slo overrides: %+v, %v", p, err)
 	}
+	if p, err := Parse("morph:compute:speedup=3.5:usage=0.9"); err != nil || p.(*Compute).Speedup != 3.5 || p.(*Compute).Usage != 0.9 ||
+		!slices.Equal(p.Needs(), []quant.Format{quant.Int8, quant.Int4}) || DefaultCompute.Speedup != 2 {
+		t.Errorf("morph:compute overrides: %+v, %v", p, err)
+	}
 	for name, want := range map[string]string{
 		"fp32":                          "want fp16, static",
 		"static:int2":                   `format "int2"`,
 		"selective:x":                   `layer count "x"`,
-		"morph:fast":                    `mode "fast", want one of accuracy, default, performance, predictive, slo`,
+		"morph:fast":                    `mode "fast", want one of accuracy, compute, default, performance, predictive, slo`,
 		"morph:default:speed=2":         `unknown parameter "speed"`,
 		"morph:default:usage=2":         "usage=2: out of [0, 1]",
 		"morph:default:delay=-1s":       "delay=-1s: want >= 0",
@@ -214,6 +229,8 @@ func TestParse(t *testing.T) {
 		"morph:default:horizon=1s":      `unknown parameter "horizon"`,
 		"morph:slo:window=4":            `unknown parameter "window"`,
 		"morph:default:tiers=int4,int8": "want int4, int8 or int8,int4",
+		"morph:compute:tiers=int4":      "tiers [int4]: morph:compute moves layers to int8 under compute pressure and to int4 under memory pressure, want int8,int4",
+		"morph:compute:speedup=1":       "speedup=1: want > 1",
 	} {
 		_, err := Parse(name)
 		if err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "\n") {
@@ -232,7 +249,7 @@ func TestParse(t *testing.T) {
 // iteration, memory never exceeds the budget, a region is detached only when it was empty, and every request ends
 // once with all its output.
 func TestProperties(t *testing.T) {
-	for seed := range uint64(6) {
+	for seed := range uint64(7) {
 		rng := rand.New(rand.NewPCG(seed, 9))
 		x := newMemExec(8, 120, 0)
 		var reqs []engine.TimedRequest
@@ -247,7 +264,8 @@ func TestProperties(t *testing.T) {
 		}
 		base := slices.Repeat([]quant.Format{quant.F16}, 8)
 		var prev engine.StepInfo
-		policy := []string{"morph:performance", "morph:default:tiers=int8,int4", "morph:accuracy", "morph:slo", "morph:predictive", "morph:default"}[seed%6]
+		policy := []string{"morph:performance", "morph:default:tiers=int8,int4", "morph:accuracy", "morph:compute:usage=0.5", "morph:slo",
+			"morph:predictive", "morph:default"}[seed]
 		res, c, e := run(t, x, policy, reqs, base, func(info engine.StepInfo) {
 			mem := x.Memory()
 			sum := 0
@@ -290,7 +308,7 @@ func TestProperties(t *testing.T) {
 				t.Fatalf("seed %d: request %d ended %d times", seed, id, n)
 			}
 		}
-		if seed < 3 && (c.act.Swaps == 0 || swaps == 0 || detaches == 0) {
+		if seed < 4 && (c.act.Swaps == 0 || swaps == 0 || detaches == 0) {
 			t.Errorf("seed %d (%s): %d swap actions, %d swaps applied, %d detaches: the load should make it swap and restore", seed, policy, c.act.Swaps, swaps, detaches)
 		}
 		t.Logf("seed %d %s: %d actions, %d swaps applied, %d regions detached", seed, policy, c.act.Swaps, swaps, detaches)
@@ -507,6 +525,8 @@ func TestParamsJSON(t *testing.T) {
 		"morph:accuracy":   `{"usage":0.95,"delay":"500ms","window":8,` + fmt.Sprintf(common, 8, 2, 0.5, 4, 0.3, "2s"),
 		"morph:predictive": `{"usage":1,"horizon":"1s","bin":"1s","alpha":0.5,"beta":0.3,` + fmt.Sprintf(common, 2, 8, 1.0, 8, 0.1, "1s"),
 		"morph:slo":        `{"ttft":"2s","margin":0.5,"prefill_smoothing":0.3,` + fmt.Sprintf(common, 2, 8, 1.0, 8, 0.3, "5s"),
+		"morph:compute": `{"usage":0.85,"window":8,"ttft":"2s","margin":0.5,"prefill_smoothing":0.3,"speedup":2,"memory_layers":4,` +
+			strings.Replace(fmt.Sprintf(common, 2, 64, 1.0, 8, 0.3, "5s"), `["int4"]`, `["int8","int4"]`, 1),
 	} {
 		p, err := Parse(policy)
 		if err != nil {

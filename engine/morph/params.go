@@ -85,6 +85,20 @@ func share(name string, p *float64) param {
 	}, func() any { return *p }}
 }
 
+// above1 is a number above 1.
+func above1(name string, p *float64) param {
+	return param{name, func(v string) error {
+		x, err := strconv.ParseFloat(v, 64)
+		if err == nil && !(x > 1) {
+			err = fmt.Errorf("want > 1")
+		}
+		if err == nil {
+			*p = x
+		}
+		return err
+	}, func() any { return *p }}
+}
+
 // count is an integer of at least 1.
 func count(name string, p *int) param {
 	return param{name, func(v string) error {

@@ -23,6 +23,8 @@
 //	                       forecast fits the pool without the last region (Predictive)
 //	morph:slo[:ttft=2s...] beyond the paper: the fewest quantized layers for which the predicted TTFT of the
 //	                       queue meets the SLO (SLO)
+//	morph:compute[:k=v]    beyond the paper: memory pressure takes layers to int4, compute pressure (a queue that
+//	                       waits for prefill, not for blocks) takes them to int8, which prefills faster (Compute)
 //
 // A new morph mode is one file (a type embedding Control, with its own parameters, its params list and its Rule)
 // and one line in modes.
@@ -54,7 +56,9 @@
 // while a region drains cancels the restore. One action is in flight at a time.
 //
 // Tiers: by default a layer goes full -> int4 (the paper's runs); tiers=int8,int4 takes every layer (up to the cap)
-// to int8 first and then on to int4, and restores in the reverse order.
+// to int8 first and then on to int4, and restores in the reverse order. A rule may instead name the tier a swap
+// goes to (Verdict.To, as morph:compute does): the swap then takes the first layers of the order that are at full
+// precision or at a tier before that one. Restores always undo the last action first.
 package morph
 
 import (
@@ -118,6 +122,9 @@ type Verdict struct {
 	// Layers, called only when a swap starts, is how many layers it should move (the controller keeps it within
 	// 1 and Control.LayersPerAction).
 	Layers func() int
+	// To is the format the swap takes its layers to: one of the policy's tiers, for a rule that tells which tier
+	// relieves its pressure, or NextTier (the zero value) for the next tier in the policy's order.
+	To quant.Format
 }
 
 // modes are the morph modes by name, each a fresh policy with its parameters (the package doc's table, and
@@ -128,6 +135,7 @@ var modes = map[string]func() Morphing{
 	"performance": reactive("performance"),
 	"predictive":  func() Morphing { p := DefaultPredictive; return &p },
 	"slo":         func() Morphing { p := DefaultSLO; return &p },
+	"compute":     func() Morphing { p := DefaultCompute; return &p },
 }
 
 // Mode returns a morph mode's policy with its parameters as fixed in this package (no overrides), or an error
@@ -189,6 +197,11 @@ func Parse(name string) (Policy, error) {
 		}
 		for _, kv := range parts[2:] {
 			if err := set(p.params(), kv); err != nil {
+				return bad("%v", err)
+			}
+		}
+		if c, ok := p.(interface{ check() error }); ok {
+			if err := c.check(); err != nil {
 				return bad("%v", err)
 			}
 		}

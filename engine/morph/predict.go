@@ -119,7 +119,7 @@ func (j *predictiveRule) Judge(in Input) Verdict {
 		Pressure: why,
 		Calm:     s.Waiting == 0 && act.Actions() > 0 && demand <= (1-p.RestoreMargin)*float64(s.Total-top),
 		Layers: func() int {
-			per := act.BlocksPerLayer()
+			per := act.BlocksPerLayer(NextTier)
 			if per <= 0 {
 				return 1
 			}

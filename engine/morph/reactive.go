@@ -89,7 +89,7 @@ func (j *reactiveRule) Judge(in Input) Verdict {
 		Pressure: why,
 		Calm:     s.Waiting == 0 && act.Actions() > 0 && float64(s.Free-top) >= p.RestoreMargin*float64(s.Total-top),
 		Layers: func() int {
-			if per := act.BlocksPerLayer(); per > 0 {
+			if per := act.BlocksPerLayer(NextTier); per > 0 {
 				return int(math.Ceil(float64(s.WaitingBlocks-s.Free) / per))
 			}
 			return 1

@@ -82,7 +82,7 @@ func (r *sloRule) Judge(in Input) Verdict {
 	release := in.Monitor.ReleaseRate(in.BlockSize)
 	target := time.Duration(p.Margin * float64(p.TTFT))
 	var why []string
-	per := act.BlocksPerLayer()
+	per := act.BlocksPerLayer(NextTier)
 	predict := func(j int) time.Duration { return predictTTFT(s, s.Free+int(float64(j)*per), release, r.prefill) }
 	need := sloLayers(predict, act.Headroom(), target)
 	if need > 0 {

@@ -16,6 +16,7 @@ import (
 	"github.com/morphlab/morphlab/experiments/catalog"
 	"github.com/morphlab/morphlab/experiments/results"
 	"github.com/morphlab/morphlab/experiments/trace"
+	"github.com/morphlab/morphlab/quant"
 )
 
 // Fleet is replicas of deployments on one timeline behind a router, with admission control and, optionally, an
@@ -679,6 +680,7 @@ func (r *fleetRun) results(router string) *results.Run {
 		c := rep.in.Controller
 		rep.info.Aggregates = r.acc.Part(rep.rows, c.Recorder.Peak(), c.Swaps())
 		run.Aggregates.SwapActions += c.Swaps()
+		addPositions(&run.Aggregates, c.Recorder.TokensByPosition())
 		run.Aggregates.PeakKVAttached += rep.info.Aggregates.PeakKVAttached
 		hours := (rep.info.Stopped - rep.info.Asked) / 3600
 		fl.ReplicaHours += hours
@@ -694,6 +696,23 @@ func (r *fleetRun) results(router string) *results.Run {
 	}
 	run.Fleet = fl
 	return run
+}
+
+// addPositions adds a replica's output tokens by format and swap position to the fleet's.
+func addPositions(g *results.Aggregates, pos map[quant.Format][]int) {
+	for f, n := range pos {
+		if g.TokensByPosition == nil {
+			g.TokensByPosition = map[string][]int{}
+		}
+		sum := g.TokensByPosition[f.String()]
+		if sum == nil {
+			sum = make([]int, len(n))
+			g.TokensByPosition[f.String()] = sum
+		}
+		for i := range min(len(n), len(sum)) {
+			sum[i] += n[i]
+		}
+	}
 }
 
 // promptSource draws requests' prompt tokens as Requests does, one request at a time, so that a fleet holds only

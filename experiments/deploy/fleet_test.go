@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/morphlab/morphlab/experiments/loadtest"
+	"github.com/morphlab/morphlab/experiments/results"
 	"github.com/morphlab/morphlab/experiments/trace"
 	"github.com/morphlab/morphlab/internal/datadir"
 )
@@ -20,13 +22,14 @@ func sim7b(t testing.TB, policy string, blocks int) Deployment {
 }
 
 // TestFleetRoundRobinExact: round-robin over N identical replicas serves every request with the same TTFT and
-// TPOT as N independent replays of the trace split by arrival index mod N (under fp16 and under morph:default,
-// whose controllers act on their own replicas' load).
+// TPOT as N independent replays of the trace split by arrival index mod N (under fp16, and under morph:default and
+// morph:compute, whose controllers act on their own replicas' load); the fleet's output tokens by swap position
+// are the replays' summed.
 func TestFleetRoundRobinExact(t *testing.T) {
 	tr := burst(t, 300, 700, 200)
 	const n = 3
 	slo := loadtest.SLO{TTFT: 2 * time.Second}
-	for _, policy := range []string{"fp16", "morph:default"} {
+	for _, policy := range []string{"fp16", "morph:default", "morph:compute"} {
 		f := Fleet{Router: "round-robin"}
 		for range n {
 			f.Replicas = append(f.Replicas, sim7b(t, policy, 300))
@@ -39,6 +42,7 @@ func TestFleetRoundRobinExact(t *testing.T) {
 			t.Fatalf("%s: %d requests, fleet %+v", policy, len(got.Requests), got.Fleet)
 		}
 		swaps := 0
+		var positions results.Aggregates
 		for k := range n {
 			part := *tr
 			part.Requests = nil
@@ -56,6 +60,17 @@ func TestFleetRoundRobinExact(t *testing.T) {
 				t.Fatal(err)
 			}
 			swaps += want.Aggregates.SwapActions
+			for f, pos := range want.Aggregates.TokensByPosition {
+				if positions.TokensByPosition == nil {
+					positions.TokensByPosition = map[string][]int{}
+				}
+				if positions.TokensByPosition[f] == nil {
+					positions.TokensByPosition[f] = make([]int, len(pos))
+				}
+				for i, c := range pos {
+					positions.TokensByPosition[f][i] += c
+				}
+			}
 			for j, w := range want.Requests {
 				i := j*n + k
 				g := got.Requests[i]
@@ -64,8 +79,11 @@ func TestFleetRoundRobinExact(t *testing.T) {
 				}
 			}
 		}
-		if policy == "morph:default" && (swaps == 0 || got.Aggregates.SwapActions != swaps) {
-			t.Errorf("morph:default: the fleet swapped %d times, its replicas alone %d: the burst should make them swap", got.Aggregates.SwapActions, swaps)
+		if policy != "fp16" && (swaps == 0 || got.Aggregates.SwapActions != swaps) {
+			t.Errorf("%s: the fleet swapped %d times, its replicas alone %d: the burst should make them swap", policy, got.Aggregates.SwapActions, swaps)
+		}
+		if !reflect.DeepEqual(got.Aggregates.TokensByPosition, positions.TokensByPosition) || (policy == "morph:compute") != (positions.TokensByPosition != nil) {
+			t.Errorf("%s: the fleet's tokens by swap position %v, its replicas' alone %v", policy, got.Aggregates.TokensByPosition, positions.TokensByPosition)
 		}
 	}
 }

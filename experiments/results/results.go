@@ -2,7 +2,8 @@
 // simulate` (the sim executor): results.json holds what was run (model, policy and its parameters, memory, trace
 // and its transforms, SLO), the aggregates with vLLM's benchmark definitions (through experiments/loadtest's
 // Compute), the TTFT-SLO violation rate, preemptions, KV blocks against the full-precision pool, the share of
-// output tokens generated with each count of quantized layers, one record per request, and the timeline;
+// output tokens generated with each count of quantized layers (and, under a policy with several quantized formats,
+// with each swap position in each format), one record per request, and the timeline;
 // events.jsonl holds the engine's lifecycle and control events (swaps, KV regions, the controller's decisions)
 // without the token events; table.md is the aggregates as a Markdown table. Every report and plot reads these.
 package results
@@ -85,6 +86,9 @@ type Aggregates struct {
 	TokensByLayers   []int   `json:"tokens_by_quantized_layers"`
 	FullPrecision    float64 `json:"full_precision_share"`  // output tokens generated with no layer quantized
 	QuantizedLayerTk float64 `json:"mean_quantized_layers"` // per output token
+	// TokensByPosition, under a policy with several quantized formats, is for each of them the output tokens
+	// generated while the layer at each position of the swap order was in it (morph.Recorder.TokensByPosition).
+	TokensByPosition map[string][]int `json:"tokens_by_swap_position,omitempty"`
 }
 
 // Fleet is what a run of a fleet of replicas adds to its results. The run's aggregates are the fleet's; its
@@ -159,7 +163,14 @@ func Build(meta Meta, reqs []engine.TimedRequest, res []engine.Result, c *morph.
 	for i, res := range res {
 		a.Add(reqs[i], res, c.Recorder.Mix(res.ID), tokens, true)
 	}
-	return a.Run(c.Recorder.Timeline, c.Swaps())
+	r := a.Run(c.Recorder.Timeline, c.Swaps())
+	if pos := c.Recorder.TokensByPosition(); pos != nil {
+		r.Aggregates.TokensByPosition = map[string][]int{}
+		for f, n := range pos {
+			r.Aggregates.TokensByPosition[f.String()] = n
+		}
+	}
+	return r
 }
 
 // Accumulator assembles a run's results a request at a time, so that a driver of many requests (a fleet) keeps

@@ -10,16 +10,20 @@
 // paper "downscales" them; the Mooncake conversation trace's busiest 72 s, stretched 4.75x too (it stands in for
 // the paper's second trace, BurstGPT, which is not in the shared data), its whole-second timestamps spread over
 // their second first (trace.Spread: tens of requests share each, and replayed as one instant they are a prefill
-// burst no weight format serves); and a seeded on/off burst sized to each setup (capacity.go: 2.5x its fp16
+// burst no INT4 layer serves); and a seeded on/off burst sized to each setup (capacity.go: 2.5x its fp16
 // capacity in bursts, a quarter of it between them, the capacity on average), with log-normal lengths at half the
-// setup's limits. The headline notes the cells that no weight format serves (static:int4 misses the SLO as often
-// as fp16: compute-bound loads) and the cut over the others. Where a trace file
+// setup's limits. The headline notes the compute-bound cells (static:int4, with the most KV, misses the SLO as
+// often as fp16: more memory does not serve them, faster prefill does) and gives each policy's violation cut
+// pooled, over the memory-bound cells and over the compute-bound ones. Where a trace file
 // is missing, a seeded synthetic stand-in of the same rate and lengths replays instead, and the report says so.
 // TTFT SLO 2 s. Every policy's parameters are fixed in engine/morph before any run: nothing is tuned per trace.
 //
-// Quality at paper scale is the token-weighted relative perplexity increase read off the paper's Table 8 LIS
-// curves (PaperCurves): each output token counts ppl(k)/ppl(0) − 1 for the k layers quantized when it was made.
-// Table 8 has INT4 only, so runs with INT8 layers report no quality figure.
+// Quality at paper scale is the token-weighted relative perplexity increase read off each model's curves
+// (Qualities): each output token counts ppl(k)/ppl(0) − 1 for the k layers quantized when it was made, on the curve
+// of the kernel its layers run as in the simulator — W4A16 for Int4, Table 8's LIS rows (PaperCurves); W8A8 for
+// Int8, Table 8's shape scaled to SmoothQuant's published all-layer figure (W8A8Published, or Share of the INT4
+// increase where none is published). A policy with both formats at once counts each layer's step of its format's
+// curve by swap position (PositionLoss): the paper's near-additivity.
 //
 // Output, under Options.Out: <setup>/<workload>/<policy>/ (results.json, events.jsonl, table.md) for each run,
 // <setup>/<workload>/table.md with every policy, plots as PNG and SVG, summary.md and summary.json. The simulated
@@ -30,7 +34,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -65,7 +68,7 @@ var PaperSetups = []Setup{
 
 // Policies are the policies every setup and workload runs under.
 var Policies = []string{"fp16", "static:int8", "static:int4", "selective:8", "selective:16", "morph:accuracy", "morph:default", "morph:performance",
-	"morph:predictive", "morph:slo"}
+	"morph:predictive", "morph:slo", "morph:compute"}
 
 // paperPolicies are the policies of the paper's comparison: the Pareto front that the policies beyond the paper
 // (morph:predictive, morph:slo) are judged against.
@@ -104,7 +107,7 @@ type Cell struct {
 	Workload string       `json:"workload"`
 	Policy   string       `json:"policy"`
 	Run      *results.Run `json:"-"`
-	// Loss is the token-weighted relative perplexity increase (NaN without a published curve: INT8 layers).
+	// Loss is the token-weighted relative perplexity increase (quality; NaN for a model without curves).
 	Loss float64 `json:"quality_loss"`
 	// events are the run's engine events until Run writes them to events.jsonl.
 	events []engine.Event
@@ -239,22 +242,11 @@ func simulate(ctx context.Context, s Setup, spec morph.Policy, t *trace.Trace) (
 	if err != nil {
 		return nil, err
 	}
-	c := &Cell{Setup: s, Policy: spec.String(), Run: run, Loss: math.NaN(), events: events}
-	if curve, ok := PaperCurves[s.Model]; ok && !usesInt8(spec) {
-		if c.Loss, err = curve.Loss(run.Aggregates.TokensByLayers); err != nil {
-			return nil, err
-		}
+	c := &Cell{Setup: s, Policy: spec.String(), Run: run, events: events}
+	if c.Loss, err = quality(s.Model, spec, run); err != nil {
+		return nil, err
 	}
 	return c, nil
-}
-
-func usesInt8(spec morph.Policy) bool {
-	for _, f := range spec.Needs() {
-		if f.String() == "int8" {
-			return true
-		}
-	}
-	return false
 }
 
 // DirName is a policy's directory name: its name with ':' and '=' and ',' made safe.

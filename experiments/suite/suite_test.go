@@ -21,7 +21,7 @@ import (
 func TestSuite(t *testing.T) {
 	run := func(out string) *Report {
 		r, err := Run(context.Background(), Options{Out: out, Quick: true, Setups: []Setup{PaperSetups[1]},
-			Policies: []string{"fp16", "static:int4", "morph:default"}})
+			Policies: []string{"fp16", "static:int8", "static:int4", "morph:default"}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -62,7 +62,8 @@ func TestSuite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"## Headline", "TTFT-SLO violations cut", "## Rate sweep", "stand-in", "pareto.png"} {
+	for _, want := range []string{"## Headline", "TTFT-SLO violations cut", "## Rate sweep", "stand-in", "pareto.png",
+		"three ways", "| +0.749%", "| SmoothQuant (Xiao et al., ICML 2023)"} {
 		if !strings.Contains(string(summary), want) {
 			t.Errorf("summary.md lacks %q", want)
 		}
@@ -77,6 +78,10 @@ func TestSuite(t *testing.T) {
 	}
 	if s := r.Cell("llama-2-7b-l4", "burst", "static:int4"); s == nil || s.Loss <= m.Loss || m.Loss <= 0 {
 		t.Errorf("quality: static:int4 %v, morph:default %v; want 0 < morph < static", s, m)
+	}
+	// static:int8 makes every token with every layer in W8A8: SmoothQuant's all-layer increase.
+	if c := r.Cell("llama-2-7b-l4", "burst", "static:int8"); c == nil || math.Abs(c.Loss-(5.515/5.474-1)) > 1e-12 {
+		t.Errorf("static:int8 quality %v, want the published W8A8 increase %v", c, 5.515/5.474-1)
 	}
 	t.Logf("%d files; headline %+v", files, r.Headline())
 }
@@ -132,10 +137,10 @@ func TestHeadlineBound(t *testing.T) {
 		run.Aggregates.TTFT.P95 = 1000
 		return &Cell{Setup: Setup{Name: setup}, Workload: workload, Policy: policy, Run: run, Loss: math.NaN()}
 	}
-	r := &Report{Cells: []*Cell{
-		cell("a", "w1", "fp16", 40), cell("a", "w1", "static:int4", 0), cell("a", "w1", "morph:default", 4),
-		cell("a", "w2", "fp16", 60), cell("a", "w2", "static:int4", 61), cell("a", "w2", "morph:default", 60),
-		cell("b", "w1", "fp16", 0), cell("b", "w1", "static:int4", 0), cell("b", "w1", "morph:default", 0),
+	r := &Report{Options: Options{Policies: []string{"fp16", "static:int4", "morph:default", "morph:compute"}}, Cells: []*Cell{
+		cell("a", "w1", "fp16", 40), cell("a", "w1", "static:int4", 0), cell("a", "w1", "morph:default", 4), cell("a", "w1", "morph:compute", 2),
+		cell("a", "w2", "fp16", 60), cell("a", "w2", "static:int4", 61), cell("a", "w2", "morph:default", 60), cell("a", "w2", "morph:compute", 6),
+		cell("b", "w1", "fp16", 0), cell("b", "w1", "static:int4", 0), cell("b", "w1", "morph:default", 0), cell("b", "w1", "morph:compute", 1),
 	}}
 	h := r.Headline()
 	if !slices.Equal(h.Bound, []string{"a/w2"}) || h.BoundViolations != 60 || h.FP16Violations != 100 {
@@ -143,5 +148,15 @@ func TestHeadlineBound(t *testing.T) {
 	}
 	if math.Abs(h.ViolationCut-0.36) > 1e-12 || math.Abs(h.CutElsewhere-0.9) > 1e-12 {
 		t.Errorf("cut %g pooled, %g elsewhere; want 0.36 and 0.9", h.ViolationCut, h.CutElsewhere)
+	}
+	// Three ways: pooled over 100 fp16 violations, memory-bound over a/w1 and b/w1 (40), compute-bound over a/w2 (60).
+	for p, want := range map[string]Cut{"morph:default": {0.36, 0.9, 0}, "morph:compute": {0.91, 1 - 3.0/40, 0.9}, "static:int4": {0.39, 1, -1.0 / 60}} {
+		c := h.Cuts[p]
+		if math.Abs(c.Pooled-want.Pooled) > 1e-12 || math.Abs(c.Memory-want.Memory) > 1e-12 || math.Abs(c.Compute-want.Compute) > 1e-12 {
+			t.Errorf("%s: cuts %+v, want %+v", p, c, want)
+		}
+	}
+	if _, ok := h.Cuts["fp16"]; ok || len(h.Cuts) != 3 {
+		t.Errorf("cuts for %v, want every policy but fp16", h.Cuts)
 	}
 }

@@ -85,19 +85,31 @@ type Headline struct {
 	P95Ratio map[string]float64 `json:"p95_ttft_ratio"`
 	// LossRatio is each morph mode's quality loss over static:int4's, the mean over the cells.
 	LossRatio map[string]float64 `json:"quality_loss_ratio"`
-	// Bound lists the setup/workload cells where fp16 misses the SLO and static:int4 — every layer quantized,
-	// so the most KV and the fastest decode any policy reaches — misses it as often or more: loads that no
-	// weight format serves, whatever a controller does. BoundViolations is fp16's violations in them, of
+	// Bound lists the setup/workload cells where fp16 misses the SLO and static:int4 — every layer in INT4, so
+	// the most KV and the fastest decode any policy reaches — misses it as often or more: compute-bound loads,
+	// which more memory does not serve and only faster prefill (INT8 layers, W8A8) does. BoundViolations is fp16's violations in them, of
 	// FP16Violations in all, and CutElsewhere the violation cut over the other cells.
 	Bound           []string `json:"precision_bound_cells"`
 	BoundViolations int      `json:"precision_bound_fp16_violations"`
 	FP16Violations  int      `json:"fp16_violations"`
 	CutElsewhere    float64  `json:"violation_cut_elsewhere"`
+	// Cuts are each policy's TTFT-SLO violation cut against fp16 three ways (every policy run but fp16).
+	Cuts map[string]Cut `json:"violation_cuts"`
+}
+
+// Cut is a policy's TTFT-SLO violation cut against fp16, 1 - its violations / fp16's: pooled over every cell, over
+// the memory-bound cells (every cell but the compute-bound ones: static:int4, with the most KV, misses the SLO less
+// often than fp16, or fp16 does not miss it) and over the compute-bound ones (Headline.Bound). NaN where fp16 has
+// no violation.
+type Cut struct {
+	Pooled  float64 `json:"pooled"`
+	Memory  float64 `json:"memory_bound"`
+	Compute float64 `json:"compute_bound"`
 }
 
 // Headline computes the headline figures over the cells.
 func (r *Report) Headline() Headline {
-	h := Headline{P95Ratio: map[string]float64{}, LossRatio: map[string]float64{}}
+	h := Headline{P95Ratio: map[string]float64{}, LossRatio: map[string]float64{}, Cuts: map[string]Cut{}}
 	var vf, vm float64
 	for _, c := range r.Cells {
 		switch c.Policy {
@@ -133,7 +145,15 @@ func (r *Report) Headline() Headline {
 	if ef > 0 {
 		h.CutElsewhere = 1 - em/ef
 	}
-	for _, mode := range []string{"morph:accuracy", "morph:default", "morph:performance"} {
+	for _, p := range r.Options.Policies {
+		if p != "fp16" {
+			h.Cuts[p] = r.cut(p)
+		}
+	}
+	for _, mode := range r.Options.Policies {
+		if !strings.HasPrefix(mode, "morph:") {
+			continue
+		}
 		var logs, losses []float64
 		for _, c := range r.Cells {
 			if c.Policy != mode {
@@ -156,6 +176,43 @@ func (r *Report) Headline() Headline {
 		}
 	}
 	return h
+}
+
+// computeBound reports whether fp16 misses the SLO in a setup and workload and static:int4 misses it as often or
+// more: a load that more memory does not serve.
+func (r *Report) computeBound(setup, workload string) bool {
+	f, s := r.Cell(setup, workload, "fp16"), r.Cell(setup, workload, "static:int4")
+	return f != nil && s != nil && f.Run.Aggregates.SLOViolations > 0 && s.Run.Aggregates.SLOViolations >= f.Run.Aggregates.SLOViolations
+}
+
+// cut is a policy's Cut over the cells where fp16 ran too.
+func (r *Report) cut(policy string) Cut {
+	var f, p [3]float64 // pooled, memory-bound, compute-bound
+	for _, c := range r.Cells {
+		if c.Policy != policy {
+			continue
+		}
+		fc := r.Cell(c.Setup.Name, c.Workload, "fp16")
+		if fc == nil {
+			continue
+		}
+		kind := 1
+		if r.computeBound(c.Setup.Name, c.Workload) {
+			kind = 2
+		}
+		for _, i := range []int{0, kind} {
+			f[i] += float64(fc.Run.Aggregates.SLOViolations)
+			p[i] += float64(c.Run.Aggregates.SLOViolations)
+		}
+	}
+	var cut [3]float64
+	for i := range cut {
+		cut[i] = math.NaN()
+		if f[i] > 0 {
+			cut[i] = 1 - p[i]/f[i]
+		}
+	}
+	return Cut{cut[0], cut[1], cut[2]}
 }
 
 // FormatRatio formats a ratio cut (not rounded) to two decimals, so that one shown at a bar is at it.
@@ -210,6 +267,11 @@ func (r *Report) WriteSummary(w io.Writer) error {
 		{"quality loss morph:default / static:int4", pct(h.LossRatio["morph:default"]), "up to 88.85% less (F1/ROUGE-L)", "<= 40%", yes(h.LossRatio["morph:default"] <= 0.4)},
 		{"quality loss morph:accuracy / static:int4", pct(h.LossRatio["morph:accuracy"]), "", "<= 40%", yes(h.LossRatio["morph:accuracy"] <= 0.4)},
 	}
+	if c, ok := h.Cuts["morph:compute"]; ok {
+		rows = append(rows,
+			[]any{"TTFT-SLO violations cut, morph:compute vs fp16 (pooled)", pct(c.Pooled), "", ">= 85%", yes(c.Pooled >= 0.85)},
+			[]any{"quality loss morph:compute / static:int4", pct(h.LossRatio["morph:compute"]), "", "<= 40%", yes(h.LossRatio["morph:compute"] <= 0.4)})
+	}
 	for _, row := range rows {
 		if err := t.Append(row...); err != nil {
 			return err
@@ -220,12 +282,16 @@ func (r *Report) WriteSummary(w io.Writer) error {
 	}
 	if len(h.Bound) > 0 {
 		fmt.Fprintf(b, "\n%d of fp16's %d pooled violations are in cells where static:int4, every layer quantized (the most KV "+
-			"and the fastest decode any policy reaches), misses the SLO as often or more: loads that no weight format serves, "+
+			"and the fastest decode INT4 reaches), misses the SLO as often or more: loads that more memory does not serve, "+
 			"compute-bound (%s). Over the other cells morph:default cuts fp16's violations by %s.\n",
 			h.BoundViolations, h.FP16Violations, strings.Join(h.Bound, ", "), pct(h.CutElsewhere))
 	}
+	if err := r.writeCuts(b, h); err != nil {
+		return err
+	}
 	fmt.Fprintf(b, "\nQuality here is the token-weighted relative perplexity increase from the paper's Table 8 LIS curves, "+
-		"not F1/ROUGE-L (the paper's headline metric), so the quality row compares like with like only as a ratio.\n")
+		"not F1/ROUGE-L (the paper's headline metric), so the quality row compares like with like only as a ratio. "+
+		"INT8 layers take published W8A8 figures (see Quality at paper scale below).\n")
 	fmt.Fprintf(b, "\n## Policies, mean over setups and workloads\n\n")
 	t = newTable(b, "policy", "SLO violations", "P95 TTFT ms", "P99 TPOT ms", "goodput req/s", "full-prec. tokens", "quality loss")
 	for _, p := range r.Options.Policies {
@@ -244,11 +310,12 @@ func (r *Report) WriteSummary(w io.Writer) error {
 	fmt.Fprintf(b, "\nPlot: `pareto.png` (violations against quality loss). Per setup and workload: `table.md`, "+
 		"`ttft-over-time.png`, `kv-over-time.png`, `ttft-cdf.png`, `tpot-cdf.png` (and SVG).\n")
 	fmt.Fprintf(b, "\n## Per setup and workload: SLO violations, fp16 -> morph:default (P95 TTFT ms)\n\n")
-	t = newTable(b, "setup", "workload", "fp16", "static:int4", "morph:accuracy", "morph:default", "morph:performance")
+	cols := []string{"fp16", "static:int8", "static:int4", "morph:accuracy", "morph:default", "morph:performance", "morph:compute"}
+	t = newTable(b, append([]any{"setup", "workload"}, anys(cols)...)...)
 	for _, s := range r.Options.Setups {
 		for _, wl := range r.Workloads {
 			row := []any{s.Name, wl.Name}
-			for _, p := range []string{"fp16", "static:int4", "morph:accuracy", "morph:default", "morph:performance"} {
+			for _, p := range cols {
 				if c := r.Cell(s.Name, wl.Name, p); c != nil {
 					row = append(row, fmt.Sprintf("%s (%.0f)", pct(c.Run.Aggregates.SLOViolationRate), c.Run.Aggregates.TTFT.P95))
 				} else {
@@ -267,6 +334,9 @@ func (r *Report) WriteSummary(w io.Writer) error {
 		return err
 	}
 	if err := r.writeTable5(b); err != nil {
+		return err
+	}
+	if err := r.writeQualitySources(b); err != nil {
 		return err
 	}
 	fmt.Fprintf(b, "\n## Rate sweep (the paper's Fig. 6): %s, %s\n\n", sweepSetup(r.Options.Setups).Name, r.Workloads[0].Name)
@@ -371,8 +441,8 @@ func (r *Report) writeTable5(b io.Writer) error {
 	fmt.Fprintf(b, "\n## Table 5: %s, %s\n\n", setup, workload)
 	t := newTable(b, "policy", "quality loss", "P95 TTFT s", "SLO viol.", "paper: F1 / P95 TTFT s / viol.")
 	paper := map[string]string{"static:int4": "23.66 / 1.62 / 0%", "selective:16": "23.93 / 1.74 / 0%", "selective:8": "24.16 / 2.61 / 4.2%",
-		"fp16": "25.19 / 5.65 / 12.7%", "morph:default": "24.63 / 1.77 / 0%"}
-	for _, p := range []string{"static:int4", "selective:16", "selective:8", "fp16", "morph:default"} {
+		"fp16": "25.19 / 5.65 / 12.7%", "morph:default": "24.63 / 1.77 / 0%", "static:int8": "(not run)", "morph:compute": "(not run)"}
+	for _, p := range []string{"static:int4", "static:int8", "selective:16", "selective:8", "fp16", "morph:default", "morph:compute"} {
 		c := r.Cell(setup, workload, p)
 		if c == nil {
 			continue
@@ -392,6 +462,80 @@ func (r *Report) writeTable5(b io.Writer) error {
 			yes(order), yes(m.Run.Aggregates.SLOViolationRate <= 0.01), pct(m.Run.Aggregates.SLOViolationRate))
 	}
 	return nil
+}
+
+func anys(s []string) []any {
+	out := make([]any, len(s))
+	for i, x := range s {
+		out[i] = x
+	}
+	return out
+}
+
+// writeCuts writes the violation cut three ways for the static formats and the morph modes that tell pressures
+// apart or not.
+func (r *Report) writeCuts(b io.Writer, h Headline) error {
+	var pols []string
+	for _, p := range []string{"static:int8", "static:int4", "morph:default", "morph:compute"} {
+		if _, ok := h.Cuts[p]; ok {
+			pols = append(pols, p)
+		}
+	}
+	if len(pols) == 0 {
+		return nil
+	}
+	fmt.Fprintf(b, "\n### TTFT-SLO violations cut against fp16, three ways\n\n")
+	t := newTable(b, "policy", "pooled", "memory-bound cells", "compute-bound cells", "quality loss / static:int4")
+	for _, p := range pols {
+		c := h.Cuts[p]
+		if err := t.Append(p, pct(c.Pooled), pct(c.Memory), pct(c.Compute), pct(r.lossRatio(p))); err != nil {
+			return err
+		}
+	}
+	if err := t.Render(); err != nil {
+		return err
+	}
+	fmt.Fprintf(b, "\nCompute-bound cells: fp16 misses the SLO and static:int4 misses it as often or more (%s); memory-bound: the others. "+
+		"morph:compute answers memory pressure with INT4 layers and compute pressure (a queue that waits for prefill, not blocks) "+
+		"with INT8 ones, which run W8A8 at the INT8 peak.\n", strings.Join(h.Bound, ", "))
+	return nil
+}
+
+// lossRatio is a policy's quality loss over static:int4's, the mean over the cells.
+func (r *Report) lossRatio(policy string) float64 {
+	var ratios []float64
+	for _, c := range r.Cells {
+		if s := r.Cell(c.Setup.Name, c.Workload, "static:int4"); c.Policy == policy && s != nil && s.Loss > 0 {
+			ratios = append(ratios, c.Loss/s.Loss)
+		}
+	}
+	if len(ratios) == 0 {
+		return math.NaN()
+	}
+	return stat.Mean(ratios, nil)
+}
+
+// writeQualitySources writes each paper model's all-layer quality in each kernel and where it comes from.
+func (r *Report) writeQualitySources(b io.Writer) error {
+	fmt.Fprintf(b, "\n## Quality at paper scale: curves and their sources\n\n"+
+		"WikiText-2 perplexity increase with every layer quantized. Int4 layers run W4A16 in the simulator and take MorphServe's "+
+		"Table 8 LIS curve; Int8 layers run W8A8 (the INT8 peak) and take Table 8's shape scaled to the W8A8 all-layer figure "+
+		"(near-additivity: each layer's cost in the same proportion to its INT4 cost). W8A16 is listed for reference; no policy "+
+		"runs it.\n\n")
+	t := newTable(b, "model", "kernel", "all layers", "source")
+	for _, s := range r.Options.Setups {
+		qs, ok := Qualities[s.Model]
+		if !ok {
+			continue
+		}
+		for _, k := range []string{"W4A16", "W8A8", "W8A16"} {
+			q := qs[k]
+			if err := t.Append(s.Model, k, fmt.Sprintf("+%.3f%%", 100*q.Increase), q.Source); err != nil {
+				return err
+			}
+		}
+	}
+	return t.Render()
 }
 
 // writeReal writes the real CPU engine's runs beside the simulator's predictions of them.
@@ -447,13 +591,20 @@ func (r *Report) summaryJSON() any {
 	if !math.IsNaN(h.ViolationCut) {
 		cut = &h.ViolationCut
 	}
+	type cut3 struct{ Pooled, MemoryBound, ComputeBound *float64 }
+	cuts := map[string]cut3{}
+	for p, c := range h.Cuts {
+		cl := clean(map[string]float64{"p": c.Pooled, "m": c.Memory, "c": c.Compute})
+		cuts[p] = cut3{cl["p"], cl["m"], cl["c"]}
+	}
 	return struct {
-		Workloads    []Workload
-		Capacity     map[string]float64 `json:",omitempty"`
-		Cells        []cell
-		ViolationCut *float64
-		P95Ratio     map[string]*float64
-		LossRatio    map[string]*float64
-		Sweep        []SweepPoint
-	}{r.Workloads, r.Capacity, cells, cut, clean(h.P95Ratio), clean(h.LossRatio), r.Sweep}
+		Workloads     []Workload
+		Capacity      map[string]float64 `json:",omitempty"`
+		Cells         []cell
+		ViolationCut  *float64
+		ViolationCuts map[string]cut3
+		P95Ratio      map[string]*float64
+		LossRatio     map[string]*float64
+		Sweep         []SweepPoint
+	}{r.Workloads, r.Capacity, cells, cut, cuts, clean(h.P95Ratio), clean(h.LossRatio), r.Sweep}
 }

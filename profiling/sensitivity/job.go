@@ -24,6 +24,10 @@ type Job struct {
 	Threads   int    // kernel threads; 0 is GOMAXPROCS
 	Format    quant.Format
 	Method    string // rtn, awq (int4) or smoothquant (int8)
+	// WeightOnly leaves the activations unquantized (W8A16, W4A16): the quantized weights are widened to float32
+	// and multiply float activations, as a weight-only kernel computes, instead of running as the engine's kernels
+	// run them, with the activations quantized to int8 per token (W8A8, W4A8).
+	WeightOnly bool
 	// Calib is the calibration text file (paragraphs separated by blank lines), read from its start until
 	// CalibTokens tokens, or CalibParagraphs paragraphs when that is set.
 	Calib           string
@@ -90,9 +94,12 @@ func RunJob(j Job) (*Profile, error) {
 	if err := prepare(m, j.Format, j.Method, calib, group); err != nil {
 		return nil, err
 	}
+	if j.WeightOnly {
+		WidenVariants(m, j.Format)
+	}
 	spec := Spec{
 		Model:        ModelInfo{Name: filepath.Base(j.Model), SHA256: sum},
-		Quantizer:    Quantizer{Format: j.Format.String(), Method: j.Method},
+		Quantizer:    Quantizer{Format: j.Format.String(), Method: j.Method, WeightOnly: j.WeightOnly},
 		Calibration:  TextInfo{Name: filepath.Base(j.Calib), Paragraphs: used},
 		Calib:        calib,
 		Orders:       j.Orders,
@@ -164,6 +171,24 @@ func prepare(m *model.Model, f quant.Format, method string, calib [][]int32, gro
 		}
 	}
 	return nil
+}
+
+// WidenVariants replaces every layer's f variant with its weights widened to float32 (quant.Matrix.Dequantize):
+// the same quantized values, multiplied with float activations by the F32 kernels, which is what a weight-only
+// kernel (W8A16, W4A16) computes, up to the order of its float sums.
+func WidenVariants(m *model.Model, f quant.Format) {
+	for _, layer := range m.Layers {
+		v, ok := layer.Variants[f]
+		if !ok {
+			continue
+		}
+		w := &model.LayerWeights{AttnNorm: v.AttnNorm, FFNNorm: v.FFNNorm}
+		dst := []**quant.Matrix{&w.Wq, &w.Wk, &w.Wv, &w.Wo, &w.W1, &w.W2, &w.W3}
+		for i, q := range v.Matrices() {
+			*dst[i] = &quant.Matrix{Format: quant.F32, Rows: q.Rows, Cols: q.Cols, F32: q.Dequantize()}
+		}
+		layer.Variants[f] = w
+	}
 }
 
 func fileSHA256(path string) (string, error) {

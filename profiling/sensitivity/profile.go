@@ -49,11 +49,13 @@ type ModelInfo struct {
 }
 
 // Quantizer names the quantized variant the layers were ranked in: its format, how it was made (rtn, awq,
-// smoothquant) and the Int4 group size of Dim-wide rows where it has one.
+// smoothquant), the Int4 group size of Dim-wide rows where it has one, and whether the activations were left
+// unquantized (weight-only: W8A16, W4A16) rather than quantized per token as the engine runs the format.
 type Quantizer struct {
-	Format string `json:"format"`
-	Method string `json:"method"`
-	Group  int    `json:"group,omitempty"`
+	Format     string `json:"format"`
+	Method     string `json:"method"`
+	Group      int    `json:"group,omitempty"`
+	WeightOnly bool   `json:"weight_only,omitempty"`
 }
 
 // TextInfo names a text and how much of it was used.

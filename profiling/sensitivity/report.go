@@ -97,7 +97,11 @@ func Plot(file string, p *Profile) error {
 		return fmt.Errorf("sensitivity: the profile has no evaluation to plot")
 	}
 	pl := plot.New()
-	pl.Title.Text = fmt.Sprintf("%s %s: perplexity by quantized layers", p.Quantizer.Format, p.Quantizer.Method)
+	kind := ""
+	if p.Quantizer.WeightOnly {
+		kind = " weight-only"
+	}
+	pl.Title.Text = fmt.Sprintf("%s %s%s: perplexity by quantized layers", p.Quantizer.Format, p.Quantizer.Method, kind)
 	pl.X.Label.Text = "quantized layers (k)"
 	pl.Y.Label.Text = "perplexity"
 	pl.Legend.Top = true

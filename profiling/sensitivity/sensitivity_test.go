@@ -331,3 +331,46 @@ func TestStories260K(t *testing.T) {
 	}
 	t.Logf("order %v; curves %+v", p.Order, p.Orders)
 }
+
+// TestWidenVariants: the weight-only variant holds the quantized variant's values in float32, shares its norms and
+// leaves the other variants alone; a layer in it gives other outputs than in the quantized kernels (the activations
+// are no longer rounded) and other than full precision.
+func TestWidenVariants(t *testing.T) {
+	m, vocab := tinyModel(t, quant.Int8)
+	int8 := make([]*model.LayerWeights, len(m.Layers))
+	for l, layer := range m.Layers {
+		int8[l] = layer.Variants[quant.Int8]
+	}
+	ev, err := eval.NewEvaluator(m, vocab, tinyText[3:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	w8a8, err := ev.Quantized(quant.Int8, []int{0, 1, 2, 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	WidenVariants(m, quant.Int8)
+	for l, layer := range m.Layers {
+		v := layer.Variants[quant.Int8]
+		if &v.AttnNorm[0] != &int8[l].AttnNorm[0] || &v.FFNNorm[0] != &int8[l].FFNNorm[0] || layer.Variants[layer.Base] == v {
+			t.Fatalf("layer %d: norms or base variant changed", l)
+		}
+		for i, q := range v.Matrices() {
+			src := int8[l].Matrices()[i]
+			if q.Format != quant.F32 || q.Rows != src.Rows || q.Cols != src.Cols || !slices.Equal(q.F32, src.Dequantize()) {
+				t.Fatalf("layer %d matrix %d: %v [%d, %d], want the int8 values in f32", l, i, q.Format, q.Rows, q.Cols)
+			}
+		}
+	}
+	if ev, err = eval.NewEvaluator(m, vocab, tinyText[3:]); err != nil {
+		t.Fatal(err)
+	}
+	w8a16, err := ev.Quantized(quant.Int8, []int{0, 1, 2, 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w8a16.KL <= 0 || w8a16.KL == w8a8.KL {
+		t.Errorf("KL weight-only %v, W8A8 %v: want above 0 and another figure", w8a16.KL, w8a8.KL)
+	}
+	t.Logf("all layers: W8A8 PPL %.4f KL %.6f; W8A16 PPL %.4f KL %.6f", w8a8.PPL, w8a8.KL, w8a16.PPL, w8a16.KL)
+}

@@ -27,7 +27,9 @@ Calibration uses the paragraphs of --calib from the start until --calib-tokens t
 of --orders (lis, front, back, random; random once per seed 1..--seeds) is scored after 1, 2, 4, ... L layers
 (every k with --all-ks) by perplexity and KL divergence from full precision on --eval-paragraphs paragraphs of
 --eval, starting after the calibration paragraphs when it is the same file; the table shows PPL by order and k.
---method rtn rounds to nearest; awq (int4) and smoothquant (int8) calibrate on the same tokens.`
+--method rtn rounds to nearest; awq (int4) and smoothquant (int8) calibrate on the same tokens. The layers run as
+the engine runs them, with the activations quantized to int8 per token (W8A8, W4A8); --weight-only widens the
+quantized weights to float32 instead, so the activations stay unquantized (W8A16, W4A16).`
 
 func runProfile(e *env, args []string) error {
 	fs := e.flags("--model FILE --format int4|int8 --calib FILE [flags]", profileHelp)
@@ -37,6 +39,7 @@ func runProfile(e *env, args []string) error {
 	fs.IntVar(&j.Threads, "threads", 0, "kernel threads (default GOMAXPROCS)")
 	format := fs.String("format", "int4", "quantized `format` to rank the layers in: int4 or int8")
 	fs.StringVar(&j.Method, "method", "rtn", "how the quantized variant is made: rtn, awq (int4) or smoothquant (int8)")
+	fs.BoolVar(&j.WeightOnly, "weight-only", false, "leave the activations unquantized (W8A16, W4A16) instead of int8 per token")
 	fs.StringVar(&j.Calib, "calib", "", "calibration text `file` (paragraphs separated by blank lines)")
 	fs.IntVar(&j.CalibTokens, "calib-tokens", 8192, "calibration `tokens` at most")
 	fs.IntVar(&j.CalibParagraphs, "calib-paragraphs", 0, "calibration `paragraphs` at most (0: as many as --calib-tokens takes)")

@@ -71,6 +71,20 @@ func TestProfile(t *testing.T) {
 		t.Errorf("orders %v and %v", q.Order, p.Order)
 	}
 
+	// Weight-only (W8A16): the same layers' int8 weights with float activations score otherwise.
+	wo := filepath.Join(dir, "wo.json")
+	if code, _, stderr = runCLI(append(args[:len(args)-2], "--weight-only", "--out", wo)...); code != 0 {
+		t.Fatalf("profile --weight-only: exit %d, stderr %q", code, stderr)
+	}
+	w, err := sensitivity.Load(wo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !w.Quantizer.WeightOnly || p.Quantizer.WeightOnly || w.Orders[1].Curve[4].PPL == p.Orders[1].Curve[4].PPL {
+		t.Errorf("weight-only %+v, all layers PPL %v; W8A8 %+v, %v: want the flag and another figure",
+			w.Quantizer, w.Orders[1].Curve[4].PPL, p.Quantizer, p.Orders[1].Curve[4].PPL)
+	}
+
 	// The plot of every curve.
 	svg := filepath.Join(dir, "curves.svg")
 	if code, _, stderr = runCLI(append(args[:len(args)-2], "--plot", svg)...); code != 0 {

@@ -20,8 +20,8 @@ func init() {
 const reproduceHelp = `
 Reproduce runs the experiment suite (experiments/suite): fp16, static INT8/INT4, selective and the morph modes
 on the paper's four deployments and traces, simulated at paper scale, a rate sweep and Table 5; then the layer
-sensitivity tables of stories260K (the profiler: Tables 2, 3 and 8 on our real model) and a run on the real CPU
-engine beside the simulator's prediction of it. It writes everything under --out and the headline to stdout:
+sensitivity tables of stories260K (the profiler: Tables 2, 3 and 8 on our real model, and its INT8 curves, W8A8 and
+W8A16, beside INT4's) and a run on the real CPU engine beside the simulator's prediction of it. It writes everything under --out and the headline to stdout:
 each run's results.json, events.jsonl and table.md, a table.md and plots (PNG and SVG) per setup and workload,
 summary.md and summary.json. Missing data files are replaced by seeded stand-ins and summary.md says which
 ('make data' fetches the real ones). --quick runs two workloads and six policies and skips the profiler and the
@@ -81,8 +81,16 @@ func runReproduce(e *env, args []string) error {
 	}
 	h := r.Headline()
 	fmt.Fprintf(e.stdout, "TTFT-SLO violations cut by morph:default against fp16: %.1f%% (paper 92.45%%)\n", 100*h.ViolationCut)
-	for _, m := range []string{"morph:accuracy", "morph:default", "morph:performance"} {
-		fmt.Fprintf(e.stdout, "P95 TTFT fp16 / %s: %s; quality loss against static:int4: %.1f%%\n", m, suite.FormatRatio(h.P95Ratio[m]), 100*h.LossRatio[m])
+	for _, m := range []string{"morph:accuracy", "morph:default", "morph:performance", "morph:compute"} {
+		if _, ok := h.P95Ratio[m]; ok {
+			fmt.Fprintf(e.stdout, "P95 TTFT fp16 / %s: %s; quality loss against static:int4: %.1f%%\n", m, suite.FormatRatio(h.P95Ratio[m]), 100*h.LossRatio[m])
+		}
+	}
+	for _, m := range []string{"morph:default", "morph:compute"} {
+		if c, ok := h.Cuts[m]; ok {
+			fmt.Fprintf(e.stdout, "TTFT-SLO violations cut by %s against fp16: %.1f%% pooled, %.1f%% in memory-bound cells, %.1f%% in compute-bound cells\n",
+				m, 100*c.Pooled, 100*c.Memory, 100*c.Compute)
+		}
 	}
 	fmt.Fprintf(e.stdout, "summary: %s (%v in all)\n", filepath.Join(*out, "summary.md"), time.Since(start).Round(time.Second))
 	return nil
