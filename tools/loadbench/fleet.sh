@@ -72,10 +72,10 @@ trap 'stop_all; exit 1' INT TERM
 
 # wait_up URL PID LOG: wait until URL answers, failing when PID is gone or 60 s have passed.
 wait_up() {
-	i=0
+	tries=0
 	until curl -fsS "$1" >/dev/null 2>&1; do
-		i=$((i + 1))
-		if [ $i -gt 120 ] || ! kill -0 "$2" 2>/dev/null; then
+		tries=$((tries + 1))
+		if [ $tries -gt 120 ] || ! kill -0 "$2" 2>/dev/null; then
 			echo "fleet.sh: $1 did not come up; the log:" >&2
 			cat "$3" >&2
 			exit 1
