@@ -6,16 +6,19 @@
 #
 # 1. Start $REPLICAS 'morphlab serve' processes (each --threads $THREADS, --memory $MEMORY) on loopback ports
 #    $PORT+1.., and HAProxy (Debian's haproxy package) on 127.0.0.1:$PORT in front of them with 'balance
-#    leastconn' and health checks on /health. Every process is started in the background, its PID kept, and
-#    stopped on exit.
+#    leastconn', health checks on /health and 'option http-no-delay' (without it HAProxy holds streamed tokens
+#    back for the kernel to coalesce: 100-200 ms more TTFT). Every process is started in the background, its PID
+#    kept, and stopped on exit.
 # 2. Sweep the fleet through HAProxy: 'morphlab loadtest --sweep $RATES' (synthetic prompts of about $PROMPT
 #    token ids, about $OUTPUT output tokens, each drawn within $RANGE_RATIO of it, --ignore-eos, Poisson arrivals,
 #    seeded) into fleet.json; the knee is the top rate with the P95 of $KNEE within its limit and every request
 #    complete.
-# 3. Calibrate the simulator on this CPU for the replicas' model ('morphlab calibrate', wall clock, $THREADS
-#    threads) and simulate the same fleet ('morphlab simulate --replicas $REPLICAS --router least-outstanding
-#    --device cpu', the pool each replica reported) on the same kind of traces at every rate; the predicted knee
-#    is found the same way (of the rates that meet the target, the one with the most requests served a second).
+# 3. Calibrate the simulator on the steps the replicas ran during the sweep ('morphlab serve --steps', then
+#    'morphlab calibrate --steps', wall clock: the steps' times include what the replicas, HAProxy and the load
+#    tester took from each other on this machine, which a grid timed alone does not) and simulate the same fleet
+#    ('morphlab simulate --replicas $REPLICAS --router least-outstanding --device cpu', the pool each replica
+#    reported) on the same kind of traces at every rate; the predicted knee is found the same way (of the rates
+#    that meet the target, the one with the most requests served a second).
 #    fleet.md holds both curves and knees.
 #
 # The environment overrides the setup: MORPHLAB (binary; built when missing), MODEL (default: stories15M with
@@ -37,7 +40,7 @@ MORPHLAB=${MORPHLAB:-$root/morphlab}
 REPLICAS=${REPLICAS:-2}
 MEMORY=${MEMORY:-256MiB}
 THREADS=${THREADS:-1}
-RATES=${RATES:-4,8,12,16,20,24,28,32,40}
+RATES=${RATES:-26,30,34,38,42,46,50,54}
 DURATION=${DURATION:-20s}
 PROMPT=${PROMPT:-64}
 OUTPUT=${OUTPUT:-64}
@@ -90,6 +93,7 @@ wait_up() {
 	echo "    maxconn 4096"
 	echo "defaults"
 	echo "    mode http"
+	echo "    option http-no-delay"
 	echo "    timeout connect 5s"
 	echo "    timeout client 300s"
 	echo "    timeout server 300s"
@@ -104,7 +108,7 @@ i=1
 while [ $i -le "$REPLICAS" ]; do
 	port=$((PORT + i))
 	"$MORPHLAB" serve --model "$MODEL" --served-model-name "$name" --addr "127.0.0.1:$port" --memory "$MEMORY" \
-		--threads "$THREADS" >"$out/replica-$i.log" 2>&1 &
+		--threads "$THREADS" --steps "$out/steps-$i.jsonl" >"$out/replica-$i.log" 2>&1 &
 	pids="$pids $!"
 	wait_up "http://127.0.0.1:$port/health" "$!" "$out/replica-$i.log"
 	echo "    server r$i 127.0.0.1:$port check inter 1s" >>"$out/haproxy.cfg"
@@ -124,8 +128,13 @@ echo "fleet.sh: $REPLICAS replicas of $MODEL ($blocks KV blocks each) behind HAP
 stop_all
 
 # 3. The simulator's prediction of the same fleet.
-shape=$(basename "$MODEL" .gguf)
-"$MORPHLAB" calibrate --model "$MODEL" --threads "$THREADS" --formats f32 --clock wall --out "$out/calibration.json" \
+steps=$out/steps-1.jsonl
+i=2
+while [ $i -le "$REPLICAS" ]; do
+	steps=$steps,$out/steps-$i.jsonl
+	i=$((i + 1))
+done
+"$MORPHLAB" calibrate --model "$MODEL" --threads "$THREADS" --clock wall --steps "$steps" --out "$out/calibration.json" \
 	>"$out/calibration.txt" 2>&1
 metric=${KNEE%%=*}
 limit_ms=$(echo "${KNEE#*=}" | awk '/ms$/ { sub("ms", ""); print; next } /s$/ { sub("s", ""); print $1 * 1000; next } { print }')

@@ -38,7 +38,7 @@ time the step used over the kernel threads). A calibration predicts runs on the 
 the wall clock of an idle machine, cpu for 'run --clock cpu', which a loaded machine skews less.
 
 --steps fits the model to the steps of real runs instead of timing a grid: steps.jsonl files that 'morphlab run
---steps' wrote (comma-separated), every fifth step held out. Those steps ran as a run runs them (sequences of
+--steps' or 'morphlab serve --steps' wrote (comma-separated), every fifth step held out. Those steps ran as a run runs them (sequences of
 every length side by side, KV blocks wherever the pool had them, the engine's own work between steps), which a
 grid timed on its own does not reproduce. --model, --kv-cache-dtype, --threads and --clock then say what the runs
 were, for the file.`

@@ -11,9 +11,12 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
+	"github.com/morphlab/morphlab/engine"
+	"github.com/morphlab/morphlab/engine/executor/costmodel"
 	"github.com/morphlab/morphlab/engine/server"
 	"github.com/morphlab/morphlab/experiments/deploy"
 )
@@ -44,7 +47,7 @@ its length before it is tokenized. A client has 10 s for its headers and 30 s fo
 connection is closed after 60 s; --max-connections bounds the open connections. The package doc of
 engine/server lists the parameters and error answers.`
 
-func runServe(e *env, args []string) error {
+func runServe(e *env, args []string) (err error) {
 	fs := e.flags("--model FILE [flags]", serveHelp)
 	var df deploy.Flags
 	df.Register(fs, "cpu")
@@ -52,6 +55,7 @@ func runServe(e *env, args []string) error {
 	maxQueue := fs.Int("max-queue", 0, "requests waiting for their first batch at most; more get 429 (0: no bound)")
 	addr := fs.String("addr", "127.0.0.1:8000", "listen `address`")
 	grace := fs.Duration("grace", 30*time.Second, "on SIGINT/SIGTERM, how long running requests may take to finish")
+	stepsFile := fs.String("steps", "", "write every step the engine runs (its work, layer formats and wall time) to `file`, JSON lines, the input of 'morphlab calibrate --steps'; written out as the server stops")
 	var access accessFlags
 	access.register(fs)
 	if err := e.parse(fs, args); err != nil {
@@ -94,6 +98,17 @@ func runServe(e *env, args []string) error {
 	if *name == "" {
 		*name = strings.TrimSuffix(filepath.Base(d.Model), filepath.Ext(d.Model))
 	}
+	if *stepsFile != "" {
+		rec, err := recordSteps(in.Engine, *stepsFile)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			if cerr := rec.close(); err == nil && cerr != nil {
+				err = fmt.Errorf("--steps: %w", cerr)
+			}
+		}()
+	}
 	cfg.Model, cfg.Vocab, cfg.Engine, cfg.MaxQueue, cfg.Grace = *name, l.Vocab, in.Engine, *maxQueue, *grace
 	srv, err := server.New(cfg)
 	if err != nil {
@@ -122,6 +137,50 @@ func runServe(e *env, args []string) error {
 	<-announced // Serve returns nil only once ctx has ended
 	fmt.Fprintf(e.stderr, "stopped\n")
 	return nil
+}
+
+// stepRecorder writes an engine's steps to a steps file as they run.
+type stepRecorder struct {
+	mu   sync.Mutex
+	f    *os.File
+	w    *costmodel.StepWriter
+	err  error
+	done bool
+}
+
+// recordSteps creates path and writes every step e runs to it (idle ticks left out) until close.
+func recordSteps(e *engine.Engine, path string) (*stepRecorder, error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--steps: %w", err)
+	}
+	r := &stepRecorder{f: f, w: costmodel.NewStepWriter(f)}
+	e.OnStep(func(info engine.StepInfo) {
+		if info.Idle {
+			return
+		}
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if !r.done && r.err == nil {
+			r.err = r.w.Write(deploy.StepSample(info))
+		}
+	})
+	return r, nil
+}
+
+// close flushes and closes the file; steps after it are dropped.
+func (r *stepRecorder) close() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.done = true
+	err := r.err
+	if ferr := r.w.Flush(); err == nil {
+		err = ferr
+	}
+	if cerr := r.f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // serveReserve is what --memory keeps for answering HTTP beside the engine: connection buffers, handler goroutines'

@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/morphlab/morphlab/engine/executor/costmodel"
 )
 
 // TestMain lets a test run the command line in a child process (MORPHLAB_TEST_CLI=1), for what needs a process
@@ -29,13 +31,15 @@ func TestMain(m *testing.M) {
 }
 
 // TestServeSIGTERM serves a synthetic model in a child process, sends SIGTERM while a stream runs, and checks
-// that the stream still completes, new connections are refused and the process exits 0.
+// that the stream still completes, new connections are refused and the process exits 0, having written its steps
+// (--steps): the prompt's prefill, then one decode step a token.
 func TestServeSIGTERM(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "m.gguf")
+	dir := t.TempDir()
+	path, steps := filepath.Join(dir, "m.gguf"), filepath.Join(dir, "steps.jsonl")
 	if code, _, stderr := runCLI("synth", "--shape", "stories260K", "--out", path); code != 0 {
 		t.Fatalf("synth: %s", stderr)
 	}
-	cmd := exec.Command(os.Args[0], "serve", "--model", path, "--addr", "127.0.0.1:0", "--grace", "20s")
+	cmd := exec.Command(os.Args[0], "serve", "--model", path, "--addr", "127.0.0.1:0", "--grace", "20s", "--steps", steps)
 	cmd.Env = append(os.Environ(), "MORPHLAB_TEST_CLI=1")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -84,6 +88,24 @@ func TestServeSIGTERM(t *testing.T) {
 	}
 	if _, err := http.Get(addr[1] + "/health"); err == nil {
 		t.Errorf("GET /health after serve exited: no error, want a refused connection")
+	}
+	f, err := os.Open(steps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	got, err := costmodel.ReadSteps(f, steps, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompt := got[0].Work.PrefillTokens
+	if prompt < 2 || got[0].Work.Sampled != 1 || len(got) < 2 || len(got) > 300 {
+		t.Fatalf("%d steps, the first %+v; want a prefill of the prompt, then decode steps", len(got), got[0])
+	}
+	for i, s := range got[1:] {
+		if w := s.Work; w.Tokens != 1 || w.DecodeSeqs != 1 || w.DecodeKeys != int64(prompt+i+1) || s.Seconds <= 0 {
+			t.Fatalf("step %d: %+v, %v s; want one decode of %d keys", i+1, w, s.Seconds, prompt+i+1)
+		}
 	}
 }
 

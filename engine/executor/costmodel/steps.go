@@ -38,19 +38,38 @@ func CountFormats(fs []quant.Format) []LayerFormat {
 
 // WriteSteps writes samples as a steps file.
 func WriteSteps(w io.Writer, samples []Sample) error {
-	bw := bufio.NewWriter(w)
-	enc := json.NewEncoder(bw)
+	sw := NewStepWriter(w)
 	for _, s := range samples {
-		r := StepRecord{Work: s.Work, Layers: map[string]int{}, Seconds: s.Seconds}
-		for _, lf := range s.Layers {
-			r.Layers[lf.Format.String()] += lf.Layers
-		}
-		if err := enc.Encode(r); err != nil {
+		if err := sw.Write(s); err != nil {
 			return err
 		}
 	}
-	return bw.Flush()
+	return sw.Flush()
 }
+
+// StepWriter writes a steps file a step at a time (a server's steps as it runs them), buffered until Flush.
+type StepWriter struct {
+	bw  *bufio.Writer
+	enc *json.Encoder
+}
+
+// NewStepWriter returns a StepWriter onto w.
+func NewStepWriter(w io.Writer) *StepWriter {
+	bw := bufio.NewWriter(w)
+	return &StepWriter{bw: bw, enc: json.NewEncoder(bw)}
+}
+
+// Write adds one step.
+func (sw *StepWriter) Write(s Sample) error {
+	r := StepRecord{Work: s.Work, Layers: map[string]int{}, Seconds: s.Seconds}
+	for _, lf := range s.Layers {
+		r.Layers[lf.Format.String()] += lf.Layers
+	}
+	return sw.enc.Encode(r)
+}
+
+// Flush writes what is buffered.
+func (sw *StepWriter) Flush() error { return sw.bw.Flush() }
 
 // ReadSteps reads a steps file of a model of nLayers decoder layers; name (the file's) starts each error, with the
 // line and what was wrong.
