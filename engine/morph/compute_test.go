@@ -216,7 +216,7 @@ func TestTokensByPosition(t *testing.T) {
 	byLayers := 0 // Σ k·tokens: quantized layer-tokens
 	for _, r := range res {
 		for k, n := range c.Recorder.Mix(r.ID) {
-			byLayers += k * n
+			byLayers += k * int(n)
 		}
 	}
 	pos := c.Recorder.TokensByPosition()

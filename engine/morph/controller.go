@@ -134,7 +134,7 @@ type Recorder struct {
 	// replicas' timelines short); the peaks are over every iteration all the same.
 	Every     time.Duration
 	peak      Point
-	mix       [][]int // by request id (an engine numbers its requests from 0)
+	mix       [][]int32 // by request id (an engine numbers its requests from 0)
 	base      []quant.Format
 	formats   []quant.Format
 	order     []int                  // the swap order, when positions are tracked
@@ -188,7 +188,7 @@ func (r *Recorder) Observe(info engine.StepInfo) int {
 		}
 		m := r.mix[w.Req]
 		if m == nil {
-			m = make([]int, len(r.base)+1)
+			m = make([]int32, len(r.base)+1)
 			r.mix[w.Req] = m
 		}
 		m[q]++
@@ -215,7 +215,7 @@ func (r *Recorder) Peak() Point { return r.peak }
 func (r *Recorder) Layers() int { return len(r.base) }
 
 // Take returns Mix(id) and forgets the request: a driver of many requests takes each one's mix as it ends.
-func (r *Recorder) Take(id kv.SeqID) []int {
+func (r *Recorder) Take(id kv.SeqID) []int32 {
 	m := r.Mix(id)
 	if int(id) >= 0 && int(id) < len(r.mix) {
 		r.mix[id] = nil
@@ -224,9 +224,9 @@ func (r *Recorder) Take(id kv.SeqID) []int {
 }
 
 // Mix returns, for request id, the output tokens generated with k quantized layers at index k.
-func (r *Recorder) Mix(id kv.SeqID) []int {
+func (r *Recorder) Mix(id kv.SeqID) []int32 {
 	if int(id) >= 0 && int(id) < len(r.mix) && r.mix[id] != nil {
 		return r.mix[id]
 	}
-	return make([]int, len(r.base)+1)
+	return make([]int32, len(r.base)+1)
 }

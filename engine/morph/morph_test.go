@@ -649,8 +649,8 @@ func TestSLOPolicy(t *testing.T) {
 		total, weighted := 0, 0
 		for _, r := range res {
 			for k, n := range c.Recorder.Mix(r.ID) {
-				total += n
-				weighted += k * n
+				total += int(n)
+				weighted += k * int(n)
 			}
 		}
 		return out{violations(res, time.Second), float64(weighted) / float64(total)}

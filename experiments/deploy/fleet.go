@@ -199,6 +199,7 @@ func (f Fleet) Replay(ctx context.Context, t *trace.Trace, o ReplayOptions) (*re
 		meta.KVBlocksFull += mem.FullBlocks
 	}
 	r.acc = results.NewAccumulator(meta, r.layers)
+	r.acc.Grow(len(t.Requests))
 	r.assigned = make([]int, 0, len(t.Requests))
 	if err := r.run(ctx, t); err != nil {
 		return nil, err
@@ -451,7 +452,7 @@ func (r *fleetRun) route(index int, req engine.TimedRequest) {
 	if why := r.admit(req.Arrival); why != "" {
 		r.rejected[why]++
 		r.acc.Add(req, engine.Result{ID: kv.SeqID(index), Finish: engine.FinishRejected, Err: fmt.Errorf("%s", why),
-			Timeline: engine.Timeline{Arrival: req.Arrival, Finish: req.Arrival}}, make([]int, r.layers+1), false, false)
+			Timeline: engine.Timeline{Arrival: req.Arrival, Finish: req.Arrival}}, make([]int32, r.layers+1), false, false)
 		return
 	}
 	rep := r.pick(req)

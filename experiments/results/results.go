@@ -16,6 +16,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/olekukonko/tablewriter"
@@ -68,7 +69,7 @@ type Request struct {
 	Finish      string  `json:"finish"`
 	Preemptions int     `json:"preemptions"`
 	// Mix[k] is the output tokens generated with k layers quantized.
-	Mix []int `json:"tokens_by_quantized_layers"`
+	Mix []int32 `json:"tokens_by_quantized_layers"`
 	// Tokens are the output token ids, kept when asked for (quality comparisons).
 	Tokens []int32 `json:"tokens,omitempty"`
 }
@@ -160,6 +161,7 @@ type Run struct {
 // output token ids.
 func Build(meta Meta, reqs []engine.TimedRequest, res []engine.Result, c *morph.Controller, tokens bool) *Run {
 	a := NewAccumulator(meta, c.Recorder.Layers())
+	a.Grow(len(res))
 	for i, res := range res {
 		a.Add(reqs[i], res, c.Recorder.Mix(res.ID), tokens, true)
 	}
@@ -188,9 +190,17 @@ func NewAccumulator(meta Meta, layers int) *Accumulator {
 	return &Accumulator{meta: meta, layers: layers}
 }
 
+// Grow makes room for n more requests, so that adding them does not copy what was added.
+func (a *Accumulator) Grow(n int) {
+	a.rows = slices.Grow(a.rows, n)
+	a.lt.Requests = slices.Grow(a.lt.Requests, n)
+	a.lt.Outcomes = slices.Grow(a.lt.Outcomes, n)
+	a.finish = slices.Grow(a.finish, n)
+}
+
 // Add adds a request, its result and its output tokens by the number of quantized layers they were made with
 // (mix); tokens keeps its output token ids, itl its inter-token gaps for the pooled ITL.
-func (a *Accumulator) Add(req engine.TimedRequest, res engine.Result, mix []int, tokens, itl bool) {
+func (a *Accumulator) Add(req engine.TimedRequest, res engine.Result, mix []int32, tokens, itl bool) {
 	tl := res.Timeline
 	rec := Request{ID: int(res.ID), Arrival: req.Arrival.Seconds(), Prompt: len(req.Prompt),
 		MaxTokens: req.MaxTokens, Output: len(res.Output), TTFT: ms(tl.TTFT()), TPOT: ms(tl.TPOT()),
@@ -242,36 +252,42 @@ func (a *Accumulator) Part(indices []int, peak morph.Point, swaps int) Aggregate
 	return a.aggregate(indices, peak, swaps)
 }
 
-// aggregate computes the aggregates over the rows at indices (nil: all of them).
+// aggregate computes the aggregates over the rows at indices (nil: all of them, read in place).
 func (a *Accumulator) aggregate(indices []int, peak morph.Point, swaps int) Aggregates {
-	if indices == nil {
-		indices = make([]int, len(a.rows))
-		for i := range indices {
-			indices[i] = i
-		}
+	all := indices == nil
+	n := len(indices)
+	lt := &loadtest.Result{Requests: make([]loadtest.Request, 0, n), Outcomes: make([]loadtest.Outcome, 0, n)}
+	if all {
+		n = len(a.rows)
+		lt = &loadtest.Result{Requests: a.lt.Requests, Outcomes: a.lt.Outcomes}
 	}
 	g := Aggregates{TokensByLayers: make([]int, a.layers+1)}
-	lt := &loadtest.Result{Requests: make([]loadtest.Request, 0, len(indices)), Outcomes: make([]loadtest.Outcome, 0, len(indices))}
 	var first, last time.Duration = -1, 0
-	for _, i := range indices {
+	for j := range n {
+		i := j
+		if !all {
+			i = indices[j]
+		}
 		rec, o := a.rows[i], a.lt.Outcomes[i]
 		for k, n := range rec.Mix {
-			g.TokensByLayers[k] += n
+			g.TokensByLayers[k] += int(n)
 		}
 		g.Preemptions += rec.Preemptions
 		if o.Status != loadtest.Completed || a.meta.SLO.TTFT > 0 && o.TTFT > a.meta.SLO.TTFT {
 			g.SLOViolations++
 		}
-		lt.Requests = append(lt.Requests, a.lt.Requests[i])
-		lt.Outcomes = append(lt.Outcomes, o)
+		if !all {
+			lt.Requests = append(lt.Requests, a.lt.Requests[i])
+			lt.Outcomes = append(lt.Outcomes, o)
+		}
 		if first < 0 || o.Sent < first {
 			first = o.Sent
 		}
 		last = max(last, a.finish[i])
 	}
-	if len(indices) > 0 {
+	if n > 0 {
 		lt.Duration = last - first
-		g.SLOViolationRate = float64(g.SLOViolations) / float64(len(indices))
+		g.SLOViolationRate = float64(g.SLOViolations) / float64(n)
 	}
 	g.Metrics = loadtest.Compute(lt, a.meta.SLO)
 	g.PeakKVBlocks, g.PeakKVAttached, g.MaxQuantized = peak.KVUsed, peak.KVTotal, peak.Quantized
