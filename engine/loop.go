@@ -46,7 +46,7 @@ func (e *Engine) Step() (bool, error) {
 	for _, s := range plan.Started {
 		q := e.reqs[s.ID]
 		if !q.started {
-			q.started, q.timeline.Scheduled = true, now
+			q.started, q.timeline.Scheduled, q.cached = true, now, s.Cached
 		}
 		e.event(q, Event{Kind: Scheduled, Req: s.ID, Time: now, Iter: e.iter})
 	}
@@ -81,7 +81,8 @@ func (e *Engine) Step() (bool, error) {
 			Detail: fmt.Sprintf("layers %s took effect (transfer %v)", strings.Join(layers, " "), res.SwapTime)})
 	}
 	done := e.sched.Update(plan, res.Next)
-	info := StepInfo{Iter: e.iter, Time: now, Duration: res.Duration, Formats: res.Formats, Swapped: res.Swapped, Preempted: len(plan.Preempted)}
+	info := StepInfo{Iter: e.iter, Time: now, Duration: res.Duration, Formats: res.Formats, Swapped: res.Swapped, Preempted: len(plan.Preempted),
+		PrefixQueries: plan.PrefixQueries, PrefixHits: plan.PrefixHits}
 	for _, w := range plan.Work {
 		info.Work = append(info.Work, WorkInfo{Req: w.Seq.ID, Start: w.Start, Tokens: w.N, Sample: w.Sample})
 		if w.N == 1 && w.Start >= len(w.Seq.Prompt) {
@@ -170,13 +171,14 @@ func (e *Engine) reject(q *request, why string) {
 func (e *Engine) info(info StepInfo) StepInfo {
 	info.Waiting, info.Running = e.sched.Waiting(), e.sched.Running()
 	queue := e.sched.Queue()
-	if len(queue) > 0 {
-		info.OldestWait = info.Time - queue[0].Arrival
-		info.HeadBlocks = e.kv.BlocksFor(queue[0].Len())
-	}
-	for _, s := range queue {
-		info.WaitingTokens += s.Len() - s.Computed
-		info.WaitingBlocks += e.kv.BlocksFor(s.Len())
+	for i, s := range queue {
+		blocks, tokens := e.sched.Demand(s)
+		if i == 0 {
+			info.OldestWait = info.Time - s.Arrival
+			info.HeadBlocks = blocks
+		}
+		info.WaitingTokens += tokens
+		info.WaitingBlocks += blocks
 	}
 	info.Free, info.Used, info.Total = e.kv.FreeBlocks(), e.kv.UsedBlocks(), e.kv.TotalBlocks()
 	info.Regions = e.kv.Regions()

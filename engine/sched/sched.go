@@ -29,6 +29,10 @@ type Seq struct {
 	Pad bool
 	// Cancelled marks a sequence removed before it finished (Scheduler.Remove); it counts as finished.
 	Cancelled bool
+	// Prefix is the sequence's identity to the KV manager's prefix cache: its full blocks' hashes.
+	Prefix kv.Prefix
+	// Cached is the tokens whose KV its last admission found in the prefix cache: their prefill was skipped.
+	Cached int
 }
 
 // Len is the number of tokens (prompt and output).
@@ -45,6 +49,14 @@ func (s *Seq) Tokens(from, to int) []int32 {
 		}
 	}
 	return out
+}
+
+// span returns tokens [from, to) like Tokens, aliasing the prompt when they lie in it.
+func (s *Seq) span(from, to int) []int32 {
+	if to <= len(s.Prompt) {
+		return s.Prompt[from:to]
+	}
+	return s.Tokens(from, to)
 }
 
 // Finished reports whether the sequence has all its output: MaxTokens tokens, a stop token, or a full context.
@@ -86,6 +98,9 @@ type Plan struct {
 	Work      []Work
 	Preempted []*Seq // running sequences sent back to the waiting queue, newest first
 	Started   []*Seq // sequences scheduled for the first time (or again after a preemption)
+	// PrefixQueries is the tokens of the sequences started with the prefix cache on, PrefixHits those of them
+	// found in the cache (vLLM's prefix cache queries and hits).
+	PrefixQueries, PrefixHits int
 }
 
 // Tokens is the number of tokens the plan feeds.
@@ -114,6 +129,9 @@ type Scheduler interface {
 	Running() int
 	// Queue returns the waiting sequences in the order they will be admitted; the caller must not modify it.
 	Queue() []*Seq
+	// Demand is what admitting the waiting sequence s would take now: free KV blocks (with prefix caching, its
+	// cached prefix's blocks that other sequences hold cost none) and tokens to prefill.
+	Demand(s *Seq) (blocks, tokens int)
 	// NextWake is the earliest time at which a plan with no work could change without a new arrival (Dynamic's
 	// queueing delay); ok is false when only an arrival can.
 	NextWake() (t time.Duration, ok bool)
