@@ -67,7 +67,7 @@ func (l *Loaded) Start() (*Instance, error) {
 	}
 	s := d.Scheduler
 	eng, err := engine.New(x, engine.Options{Scheduler: s.Kind, MaxBatchedTokens: s.MaxBatchedTokens, MaxSeqs: s.MaxNumSeqs,
-		BatchSize: s.BatchSize, MaxDelay: s.MaxDelay, Clock: clock})
+		BatchSize: s.BatchSize, MaxDelay: s.MaxDelay, Clock: clock, PrefixCaching: d.PrefixCaching()})
 	if err != nil {
 		return nil, err
 	}
