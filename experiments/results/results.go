@@ -2,9 +2,11 @@
 // simulate` (the sim executor): results.json holds what was run (model, policy and its parameters, memory, trace
 // and its transforms, SLO), the aggregates with vLLM's benchmark definitions (through experiments/loadtest's
 // Compute), the TTFT-SLO violation rate, preemptions, KV blocks against the full-precision pool, the share of
-// output tokens generated with each count of quantized layers, one record per request, and the timeline;
-// events.jsonl holds the engine's lifecycle and control events (swaps, KV regions, the controller's decisions)
-// without the token events; table.md is the aggregates as a Markdown table. Every report and plot reads these.
+// output tokens generated with each count of quantized layers, the prompt tokens the prefix cache held (in all and
+// per request: vLLM's prefix cache hits over queries, at each request's first scheduling), one record per request,
+// and the timeline; events.jsonl holds the engine's lifecycle and control events (swaps, KV regions, the
+// controller's decisions) without the token events; table.md is the aggregates as a Markdown table. Every report
+// and plot reads these.
 package results
 
 import (
@@ -66,6 +68,10 @@ type Request struct {
 	E2EL        float64 `json:"e2el_ms"`
 	Finish      string  `json:"finish"`
 	Preemptions int     `json:"preemptions"`
+	// CachedTokens is the prompt tokens whose KV the prefix cache held when the request was first scheduled, and
+	// PrefixHitRate their share of the prompt (both left out at 0).
+	CachedTokens  int     `json:"prefix_cached_tokens,omitempty"`
+	PrefixHitRate float64 `json:"prefix_hit_rate,omitempty"`
 	// Mix[k] is the output tokens generated with k layers quantized.
 	Mix []int `json:"tokens_by_quantized_layers"`
 	// Tokens are the output token ids, kept when asked for (quality comparisons).
@@ -85,6 +91,10 @@ type Aggregates struct {
 	TokensByLayers   []int   `json:"tokens_by_quantized_layers"`
 	FullPrecision    float64 `json:"full_precision_share"`  // output tokens generated with no layer quantized
 	QuantizedLayerTk float64 `json:"mean_quantized_layers"` // per output token
+	// PrefixCachedTokens is the prompt tokens found in the prefix cache over all requests (each when first
+	// scheduled), and PrefixHitRate their share of all prompt tokens (both left out at 0).
+	PrefixCachedTokens int     `json:"prefix_cached_tokens,omitempty"`
+	PrefixHitRate      float64 `json:"prefix_hit_rate,omitempty"`
 }
 
 // Quality compares a run's greedy outputs with a reference run of the same requests (Agreement).
@@ -113,6 +123,7 @@ func Build(meta Meta, reqs []engine.TimedRequest, res []engine.Result, c *morph.
 	r := &Run{Schema: Schema, Meta: meta, Timeline: c.Recorder.Timeline}
 	lt := &loadtest.Result{}
 	var first, last time.Duration = -1, 0
+	prompts := 0
 	r.Aggregates.TokensByLayers = make([]int, c.Recorder.Layers()+1)
 	for i, res := range res {
 		tl := res.Timeline
@@ -122,6 +133,11 @@ func Build(meta Meta, reqs []engine.TimedRequest, res []engine.Result, c *morph.
 		if tokens {
 			rec.Tokens = res.Output
 		}
+		if rec.CachedTokens = res.CachedTokens; rec.Prompt > 0 {
+			rec.PrefixHitRate = float64(rec.CachedTokens) / float64(rec.Prompt)
+		}
+		prompts += rec.Prompt
+		r.Aggregates.PrefixCachedTokens += rec.CachedTokens
 		r.Requests = append(r.Requests, rec)
 		for k, n := range rec.Mix {
 			r.Aggregates.TokensByLayers[k] += n
@@ -151,6 +167,9 @@ func Build(meta Meta, reqs []engine.TimedRequest, res []engine.Result, c *morph.
 			first = tl.Arrival
 		}
 		last = max(last, tl.Finish)
+	}
+	if prompts > 0 {
+		r.Aggregates.PrefixHitRate = float64(r.Aggregates.PrefixCachedTokens) / float64(prompts)
 	}
 	if len(res) > 0 {
 		lt.Duration = last - first
