@@ -2,15 +2,18 @@ package deploy
 
 import (
 	"context"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/morphlab/morphlab/engine/executor/costmodel"
 	"github.com/morphlab/morphlab/experiments/loadtest"
 	"github.com/morphlab/morphlab/experiments/results"
 	"github.com/morphlab/morphlab/experiments/trace"
 	"github.com/morphlab/morphlab/internal/datadir"
+	"github.com/morphlab/morphlab/quant"
 )
 
 // conversations is a generated multi-turn trace with Mooncake-style hash ids, one request every half second:
@@ -181,3 +184,38 @@ func TestUnboundedHitsMooncake(t *testing.T) {
 	t.Logf("Mooncake conversation, busiest 72 s (%d requests), Llama-2-7B's 4K context: prefix hit rate %.4f unbounded (the hash ids'), %.4f under the real pool (958 blocks)",
 		len(tr.Requests), unbounded, pooled)
 }
+
+// TestSimPrefillsOnlyUncached: in the sim, a prompt of 1000 tokens whose first 992 are cached (62 blocks; the
+// last, partial block and the token before it are computed) takes the cost model's time for 8 tokens over a
+// 1000-token context, and 1000 tokens without the cache.
+func TestSimPrefillsOnlyUncached(t *testing.T) {
+	tr := &trace.Trace{HashBlock: 2048, Requests: []trace.Request{
+		{Arrival: 0, PromptTokens: 1000, OutputTokens: 1, HashIDs: []int64{7}},
+		{Arrival: 10, PromptTokens: 1000, OutputTokens: 1, HashIDs: []int64{7}},
+	}}
+	for _, off := range []bool{false, true} {
+		d := Deployment{Model: "llama-2-7b", Executor: "sim", Device: "a100", KV: KV{Blocks: 500, NoPrefixCaching: off},
+			Scheduler: Scheduler{MaxBatchedTokens: 2048}}
+		in, err := d.Build()
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, _, err := in.Replay(context.Background(), tr, ReplayOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		fed := 1000
+		if !off {
+			fed = 8
+		}
+		var w costmodel.Work
+		w.AddSeq(fed, 1000, true)
+		want := in.cost.StepTime(w, []costmodel.LayerFormat{{Format: quant.F16, Layers: in.Config.NLayers}})
+		if got := r.Requests[1].TTFT; math.Abs(got-ms(want)) > 1e-9 || r.Requests[1].CachedTokens != 1000-fed {
+			t.Errorf("cache off %v: the second prompt's TTFT %.4f ms with %d tokens cached, want %.4f ms (%d tokens fed)",
+				off, got, r.Requests[1].CachedTokens, ms(want), fed)
+		}
+	}
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
