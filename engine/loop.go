@@ -170,16 +170,10 @@ func (e *Engine) reject(q *request, why string) {
 // info completes a StepInfo with the queue and the pool.
 func (e *Engine) info(info StepInfo) StepInfo {
 	info.Waiting, info.Running = e.sched.Waiting(), e.sched.Running()
-	queue := e.sched.Queue()
-	for i, s := range queue {
-		blocks, tokens := e.sched.Demand(s)
-		if i == 0 {
-			info.OldestWait = info.Time - s.Arrival
-			info.HeadBlocks = blocks
-		}
-		info.WaitingTokens += tokens
-		info.WaitingBlocks += blocks
+	if queue := e.sched.Queue(); len(queue) > 0 {
+		info.OldestWait = info.Time - queue[0].Arrival
 	}
+	info.HeadBlocks, info.WaitingBlocks, info.WaitingTokens = e.sched.Demand()
 	info.Free, info.Used, info.Total = e.kv.FreeBlocks(), e.kv.UsedBlocks(), e.kv.TotalBlocks()
 	info.Regions = e.kv.Regions()
 	info.Ended = e.endedNow

@@ -29,6 +29,7 @@ package kv
 import (
 	"fmt"
 	"math/bits"
+	"slices"
 	"sort"
 )
 
@@ -72,8 +73,13 @@ type Manager struct {
 	prev, next []int32     // links of the LRU list of cached blocks no sequence holds
 	lruHead    int32       // least recently released (evicted first); -1 when empty
 	lruTail    int32
-	index      map[BlockHash]int32
+	index      blockIndex // the registered blocks by hash
+	// entered counts the blocks entered in the cache by the hash's low bits: a prefix whose match stopped at a
+	// hash whose count has not moved since cannot match further, so matching it again asks the index nothing.
+	entered [enteredBuckets]uint32
 }
+
+const enteredBuckets = 1 << 12
 
 type seqBlocks struct {
 	table  []int32
@@ -94,7 +100,8 @@ func New(o Options) (*Manager, error) {
 		return nil, fmt.Errorf("kv: %d blocks, want >= 0", o.Blocks)
 	}
 	m := &Manager{blockSize: o.BlockSize, watermark: o.Watermark, caching: o.PrefixCaching, seqs: map[SeqID]*seqBlocks{},
-		lruHead: -1, lruTail: -1, index: map[BlockHash]int32{}}
+		lruHead: -1, lruTail: -1}
+	m.rebuild()
 	if o.Blocks > 0 {
 		m.Attach(o.Blocks)
 	}
@@ -183,6 +190,9 @@ func (m *Manager) Attach(blocks int) Region {
 	for b := r.First; b < n; b++ {
 		m.prev[b], m.next[b] = -1, -1
 	}
+	if 4*n > len(m.index.slots) {
+		m.rebuild()
+	}
 	return *r
 }
 
@@ -211,6 +221,7 @@ func (m *Manager) Detach() (Region, error) {
 	}
 	m.ref, m.hash, m.registered = m.ref[:last.First], m.hash[:last.First], m.registered[:last.First]
 	m.prev, m.next = m.prev[:last.First], m.next[:last.First]
+	m.rebuild() // no slot may name a detached block
 	return *last, nil
 }
 
@@ -328,10 +339,8 @@ func (m *Manager) release(b int32) {
 	}
 }
 
+// unregister takes b out of the cache (its index slot goes stale).
 func (m *Manager) unregister(b int32) {
-	if i, ok := m.index[m.hash[b]]; ok && i == b {
-		delete(m.index, m.hash[b])
-	}
 	m.registered[b] = false
 	m.hash[b] = BlockHash{}
 }
@@ -484,6 +493,11 @@ type BlockHash struct{ lo, hi uint64 }
 // blocks its leading blocks matched at the last Match. The scheduler keeps one per sequence; the zero value has
 // nothing hashed.
 type Prefix struct {
+	// missed: the last match stopped at a block the cache did not hold, when the count of blocks entered under
+	// that block's hash bucket (missedIn) was missedAt.
+	missed    bool
+	missedIn  uint32
+	missedAt  uint32
 	hashes    []BlockHash
 	match     []int32
 	evictable int // blocks of match no sequence holds
@@ -500,6 +514,7 @@ func (m *Manager) Hash(p *Prefix, tokens []int32) {
 	if n := len(p.hashes); n > 0 {
 		parent = p.hashes[n-1]
 	}
+	p.hashes = slices.Grow(p.hashes, len(tokens)/bs)
 	for i := 0; i+bs <= len(tokens); i += bs {
 		parent = chain(parent, tokens[i:i+bs])
 		p.hashes = append(p.hashes, parent)
@@ -514,11 +529,15 @@ const (
 	prime4 = 0x85ebca77c2b2ae63
 )
 
-// chain is the hash of a block of tokens after the prefix whose hash is parent.
+// chain is the hash of a block of tokens after the prefix whose hash is parent. Tokens go in two at a time, as
+// one 64-bit word (and an odd last one alone).
 func chain(parent BlockHash, tokens []int32) BlockHash {
 	lo, hi := parent.lo+prime1, parent.hi^prime3
-	for _, t := range tokens {
-		w := uint64(uint32(t))
+	for i := 0; i < len(tokens); i += 2 {
+		w := uint64(uint32(tokens[i])) | 1<<63 // an odd last token alone
+		if i+1 < len(tokens) {
+			w = uint64(uint32(tokens[i])) | uint64(uint32(tokens[i+1]))<<32
+		}
 		lo = bits.RotateLeft64(lo+w*prime2, 31) * prime1
 		hi = bits.RotateLeft64(hi^(w*prime4), 27)*prime3 + prime2
 	}
@@ -529,6 +548,12 @@ func mix(x uint64) uint64 {
 	x = (x ^ x>>30) * 0xbf58476d1ce4e5b9
 	x = (x ^ x>>27) * 0x94d049bb133111eb
 	return x ^ x>>31
+}
+
+// Unmatched reports, at little cost, that Match would find nothing of p now: its last match found nothing, and
+// no block has been entered since under the hash it missed.
+func (m *Manager) Unmatched(p *Prefix) bool {
+	return p.missed && len(p.match) == 0 && m.entered[p.missedIn] == p.missedAt
 }
 
 // Match finds the cached blocks holding p's leading full blocks, as many as lie within the first limit tokens,
@@ -551,10 +576,18 @@ func (m *Manager) Match(p *Prefix, limit int) int {
 		}
 		k++
 	}
+	// Unless a block was entered since under the hash it missed, it misses again.
+	p.missed = k == len(p.match) && p.missed && k < n && m.entered[p.missedIn] == p.missedAt
+	if p.missed {
+		n = k
+	}
 	p.match = p.match[:k]
 	for ; k < n; k++ {
-		b, ok := m.index[p.hashes[k]]
-		if !ok {
+		h := p.hashes[k]
+		b := m.find(h)
+		if b < 0 {
+			p.missedIn = uint32(h.lo % enteredBuckets)
+			p.missed, p.missedAt = true, m.entered[p.missedIn]
 			break
 		}
 		p.match = append(p.match, b)
@@ -582,12 +615,9 @@ func (m *Manager) Commit(seq SeqID, p *Prefix, computed int) {
 			continue
 		}
 		h := p.hashes[i]
-		if _, ok := m.index[h]; ok {
-			continue
+		if m.enter(b, h) {
+			m.entered[h.lo%enteredBuckets]++
 		}
-		m.index[h] = b
-		m.hash[b] = h
-		m.registered[b] = true
 	}
 	s.committed = max(s.committed, n)
 }
@@ -655,8 +685,8 @@ func (m *Manager) Check() error {
 			return fmt.Errorf("block %d is held and free or cached", b)
 		case holders[b] == 0 && state[b] == unseen:
 			return fmt.Errorf("block %d is lost: neither free, cached nor held", b)
-		case m.registered[b] && m.index[m.hash[b]] != int32(b):
-			return fmt.Errorf("block %d is registered but the index has %d for its hash", b, m.index[m.hash[b]])
+		case m.registered[b] && m.find(m.hash[b]) != int32(b):
+			return fmt.Errorf("block %d is registered but the index finds %d for its hash", b, m.find(m.hash[b]))
 		case m.registered[b] && !m.caching:
 			return fmt.Errorf("block %d is cached without prefix caching", b)
 		}
@@ -671,10 +701,17 @@ func (m *Manager) Check() error {
 			return fmt.Errorf("block %d of draining region %d is cached", b, r)
 		}
 	}
-	for h, b := range m.index {
-		if int(b) >= total || !m.registered[b] || m.hash[b] != h {
-			return fmt.Errorf("the index names block %d, which is not registered under that hash", b)
+	slotsUsed := 0
+	for _, s := range m.index.slots {
+		if s.block >= int32(total) {
+			return fmt.Errorf("the index names block %d of %d", s.block, total)
 		}
+		if s.block >= 0 {
+			slotsUsed++
+		}
+	}
+	if slotsUsed != m.index.used || 2*slotsUsed > len(m.index.slots) || 4*total > len(m.index.slots) {
+		return fmt.Errorf("%d index slots used (%d counted) of %d, for %d blocks", slotsUsed, m.index.used, len(m.index.slots), total)
 	}
 	free := 0
 	for r, reg := range m.regions {

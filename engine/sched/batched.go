@@ -75,9 +75,17 @@ func (b *Batched) Remove(id kv.SeqID) bool {
 	return false
 }
 
-// Demand is the blocks and tokens of s's whole length: the baselines share no prefix.
-func (b *Batched) Demand(s *Seq) (blocks, tokens int) {
-	return b.KV.BlocksFor(s.Len()), s.Len() - s.Computed
+// Demand counts the blocks and tokens of each waiting sequence's whole length: the baselines share no prefix.
+func (b *Batched) Demand() (head, blocks, tokens int) {
+	for i, s := range b.waiting {
+		n := b.KV.BlocksFor(s.Len())
+		if i == 0 {
+			head = n
+		}
+		blocks += n
+		tokens += s.Len() - s.Computed
+	}
+	return head, blocks, tokens
 }
 
 // Running is the number of unfinished members of the running batch.

@@ -29,8 +29,9 @@ type Continuous struct {
 	MaxBatchedTokens int // token budget of an iteration
 	MaxSeqs          int // running sequences at most
 
-	waiting []*Seq // FCFS; preempted sequences return to the front
-	running []*Seq // in admission order; the last is the newest
+	waiting []*Seq  // FCFS; preempted sequences return to the front
+	running []*Seq  // in admission order; the last is the newest
+	tokens  []int32 // scratch: the tokens of blocks being hashed
 }
 
 // Add queues s at the back of the waiting queue.
@@ -145,15 +146,34 @@ func (c *Continuous) match(s *Seq) int {
 // hash extends s's prefix hashes over its full blocks among its first n tokens.
 func (c *Continuous) hash(s *Seq, n int) {
 	bs := c.KV.BlockSize()
-	if from := s.Prefix.Hashed() * bs; from+bs <= n {
-		c.KV.Hash(&s.Prefix, s.span(from, n/bs*bs))
+	if from, to := s.Prefix.Hashed()*bs, n/bs*bs; from < to {
+		if to <= len(s.Prompt) {
+			c.KV.Hash(&s.Prefix, s.Prompt[from:to])
+		} else {
+			c.tokens = s.appendTokens(c.tokens[:0], from, to)
+			c.KV.Hash(&s.Prefix, c.tokens)
+		}
 	}
 }
 
-// Demand is the free blocks and the prefill tokens admitting s takes now, its cached prefix counted as Admit will.
-func (c *Continuous) Demand(s *Seq) (blocks, tokens int) {
-	cached := c.match(s)
-	return c.KV.AdmitBlocks(s.Len(), &s.Prefix), s.Len() - max(s.Computed, cached)
+// Demand counts what admitting each waiting sequence takes now, its cached prefix counted as Admit will. A
+// sequence whose prefix missed the cache when last matched, with nothing entered under the hash it missed since,
+// is counted without asking the cache: the queue can be hundreds long, and this runs after every step.
+func (c *Continuous) Demand() (head, blocks, tokens int) {
+	caching := c.KV.PrefixCaching()
+	for i, s := range c.waiting {
+		n, cached := c.KV.BlocksFor(s.Len()), 0
+		if caching && !c.KV.Unmatched(&s.Prefix) {
+			cached = c.match(s)
+			n = c.KV.AdmitBlocks(s.Len(), &s.Prefix)
+		}
+		if i == 0 {
+			head = n
+		}
+		blocks += n
+		tokens += s.Len() - max(s.Computed, cached)
+	}
+	return head, blocks, tokens
 }
 
 func (c *Continuous) isRunning(s *Seq) bool {

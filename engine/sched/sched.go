@@ -40,23 +40,19 @@ func (s *Seq) Len() int { return len(s.Prompt) + len(s.Output) }
 
 // Tokens returns tokens [from, to) of Prompt followed by Output.
 func (s *Seq) Tokens(from, to int) []int32 {
-	out := make([]int32, 0, to-from)
-	for i := from; i < to; i++ {
-		if i < len(s.Prompt) {
-			out = append(out, s.Prompt[i])
-		} else {
-			out = append(out, s.Output[i-len(s.Prompt)])
-		}
-	}
-	return out
+	return s.appendTokens(make([]int32, 0, to-from), from, to)
 }
 
-// span returns tokens [from, to) like Tokens, aliasing the prompt when they lie in it.
-func (s *Seq) span(from, to int) []int32 {
-	if to <= len(s.Prompt) {
-		return s.Prompt[from:to]
+// appendTokens appends tokens [from, to) of Prompt followed by Output to dst.
+func (s *Seq) appendTokens(dst []int32, from, to int) []int32 {
+	if from < len(s.Prompt) {
+		dst = append(dst, s.Prompt[from:min(to, len(s.Prompt))]...)
+		from = len(s.Prompt)
 	}
-	return s.Tokens(from, to)
+	if from < to {
+		dst = append(dst, s.Output[from-len(s.Prompt):to-len(s.Prompt)]...)
+	}
+	return dst
 }
 
 // Finished reports whether the sequence has all its output: MaxTokens tokens, a stop token, or a full context.
@@ -129,9 +125,10 @@ type Scheduler interface {
 	Running() int
 	// Queue returns the waiting sequences in the order they will be admitted; the caller must not modify it.
 	Queue() []*Seq
-	// Demand is what admitting the waiting sequence s would take now: free KV blocks (with prefix caching, its
-	// cached prefix's blocks that other sequences hold cost none) and tokens to prefill.
-	Demand(s *Seq) (blocks, tokens int)
+	// Demand is what admitting the waiting sequences would take now: the free KV blocks that admitting the head of
+	// the queue takes, the free blocks and the tokens to prefill of all of them (with prefix caching, cached
+	// blocks that other sequences hold cost no free block, and cached tokens need no prefill).
+	Demand() (head, blocks, tokens int)
 	// NextWake is the earliest time at which a plan with no work could change without a new arrival (Dynamic's
 	// queueing delay); ok is false when only an arrival can.
 	NextWake() (t time.Duration, ok bool)

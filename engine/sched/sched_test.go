@@ -427,3 +427,29 @@ func TestContinuousPrefixCaching(t *testing.T) {
 		}
 	}
 }
+
+// TestDemandCountsCachedPrefix: the queue's demand counts a waiting sequence's cached prefix as admission will:
+// cached blocks another sequence holds take no free block and need no prefill; without prefix caching every
+// block and token counts.
+func TestDemandCountsCachedPrefix(t *testing.T) {
+	for _, caching := range []bool{false, true} {
+		m, _ := kv.New(kv.Options{BlockSize: 4, Blocks: 100, PrefixCaching: caching})
+		c := &Continuous{KV: m, MaxBatchedTokens: 64, MaxSeqs: 1}
+		prompt := make([]int32, 40)
+		for i := range prompt {
+			prompt[i] = int32(i + 1)
+		}
+		c.Add(&Seq{ID: 1, Prompt: prompt, MaxTokens: 5, MaxLen: 100})
+		c.Update(c.Schedule(0), []int32{7}) // the whole prompt computed, one token sampled
+		c.Add(&Seq{ID: 2, Prompt: slices.Clone(prompt), MaxTokens: 5, MaxLen: 100})
+		c.Add(&Seq{ID: 3, Prompt: slices.Clone(prompt[:20]), MaxTokens: 5, MaxLen: 100})
+		head, blocks, tokens := c.Demand()
+		want := [3]int{10, 15, 60}
+		if caching {
+			want = [3]int{1, 2, 4 + 4} // 36 of 40 and 16 of 20 tokens cached, held by sequence 1
+		}
+		if [3]int{head, blocks, tokens} != want {
+			t.Errorf("caching %v: demand %d head blocks, %d blocks, %d tokens; want %v", caching, head, blocks, tokens, want)
+		}
+	}
+}
