@@ -13,9 +13,10 @@
 // blocks), kept per sequence in a Prefix. Once a block's tokens are computed (Commit) it is entered in the cache
 // under that hash; blocks are reference counted, so a cached block is shared by every sequence whose prefix
 // matches (Match, then Admit) and written by none of them again. A block no sequence holds any more keeps its KV
-// on an LRU list and still counts as free: it is evicted, least recently released first, only when a fresh block
-// is needed and no never-cached block is left. A sequence releases its blocks last first, so that its tail is
-// evicted before the prefix others are more likely to share.
+// on its region's LRU list and still counts as free: it is evicted only when a fresh block is needed and its region
+// is the earliest with one to give, after the region's never-cached blocks, least recently released first. A
+// sequence releases its blocks last first, so that its tail is evicted before the prefix others are more likely
+// to share.
 //
 // Regions and the cache: a draining region's blocks leave the cache at once (those no sequence holds are evicted,
 // those held are released to the free list when their holders finish), and Detach evicts what a region still
@@ -70,10 +71,9 @@ type Manager struct {
 	ref        []int32     // sequences holding it
 	hash       []BlockHash // its prefix's hash, while registered
 	registered []bool      // in the cache (index[hash] is the block)
-	prev, next []int32     // links of the LRU list of cached blocks no sequence holds
-	lruHead    int32       // least recently released (evicted first); -1 when empty
-	lruTail    int32
-	index      blockIndex // the registered blocks by hash
+	prev, next []int32     // links of the regions' LRU lists of cached blocks no sequence holds
+	lru        []lruList   // per region
+	index      blockIndex  // the registered blocks by hash
 	// entered counts the blocks entered in the cache by the hash's low bits: a prefix whose match stopped at a
 	// hash whose count has not moved since cannot match further, so matching it again asks the index nothing.
 	entered [enteredBuckets]uint32
@@ -99,8 +99,7 @@ func New(o Options) (*Manager, error) {
 	if o.Blocks < 0 {
 		return nil, fmt.Errorf("kv: %d blocks, want >= 0", o.Blocks)
 	}
-	m := &Manager{blockSize: o.BlockSize, watermark: o.Watermark, caching: o.PrefixCaching, seqs: map[SeqID]*seqBlocks{},
-		lruHead: -1, lruTail: -1}
+	m := &Manager{blockSize: o.BlockSize, watermark: o.Watermark, caching: o.PrefixCaching, seqs: map[SeqID]*seqBlocks{}}
 	m.rebuild()
 	if o.Blocks > 0 {
 		m.Attach(o.Blocks)
@@ -180,6 +179,7 @@ func (m *Manager) Attach(blocks int) Region {
 	}
 	m.regions = append(m.regions, r)
 	m.free = append(m.free, ids)
+	m.lru = append(m.lru, lruList{-1, -1})
 	m.freeCount += blocks
 	n := r.First + blocks
 	m.ref = append(m.ref, make([]int32, blocks)...)
@@ -209,13 +209,13 @@ func (m *Manager) Detach() (Region, error) {
 	}
 	for b := int32(last.First); b < int32(last.First+last.Blocks); b++ {
 		if m.registered[b] {
-			m.lruRemove(b)
 			m.unregister(b)
 		}
 	}
 	last.Cached = 0
 	m.regions = m.regions[:len(m.regions)-1]
 	m.free = m.free[:len(m.free)-1]
+	m.lru = m.lru[:len(m.lru)-1]
 	if !last.Draining {
 		m.freeCount -= last.Blocks
 	}
@@ -242,7 +242,7 @@ func (m *Manager) SetDraining(draining bool) error {
 				continue
 			}
 			if m.ref[b] == 0 {
-				m.lruRemove(b)
+				m.lruRemove(i, b)
 				last.Cached--
 				m.free[i] = append(m.free[i], b)
 			}
@@ -280,28 +280,32 @@ func (m *Manager) regionOf(b int32) int {
 	return sort.Search(len(m.regions), func(i int) bool { return int(b) < m.regions[i].First+m.regions[i].Blocks })
 }
 
-// take hands out a fresh block: a free one from the earliest region that has one and is not draining (so that
-// later regions drain and can be detached), or else the least recently released cached one, evicted.
+// take hands out a fresh block from the earliest region that has a free or a cached one and is not draining (so
+// that later regions drain and can be detached): a free one, or else the region's least recently released cached
+// one, evicted.
 func (m *Manager) take() int32 {
 	for i, f := range m.free {
-		if n := len(f); n > 0 && !m.regions[i].Draining {
+		r := m.regions[i]
+		if r.Draining {
+			continue
+		}
+		if n := len(f); n > 0 {
 			b := f[n-1]
 			m.free[i] = f[:n-1]
-			m.regions[i].Used++
+			r.Used++
 			m.freeCount--
 			m.ref[b] = 1
 			return b
 		}
-	}
-	if b := m.lruHead; b >= 0 {
-		r := m.regions[m.regionOf(b)]
-		m.lruRemove(b)
-		m.unregister(b)
-		r.Cached--
-		r.Used++
-		m.freeCount--
-		m.ref[b] = 1
-		return b
+		if b := m.lru[i].head; b >= 0 {
+			m.lruRemove(i, b)
+			m.unregister(b)
+			r.Cached--
+			r.Used++
+			m.freeCount--
+			m.ref[b] = 1
+			return b
+		}
 	}
 	panic("kv: take with no free block")
 }
@@ -309,8 +313,9 @@ func (m *Manager) take() int32 {
 // hold adds a holder to a cached block (Admit's prefix hits).
 func (m *Manager) hold(b int32) {
 	if m.ref[b] == 0 {
-		r := m.regions[m.regionOf(b)]
-		m.lruRemove(b)
+		i := m.regionOf(b)
+		r := m.regions[i]
+		m.lruRemove(i, b)
 		r.Cached--
 		r.Used++
 		m.freeCount--
@@ -329,7 +334,7 @@ func (m *Manager) release(b int32) {
 	r := m.regions[i]
 	r.Used--
 	if m.registered[b] {
-		m.lruPush(b)
+		m.lruPush(i, b)
 		r.Cached++
 	} else {
 		m.free[i] = append(m.free[i], b)
@@ -345,27 +350,35 @@ func (m *Manager) unregister(b int32) {
 	m.hash[b] = BlockHash{}
 }
 
-func (m *Manager) lruPush(b int32) {
-	m.prev[b], m.next[b] = m.lruTail, -1
-	if m.lruTail >= 0 {
-		m.next[m.lruTail] = b
+// lruList is a region's cached blocks no sequence holds, least recently released first: a doubly linked list
+// through Manager.prev and next.
+type lruList struct{ head, tail int32 } // -1: none
+
+// lruPush appends b to region i's list.
+func (m *Manager) lruPush(i int, b int32) {
+	l := &m.lru[i]
+	m.prev[b], m.next[b] = l.tail, -1
+	if l.tail >= 0 {
+		m.next[l.tail] = b
 	} else {
-		m.lruHead = b
+		l.head = b
 	}
-	m.lruTail = b
+	l.tail = b
 }
 
-func (m *Manager) lruRemove(b int32) {
+// lruRemove takes b out of region i's list.
+func (m *Manager) lruRemove(i int, b int32) {
+	l := &m.lru[i]
 	p, n := m.prev[b], m.next[b]
 	if p >= 0 {
 		m.next[p] = n
 	} else {
-		m.lruHead = n
+		l.head = n
 	}
 	if n >= 0 {
 		m.prev[n] = p
 	} else {
-		m.lruTail = p
+		l.tail = p
 	}
 	m.prev[b], m.next[b] = -1, -1
 }
@@ -661,19 +674,25 @@ func (m *Manager) Check() error {
 			state[b] = isFree
 		}
 	}
-	prev := int32(-1)
-	for b, n := m.lruHead, 0; b >= 0; b, n = m.next[b], n+1 {
-		if n > total || state[b] != unseen || m.prev[b] != prev {
-			return fmt.Errorf("the LRU list is broken at block %d (state %d, prev %d, want %d)", b, state[b], m.prev[b], prev)
-		}
-		if !m.registered[b] || holders[b] > 0 {
-			return fmt.Errorf("block %d is on the LRU list but registered %v, held by %d", b, m.registered[b], holders[b])
-		}
-		state[b] = cached
-		prev = b
+	if len(m.lru) != len(m.regions) {
+		return fmt.Errorf("%d LRU lists for %d regions", len(m.lru), len(m.regions))
 	}
-	if m.lruTail != prev {
-		return fmt.Errorf("the LRU list ends at %d, its tail is %d", prev, m.lruTail)
+	for r, l := range m.lru {
+		reg := m.regions[r]
+		prev := int32(-1)
+		for b, n := l.head, 0; b >= 0; b, n = m.next[b], n+1 {
+			if n > total || int(b) < reg.First || int(b) >= reg.First+reg.Blocks || state[b] != unseen || m.prev[b] != prev {
+				return fmt.Errorf("region %d's LRU list is broken at block %d (state %d, prev %d, want %d)", r, b, state[b], m.prev[b], prev)
+			}
+			if !m.registered[b] || holders[b] > 0 {
+				return fmt.Errorf("block %d is on an LRU list but registered %v, held by %d", b, m.registered[b], holders[b])
+			}
+			state[b] = cached
+			prev = b
+		}
+		if l.tail != prev {
+			return fmt.Errorf("region %d's LRU list ends at %d, its tail is %d", r, prev, l.tail)
+		}
 	}
 	used := make([]int, len(m.regions))
 	cachedIn := make([]int, len(m.regions))

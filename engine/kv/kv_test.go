@@ -623,3 +623,25 @@ func FuzzBlockIndex(f *testing.F) {
 		}
 	})
 }
+
+// TestLaterRegionsUsedLast: a fresh block comes from the earliest region with one to give, evicting a cached
+// block there before a later region's free block is touched, so that regions attached later stay empty and can
+// drain; within a region never-cached blocks go first.
+func TestLaterRegionsUsedLast(t *testing.T) {
+	m, _ := New(Options{BlockSize: 4, Blocks: 3, PrefixCaching: true})
+	m.Attach(4)
+	admitComputed(t, m, 1, seqTokens(0, 8)) // blocks 0 and 1, cached once released
+	m.Free(1)
+	if err := m.Grow(2, 4); err != nil { // block 2: never cached
+		t.Fatal(err)
+	}
+	if err := m.Grow(3, 8); err != nil { // blocks 1 and 0, evicted tail first
+		t.Fatal(err)
+	}
+	checkInvariants(t, m)
+	t2, _ := m.Table(2)
+	t3, _ := m.Table(3)
+	if !slices.Equal(t2, []int32{2}) || !slices.Equal(t3, []int32{1, 0}) || m.Regions()[1].Used != 0 || m.CachedBlocks() != 0 {
+		t.Fatalf("tables %v and %v, regions %+v: want block 2, then blocks 1 and 0 evicted, region 1 untouched", t2, t3, m.Regions())
+	}
+}
