@@ -224,7 +224,7 @@ func (r *Report) writePrefix(b io.Writer) error {
 		if err := WritePrefixTable(b, runs); err != nil {
 			return err
 		}
-		fmt.Fprintf(b, "\n%s\n", ComparePrefix(runs))
+		fmt.Fprintf(b, "\nPooled over the setups: %s\n", ComparePrefix(runs))
 	}
 	h := r.Headline()
 	fmt.Fprintf(b, "\nThe headline counts these workloads with the cache on. With it off there (the runs above), its pooled "+
@@ -236,11 +236,11 @@ func (r *Report) writePrefix(b io.Writer) error {
 func (c PrefixComparison) String() string {
 	var s string
 	if math.IsNaN(c.ViolationCut) {
-		s = "Pooled over the setups, fp16 with the cache (the baseline) misses the SLO for no request: morph:default has no violation to cut"
+		s = "fp16 with the cache (the baseline) misses the SLO for no request: morph:default has no violation to cut"
 	} else {
-		s = fmt.Sprintf("Pooled over the setups, morph:default cuts the violations of fp16 with the cache (the baseline) by %s", pct(c.ViolationCut))
+		s = fmt.Sprintf("morph:default cuts the TTFT-SLO violations of fp16 with the cache (the baseline) by %s", pct(c.ViolationCut))
 	}
-	return s + fmt.Sprintf("; against fp16 without the cache it cuts them by %s, and the cache alone cuts fp16's by %s. "+
+	return s + fmt.Sprintf("; those of fp16 without the cache by %s, and the cache alone cuts fp16's by %s. "+
 		"P95 TTFT fp16 with the cache / morph:default with it: %s.", pct(c.CutNoCache), pct(c.CacheCut), FormatRatio(c.P95Ratio))
 }
 
