@@ -70,7 +70,7 @@ type Manager struct {
 	// Per block, indexed by block id.
 	ref        []int32     // sequences holding it
 	hash       []BlockHash // its prefix's hash, while registered
-	registered []bool      // in the cache (index[hash] is the block)
+	registered []bool      // in the cache: the index finds it by its hash
 	prev, next []int32     // links of the regions' LRU lists of cached blocks no sequence holds
 	lru        []lruList   // per region
 	index      blockIndex  // the registered blocks by hash
