@@ -179,7 +179,7 @@ func ComparePrefix(runs []*PrefixRun) PrefixComparison {
 
 // WritePrefixTable writes the study's runs, each setup's fp16 with the cache marked as the baseline.
 func WritePrefixTable(w io.Writer, runs []*PrefixRun) error {
-	t := newTable(w, "setup", "policy", "prefix cache", "SLO viol.", "P95 TTFT ms", "prefix hit rate (unbounded)", "quality loss")
+	t := newTable(w, "setup", "policy", "prefix cache", "SLO viol.", "P95 TTFT ms", "prefix hit rate (unbounded)", "full-prec. tokens", "quality loss")
 	for _, p := range runs {
 		cache := "off"
 		if p.Caching {
@@ -190,7 +190,7 @@ func WritePrefixTable(w io.Writer, runs []*PrefixRun) error {
 		}
 		a := p.Run.Aggregates
 		if err := t.Append(p.Setup, p.Policy, cache, pct(a.SLOViolationRate), f1(a.TTFT.P95),
-			fmt.Sprintf("%s (%s)", pct(a.PrefixHitRate), pct(p.Unbounded)), pct3(p.Loss)); err != nil {
+			fmt.Sprintf("%s (%s)", pct(a.PrefixHitRate), pct(p.Unbounded)), pct(a.FullPrecision), pct3(p.Loss)); err != nil {
 			return err
 		}
 	}

@@ -20,9 +20,10 @@ const prefixHelp = `
 Prefix replays a trace whose requests share prefixes (Mooncake's hash ids) under fp16 and morph:default, each with
 automatic prefix caching on and off, on the deployment the flags describe (by default the real CPU engine), and
 prints the study's table (experiments/suite): TTFT-SLO violations, P95 TTFT, the prompt tokens' hit rate beside
-what a cache that never evicts would find, and the quality loss (on the CPU engine, the share of output tokens
-that differ from fp16's with the cache: greedy decoding, so fp16 without it differs in none). fp16 with the cache
-is the baseline morph is judged against. Each run's files go under --out/<policy>[_no-prefix-caching]/, the
+what a cache that never evicts would find, the output tokens made with no layer quantized, and the quality loss
+(on the CPU engine, the share of output tokens that differ from fp16's with the cache: greedy decoding, so fp16
+without it differs in none; random weights make any quantized layer change most of them). fp16 with the cache is
+the baseline morph is judged against. Each run's files go under --out/<policy>[_no-prefix-caching]/, the
 table to --out/table.md. 'morphlab reproduce' runs the same study in the simulator on the paper's deployments.
 
 --parallel runs side by side (default 2); on the cpu executor that needs --clock thread --threads 1, each run then
