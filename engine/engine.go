@@ -159,8 +159,10 @@ type Result struct {
 	Output      []int32
 	Timeline    Timeline
 	Preemptions int
-	Finish      FinishReason
-	Err         error // set unless the request finished (stop or length)
+	// CachedTokens is the prompt tokens whose KV the prefix cache held when the request was first scheduled.
+	CachedTokens int
+	Finish       FinishReason
+	Err          error // set unless the request finished (stop or length)
 }
 
 // ErrCancelled is the error of a cancelled request's Result.
@@ -177,6 +179,9 @@ type Options struct {
 	MaxDelay         time.Duration  // dynamic batching's queueing delay
 	Watermark        float64        // fraction of blocks admission keeps free; default 0.01
 	Clock            executor.Clock // default: the wall clock
+	// PrefixCaching shares the KV blocks of equal prompt prefixes between requests and skips their prefill
+	// (vLLM's automatic prefix caching: engine/kv, engine/sched); continuous batching only.
+	PrefixCaching bool
 	// IdleTick is how often an idle engine calls its OnStep hooks (Run and Replay); default 50 ms.
 	IdleTick time.Duration
 	// LogSize is the number of events the log keeps (the oldest are dropped first); default 65536.
@@ -214,6 +219,10 @@ type StepInfo struct {
 	Preempted     int
 	PrefillTokens int
 	DecodeTokens  int
+	// PrefixQueries is the tokens of the requests scheduled at this step with prefix caching on, PrefixHits those
+	// of them found in the cache (counted at every scheduling, also after a preemption, as vLLM counts them).
+	PrefixQueries int
+	PrefixHits    int
 	Ended         []Ended // requests that ended at this iteration
 }
 
@@ -241,6 +250,7 @@ type request struct {
 	sampler  *sample.Sampler
 	emitted  int
 	started  bool
+	cached   int // the prompt tokens found in the prefix cache at the first scheduling
 	timeline Timeline
 }
 
@@ -310,11 +320,13 @@ func New(x executor.Executor, opt Options) (*Engine, error) {
 	case opt.MaxSeqs < 0 || opt.BatchSize < 0 || opt.MaxDelay < 0 || opt.IdleTick < 0 || opt.LogSize < 0:
 		return nil, fmt.Errorf("engine: MaxSeqs %d, BatchSize %d, MaxDelay %v, IdleTick %v, LogSize %d, want none negative",
 			opt.MaxSeqs, opt.BatchSize, opt.MaxDelay, opt.IdleTick, opt.LogSize)
+	case (opt.Scheduler == "static" || opt.Scheduler == "dynamic") && opt.PrefixCaching:
+		return nil, fmt.Errorf("engine: prefix caching with %s batching: the baselines model batchers without a prefix cache", opt.Scheduler)
 	case (opt.Scheduler == "static" || opt.Scheduler == "dynamic") && opt.BatchSize > opt.MaxBatchedTokens:
 		return nil, fmt.Errorf("engine: BatchSize %d is more than the %d tokens a step feeds (MaxBatchedTokens), and a %s batch decodes one token a member",
 			opt.BatchSize, opt.MaxBatchedTokens, opt.Scheduler)
 	}
-	m, err := kv.New(g.BlockSize, x.Memory().Blocks, opt.Watermark)
+	m, err := kv.New(kv.Options{BlockSize: g.BlockSize, Blocks: x.Memory().Blocks, Watermark: opt.Watermark, PrefixCaching: opt.PrefixCaching})
 	if err != nil {
 		return nil, err
 	}
@@ -588,6 +600,10 @@ func (e *Engine) checkShrink(what string) error {
 	return nil
 }
 
+// CheckKV verifies the KV block manager's accounting (kv.Manager.Check): a test's OnStep hook calls it, on the
+// loop's goroutine.
+func (e *Engine) CheckKV() error { return e.kv.Check() }
+
 // need is the blocks a sequence needs to run to its end: its longest length, plus a block of rounding for a
 // baseline batch's padding.
 func (e *Engine) need(s *sched.Seq) int { return e.kv.BlocksFor(s.Limit()) + 1 }
@@ -605,7 +621,8 @@ func (e *Engine) command(f func()) {
 // finish ends a request: its result, the log, its stream.
 func (e *Engine) finish(q *request, ev Event, reason FinishReason, err error) {
 	q.timeline.Finish = ev.Time
-	q.stream.res = Result{ID: q.seq.ID, Output: q.seq.Output, Timeline: q.timeline, Preemptions: q.seq.Preemptions, Finish: reason, Err: err}
+	q.stream.res = Result{ID: q.seq.ID, Output: q.seq.Output, Timeline: q.timeline, Preemptions: q.seq.Preemptions,
+		CachedTokens: q.cached, Finish: reason, Err: err}
 	e.record(ev)
 	q.stream.push(ev)
 	q.stream.end()

@@ -38,6 +38,7 @@ type setup struct {
 	budget    int64
 	blocks    int // attached at the start (0: all the budget holds)
 	maxTokens int
+	caching   bool // prefix caching
 	onStep    func(*Engine, StepInfo)
 }
 
@@ -47,7 +48,7 @@ func newEngine(t *testing.T, m *model.Model, s setup) *Engine {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := New(x, Options{Clock: &executor.VirtualClock{}})
+	e, err := New(x, Options{Clock: &executor.VirtualClock{}, PrefixCaching: s.caching})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,6 +194,74 @@ func TestConcurrentEqualsAloneStories(t *testing.T) {
 		}
 		return vocab.DecodeAll(ids)
 	})
+}
+
+// sharedPrefixRequests returns n greedy requests whose prompts start with one of three 70-token prefixes, cut at
+// random lengths, and end with up to 20 tokens of their own; a few repeat a prompt exactly.
+func sharedPrefixRequests(seed uint64, n, vocab int) []Request {
+	rng := rand.New(rand.NewPCG(seed, 2))
+	var bases [][]int32
+	for range 3 {
+		b := make([]int32, 70)
+		for i := range b {
+			b[i] = int32(rng.IntN(vocab))
+		}
+		bases = append(bases, b)
+	}
+	var reqs []Request
+	for i := range n {
+		if i%5 == 4 {
+			reqs = append(reqs, Request{Prompt: slices.Clone(reqs[i-1].Prompt), MaxTokens: 10 + rng.IntN(30)})
+			continue
+		}
+		p := slices.Clone(bases[rng.IntN(3)][:16+rng.IntN(55)])
+		for range rng.IntN(20) {
+			p = append(p, int32(rng.IntN(vocab)))
+		}
+		reqs = append(reqs, Request{Prompt: p, MaxTokens: 10 + rng.IntN(30)})
+	}
+	return reqs
+}
+
+// TestPrefixCachingKeepsOutputs: greedy requests sharing prefixes give exactly the same tokens with prefix caching
+// as without, served together in a roomy pool and in one small enough to preempt and evict, while the cache skips
+// part of their prefill and the KV accounting holds at every step.
+func TestPrefixCachingKeepsOutputs(t *testing.T) {
+	m := synthModel(t)
+	n := 20
+	if testing.Short() {
+		n = 12 // the race detector run
+	}
+	reqs := sharedPrefixRequests(5, n, m.Config.VocabSize)
+	for _, blocks := range []int{200, 16} {
+		var outs [2][]Result
+		cached, preempted := 0, 0
+		for i, caching := range []bool{false, true} {
+			var e *Engine
+			e = newEngine(t, m, setup{budget: budgetFor(m, 48, blocks), maxTokens: 48, caching: caching, onStep: func(e *Engine, info StepInfo) {
+				if err := e.CheckKV(); err != nil {
+					t.Fatalf("iteration %d: %v", info.Iter, err)
+				}
+			}})
+			outs[i] = serve(t, e, reqs)
+			if caching {
+				preempted = preemptions(e)
+			}
+		}
+		for i := range reqs {
+			if !slices.Equal(outs[0][i].Output, outs[1][i].Output) {
+				t.Errorf("%d blocks, request %d: %v with prefix caching, %v without", blocks, i, outs[1][i].Output, outs[0][i].Output)
+			}
+			if outs[0][i].CachedTokens != 0 || outs[1][i].CachedTokens%16 != 0 || outs[1][i].CachedTokens >= len(reqs[i].Prompt) {
+				t.Errorf("%d blocks, request %d of %d prompt tokens: %d and %d cached", blocks, i, len(reqs[i].Prompt), outs[0][i].CachedTokens, outs[1][i].CachedTokens)
+			}
+			cached += outs[1][i].CachedTokens
+		}
+		t.Logf("%d blocks: %d prompt tokens found cached, %d preemptions", blocks, cached, preempted)
+		if cached == 0 || (blocks == 16 && preempted == 0) {
+			t.Errorf("%d blocks: %d tokens cached, %d preemptions: the test is meant to hit the cache (and to preempt in the small pool)", blocks, cached, preempted)
+		}
+	}
 }
 
 // TestPrecisionSwitchMidDecode: layers go to Int8 and Int4 in the middle of decoding and back to F32; every request

@@ -367,6 +367,7 @@ func TestNewRejectsInconsistentOptions(t *testing.T) {
 		{Options{MaxBatchedTokens: 65}, nil, "MaxBatchedTokens 65, the executor's steps hold 1..64"},
 		{Options{}, func(g *executor.Geometry) { g.BlockSize = 0 }, "executor geometry"},
 		{Options{Scheduler: "fifo"}, nil, `scheduler "fifo"`},
+		{Options{Scheduler: "static", PrefixCaching: true}, nil, "prefix caching with static batching"},
 	} {
 		x := newFake(10)
 		if c.geo != nil {

@@ -47,7 +47,7 @@ func (e *Engine) Step() (bool, error) {
 	for _, s := range plan.Started {
 		q := e.reqs[s.ID]
 		if !q.started {
-			q.started, q.timeline.Scheduled = true, now
+			q.started, q.timeline.Scheduled, q.cached = true, now, s.Cached
 		}
 		e.event(q, Event{Kind: Scheduled, Req: s.ID, Time: now, Iter: e.iter})
 	}
@@ -84,7 +84,7 @@ func (e *Engine) Step() (bool, error) {
 	}
 	done := e.sched.Update(plan, res.Next)
 	info := StepInfo{Iter: e.iter, Time: now, Duration: res.Duration, Formats: res.Formats, Swapped: res.Swapped, Preempted: len(plan.Preempted),
-		Work: e.work[:0]}
+		Work: e.work[:0], PrefixQueries: plan.PrefixQueries, PrefixHits: plan.PrefixHits}
 	for _, w := range plan.Work {
 		info.Work = append(info.Work, WorkInfo{Req: w.Seq.ID, Start: w.Start, Tokens: w.N, Sample: w.Sample})
 		if w.N == 1 && w.Start >= len(w.Seq.Prompt) {
@@ -179,15 +179,10 @@ func (e *Engine) reject(q *request, why string) {
 // info completes a StepInfo with the queue and the pool.
 func (e *Engine) info(info StepInfo) StepInfo {
 	info.Waiting, info.Running = e.sched.Waiting(), e.sched.Running()
-	queue := e.sched.Queue()
-	if len(queue) > 0 {
+	if queue := e.sched.Queue(); len(queue) > 0 {
 		info.OldestWait = info.Time - queue[0].Arrival
-		info.HeadBlocks = e.kv.BlocksFor(queue[0].Len())
 	}
-	for _, s := range queue {
-		info.WaitingTokens += s.Len() - s.Computed
-		info.WaitingBlocks += e.kv.BlocksFor(s.Len())
-	}
+	info.HeadBlocks, info.WaitingBlocks, info.WaitingTokens = e.sched.Demand()
 	info.Free, info.Used, info.Total = e.kv.FreeBlocks(), e.kv.UsedBlocks(), e.kv.TotalBlocks()
 	info.Regions = e.kv.Regions()
 	info.Ended = e.endedNow

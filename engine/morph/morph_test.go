@@ -23,8 +23,10 @@ import (
 // blocks, workspace, a budget) and a deterministic cost: a step takes 4 ms plus 40 µs a token fed plus 0.2 µs a
 // token of context read, its weight-bound part scaled by the weights' bytes against full precision. With
 // tokenCost set, a token fed costs instead the mean over the layers of tokenCost of each one's format (a GPU's
-// compute-bound prefill: W8A8 at twice the FP16 rate, W4A16 at the FP16 rate). Sampled tokens are a hash of
-// position and last token, never 0.
+// compute-bound prefill: W8A8 at twice the FP16 rate, W4A16 at the FP16 rate). A step writes each token fed into
+// its KV slot, and a sampled token is a hash of the last token and of the first slot of each block the sequence's
+// table lists (never 0): a wrong block in a table, a shared prefix's included, changes the outputs (but for a
+// 1-in-1000 chance that its first token is the same).
 type memExec struct {
 	geo       executor.Geometry
 	budget    int64
@@ -35,6 +37,7 @@ type memExec struct {
 	formats   []quant.Format
 	pending   map[int]quant.Format
 	blocks    int
+	slots     []int32 // the token each KV slot holds
 }
 
 func newMemExec(layers, blocks int, extra int64) *memExec {
@@ -118,8 +121,12 @@ func (x *memExec) Step(b *executor.Batch) (executor.Result, error) {
 	slices.Sort(swapped)
 	next := make([]int32, len(b.Seqs))
 	ctx := 0
+	bs := x.geo.BlockSize
+	for len(x.slots) < x.blocks*bs {
+		x.slots = append(x.slots, 0)
+	}
 	for i, s := range b.Seqs {
-		if s.SeqLen > len(s.Table)*x.geo.BlockSize {
+		if s.SeqLen > len(s.Table)*bs {
 			return executor.Result{}, fmt.Errorf("sequence %d: %d positions over %d blocks", i, s.SeqLen, len(s.Table))
 		}
 		for _, id := range s.Table {
@@ -127,10 +134,19 @@ func (x *memExec) Step(b *executor.Batch) (executor.Result, error) {
 				return executor.Result{}, fmt.Errorf("block %d of %d attached", id, x.blocks)
 			}
 		}
+		slot := func(pos int) int { return int(s.Table[pos/bs])*bs + pos%bs }
+		for j, tok := range s.Tokens {
+			x.slots[slot(s.SeqLen-len(s.Tokens)+j)] = tok
+		}
 		ctx += s.SeqLen
 		next[i] = -1
 		if s.Sample {
-			next[i] = 1 + int32((s.SeqLen*7919+int(s.Tokens[len(s.Tokens)-1])*31)%(x.geo.Vocab-1))
+			h := uint64(1469598103934665603)
+			for pos := 0; pos < s.SeqLen; pos += bs {
+				h = (h ^ uint64(x.slots[slot(pos)])) * 1099511628211
+			}
+			h = (h ^ uint64(s.Tokens[len(s.Tokens)-1])) * 1099511628211
+			next[i] = 1 + int32(h%uint64(x.geo.Vocab-1))
 		}
 	}
 	full := float64(x.bytes[quant.F16]) * float64(len(x.formats))
@@ -159,16 +175,27 @@ func frontToBack(n int) []int {
 // the results and the controller.
 func run(t *testing.T, x executor.Executor, policy string, reqs []engine.TimedRequest, base []quant.Format, check func(engine.StepInfo)) ([]engine.Result, *Controller, *engine.Engine) {
 	t.Helper()
+	var hook func(*engine.Engine, engine.StepInfo)
+	if check != nil {
+		hook = func(_ *engine.Engine, info engine.StepInfo) { check(info) }
+	}
+	return runWith(t, x, engine.Options{}, policy, reqs, base, hook)
+}
+
+// runWith is run with the engine's options (its clock is set to a virtual one) and a check that sees the engine.
+func runWith(t *testing.T, x executor.Executor, opt engine.Options, policy string, reqs []engine.TimedRequest, base []quant.Format, check func(*engine.Engine, engine.StepInfo)) ([]engine.Result, *Controller, *engine.Engine) {
+	t.Helper()
 	spec, err := Parse(policy)
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := engine.New(x, engine.Options{Clock: &executor.VirtualClock{}})
+	opt.Clock = &executor.VirtualClock{}
+	e, err := engine.New(x, opt)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if check != nil {
-		e.OnStep(check)
+		e.OnStep(func(info engine.StepInfo) { check(e, info) })
 	}
 	c := NewController(e, spec, frontToBack(len(base)), base)
 	e.OnStep(c.OnStep)
@@ -245,13 +272,24 @@ func TestParse(t *testing.T) {
 	}
 }
 
-// TestProperties: under random bursty load, with swaps and resizes happening, the pool's accounting holds at every
-// iteration, memory never exceeds the budget, a region is detached only when it was empty, and every request ends
-// once with all its output.
+// TestProperties: under random bursty load, with swaps and resizes happening, with and without prefix caching
+// (half the prompts start with one of a few shared prefixes), the pool's accounting holds at every iteration
+// (kv.Manager.Check: no block both cached and free, reference counts as the tables hold them, nothing cached in a
+// draining region), memory never exceeds the budget, a region is detached only when no request held a block of
+// it, every request ends once with all its output, and the outputs with the cache are those without it (memExec's
+// tokens hash the KV slots a table reaches, so a hit on another prefix's KV would change them).
 func TestProperties(t *testing.T) {
-	for seed := range uint64(7) {
+	var mixed [2]struct{ swaps, detaches, preemptions, hits, drained int } // over the seeds, without and with the cache
+	seeds := uint64(7)
+	if testing.Short() {
+		seeds = 3 // the race detector run
+	}
+	for seed := range seeds {
 		rng := rand.New(rand.NewPCG(seed, 9))
-		x := newMemExec(8, 120, 0)
+		var bases [][]int32
+		for range 4 {
+			bases = append(bases, prompt(rng, 320, 1000))
+		}
 		var reqs []engine.TimedRequest
 		at := time.Duration(0)
 		for range 150 {
@@ -259,59 +297,91 @@ func TestProperties(t *testing.T) {
 				at += time.Duration(rng.IntN(3000)) * time.Millisecond // a lull
 			}
 			at += time.Duration(rng.ExpFloat64() * float64(30*time.Millisecond))
-			reqs = append(reqs, engine.TimedRequest{Arrival: at,
-				Request: engine.Request{Prompt: prompt(rng, 20+rng.IntN(300), 1000), MaxTokens: 10 + rng.IntN(120)}})
+			p := prompt(rng, 20+rng.IntN(300), 1000)
+			if rng.IntN(2) == 0 {
+				p = append(slices.Clone(bases[rng.IntN(len(bases))][:20+rng.IntN(300)]), p[:rng.IntN(20)]...)
+			}
+			reqs = append(reqs, engine.TimedRequest{Arrival: at, Request: engine.Request{Prompt: p, MaxTokens: 10 + rng.IntN(120)}})
 		}
 		base := slices.Repeat([]quant.Format{quant.F16}, 8)
-		var prev engine.StepInfo
 		policy := []string{"morph:performance", "morph:default:tiers=int8,int4", "morph:accuracy", "morph:compute:usage=0.5", "morph:slo",
 			"morph:predictive", "morph:default"}[seed]
-		res, c, e := run(t, x, policy, reqs, base, func(info engine.StepInfo) {
-			mem := x.Memory()
-			sum := 0
-			for i, r := range info.Regions {
-				sum += r.Blocks
-				if r.Used < 0 || r.Used > r.Blocks || (i > 0 && r.First != info.Regions[i-1].First+info.Regions[i-1].Blocks) {
-					t.Fatalf("seed %d, iteration %d: region %d %+v", seed, info.Iter, i, r)
+		var outputs [2][]engine.Result
+		for ci, caching := range []bool{false, true} {
+			x := newMemExec(8, 120, 0)
+			var prev engine.StepInfo
+			cached, drained := 0, 0
+			res, c, e := runWith(t, x, engine.Options{PrefixCaching: caching}, policy, reqs, base, func(e *engine.Engine, info engine.StepInfo) {
+				if err := e.CheckKV(); err != nil {
+					t.Fatalf("seed %d, caching %v, iteration %d: %v", seed, caching, info.Iter, err)
+				}
+				mem := x.Memory()
+				sum := 0
+				for i, r := range info.Regions {
+					sum += r.Blocks
+					if r.Used < 0 || r.Cached < 0 || r.Used+r.Cached > r.Blocks || (i > 0 && r.First != info.Regions[i-1].First+info.Regions[i-1].Blocks) {
+						t.Fatalf("seed %d, iteration %d: region %d %+v", seed, info.Iter, i, r)
+					}
+					cached += r.Cached
+					if r.Draining && info.Used > 0 {
+						drained++
+					}
+				}
+				if sum != info.Total || info.Used+info.Free > info.Total || mem.Blocks != info.Total ||
+					mem.Used() > mem.Budget || mem.PendingWeights+mem.KV+mem.Workspace > mem.Budget {
+					t.Fatalf("seed %d, iteration %d: pool %d/%d/%d, regions %v, memory %+v", seed, info.Iter, info.Used, info.Free, info.Total, info.Regions, mem)
+				}
+				if n := len(prev.Regions); len(info.Regions) < n && prev.Regions[n-1].Used != 0 {
+					t.Fatalf("seed %d, iteration %d: region %+v detached while in use", seed, info.Iter, prev.Regions[n-1])
+				}
+				prev = info
+			})
+			outputs[ci] = res
+			hits := 0
+			for i, r := range res {
+				if r.Finish != engine.FinishLength || len(r.Output) != reqs[i].MaxTokens {
+					t.Fatalf("seed %d, request %d: %v with %d of %d tokens (%v)", seed, i, r.Finish, len(r.Output), reqs[i].MaxTokens, r.Err)
+				}
+				hits += r.CachedTokens
+			}
+			ended := map[kv.SeqID]int{}
+			swaps, detaches, preemptions := 0, 0, 0
+			for _, ev := range e.Log() {
+				switch ev.Kind {
+				case engine.Finished, engine.Rejected, engine.Cancelled, engine.Failed:
+					ended[ev.Req]++
+				case engine.Preempted:
+					preemptions++
+				case engine.Swap:
+					swaps++
+				case engine.KVDetach:
+					if !strings.HasPrefix(ev.Detail, "kv:") && !strings.HasPrefix(ev.Detail, "refused") {
+						detaches++
+					}
 				}
 			}
-			if sum != info.Total || info.Used+info.Free > info.Total || mem.Blocks != info.Total ||
-				mem.Used() > mem.Budget || mem.PendingWeights+mem.KV+mem.Workspace > mem.Budget {
-				t.Fatalf("seed %d, iteration %d: pool %d/%d/%d, regions %v, memory %+v", seed, info.Iter, info.Used, info.Free, info.Total, info.Regions, mem)
-			}
-			if n := len(prev.Regions); len(info.Regions) < n && prev.Regions[n-1].Used != 0 {
-				t.Fatalf("seed %d, iteration %d: region %+v detached while in use", seed, info.Iter, prev.Regions[n-1])
-			}
-			prev = info
-		})
-		for i, r := range res {
-			if r.Finish != engine.FinishLength || len(r.Output) != reqs[i].MaxTokens {
-				t.Fatalf("seed %d, request %d: %v with %d of %d tokens (%v)", seed, i, r.Finish, len(r.Output), reqs[i].MaxTokens, r.Err)
-			}
-		}
-		ended := map[kv.SeqID]int{}
-		swaps, detaches := 0, 0
-		for _, ev := range e.Log() {
-			switch ev.Kind {
-			case engine.Finished, engine.Rejected, engine.Cancelled, engine.Failed:
-				ended[ev.Req]++
-			case engine.Swap:
-				swaps++
-			case engine.KVDetach:
-				if !strings.HasPrefix(ev.Detail, "kv:") && !strings.HasPrefix(ev.Detail, "refused") {
-					detaches++
+			for id, n := range ended {
+				if n != 1 {
+					t.Fatalf("seed %d: request %d ended %d times", seed, id, n)
 				}
 			}
+			if seed < 4 && !caching && (c.act.Swaps == 0 || swaps == 0 || detaches == 0) {
+				t.Errorf("seed %d (%s): %d swap actions, %d swaps applied, %d detaches: the load should make it swap and restore",
+					seed, policy, c.act.Swaps, swaps, detaches)
+			}
+			m := &mixed[ci]
+			m.swaps, m.detaches, m.preemptions, m.hits, m.drained = m.swaps+swaps, m.detaches+detaches, m.preemptions+preemptions, m.hits+hits, m.drained+drained
+			t.Logf("seed %d %s, caching %v: %d actions, %d swaps applied, %d regions detached, %d preemptions, %d prompt tokens cached, %d iterations draining with requests running",
+				seed, policy, caching, c.act.Swaps, swaps, detaches, preemptions, hits, drained)
 		}
-		for id, n := range ended {
-			if n != 1 {
-				t.Fatalf("seed %d: request %d ended %d times", seed, id, n)
+		for i := range reqs {
+			if !slices.Equal(outputs[0][i].Output, outputs[1][i].Output) {
+				t.Fatalf("seed %d, request %d: outputs differ with prefix caching", seed, i)
 			}
 		}
-		if seed < 4 && (c.act.Swaps == 0 || swaps == 0 || detaches == 0) {
-			t.Errorf("seed %d (%s): %d swap actions, %d swaps applied, %d detaches: the load should make it swap and restore", seed, policy, c.act.Swaps, swaps, detaches)
-		}
-		t.Logf("seed %d %s: %d actions, %d swaps applied, %d regions detached", seed, policy, c.act.Swaps, swaps, detaches)
+	}
+	if m := mixed[1]; m.swaps == 0 || m.detaches == 0 || m.preemptions == 0 || m.hits == 0 || m.drained == 0 {
+		t.Errorf("with prefix caching, over the seeds: %+v: the load should mix swaps, detaches, preemptions, prefix hits and regions draining while held", m)
 	}
 }
 

@@ -13,6 +13,8 @@ import (
 //   - Dynamic (MaxDelay > 0, as Triton's and TF Serving's dynamic batchers): the batch starts once BatchSize
 //     sequences wait or the oldest has waited MaxDelay.
 //
+// The baselines model batchers without a prefix cache: they never share blocks, whatever the KV manager does.
+//
 // Padding is computed, not skipped, so that its cost shows as it does on a dense [batch, length] tensor: each
 // member has a padding sequence (Pad, outputs dropped) that feeds the prompt tokens the member lacks against the
 // longest prompt, and, once the member has finished, one token an iteration until the whole batch has. A member and
@@ -74,6 +76,19 @@ func (b *Batched) Remove(id kv.SeqID) bool {
 	return false
 }
 
+// Demand counts the blocks and tokens of each waiting sequence's whole length: the baselines share no prefix.
+func (b *Batched) Demand() (head, blocks, tokens int) {
+	for i, s := range b.waiting {
+		n := b.KV.BlocksFor(s.Len())
+		if i == 0 {
+			head = n
+		}
+		blocks += n
+		tokens += s.Len() - s.Computed
+	}
+	return head, blocks, tokens
+}
+
 // Running is the number of unfinished members of the running batch.
 func (b *Batched) Running() int {
 	n := 0
@@ -112,7 +127,7 @@ func (b *Batched) form(now time.Duration) []*Seq {
 	}
 	for ; n > 0; n-- {
 		r := rect(b.waiting[:n]) + b.KV.BlockSize() // a member and its padding may each round up a block
-		if b.KV.CanAdmit(n * r) {
+		if b.KV.CanAdmit(n*r, nil) {
 			break
 		}
 	}

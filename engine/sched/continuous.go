@@ -18,14 +18,21 @@ import (
 //
 // An admitted sequence gets blocks for all its current tokens at once, so its prefill chunks never fail; only
 // decodes grow. No iteration feeds more than MaxBatchedTokens tokens or runs more than MaxSeqs sequences.
+//
+// When the KV manager caches prefixes (kv.Options.PrefixCaching), a sequence being admitted (a new one, or a
+// preempted one coming back for recompute) first looks its full blocks up in the cache, up to all its tokens but
+// the last (whose logits it needs): the blocks found are shared, count as free in admission, and their tokens are
+// not prefilled again — its first chunk starts after them. Every full block a step computes is entered in the
+// cache as it completes, prompt and output alike.
 type Continuous struct {
 	KV               *kv.Manager
 	MaxBatchedTokens int // token budget of an iteration
 	MaxSeqs          int // running sequences at most
 
-	waiting []*Seq // FCFS; preempted sequences return to the front
-	running []*Seq // in admission order; the last is the newest
-	work    []Work // the plans' array, reused
+	waiting []*Seq  // FCFS; preempted sequences return to the front
+	running []*Seq  // in admission order; the last is the newest
+	work    []Work  // the plans' array, reused
+	tokens  []int32 // scratch: the tokens of blocks being hashed
 }
 
 // Add queues s at the back of the waiting queue.
@@ -106,20 +113,69 @@ func (c *Continuous) Schedule(time.Duration) Plan {
 	// 3. Admit waiting sequences in order.
 	for len(c.waiting) > 0 && budget > 0 && len(c.running) < c.MaxSeqs {
 		s := c.waiting[0]
-		if !c.KV.CanAdmit(s.Len()) {
+		cached := c.match(s)
+		if !c.KV.CanAdmit(s.Len(), &s.Prefix) {
 			break
 		}
-		if err := c.KV.Grow(s.ID, s.Len()); err != nil {
+		if err := c.KV.Admit(s.ID, s.Len(), &s.Prefix); err != nil {
 			panic(err) // CanAdmit said it fits
 		}
 		c.waiting = c.waiting[1:]
 		c.running = append(c.running, s)
 		p.Started = append(p.Started, s)
+		s.Computed, s.Cached = cached, cached
+		if c.KV.PrefixCaching() {
+			p.PrefixQueries += s.Len()
+			p.PrefixHits += cached
+		}
 		n := min(s.Len()-s.Computed, budget)
 		p.Work = append(p.Work, work(s, n))
 		budget -= n
 	}
 	return p
+}
+
+// match looks s's prefix up in the KV manager's cache, hashing its full blocks first (once each), and returns the
+// tokens found: 0 without prefix caching.
+func (c *Continuous) match(s *Seq) int {
+	if !c.KV.PrefixCaching() {
+		return 0
+	}
+	c.hash(s, s.Len()-1)
+	return c.KV.Match(&s.Prefix, s.Len()-1)
+}
+
+// hash extends s's prefix hashes over its full blocks among its first n tokens.
+func (c *Continuous) hash(s *Seq, n int) {
+	bs := c.KV.BlockSize()
+	if from, to := s.Prefix.Hashed()*bs, n/bs*bs; from < to {
+		if to <= len(s.Prompt) {
+			c.KV.Hash(&s.Prefix, s.Prompt[from:to])
+		} else {
+			c.tokens = s.appendTokens(c.tokens[:0], from, to)
+			c.KV.Hash(&s.Prefix, c.tokens)
+		}
+	}
+}
+
+// Demand counts what admitting each waiting sequence takes now, its cached prefix counted as Admit will. A
+// sequence whose prefix missed the cache when last matched, with nothing entered under the hash it missed since,
+// is counted without asking the cache: the queue can be hundreds long, and this runs after every step.
+func (c *Continuous) Demand() (head, blocks, tokens int) {
+	caching := c.KV.PrefixCaching()
+	for i, s := range c.waiting {
+		n, cached := c.KV.BlocksFor(s.Len()), 0
+		if caching && !c.KV.Unmatched(&s.Prefix) {
+			cached = c.match(s)
+			n = c.KV.AdmitBlocks(s.Len(), &s.Prefix)
+		}
+		if i == 0 {
+			head = n
+		}
+		blocks += n
+		tokens += s.Len() - max(s.Computed, cached)
+	}
+	return head, blocks, tokens
 }
 
 func (c *Continuous) isRunning(s *Seq) bool {
@@ -131,8 +187,18 @@ func (c *Continuous) isRunning(s *Seq) bool {
 	return false
 }
 
-// Update records the iteration's tokens and drops finished sequences from the running batch.
+// Update enters the blocks the iteration completed in the prefix cache, records its tokens and drops finished
+// sequences from the running batch.
 func (c *Continuous) Update(p Plan, next []int32) []*Seq {
+	if c.KV.PrefixCaching() {
+		bs := c.KV.BlockSize()
+		for _, w := range p.Work {
+			if end := w.Start + w.N; end/bs > w.Start/bs {
+				c.hash(w.Seq, end)
+				c.KV.Commit(w.Seq.ID, &w.Seq.Prefix, end)
+			}
+		}
+	}
 	done := apply(c.KV, p, next)
 	if len(done) > 0 {
 		kept := c.running[:0]

@@ -33,6 +33,10 @@ type Seq struct {
 	// (Stopped), for a stop the tokens alone do not show, such as a stop string in the decoded text.
 	StopWhen func(tok int32) bool
 	Stopped  bool
+	// Prefix is the sequence's identity to the KV manager's prefix cache: its full blocks' hashes.
+	Prefix kv.Prefix
+	// Cached is the tokens whose KV its last admission found in the prefix cache: their prefill was skipped.
+	Cached int
 }
 
 // Len is the number of tokens (prompt and output).
@@ -48,7 +52,19 @@ func (s *Seq) Tokens(from, to int) []int32 {
 	case from >= p:
 		return s.Output[from-p : to-p : to-p]
 	}
-	return append(append(make([]int32, 0, to-from), s.Prompt[from:]...), s.Output[:to-p]...)
+	return s.appendTokens(make([]int32, 0, to-from), from, to)
+}
+
+// appendTokens appends tokens [from, to) of Prompt followed by Output to dst.
+func (s *Seq) appendTokens(dst []int32, from, to int) []int32 {
+	if from < len(s.Prompt) {
+		dst = append(dst, s.Prompt[from:min(to, len(s.Prompt))]...)
+		from = len(s.Prompt)
+	}
+	if from < to {
+		dst = append(dst, s.Output[from-len(s.Prompt):to-len(s.Prompt)]...)
+	}
+	return dst
 }
 
 // Finished reports whether the sequence has all its output: MaxTokens tokens, a stop token, StopWhen, or a full
@@ -92,6 +108,9 @@ type Plan struct {
 	Work      []Work
 	Preempted []*Seq // running sequences sent back to the waiting queue, newest first
 	Started   []*Seq // sequences scheduled for the first time (or again after a preemption)
+	// PrefixQueries is the tokens of the sequences started with the prefix cache on, PrefixHits those of them
+	// found in the cache (vLLM's prefix cache queries and hits).
+	PrefixQueries, PrefixHits int
 }
 
 // Tokens is the number of tokens the plan feeds.
@@ -120,6 +139,10 @@ type Scheduler interface {
 	Running() int
 	// Queue returns the waiting sequences in the order they will be admitted; the caller must not modify it.
 	Queue() []*Seq
+	// Demand is what admitting the waiting sequences would take now: the free KV blocks that admitting the head of
+	// the queue takes, the free blocks and the tokens to prefill of all of them (with prefix caching, cached
+	// blocks that other sequences hold cost no free block, and cached tokens need no prefill).
+	Demand() (head, blocks, tokens int)
 	// NextWake is the earliest time at which a plan with no work could change without a new arrival (Dynamic's
 	// queueing delay); ok is false when only an arrival can.
 	NextWake() (t time.Duration, ok bool)

@@ -46,9 +46,15 @@ type arrival struct {
 // step is one iteration as drive saw it: the plan, each work's kind when it was scheduled (a sequence changes
 // after its work runs, so the kinds cannot be read back from the plan later), and the sequences that finished.
 type step struct {
-	plan  Plan
-	works []workKind
-	done  []*Seq
+	plan   Plan
+	works  []workKind
+	starts []start
+	done   []*Seq
+}
+
+// start is a sequence started, as it was when it started.
+type start struct {
+	len, cached, computed int
 }
 
 type workKind struct {
@@ -89,6 +95,9 @@ func drive(t *testing.T, s Scheduler, m *kv.Manager, maxTokens int, arrivals []a
 		seen := map[kv.SeqID]bool{}
 		st := step{plan: p}
 		st.plan.Work = slices.Clone(p.Work) // the scheduler reuses its array
+		for _, s := range p.Started {
+			st.starts = append(st.starts, start{s.Len(), s.Cached, s.Computed})
+		}
 		for _, w := range p.Work {
 			if seen[w.Seq.ID] || w.N < 1 || w.Start != w.Seq.Computed {
 				t.Fatalf("iteration %d: bad work %+v (seq %d, computed %d)", iter, w, w.Seq.ID, w.Seq.Computed)
@@ -165,7 +174,7 @@ func TestRemove(t *testing.T) {
 					as[i].cancel = as[i].iter + 1 + rng.IntN(20)
 				}
 			}
-			m, _ := kv.New(4, 60, 0)
+			m, _ := kv.New(kv.Options{BlockSize: 4, Blocks: 60})
 			var s Scheduler
 			switch name {
 			case "continuous":
@@ -206,12 +215,12 @@ func TestRemove(t *testing.T) {
 func TestAssertionsCatchWrongSchedulers(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	as := randomSeqs(rng, 30, 60, 20, 100)
-	m, _ := kv.New(4, 40, 0)
+	m, _ := kv.New(kv.Options{BlockSize: 4, Blocks: 40})
 	if err := decodesFirst(drive(t, prefillFirst{&Continuous{KV: m, MaxBatchedTokens: 24, MaxSeqs: 6}}, m, 24, as)); err == nil {
 		t.Error("decodesFirst passed a scheduler that prefills before decoding")
 	}
 	as = randomSeqs(rng, 20, 30, 20, 60)
-	m, _ = kv.New(4, 200, 0)
+	m, _ = kv.New(kv.Options{BlockSize: 4, Blocks: 200})
 	if err := runToCompletion(drive(t, &Continuous{KV: m, MaxBatchedTokens: 64, MaxSeqs: 4}, m, 64, as)); err == nil {
 		t.Error("runToCompletion passed continuous batching, which starts sequences while others run")
 	}
@@ -243,7 +252,7 @@ func clone(as []arrival) []arrival {
 func alone(t *testing.T, as []arrival) [][]int32 {
 	var out [][]int32
 	for _, a := range clone(as) {
-		m, _ := kv.New(4, 1000, 0)
+		m, _ := kv.New(kv.Options{BlockSize: 4, Blocks: 1000})
 		drive(t, &Continuous{KV: m, MaxBatchedTokens: 1000, MaxSeqs: 1}, m, 1000, []arrival{{iter: 0, seq: a.seq}})
 		out = append(out, a.seq.Output)
 	}
@@ -274,7 +283,7 @@ func TestContinuousPreemptionKeepsOutputs(t *testing.T) {
 		rng := rand.New(rand.NewPCG(seed, 7))
 		as := randomSeqs(rng, 16, 40, 30, 80)
 		want := alone(t, as)
-		m, _ := kv.New(4, 24, 0.05)
+		m, _ := kv.New(kv.Options{BlockSize: 4, Blocks: 24, Watermark: 0.05})
 		c := &Continuous{KV: m, MaxBatchedTokens: 16, MaxSeqs: 8}
 		steps := drive(t, c, m, 16, as)
 		checkOutputs(t, "continuous", as, want)
@@ -300,7 +309,7 @@ func TestContinuousFCFS(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	as := randomSeqs(rng, 30, 60, 20, 100)
 	as[3].seq.Prompt = make([]int32, 90) // a long prompt among short ones
-	m, _ := kv.New(4, 40, 0)
+	m, _ := kv.New(kv.Options{BlockSize: 4, Blocks: 40})
 	steps := drive(t, &Continuous{KV: m, MaxBatchedTokens: 24, MaxSeqs: 6}, m, 24, as)
 	order := map[*Seq]int{}
 	mixed := 0
@@ -342,7 +351,7 @@ func TestBatchedBaselines(t *testing.T) {
 	want := alone(t, as)
 	for _, delay := range []time.Duration{0, 5 * time.Millisecond} {
 		run := clone(as)
-		m, _ := kv.New(4, 200, 0)
+		m, _ := kv.New(kv.Options{BlockSize: 4, Blocks: 200})
 		b := &Batched{KV: m, MaxBatchedTokens: 64, BatchSize: 4, MaxDelay: delay}
 		steps := drive(t, b, m, 64, run)
 		checkOutputs(t, "batched", run, want)
@@ -356,6 +365,92 @@ func TestBatchedBaselines(t *testing.T) {
 					t.Errorf("partial batch of %d started at %v, oldest arrived %v", len(p.Started), now, p.Started[0].Arrival)
 				}
 			}
+		}
+	}
+}
+
+// sharedPrefixSeqs is randomSeqs whose prompts start with one of three 40-token prefixes, cut at random lengths.
+func sharedPrefixSeqs(rng *rand.Rand, n, maxTail, maxOut, ctx int) []arrival {
+	var bases [][]int32
+	for range 3 {
+		b := make([]int32, 40)
+		for j := range b {
+			b[j] = int32(rng.IntN(97))
+		}
+		bases = append(bases, b)
+	}
+	out := randomSeqs(rng, n, maxTail, maxOut, ctx)
+	for _, a := range out {
+		base := bases[rng.IntN(len(bases))]
+		a.seq.Prompt = append(slices.Clone(base[:1+rng.IntN(len(base))]), a.seq.Prompt...)
+	}
+	return out
+}
+
+// TestContinuousPrefixCaching: with prefix caching, prompts sharing prefixes skip the prefill of their cached
+// blocks (a sequence's first work starts where its hit ends, on a block boundary, before its last token), and
+// under a pool that preempts and evicts every sequence still ends with exactly the output it has served alone
+// without a cache: no hit ever stands for KV other than its own prefix's.
+func TestContinuousPrefixCaching(t *testing.T) {
+	for seed := range uint64(20) {
+		rng := rand.New(rand.NewPCG(seed, 11))
+		as := sharedPrefixSeqs(rng, 16, 30, 30, 120)
+		want := alone(t, as)
+		for _, blocks := range []int{200, 30} {
+			run := clone(as)
+			m, _ := kv.New(kv.Options{BlockSize: 4, Blocks: blocks, Watermark: 0.05, PrefixCaching: true})
+			steps := drive(t, &Continuous{KV: m, MaxBatchedTokens: 16, MaxSeqs: 8}, m, 16, run)
+			checkOutputs(t, fmt.Sprintf("seed %d, %d blocks", seed, blocks), run, want)
+			queries, hits, preempted := 0, 0, 0
+			for _, st := range steps {
+				p := st.plan
+				queries, hits, preempted = queries+p.PrefixQueries, hits+p.PrefixHits, preempted+len(p.Preempted)
+				started := 0
+				for _, s := range st.starts {
+					started += s.len
+					if s.cached%4 != 0 || s.cached >= s.len || s.computed != s.cached {
+						t.Fatalf("seed %d: a sequence of %d tokens admitted with %d cached, computed %d", seed, s.len, s.cached, s.computed)
+					}
+				}
+				if started != p.PrefixQueries {
+					t.Fatalf("seed %d: %d prefix-cache queries for sequences of %d tokens started", seed, p.PrefixQueries, started)
+				}
+			}
+			if err := m.Check(); err != nil {
+				t.Fatal(err)
+			}
+			if seed == 0 {
+				t.Logf("%d blocks: %d of %d tokens cached, %d preemptions", blocks, hits, queries, preempted)
+				if hits == 0 || (blocks == 30 && preempted == 0) {
+					t.Errorf("%d blocks: %d hits, %d preemptions: the test is meant to share prefixes (and preempt in the small pool)", blocks, hits, preempted)
+				}
+			}
+		}
+	}
+}
+
+// TestDemandCountsCachedPrefix: the queue's demand counts a waiting sequence's cached prefix as admission will:
+// cached blocks another sequence holds take no free block and need no prefill; without prefix caching every
+// block and token counts.
+func TestDemandCountsCachedPrefix(t *testing.T) {
+	for _, caching := range []bool{false, true} {
+		m, _ := kv.New(kv.Options{BlockSize: 4, Blocks: 100, PrefixCaching: caching})
+		c := &Continuous{KV: m, MaxBatchedTokens: 64, MaxSeqs: 1}
+		prompt := make([]int32, 40)
+		for i := range prompt {
+			prompt[i] = int32(i + 1)
+		}
+		c.Add(&Seq{ID: 1, Prompt: prompt, MaxTokens: 5, MaxLen: 100})
+		c.Update(c.Schedule(0), []int32{7}) // the whole prompt computed, one token sampled
+		c.Add(&Seq{ID: 2, Prompt: slices.Clone(prompt), MaxTokens: 5, MaxLen: 100})
+		c.Add(&Seq{ID: 3, Prompt: slices.Clone(prompt[:20]), MaxTokens: 5, MaxLen: 100})
+		head, blocks, tokens := c.Demand()
+		want := [3]int{10, 15, 60}
+		if caching {
+			want = [3]int{1, 2, 4 + 4} // 36 of 40 and 16 of 20 tokens cached, held by sequence 1
+		}
+		if [3]int{head, blocks, tokens} != want {
+			t.Errorf("caching %v: demand %d head blocks, %d blocks, %d tokens; want %v", caching, head, blocks, tokens, want)
 		}
 	}
 }

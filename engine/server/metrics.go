@@ -10,11 +10,13 @@ import (
 )
 
 // metrics are the server's Prometheus metrics, under vLLM's (V1) names with the morphlab: prefix, each labelled
-// with model_name as vLLM's are. Gauges and the preemption counter follow the engine's OnStep signals; the
-// per-request histograms and token counters are observed from each request's result when it ends.
+// with model_name as vLLM's are. Gauges, the preemption counter and the prefix cache's counters follow the
+// engine's OnStep signals; the per-request histograms and token counters are observed from each request's result
+// when it ends.
 type metrics struct {
 	running, waiting, kvUsage, quantized, blocks prometheus.Gauge
 	preemptions, promptTokens, genTokens         prometheus.Counter
+	prefixQueries, prefixHits                    prometheus.Counter
 	success                                      *prometheus.CounterVec
 	ttft, itl, tpot, e2e, queue                  prometheus.Histogram
 }
@@ -56,12 +58,15 @@ func newMetrics(reg prometheus.Registerer, model string, blockSize, blocks int) 
 		blocks:       gauge("kv_cache_blocks", "KV blocks attached to the pool (base region plus regions made of freed weight memory)."),
 		preemptions:  counter("num_preemptions_total", "Cumulative number of preemptions (a request loses its KV blocks and is recomputed)."),
 		promptTokens: counter("prompt_tokens_total", "Number of prefill tokens processed."),
-		genTokens:    counter("generation_tokens_total", "Number of generation tokens processed."),
-		ttft:         hist("time_to_first_token_seconds", "Histogram of time to first token in seconds.", ttftBuckets),
-		itl:          hist("inter_token_latency_seconds", "Histogram of the time between consecutive output tokens in seconds.", itlBuckets),
-		tpot:         hist("request_time_per_output_token_seconds", "Histogram of each request's time per output token after the first, (e2e - ttft) / (output tokens - 1), in seconds.", itlBuckets),
-		e2e:          hist("e2e_request_latency_seconds", "Histogram of end-to-end request latency in seconds.", e2eBuckets),
-		queue:        hist("request_queue_time_seconds", "Histogram of the time from arrival to the first batch a request ran in, in seconds.", e2eBuckets),
+		// vLLM counts both at every scheduling of a request, a preempted one's included.
+		prefixQueries: counter("prefix_cache_queries_total", "Prefix cache queries, in terms of number of queried tokens."),
+		prefixHits:    counter("prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens."),
+		genTokens:     counter("generation_tokens_total", "Number of generation tokens processed."),
+		ttft:          hist("time_to_first_token_seconds", "Histogram of time to first token in seconds.", ttftBuckets),
+		itl:           hist("inter_token_latency_seconds", "Histogram of the time between consecutive output tokens in seconds.", itlBuckets),
+		tpot:          hist("request_time_per_output_token_seconds", "Histogram of each request's time per output token after the first, (e2e - ttft) / (output tokens - 1), in seconds.", itlBuckets),
+		e2e:           hist("e2e_request_latency_seconds", "Histogram of end-to-end request latency in seconds.", e2eBuckets),
+		queue:         hist("request_queue_time_seconds", "Histogram of the time from arrival to the first batch a request ran in, in seconds.", e2eBuckets),
 	}
 	m.success = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "morphlab:request_success_total",
 		Help: "Count of finished requests by finish reason: stop, length, or abort (cancelled).", ConstLabels: labels}, []string{"finished_reason"})
@@ -86,6 +91,8 @@ func (m *metrics) step(info engine.StepInfo) {
 	}
 	m.blocks.Set(float64(info.Total))
 	m.preemptions.Add(float64(info.Preempted))
+	m.prefixQueries.Add(float64(info.PrefixQueries))
+	m.prefixHits.Add(float64(info.PrefixHits))
 	if info.Formats != nil { // idle ticks carry no formats: keep the last step's
 		n := 0
 		for _, f := range info.Formats {

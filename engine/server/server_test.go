@@ -793,6 +793,28 @@ func TestMetrics(t *testing.T) {
 	}
 }
 
+// TestPrefixCacheMetrics: with prefix caching, a 40-token prompt sent twice, one request after the other, is
+// queried twice (80 tokens) and found cached the second time for its first two 16-token blocks (the third is
+// partial); the counters say so, as vLLM's do, and stay at 0 without the cache.
+func TestPrefixCacheMetrics(t *testing.T) {
+	prompt := make([]int32, 40)
+	for i := range prompt {
+		prompt[i] = int32(3 + i*7%500)
+	}
+	for _, caching := range []bool{false, true} {
+		ts := newTestServer(t, func(_ *testExec, c *testConfig) { c.Engine.PrefixCaching = caching })
+		for range 2 {
+			complete(t, ts.url, fmt.Sprintf(`{"model": %q, "prompt": %s, "max_tokens": 3, "temperature": 0}`, testModel, tokenJSON(prompt)), false)
+		}
+		fams := scrape(t, ts.url)
+		queries := value(t, fams, "morphlab:prefix_cache_queries_total", "model_name", testModel)
+		hits := value(t, fams, "morphlab:prefix_cache_hits_total", "model_name", testModel)
+		if want := map[bool][2]float64{false: {0, 0}, true: {80, 32}}[caching]; queries != want[0] || hits != want[1] {
+			t.Errorf("caching %v: %g queries, %g hits; want %v", caching, queries, hits, want)
+		}
+	}
+}
+
 // TestQueueFull: with MaxQueue 1, a request arriving while one waits for its first batch is answered 429 with
 // Retry-After, and the waiting ones complete.
 func TestQueueFull(t *testing.T) {

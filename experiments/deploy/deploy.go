@@ -14,7 +14,7 @@
 //     catalog GPU, or "cpu" with a Calibration file from `morphlab calibrate`) in virtual time;
 //   - the KV cache: a pool of Blocks KV blocks beside the model at full precision and the workspace, or a Memory
 //     budget in bytes, or a share of the device's memory (Utilization, vLLM's gpu_memory_utilization), in blocks
-//     of BlockSize tokens of DType elements;
+//     of BlockSize tokens of DType elements, with automatic prefix caching unless NoPrefixCaching;
 //   - the scheduler: continuous (iteration-level) batching with its step token budget (MaxBatchedTokens, vLLM's
 //     max_num_batched_tokens) and sequence cap (MaxNumSeqs), or the static and dynamic baselines;
 //   - the policy (engine/morph: fp16, static, selective or a morph mode) and the swap order (a `morphlab profile`
@@ -31,7 +31,8 @@
 // Zero fields take these: executor cpu; the layers as stored (the sim: f16, or f32 under a CPU calibration without
 // f16 terms); KV blocks of 16 tokens, of the calibration's KV type under a calibration, else f16 for layers in
 // f16 or bf16 and f32 for others; without Blocks, Memory or Utilization, the cpu executor holds 32
-// full-context sequences of KV and the sim 90% of the device's memory; continuous batching of at most 512 tokens
+// full-context sequences of KV and the sim 90% of the device's memory; prefix caching on (continuous batching);
+// continuous batching of at most 512 tokens
 // and 256 sequences a step (static and dynamic: batches of 32, dynamic waiting at most 50 ms); fp16; front to
 // back; the wall clock (cpu) or virtual time (sim); seed 1 for random weights and for the tokens the sim draws.
 package deploy
@@ -98,6 +99,10 @@ type KV struct {
 	BlockSize int
 	// DType is the KV cache's element type: f32, f16 or int8; "" or "auto" follows the layers (see the package doc).
 	DType string
+	// NoPrefixCaching turns automatic prefix caching off. It is on by default, as in vLLM: requests share the KV
+	// blocks of equal prompt prefixes and skip their prefill (engine/kv). The static and dynamic baselines never
+	// cache.
+	NoPrefixCaching bool
 }
 
 // Scheduler is the batching and its limits.
@@ -200,4 +205,9 @@ func (d Deployment) withDefaults() (Deployment, error) {
 		return d, fmt.Errorf("deploy: the thread clock times one kernel thread, and threads is %d", d.Threads)
 	}
 	return d, nil
+}
+
+// PrefixCaching reports whether the deployment caches prefixes: unless NoPrefixCaching, with continuous batching.
+func (d Deployment) PrefixCaching() bool {
+	return !d.KV.NoPrefixCaching && (d.Scheduler.Kind == "" || d.Scheduler.Kind == "continuous")
 }

@@ -3,6 +3,7 @@ package deploy
 import (
 	"context"
 	"flag"
+	"io"
 	"runtime"
 	"strings"
 	"testing"
@@ -138,6 +139,7 @@ func TestFlags(t *testing.T) {
 	parse := func(args ...string) (Deployment, error) {
 		var f Flags
 		fs := flag.NewFlagSet("test", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
 		f.Register(fs, "cpu")
 		if err := fs.Parse(args); err != nil {
 			return Deployment{}, err
@@ -162,16 +164,33 @@ func TestFlags(t *testing.T) {
 		a.KV.DType != "int8" || a.KV.Utilization != 0.5 {
 		t.Errorf("aliases gave %+v", a)
 	}
+	// Prefix caching is on by default; vLLM's switch pair turns it off and on, the last given winning.
+	for args, off := range map[string]bool{
+		"":                              false,
+		"--no-enable-prefix-caching":    true,
+		"--enable-prefix-caching=false": true,
+		"--no-enable-prefix-caching --enable-prefix-caching": false,
+		"--enable-prefix-caching --no-enable-prefix-caching": true,
+	} {
+		d, err := parse(append([]string{"--model", "stories260K"}, strings.Fields(args)...)...)
+		if err != nil || d.KV.NoPrefixCaching != off || d.PrefixCaching() == off {
+			t.Errorf("%q: NoPrefixCaching %v, PrefixCaching() %v (%v); want off %v", args, d.KV.NoPrefixCaching, d.PrefixCaching(), err, off)
+		}
+	}
+	if d, err := parse("--model", "stories260K", "--scheduler", "dynamic"); err != nil || d.KV.NoPrefixCaching || d.PrefixCaching() {
+		t.Errorf("dynamic batching: NoPrefixCaching %v, PrefixCaching() %v (%v); want the setting left on and unused", d.KV.NoPrefixCaching, d.PrefixCaching(), err)
+	}
 	for args, want := range map[string]string{
-		"--model stories260K --memory lots":               `--memory: "lots", want a positive size`,
-		"--model stories260K --policy morph:x":            `--policy: policy "morph:x"`,
-		"--model gpt-9":                                   `--model: model "gpt-9"`,
-		"--model stories260K --device tpu":                `--device: unknown device "tpu"`,
-		"--policy fp16":                                   "--model is required",
-		"--model stories260K --scheduler fifo":            `scheduler "fifo"`,
-		"--model stories260K --max-num-seqs -1":           "want none negative",
-		"--model stories260K --executor sim":              "the sim needs a device",
-		"--model stories260K --kv-blocks 3 --memory 1GiB": "give one of them",
+		"--model stories260K --enable-prefix-caching=maybe": `invalid boolean value "maybe" for -enable-prefix-caching`,
+		"--model stories260K --memory lots":                 `--memory: "lots", want a positive size`,
+		"--model stories260K --policy morph:x":              `--policy: policy "morph:x"`,
+		"--model gpt-9":                                     `--model: model "gpt-9"`,
+		"--model stories260K --device tpu":                  `--device: unknown device "tpu"`,
+		"--policy fp16":                                     "--model is required",
+		"--model stories260K --scheduler fifo":              `scheduler "fifo"`,
+		"--model stories260K --max-num-seqs -1":             "want none negative",
+		"--model stories260K --executor sim":                "the sim needs a device",
+		"--model stories260K --kv-blocks 3 --memory 1GiB":   "give one of them",
 	} {
 		if _, err := parse(strings.Fields(args)...); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v, want %q", args, err, want)

@@ -37,6 +37,6 @@ func Example() {
 		fmt.Printf("%s: P95 TTFT %.0f ms, %.0f%% of requests over the SLO\n", name, r.Aggregates.TTFT.P95, 100*r.Aggregates.SLOViolationRate)
 	}
 	// Output:
-	// fp16: P95 TTFT 16566 ms, 56% of requests over the SLO
+	// fp16: P95 TTFT 16511 ms, 56% of requests over the SLO
 	// morph:default: P95 TTFT 1510 ms, 0% of requests over the SLO
 }

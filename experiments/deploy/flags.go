@@ -18,7 +18,8 @@ import (
 
 // Flags fill a Deployment from the command line. Every command that deploys a model registers them, so a setting
 // has one name, one default and one unit everywhere; the names are vLLM's where vLLM has the knob
-// (--max-num-batched-tokens, --max-num-seqs, --block-size, --kv-cache-dtype, --gpu-memory-utilization, --dtype).
+// (--max-num-batched-tokens, --max-num-seqs, --block-size, --kv-cache-dtype, --gpu-memory-utilization, --dtype,
+// --enable-prefix-caching and --no-enable-prefix-caching).
 // Older names are kept as aliases for one release and say so in -h: --shape (--model), --format (--dtype), --gpu
 // (--device), --kv-type (--kv-cache-dtype), --max-tokens (--max-num-batched-tokens), --max-seqs
 // (--max-num-seqs), --memory-utilization (--gpu-memory-utilization).
@@ -27,6 +28,31 @@ type Flags struct {
 	policy string
 	memory string
 }
+
+// boolSwitch is one of a pair of boolean flags setting one switch, --name and --no-name, the last given winning
+// (Python's BooleanOptionalAction, which vLLM's switches use).
+type boolSwitch struct {
+	v      *bool
+	negate bool
+}
+
+func (b boolSwitch) String() string {
+	if b.v == nil {
+		return ""
+	}
+	return strconv.FormatBool(*b.v != b.negate)
+}
+
+func (b boolSwitch) Set(s string) error {
+	x, err := strconv.ParseBool(s)
+	if err != nil {
+		return err
+	}
+	*b.v = x != b.negate
+	return nil
+}
+
+func (b boolSwitch) IsBoolFlag() bool { return true }
 
 // Register registers every deployment flag on fs, with executor the command's default executor (cpu or sim).
 func (f *Flags) Register(fs *flag.FlagSet, executor string) {
@@ -47,6 +73,8 @@ func (f *Flags) Register(fs *flag.FlagSet, executor string) {
 	fs.Float64Var(&d.KV.Utilization, "gpu-memory-utilization", 0, "without --kv-blocks or --memory, this `share` of the device's memory (the sim on a GPU; default 0.9)")
 	fs.Float64Var(&d.KV.Utilization, "memory-utilization", 0, "alias of --gpu-memory-utilization (deprecated)")
 	fs.IntVar(&d.KV.BlockSize, "block-size", DefaultBlockSize, "KV block size in `tokens`")
+	fs.Var(boolSwitch{v: &d.KV.NoPrefixCaching, negate: true}, "enable-prefix-caching", "automatic prefix caching: requests share the KV blocks of equal prompt prefixes and skip their prefill (continuous batching)")
+	fs.Var(boolSwitch{v: &d.KV.NoPrefixCaching}, "no-enable-prefix-caching", "turn automatic prefix caching off")
 	fs.StringVar(&d.Scheduler.Kind, "scheduler", "continuous", "batching: continuous, static or dynamic")
 	fs.IntVar(&d.Scheduler.MaxBatchedTokens, "max-num-batched-tokens", DefaultMaxBatchedTokens, "`tokens` one iteration feeds at most (chunked prefill budget; the workspace is sized for it)")
 	fs.IntVar(&d.Scheduler.MaxBatchedTokens, "max-tokens", DefaultMaxBatchedTokens, "alias of --max-num-batched-tokens (deprecated)")

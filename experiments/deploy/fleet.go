@@ -296,7 +296,7 @@ func (r *fleetRun) add(d Deployment, asked, ready time.Duration) (*replica, erro
 
 // run is the event loop.
 func (r *fleetRun) run(ctx context.Context, t *trace.Trace) error {
-	prompts := newPromptSource(r.replicas[0].in.Engine.Geometry().Vocab, max(r.opt.PromptSeed, 1))
+	prompts := newPromptSource(r.replicas[0].in.Engine.Geometry().Vocab, max(r.opt.PromptSeed, 1), hashBlock(t))
 	if prompts == nil {
 		return fmt.Errorf("deploy: vocabulary of %d tokens, want > 3", r.replicas[0].in.Engine.Geometry().Vocab)
 	}
@@ -719,22 +719,35 @@ func addPositions(g *results.Aggregates, pos map[quant.Format][]int) {
 // promptSource draws requests' prompt tokens as Requests does, one request at a time, so that a fleet holds only
 // the prompts of the requests in flight.
 type promptSource struct {
-	rng   *rand.Rand
+	rng   *rand.Rand // the tokens of no hash id
 	vocab int
+	seed  uint64
+	block int // the prompt tokens a hash id stands for
 }
 
-func newPromptSource(vocab int, seed uint64) *promptSource {
+func newPromptSource(vocab int, seed uint64, block int) *promptSource {
 	if vocab <= 3 {
 		return nil
 	}
-	return &promptSource{rng: rand.New(rand.NewPCG(seed, 0x5eed)), vocab: vocab}
+	return &promptSource{rng: rand.New(rand.NewPCG(seed, 0x5eed)), vocab: vocab, seed: seed, block: block}
 }
 
-// request is the next request: r's lengths, arriving at arrival, its prompt drawn from [3, vocab).
+// request is the next request: r's lengths, arriving at arrival, its prompt drawn from [3, vocab) as Requests
+// describes.
 func (s *promptSource) request(r trace.Request, arrival time.Duration) engine.TimedRequest {
 	p := make([]int32, r.PromptTokens)
-	for j := range p {
-		p[j] = int32(3 + s.rng.IntN(s.vocab-3))
+	n := 0
+	for _, id := range r.HashIDs {
+		if n == len(p) {
+			break
+		}
+		ids := rand.New(rand.NewPCG(s.seed, hashStream(id)))
+		for end := min(n+s.block, len(p)); n < end; n++ {
+			p[n] = int32(3 + ids.IntN(s.vocab-3))
+		}
+	}
+	for ; n < len(p); n++ {
+		p[n] = int32(3 + s.rng.IntN(s.vocab-3))
 	}
 	return engine.TimedRequest{Arrival: arrival, Request: engine.Request{Prompt: p, MaxTokens: r.OutputTokens}}
 }

@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"runtime"
 	"slices"
@@ -69,7 +70,7 @@ func (l *Loaded) start(logSize int) (*Instance, error) {
 	}
 	s := d.Scheduler
 	eng, err := engine.New(x, engine.Options{Scheduler: s.Kind, MaxBatchedTokens: s.MaxBatchedTokens, MaxSeqs: s.MaxNumSeqs,
-		BatchSize: s.BatchSize, MaxDelay: s.MaxDelay, Clock: clock, LogSize: logSize, QuietTokens: true})
+		BatchSize: s.BatchSize, MaxDelay: s.MaxDelay, Clock: clock, LogSize: logSize, QuietTokens: true, PrefixCaching: d.PrefixCaching()})
 	if err != nil {
 		return nil, err
 	}
@@ -147,10 +148,14 @@ func (in *Instance) Replay(ctx context.Context, t *trace.Trace, o ReplayOptions)
 	return r, events, nil
 }
 
-// Requests turns a trace into requests with prompts of its lengths, drawn uniformly from token ids [3, vocab) with
-// the given seed (ids 0-2 are the llama2.c vocabularies' unknown, BOS and EOS), in trace order.
+// Requests turns a trace into requests with prompts of its lengths, in trace order, their tokens drawn uniformly
+// from ids [3, vocab) (ids 0-2 are the llama2.c vocabularies' unknown, BOS and EOS). Where a request has hash ids
+// (Mooncake's: each stands for the next t.HashBlock prompt tokens, and equal leading ids mean a shared prefix), the
+// tokens of each id's block are drawn from a stream of their own, seeded by the seed and the id, so that equal ids
+// give equal tokens and requests share real prefixes where the trace says they do; the tokens beyond the ids, and
+// every token of a request without them, come from one stream over the trace drawn with the seed.
 func Requests(t *trace.Trace, vocab int, seed uint64) ([]engine.TimedRequest, error) {
-	src := newPromptSource(vocab, seed)
+	src := newPromptSource(vocab, seed, hashBlock(t))
 	if src == nil {
 		return nil, fmt.Errorf("deploy: vocabulary of %d tokens, want > 3", vocab)
 	}
@@ -159,6 +164,63 @@ func Requests(t *trace.Trace, vocab int, seed uint64) ([]engine.TimedRequest, er
 		out[i] = src.request(r, time.Duration(r.Arrival*float64(time.Second)))
 	}
 	return out, nil
+}
+
+// hashBlock is the prompt tokens each of t's hash ids stands for (Mooncake's when the trace does not say).
+func hashBlock(t *trace.Trace) int {
+	if t.HashBlock > 0 {
+		return t.HashBlock
+	}
+	return trace.MooncakeBlock
+}
+
+// hashStream is the PCG stream of a hash id's tokens: the id mixed (splitmix64's finalizer), so that nearby ids
+// start far apart.
+func hashStream(id int64) uint64 {
+	x := uint64(id) + 0x9e3779b97f4a7c15
+	x = (x ^ x>>30) * 0xbf58476d1ce4e5b9
+	x = (x ^ x>>27) * 0x94d049bb133111eb
+	return x ^ x>>31
+}
+
+// UnboundedCacheHits is what prefix caching finds of t's prompts (as Requests builds them) in a cache that never
+// evicts, the requests served one after another in trace order: for each request, the prompt tokens in its
+// leading full blocks of blockSize tokens, up to all its tokens but the last, that an earlier request's prompt
+// filled with the same tokens. It is read off the hash ids alone: a block's tokens are those of the hash-id
+// prefix that covers it, so two requests share a block where their ids agree up to the one that holds its last
+// token (tokens past a request's ids are its own). The replay measures the same under a big enough pool
+// (MaxNumSeqs 1), block for block; a real pool, with requests side by side and evictions, finds less.
+func UnboundedCacheHits(t *trace.Trace, blockSize int) []int {
+	block := hashBlock(t)
+	seen := map[string]bool{}
+	key := func(ids []int64, b int) (string, bool) {
+		last := ((b+1)*blockSize - 1) / block // the hash block holding the block's last token
+		if last >= len(ids) {
+			return "", false
+		}
+		k := make([]byte, 0, 8*(last+2))
+		k = binary.LittleEndian.AppendUint64(k, uint64(b))
+		for _, id := range ids[:last+1] {
+			k = binary.LittleEndian.AppendUint64(k, uint64(id))
+		}
+		return string(k), true
+	}
+	out := make([]int, len(t.Requests))
+	for i, r := range t.Requests {
+		for b := 0; b < (r.PromptTokens-1)/blockSize; b++ {
+			k, ok := key(r.HashIDs, b)
+			if !ok || !seen[k] {
+				break
+			}
+			out[i] += blockSize
+		}
+		for b := 0; b < r.PromptTokens/blockSize; b++ {
+			if k, ok := key(r.HashIDs, b); ok {
+				seen[k] = true
+			}
+		}
+	}
+	return out
 }
 
 // StepSample is a step's work, its layers' formats and the executor's time for it, as the CPU calibration fits them.

@@ -3,7 +3,8 @@
 // and its transforms, SLO), the aggregates with vLLM's benchmark definitions (through experiments/loadtest's
 // Compute), the TTFT-SLO violation rate, preemptions, KV blocks against the full-precision pool, the share of
 // output tokens generated with each count of quantized layers (and, under a policy with several quantized formats,
-// with each swap position in each format), one record per request, and the timeline;
+// with each swap position in each format), the prompt tokens the prefix cache held (in all and per request: vLLM's
+// prefix cache hits over queries, at each request's first scheduling), one record per request, and the timeline;
 // events.jsonl holds the engine's lifecycle and control events (swaps, KV regions, the controller's decisions)
 // without the token events; table.md is the aggregates as a Markdown table. Every report and plot reads these.
 package results
@@ -68,6 +69,10 @@ type Request struct {
 	E2EL        float64 `json:"e2el_ms"`
 	Finish      string  `json:"finish"`
 	Preemptions int     `json:"preemptions"`
+	// CachedTokens is the prompt tokens whose KV the prefix cache held when the request was first scheduled, and
+	// PrefixHitRate their share of the prompt (both left out at 0).
+	CachedTokens  int     `json:"prefix_cached_tokens,omitempty"`
+	PrefixHitRate float64 `json:"prefix_hit_rate,omitempty"`
 	// Mix[k] is the output tokens generated with k layers quantized.
 	Mix []int32 `json:"tokens_by_quantized_layers"`
 	// Tokens are the output token ids, kept when asked for (quality comparisons).
@@ -90,6 +95,10 @@ type Aggregates struct {
 	// TokensByPosition, under a policy with several quantized formats, is for each of them the output tokens
 	// generated while the layer at each position of the swap order was in it (morph.Recorder.TokensByPosition).
 	TokensByPosition map[string][]int `json:"tokens_by_swap_position,omitempty"`
+	// PrefixCachedTokens is the prompt tokens found in the prefix cache over all requests (each when first
+	// scheduled), and PrefixHitRate their share of all prompt tokens (both left out at 0).
+	PrefixCachedTokens int     `json:"prefix_cached_tokens,omitempty"`
+	PrefixHitRate      float64 `json:"prefix_hit_rate,omitempty"`
 }
 
 // Fleet is what a run of a fleet of replicas adds to its results. The run's aggregates are the fleet's; its
@@ -204,7 +213,10 @@ func (a *Accumulator) Add(req engine.TimedRequest, res engine.Result, mix []int3
 	tl := res.Timeline
 	rec := Request{ID: int(res.ID), Arrival: req.Arrival.Seconds(), Prompt: len(req.Prompt),
 		MaxTokens: req.MaxTokens, Output: len(res.Output), TTFT: ms(tl.TTFT()), TPOT: ms(tl.TPOT()),
-		E2EL: ms(tl.E2E()), Finish: res.Finish.String(), Preemptions: res.Preemptions, Mix: mix}
+		E2EL: ms(tl.E2E()), Finish: res.Finish.String(), Preemptions: res.Preemptions, CachedTokens: res.CachedTokens, Mix: mix}
+	if rec.Prompt > 0 {
+		rec.PrefixHitRate = float64(rec.CachedTokens) / float64(rec.Prompt)
+	}
 	if tokens {
 		rec.Tokens = res.Output
 	}
@@ -263,6 +275,7 @@ func (a *Accumulator) aggregate(indices []int, peak morph.Point, swaps int) Aggr
 	}
 	g := Aggregates{TokensByLayers: make([]int, a.layers+1)}
 	var first, last time.Duration = -1, 0
+	prompts := 0
 	for j := range n {
 		i := j
 		if !all {
@@ -273,6 +286,8 @@ func (a *Accumulator) aggregate(indices []int, peak morph.Point, swaps int) Aggr
 			g.TokensByLayers[k] += int(n)
 		}
 		g.Preemptions += rec.Preemptions
+		g.PrefixCachedTokens += rec.CachedTokens
+		prompts += rec.Prompt
 		if o.Status != loadtest.Completed || a.meta.SLO.TTFT > 0 && o.TTFT > a.meta.SLO.TTFT {
 			g.SLOViolations++
 		}
@@ -284,6 +299,9 @@ func (a *Accumulator) aggregate(indices []int, peak morph.Point, swaps int) Aggr
 			first = o.Sent
 		}
 		last = max(last, a.finish[i])
+	}
+	if prompts > 0 {
+		g.PrefixHitRate = float64(g.PrefixCachedTokens) / float64(prompts)
 	}
 	if n > 0 {
 		lt.Duration = last - first

@@ -34,7 +34,7 @@ func TestBuild(t *testing.T) {
 	res := []engine.Result{
 		{ID: 0, Output: []int32{5, 6, 7}, Finish: engine.FinishLength, Timeline: engine.Timeline{Arrival: 0, FirstToken: msec(100),
 			Tokens: []time.Duration{msec(100), msec(200), msec(400)}, Finish: msec(400)}},
-		{ID: 1, Output: []int32{8, 9}, Finish: engine.FinishStop, Preemptions: 1, Timeline: engine.Timeline{Arrival: msec(50),
+		{ID: 1, Output: []int32{8, 9}, Finish: engine.FinishStop, Preemptions: 1, CachedTokens: 16, Timeline: engine.Timeline{Arrival: msec(50),
 			FirstToken: msec(2550), Tokens: []time.Duration{msec(2550), msec(2650)}, Finish: msec(2650)}},
 		{ID: 2, Finish: engine.FinishRejected, Timeline: engine.Timeline{Arrival: msec(60), Finish: msec(60)}},
 	}
@@ -58,13 +58,23 @@ func TestBuild(t *testing.T) {
 		t.Errorf("request 1 mix %v, want one token with one layer quantized", got)
 	}
 	near("full-precision share", a.FullPrecision, 1.0/3) // request 0's first token of 3 sampled
+	near("prefix hit rate", a.PrefixHitRate, 16.0/35)
+	near("request 1's prefix hit rate", r.Requests[1].PrefixHitRate, 16.0/20)
+	if a.PrefixCachedTokens != 16 || r.Requests[1].CachedTokens != 16 || r.Requests[0].CachedTokens != 0 {
+		t.Errorf("%d prompt tokens cached, request 1's %d, request 0's %d; want 16, 16, 0", a.PrefixCachedTokens, r.Requests[1].CachedTokens, r.Requests[0].CachedTokens)
+	}
 	dir := t.TempDir()
 	if err := r.Write(dir, []engine.Event{{Kind: engine.Token}, {Kind: engine.Swap, Detail: "layers 0->int4"}}); err != nil {
 		t.Fatal(err)
 	}
 	back, err := Load(filepath.Join(dir, "results.json"))
-	if err != nil || back.Aggregates.SLOViolations != 2 || len(back.Requests) != 3 || len(back.Requests[0].Tokens) != 3 {
+	if err != nil || back.Aggregates.SLOViolations != 2 || len(back.Requests) != 3 || len(back.Requests[0].Tokens) != 3 ||
+		back.Aggregates.PrefixCachedTokens != 16 || back.Requests[1].PrefixHitRate != 0.8 {
 		t.Fatalf("load back: %+v, %v", back, err)
+	}
+	if js, _ := os.ReadFile(filepath.Join(dir, "results.json")); strings.Count(string(js), `"prefix_cached_tokens"`) != 2 {
+		t.Errorf("results.json names prefix_cached_tokens %d times, want twice (the aggregate and request 1; 0 is left out)",
+			strings.Count(string(js), `"prefix_cached_tokens"`))
 	}
 	evs, _ := os.ReadFile(filepath.Join(dir, "events.jsonl"))
 	if lines := strings.Split(strings.TrimSpace(string(evs)), "\n"); len(lines) != 1 || !strings.Contains(lines[0], `"kind":"swap"`) {

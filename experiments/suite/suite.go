@@ -18,6 +18,11 @@
 // is missing, a seeded synthetic stand-in of the same rate and lengths replays instead, and the report says so.
 // TTFT SLO 2 s. Every policy's parameters are fixed in engine/morph before any run: nothing is tuned per trace.
 //
+// Every run caches prefixes, as vLLM does by default (experiments/deploy), and the Mooncake requests' prompts share
+// the tokens their hash ids say they share. On each workload with hash ids the prefix-caching study (prefix.go)
+// runs fp16 and morph:default once more without the cache, so that morph is judged against fp16 with the cache as
+// well as without it.
+//
 // Quality at paper scale is the token-weighted relative perplexity increase read off each model's curves
 // (Qualities): each output token counts ppl(k)/ppl(0) − 1 for the k layers quantized when it was made, on the curve
 // of the kernel its layers run as in the simulator — W4A16 for Int4, Table 8's LIS rows (PaperCurves); W8A8 for
@@ -127,6 +132,9 @@ type Report struct {
 	// the simulator's (RealEngine).
 	Sensitivity string `json:"-"`
 	Real        []*fidelity.Pair
+	// Prefix is the prefix-caching study's runs (prefix.go): fp16 and morph:default on the workload whose requests
+	// share prefixes, with the cache off and (the suite's cells) on, by setup.
+	Prefix []*PrefixRun `json:"-"`
 }
 
 // Run simulates every setup, workload and policy, and the rate sweep, writing each run under opt.Out.
@@ -161,6 +169,11 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 	}
 	sweep := sweepFactors(opt.Quick)
 	total, done := len(opt.Setups)*len(wls)*len(specs)+len(sweep)*len(sweepPolicies), 0
+	for _, w := range wls {
+		if sharesPrefixes(w) {
+			total += len(opt.Setups) * len(r.prefixPolicies())
+		}
+	}
 	step := func() {
 		done++
 		if opt.Progress != nil {
@@ -179,7 +192,7 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 			}
 			var runs []*results.Run
 			for _, spec := range specs {
-				c, err := simulate(ctx, s, spec, t)
+				c, err := simulate(ctx, s, s.Deployment(spec), spec, t)
 				if err != nil {
 					return nil, fmt.Errorf("%s, %s, %s: %w", s.Name, w.Name, spec, err)
 				}
@@ -199,6 +212,9 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 				return nil, err
 			}
 		}
+	}
+	if err := r.runPrefix(ctx, wls, step); err != nil {
+		return nil, err
 	}
 	if r.Sweep, err = runSweep(ctx, opt, wls[0], sweep, step); err != nil {
 		return nil, err
@@ -232,9 +248,9 @@ func (s Setup) Deployment(p morph.Policy) deploy.Deployment {
 		KV: deploy.KV{Blocks: s.KVBlocks}, Scheduler: deploy.Scheduler{MaxBatchedTokens: MaxBatchedTokens}}
 }
 
-// simulate runs one policy on one setup.
-func simulate(ctx context.Context, s Setup, spec morph.Policy, t *trace.Trace) (*Cell, error) {
-	in, err := s.Deployment(spec).Build()
+// simulate runs one policy on one setup, deployed as d.
+func simulate(ctx context.Context, s Setup, d deploy.Deployment, spec morph.Policy, t *trace.Trace) (*Cell, error) {
+	in, err := d.Build()
 	if err != nil {
 		return nil, err
 	}

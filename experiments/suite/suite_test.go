@@ -5,6 +5,7 @@ import (
 	"context"
 	"image/png"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/morphlab/morphlab/experiments/results"
+	"github.com/morphlab/morphlab/experiments/trace"
 )
 
 // TestSuite runs a reduced suite twice (one setup, three policies, the quick workloads and sweep, stand-in traces):
@@ -158,5 +160,66 @@ func TestHeadlineBound(t *testing.T) {
 	}
 	if _, ok := h.Cuts["fp16"]; ok || len(h.Cuts) != 3 {
 		t.Errorf("cuts for %v, want every policy but fp16", h.Cuts)
+	}
+}
+
+// TestPrefixStudy: on a user's trace with Mooncake hash ids (conversations behind a shared system prompt, at
+// more requests than the setup serves), the suite runs fp16 and morph:default again without the prefix cache:
+// with it, fp16 finds most prompt tokens cached (no more than an unbounded cache would) and misses the SLO less
+// often than without it; summary.md carries the table and what it means for the headline.
+func TestPrefixStudy(t *testing.T) {
+	rng := rand.New(rand.NewPCG(4, 4))
+	tr := &trace.Trace{Source: "conversations", Format: trace.Mooncake, HashBlock: trace.MooncakeBlock}
+	turns := make([][]int64, 30)
+	next := int64(1)
+	for i := range 400 {
+		c := rng.IntN(len(turns)) // a conversation's next turn: its last prompt and one more block
+		ids := turns[c]
+		if len(ids) == 0 {
+			ids = []int64{0} // the system prompt
+		}
+		ids = append(slices.Clone(ids), next)
+		next++
+		turns[c] = ids
+		tr.Requests = append(tr.Requests, trace.Request{Arrival: float64(i) / 8, PromptTokens: 512*len(ids) - rng.IntN(400),
+			OutputTokens: 20 + rng.IntN(200), HashIDs: ids})
+	}
+	path := filepath.Join(t.TempDir(), "conv.jsonl")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := trace.Write(f, tr, trace.Mooncake); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	out := t.TempDir()
+	r, err := Run(context.Background(), Options{Out: out, Quick: true, TraceFile: path, Setups: []Setup{PaperSetups[2]},
+		Policies: []string{"fp16", "morph:default"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Write(); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Prefix) != 4 {
+		t.Fatalf("%d runs in the study, want fp16 and morph:default with the cache on and off", len(r.Prefix))
+	}
+	on, off := prefixRun(r.Prefix, "llama-3-8b-l4", "user", "fp16", true), prefixRun(r.Prefix, "llama-3-8b-l4", "user", "fp16", false)
+	a, b := on.Run.Aggregates, off.Run.Aggregates
+	t.Logf("fp16: %d violations and %.3f hit rate with the cache (%.3f unbounded), %d violations without", a.SLOViolations, a.PrefixHitRate, on.Unbounded, b.SLOViolations)
+	if on.Run != r.Cell("llama-3-8b-l4", "user", "fp16").Run || b.PrefixHitRate != 0 || a.PrefixHitRate < 0.5 || a.PrefixHitRate > on.Unbounded ||
+		b.SLOViolations == 0 || a.SLOViolations >= b.SLOViolations {
+		t.Errorf("fp16 with the cache: %+v; without: %+v", a, b)
+	}
+	summary, _ := os.ReadFile(filepath.Join(out, "summary.md"))
+	for _, want := range []string{"## Prefix caching on and off", "| llama-3-8b-l4 | fp16          | on (baseline) |", "the cache alone cuts fp16's by",
+		"With it off there (the runs above), its pooled violation cut would be"} {
+		if !strings.Contains(string(summary), want) {
+			t.Errorf("summary.md lacks %q:\n%s", want, summary)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(out, "llama-3-8b-l4", "user", "morph_default_no-prefix-caching", "results.json")); err != nil {
+		t.Error(err)
 	}
 }

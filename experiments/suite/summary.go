@@ -339,6 +339,9 @@ func (r *Report) WriteSummary(w io.Writer) error {
 	if err := r.writeQualitySources(b); err != nil {
 		return err
 	}
+	if err := r.writePrefix(b); err != nil {
+		return err
+	}
 	fmt.Fprintf(b, "\n## Rate sweep (the paper's Fig. 6): %s, %s\n\n", sweepSetup(r.Options.Setups).Name, r.Workloads[0].Name)
 	t = newTable(b, "policy", "rate x", "req/s asked", "throughput", "goodput", "SLO viol.", "P95 TTFT ms")
 	for _, s := range r.Sweep {
@@ -597,6 +600,23 @@ func (r *Report) summaryJSON() any {
 		cl := clean(map[string]float64{"p": c.Pooled, "m": c.Memory, "c": c.Compute})
 		cuts[p] = cut3{cl["p"], cl["m"], cl["c"]}
 	}
+	type prefix struct {
+		Setup, Policy         string
+		PrefixCaching         bool
+		Violations, P95TTFTms float64
+		HitRate, Unbounded    float64
+		QualityLoss           *float64
+	}
+	var prefixRuns []prefix
+	for _, p := range r.Prefix {
+		a := p.Run.Aggregates
+		x := prefix{p.Setup, p.Policy, p.Caching, a.SLOViolationRate, a.TTFT.P95, a.PrefixHitRate, p.Unbounded, nil}
+		if !math.IsNaN(p.Loss) {
+			l := p.Loss
+			x.QualityLoss = &l
+		}
+		prefixRuns = append(prefixRuns, x)
+	}
 	return struct {
 		Workloads     []Workload
 		Capacity      map[string]float64 `json:",omitempty"`
@@ -606,5 +626,6 @@ func (r *Report) summaryJSON() any {
 		P95Ratio      map[string]*float64
 		LossRatio     map[string]*float64
 		Sweep         []SweepPoint
-	}{r.Workloads, r.Capacity, cells, cut, cuts, clean(h.P95Ratio), clean(h.LossRatio), r.Sweep}
+		Prefix        []prefix `json:",omitempty"`
+	}{r.Workloads, r.Capacity, cells, cut, cuts, clean(h.P95Ratio), clean(h.LossRatio), r.Sweep, prefixRuns}
 }

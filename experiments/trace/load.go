@@ -573,6 +573,8 @@ func (p *parser) mooncake(t *Trace) error {
 		}
 		if len(r.HashIDs) == 0 {
 			r.HashIDs = nil
+		} else {
+			t.HashBlock = MooncakeBlock
 		}
 		reqs = append(reqs, r)
 	}

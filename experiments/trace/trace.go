@@ -17,6 +17,9 @@ const (
 	Synthetic = "synthetic"
 )
 
+// MooncakeBlock is the prompt tokens each of Mooncake's hash ids stands for.
+const MooncakeBlock = 512
+
 // Formats lists the formats Load reads, in the order detection tries them.
 var Formats = []string{Azure, Mooncake, Vidur, Lengths, BurstGPT}
 
@@ -25,7 +28,7 @@ type Request struct {
 	Arrival      float64 // seconds from the trace start
 	PromptTokens int
 	OutputTokens int
-	HashIDs      []int64 // Mooncake prefix block ids, nil elsewhere
+	HashIDs      []int64 // Mooncake prefix block ids (of Trace.HashBlock tokens each), nil elsewhere
 	Line         int     // source line (0 for generated requests)
 }
 
@@ -35,6 +38,9 @@ type Trace struct {
 	Format     string   // "azure", "mooncake", "vidur", "lengths", "burstgpt", "synthetic"
 	Transforms []string // each transform applied, in order, as a flag-like string ("window=10s+72s", "scale=4.75")
 	Requests   []Request
+	// HashBlock is the prompt tokens each of a request's HashIDs stands for: Mooncake's 512, scaled by
+	// LengthScale (0 where no request has hash ids).
+	HashBlock int
 
 	// NoArrivals is set for a length-only table: every Arrival is 0 and only the lengths mean anything, until
 	// WithArrivals gives the requests an arrival process.

@@ -140,7 +140,9 @@ func Clip(t *Trace, l Limits) (*Trace, error) {
 }
 
 // LengthScale multiplies each prompt length by prompt and each output length by output, rounding to the nearest
-// whole token and keeping at least one: how a trace made for a 4K-context model is fitted to a small one.
+// whole token and keeping at least one: how a trace made for a 4K-context model is fitted to a small one. The
+// tokens each hash id stands for (HashBlock) scale with the prompts, so that the prefixes requests share keep
+// their share of each prompt.
 func LengthScale(t *Trace, prompt, output float64) (*Trace, error) {
 	if !(prompt > 0) || !(output > 0) || math.IsInf(prompt, 0) || math.IsInf(output, 0) {
 		return nil, fmt.Errorf("length-scale %g,%g: want factors > 0", prompt, output)
@@ -156,7 +158,11 @@ func LengthScale(t *Trace, prompt, output float64) (*Trace, error) {
 	if output != prompt {
 		record += "," + ftoa(output)
 	}
-	return t.derive(record, reqs), nil
+	out := t.derive(record, reqs)
+	if t.HashBlock > 0 {
+		out.HashBlock = scale(t.HashBlock, prompt)
+	}
+	return out, nil
 }
 
 func needArrivals(t *Trace, transform string) error {

@@ -159,8 +159,16 @@ func TestClipAndLengthScale(t *testing.T) {
 			t.Errorf("length-scale 0.1,0.001: request %d is %d/%d, want %v", i, r.PromptTokens, r.OutputTokens, want[i])
 		}
 	}
-	if s.Transforms[0] != "length-scale=0.1,0.001" {
-		t.Errorf("Transforms = %q", s.Transforms)
+	if s.Transforms[0] != "length-scale=0.1,0.001" || s.HashBlock != 0 {
+		t.Errorf("Transforms = %q, HashBlock %d", s.Transforms, s.HashBlock)
+	}
+	// The tokens a hash id stands for scale with the prompts.
+	mc, err := Parse("m.jsonl", []byte(`{"timestamp": 0, "input_length": 700, "output_length": 5, "hash_ids": [0, 1]}`+"\n"), LoadOptions{})
+	if err != nil || mc.HashBlock != MooncakeBlock {
+		t.Fatalf("a Mooncake trace: HashBlock %d (%v), want %d", mc.HashBlock, err, MooncakeBlock)
+	}
+	if s, _ := LengthScale(mc, 1.0/16, 1); s.HashBlock != 32 || s.Requests[0].PromptTokens != 44 {
+		t.Errorf("length-scale 1/16: HashBlock %d, prompt %d; want 32 and 44", s.HashBlock, s.Requests[0].PromptTokens)
 	}
 	if _, err := Clip(in, Limits{Context: 1}); err == nil {
 		t.Error("a context of 1 accepted")
