@@ -256,14 +256,7 @@ func replaySim(t *testing.T, d Deployment, tr *trace.Trace) *results.Run {
 // wall time, the CPU seconds a simulation took (steadier than wall time on a shared machine), and the heap in use
 // at the end. Without the data it runs a generated trace of as many requests.
 func BenchmarkSimulateAzure(b *testing.B) {
-	var tr *trace.Trace
-	if p, err := datadir.Path("traces/azure2023/AzureLLMInferenceTrace_conv.csv"); err == nil {
-		if tr, err = trace.Load(p, trace.LoadOptions{}); err != nil {
-			b.Fatal(err)
-		}
-	} else {
-		tr = burst(b, 19366, 900, 400)
-	}
+	tr := azureHour(b)
 	for _, policy := range []string{"fp16", "morph:default"} {
 		b.Run("policy="+policy, func(b *testing.B) {
 			d := Deployment{Model: "llama-2-7b", Executor: "sim", Device: "a100", Policy: mustPolicy(b, policy),
@@ -288,4 +281,17 @@ func BenchmarkSimulateAzure(b *testing.B) {
 			b.ReportMetric(float64(heap)/(1<<20), "MiB-heap")
 		})
 	}
+}
+
+// azureHour is the 1-hour Azure conversation trace, or without the data a generated trace of as many requests.
+func azureHour(tb testing.TB) *trace.Trace {
+	p, err := datadir.Path("traces/azure2023/AzureLLMInferenceTrace_conv.csv")
+	if err != nil {
+		return burst(tb, 19366, 900, 400)
+	}
+	tr, err := trace.Load(p, trace.LoadOptions{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return tr
 }

@@ -13,7 +13,6 @@ import (
 	"github.com/morphlab/morphlab/experiments/loadtest"
 	"github.com/morphlab/morphlab/experiments/results"
 	"github.com/morphlab/morphlab/experiments/trace"
-	"github.com/morphlab/morphlab/internal/datadir"
 )
 
 // sim7b is Llama-2-7B on an L4 in the sim with a small pool, under policy.
@@ -244,15 +243,7 @@ func TestFleetAutoscale(t *testing.T) {
 // of as many requests.
 func BenchmarkFleet(b *testing.B) {
 	azure := func() *trace.Trace {
-		var tr *trace.Trace
-		if p, err := datadir.Path("traces/azure2023/AzureLLMInferenceTrace_conv.csv"); err == nil {
-			if tr, err = trace.Load(p, trace.LoadOptions{}); err != nil {
-				b.Fatal(err)
-			}
-		} else {
-			tr = burst(b, 19366, 900, 400)
-		}
-		tr, err := trace.TimeScale(tr, 0.25)
+		tr, err := trace.TimeScale(azureHour(b), 0.25)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -2,7 +2,6 @@ package suite
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -461,22 +460,7 @@ func (r *FleetReport) Write() error {
 	if err := r.plotCost(filepath.Join(out, "cost-vs-slo")); err != nil {
 		return err
 	}
-	f, err := os.Create(filepath.Join(out, "fleet.md"))
-	if err != nil {
-		return err
-	}
-	if err := r.WriteSummary(f); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	b, err := json.MarshalIndent(r, "", " ")
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(filepath.Join(out, "fleet.json"), append(b, '\n'), 0o644)
+	return writeSummary(out, "fleet", r.WriteSummary, r)
 }
 
 // WriteSummary writes the headline (each strategy's cost relative to fp16+autoscale at equal SLO) and a table per

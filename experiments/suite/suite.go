@@ -39,6 +39,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -299,20 +300,25 @@ func (r *Report) Write() error {
 	if err := plotSweep(filepath.Join(r.Options.Out, "rate-sweep"), r.Sweep); err != nil {
 		return err
 	}
-	f, err := os.Create(filepath.Join(r.Options.Out, "summary.md"))
+	return writeSummary(r.Options.Out, "summary", r.WriteSummary, r.summaryJSON())
+}
+
+// writeSummary writes name.md in dir with md and name.json with v, indented.
+func writeSummary(dir, name string, md func(io.Writer) error, v any) error {
+	f, err := os.Create(filepath.Join(dir, name+".md"))
 	if err != nil {
 		return err
 	}
-	if err := r.WriteSummary(f); err != nil {
+	if err := md(f); err != nil {
 		f.Close()
 		return err
 	}
 	if err := f.Close(); err != nil {
 		return err
 	}
-	b, err := json.MarshalIndent(r.summaryJSON(), "", " ")
+	b, err := json.MarshalIndent(v, "", " ")
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(r.Options.Out, "summary.json"), append(b, '\n'), 0o644)
+	return os.WriteFile(filepath.Join(dir, name+".json"), append(b, '\n'), 0o644)
 }
