@@ -85,8 +85,9 @@ func TestFidelityPipeline(t *testing.T) {
 }
 
 // checkSteps checks a run's steps.jsonl against its results (with no preemption every served request's prompt
-// tokens are fed once, and its output tokens but the last once more to decode the next; a preemption feeds what
-// it recomputes again) and returns how many steps it holds.
+// tokens are fed once, and its output tokens but the last once more to decode the next; a preemption feeds again
+// what it recomputes: with prefix caching, what the cache no longer holds, none when its computed tokens end on a
+// block boundary and its blocks stayed cached) and returns how many steps it holds.
 func checkSteps(t *testing.T, path string, r *results.Run) int {
 	t.Helper()
 	f, err := os.Open(path)
@@ -111,8 +112,8 @@ func checkSteps(t *testing.T, path string, r *results.Run) int {
 	switch preempted := r.Aggregates.Preemptions > 0; {
 	case !preempted && fed != want:
 		t.Errorf("%s: %d steps fed %d tokens, want the prompts and all but each last output token, %d", path, len(samples), fed, want)
-	case preempted && fed <= want:
-		t.Errorf("%s: %d steps fed %d tokens after %d preemptions, want more than %d (recomputed tokens)", path, len(samples), fed, r.Aggregates.Preemptions, want)
+	case preempted && fed < want:
+		t.Errorf("%s: %d steps fed %d tokens after %d preemptions, want at least %d (and what was recomputed)", path, len(samples), fed, r.Aggregates.Preemptions, want)
 	}
 	return len(samples)
 }
