@@ -354,16 +354,15 @@ func (e *Engine) OnStep(hook func(StepInfo)) {
 	e.hooks = append(e.hooks, hook)
 }
 
-// hooked reports whether a hook is set, and returns them.
-func (e *Engine) hooked() ([]func(StepInfo), bool) {
+// hookList returns the hooks set (none: nil).
+func (e *Engine) hookList() []func(StepInfo) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.hooks, len(e.hooks) > 0
+	return e.hooks
 }
 
-// callHooks calls the hooks with info.
-func (e *Engine) callHooks(info StepInfo) {
-	hooks, _ := e.hooked()
+// callHooks calls hooks with info.
+func callHooks(hooks []func(StepInfo), info StepInfo) {
 	for _, h := range hooks {
 		h(info)
 	}

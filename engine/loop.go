@@ -53,8 +53,8 @@ func (e *Engine) Step() (bool, error) {
 	}
 	if len(plan.Work) == 0 {
 		e.flushOverflow()
-		if _, ok := e.hooked(); ok {
-			e.callHooks(e.info(StepInfo{Iter: e.iter, Idle: true, Time: now, Wall: time.Since(start), Preempted: len(plan.Preempted)}))
+		if hooks := e.hookList(); len(hooks) > 0 {
+			callHooks(hooks, e.info(StepInfo{Iter: e.iter, Idle: true, Time: now, Wall: time.Since(start), Preempted: len(plan.Preempted)}))
 		}
 		return false, nil
 	}
@@ -122,9 +122,9 @@ func (e *Engine) Step() (bool, error) {
 	e.iter++
 	e.mu.Unlock()
 	e.flushOverflow()
-	if _, ok := e.hooked(); ok {
+	if hooks := e.hookList(); len(hooks) > 0 {
 		info.Wall = time.Since(start)
-		e.callHooks(e.info(info))
+		callHooks(hooks, e.info(info))
 	}
 	return true, nil
 }
@@ -274,7 +274,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		}
 		var tick *time.Timer
 		var tickC <-chan time.Time
-		if _, hooked := e.hooked(); !virtual && (hooked || e.hasOverflow()) {
+		if !virtual && (len(e.hookList()) > 0 || e.hasOverflow()) {
 			tick = time.NewTimer(e.opt.IdleTick)
 			tickC = tick.C
 		}

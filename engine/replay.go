@@ -26,9 +26,14 @@ const maxStalledTicks = 1000
 // each at its Wake, as Replay does one.
 func (e *Engine) Wake(now time.Duration) (time.Duration, bool) {
 	t, ok := e.NextWake()
-	if _, hooked := e.hooked(); hooked {
+	return e.withTick(now, t, ok)
+}
+
+// withTick is t (ok: when it is set) or, with a hook, the idle tick after now when that comes first.
+func (e *Engine) withTick(now, t time.Duration, ok bool) (time.Duration, bool) {
+	if len(e.hookList()) > 0 {
 		if tick := now + e.opt.IdleTick; !ok || tick < t {
-			t, ok = tick, true
+			return tick, true
 		}
 	}
 	return t, ok
@@ -77,15 +82,11 @@ func (e *Engine) Replay(ctx context.Context, reqs []TimedRequest) ([]Result, err
 		}
 		if !ok {
 			stalled++
-			if _, hooked := e.hooked(); !hooked || stalled > maxStalledTicks {
+			if len(e.hookList()) == 0 || stalled > maxStalledTicks {
 				return nil, fmt.Errorf("engine: replay stalled at %v: %d requests left, none can start and no arrival is due", now, e.Pending())
 			}
 		}
-		if _, hooked := e.hooked(); hooked {
-			if tick := now + e.opt.IdleTick; !ok || tick < t {
-				t, ok = tick, true
-			}
-		}
+		t, ok = e.withTick(now, t, ok)
 		if virtual {
 			clock.Advance(t - now)
 			continue

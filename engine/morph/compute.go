@@ -92,8 +92,7 @@ func (j *computeRule) Judge(in Input) Verdict {
 	if info.PrefillTokens > 0 && info.Duration > 0 {
 		j.prefill = smoothed(j.prefill, float64(info.PrefillTokens)/info.Duration.Seconds(), p.Smoothing)
 	}
-	top := act.TopBlocks()
-	v := Verdict{Calm: s.Waiting == 0 && act.Actions() > 0 && float64(s.Free-top) >= p.RestoreMargin*float64(s.Total-top)}
+	v := Verdict{Calm: p.calm(s, act)}
 	var why []string
 	if mean := stat.Mean(j.usage, nil); mean > p.Usage {
 		why = append(why, fmt.Sprintf("kv usage %.3f > %.2f", mean, p.Usage))

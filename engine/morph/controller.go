@@ -179,10 +179,12 @@ func (r *Recorder) Observe(info engine.StepInfo) int {
 	if (!info.Idle || n == 0 || !sameState(r.Timeline[n-1], p)) && (r.Every == 0 || n == 0 || info.Time-r.Timeline[n-1].Time >= r.Every) {
 		r.Timeline = append(r.Timeline, p)
 	}
+	sampled := 0
 	for _, w := range info.Work {
 		if !w.Sample || w.Req < 0 {
 			continue
 		}
+		sampled++
 		for int(w.Req) >= len(r.mix) {
 			r.mix = append(r.mix, nil)
 		}
@@ -192,11 +194,11 @@ func (r *Recorder) Observe(info engine.StepInfo) int {
 			r.mix[w.Req] = m
 		}
 		m[q]++
-		if r.positions != nil && len(r.formats) == len(r.base) {
-			for pos, l := range r.order {
-				if n, ok := r.positions[r.formats[l]]; ok {
-					n[pos]++
-				}
+	}
+	if r.positions != nil && sampled > 0 && len(r.formats) == len(r.base) {
+		for pos, l := range r.order {
+			if n, ok := r.positions[r.formats[l]]; ok {
+				n[pos] += sampled
 			}
 		}
 	}

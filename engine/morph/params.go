@@ -113,6 +113,13 @@ func count(name string, p *int) param {
 	}, func() any { return *p }}
 }
 
+// calm is the common restore condition: nothing waits, an action is in force, and with the last one's blocks
+// returned the free share of the pool would still be at least RestoreMargin.
+func (c Control) calm(s Signals, act *Actuator) bool {
+	top := act.TopBlocks()
+	return s.Waiting == 0 && act.Actions() > 0 && float64(s.Free-top) >= c.RestoreMargin*float64(s.Total-top)
+}
+
 // duration is a Go duration (300ms, 2s), not negative, and above zero when positive.
 func duration(name string, p *time.Duration, positive bool) param {
 	return param{name, func(v string) error {

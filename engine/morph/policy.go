@@ -119,8 +119,8 @@ type Verdict struct {
 	// Calm reports whether a restore could go ahead now; calm that persists for Control.RestorePersistence
 	// iterations and Control.RestoreHold starts one.
 	Calm bool
-	// Layers, called only when a swap starts, is how many layers it should move (the controller keeps it within
-	// 1 and Control.LayersPerAction).
+	// Layers, set with Pressure and called only when a swap starts, is how many layers it should move (the
+	// controller keeps it within 1 and Control.LayersPerAction).
 	Layers func() int
 	// To is the format the swap takes its layers to: one of the policy's tiers, for a rule that tells which tier
 	// relieves its pressure, or NextTier (the zero value) for the next tier in the policy's order.

@@ -115,15 +115,15 @@ func (j *predictiveRule) Judge(in Input) Verdict {
 	}
 	why = append(why, memoryShort(s)...)
 	top := act.TopBlocks()
-	return Verdict{
-		Pressure: why,
-		Calm:     s.Waiting == 0 && act.Actions() > 0 && demand <= (1-p.RestoreMargin)*float64(s.Total-top),
-		Layers: func() int {
+	v := Verdict{Pressure: why, Calm: s.Waiting == 0 && act.Actions() > 0 && demand <= (1-p.RestoreMargin)*float64(s.Total-top)}
+	if len(why) > 0 {
+		v.Layers = func() int {
 			per := act.BlocksPerLayer(NextTier)
 			if per <= 0 {
 				return 1
 			}
 			return int(math.Ceil((demand - limit) / per))
-		},
+		}
 	}
+	return v
 }

@@ -84,15 +84,14 @@ func (j *reactiveRule) Judge(in Input) Verdict {
 		why = append(why, fmt.Sprintf("queueing delay %v > %v", s.OldestWait.Round(time.Millisecond), p.Delay))
 	}
 	why = append(why, memoryShort(s)...)
-	top := act.TopBlocks()
-	return Verdict{
-		Pressure: why,
-		Calm:     s.Waiting == 0 && act.Actions() > 0 && float64(s.Free-top) >= p.RestoreMargin*float64(s.Total-top),
-		Layers: func() int {
+	v := Verdict{Pressure: why, Calm: p.calm(s, act)}
+	if len(why) > 0 {
+		v.Layers = func() int {
 			if per := act.BlocksPerLayer(NextTier); per > 0 {
 				return int(math.Ceil(float64(s.WaitingBlocks-s.Free) / per))
 			}
 			return 1
-		},
+		}
 	}
+	return v
 }

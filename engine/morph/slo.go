@@ -89,12 +89,11 @@ func (r *sloRule) Judge(in Input) Verdict {
 		why = append(why, fmt.Sprintf("predicted TTFT %v > %v (%.0f%% of the %v SLO): %d more layers for %v",
 			shown(predict(0)), target, 100*p.Margin, p.TTFT, need, shown(predict(need))))
 	}
-	top := act.TopBlocks()
-	return Verdict{
-		Pressure: why,
-		Calm:     s.Waiting == 0 && act.Actions() > 0 && float64(s.Free-top) >= p.RestoreMargin*float64(s.Total-top),
-		Layers:   func() int { return need },
+	v := Verdict{Pressure: why, Calm: p.calm(s, act)}
+	if len(why) > 0 {
+		v.Layers = func() int { return need }
 	}
+	return v
 }
 
 // sloLayers is how many more layers morph:slo quantizes, of the left it may, given predict(j), the predicted TTFT

@@ -29,7 +29,7 @@ func errorBody(t *testing.T, b []byte) openai.ErrorBody {
 }
 
 // do sends a request with the given headers (name, value pairs) and returns the status, headers and body.
-func do(t *testing.T, method, url, body string, headers ...string) (int, http.Header, []byte) {
+func do(t testing.TB, method, url, body string, headers ...string) (int, http.Header, []byte) {
 	t.Helper()
 	req, err := http.NewRequest(method, url, strings.NewReader(body))
 	if err != nil {

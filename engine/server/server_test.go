@@ -153,16 +153,7 @@ func (ts *testServer) close(t testing.TB) {
 
 func post(t testing.TB, url, body string) (int, http.Header, []byte) {
 	t.Helper()
-	resp, err := http.Post(url, "application/json", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, resp.Header, b
+	return do(t, http.MethodPost, url, body, "Content-Type", "application/json")
 }
 
 // greedy is the reference: the model's greedy continuation of prompt, computed with a plain model.Sequence, up to

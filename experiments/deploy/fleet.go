@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"cmp"
 	"container/heap"
 	"context"
 	"fmt"
@@ -129,6 +130,7 @@ type fleetRun struct {
 	rejected map[string]int
 	size     []results.SizePoint
 	rr       int
+	cands    []*replica // pick's scratch: the serving replicas
 	bucket   float64
 	bucketAt time.Duration
 	// the autoscaler's next evaluation, and the counts it wanted over the cool-down window
@@ -511,18 +513,19 @@ func (rep *replica) kvUsage() float64 {
 
 // pick is the router: the serving replica the request goes to.
 func (r *fleetRun) pick(req engine.TimedRequest) *replica {
-	var cands []*replica
+	cands := r.cands[:0]
 	for _, rep := range r.replicas {
 		if rep.state == serving {
 			cands = append(cands, rep)
 		}
 	}
+	r.cands = cands
 	switch r.f.Router {
 	case "least-outstanding":
 		return slices.MinFunc(cands, func(a, b *replica) int { return len(a.live) - len(b.live) })
 	case "least-kv":
 		return slices.MinFunc(cands, func(a, b *replica) int {
-			if c := cmpFloat(a.kvUsage(), b.kvUsage()); c != 0 {
+			if c := cmp.Compare(a.kvUsage(), b.kvUsage()); c != 0 {
 				return c
 			}
 			return len(a.live) - len(b.live)
@@ -565,16 +568,6 @@ func morphRank(rep *replica, req engine.TimedRequest) int {
 func (rep *replica) blocks(tokens int) int {
 	bs := rep.in.Engine.Geometry().BlockSize
 	return (tokens + bs - 1) / bs
-}
-
-func cmpFloat(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // scale is one autoscaler evaluation at now.
