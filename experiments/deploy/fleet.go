@@ -664,7 +664,6 @@ func (r *fleetRun) finish(end time.Duration) {
 // results assembles the fleet's results.
 func (r *fleetRun) results(router string) *results.Run {
 	run := r.acc.Run(nil, 0)
-	slices.SortFunc(run.Requests, func(a, b results.Request) int { return a.ID - b.ID })
 	fl := &results.Fleet{Router: router, Assigned: r.assigned, Size: r.size}
 	if len(r.rejected) > 0 {
 		fl.Rejections = r.rejected
@@ -682,6 +681,7 @@ func (r *fleetRun) results(router string) *results.Run {
 		fl.Replicas = append(fl.Replicas, rep.info)
 		end = max(end, rep.info.Stopped)
 	}
+	slices.SortFunc(run.Requests, func(a, b results.Request) int { return a.ID - b.ID }) // the replicas' parts index them as added
 	if end > 0 {
 		fl.CostPerHour = fl.Cost / (end / 3600)
 	}

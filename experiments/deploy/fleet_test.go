@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -22,8 +23,8 @@ func sim7b(t testing.TB, policy string, blocks int) Deployment {
 
 // TestFleetRoundRobinExact: round-robin over N identical replicas serves every request with the same TTFT and
 // TPOT as N independent replays of the trace split by arrival index mod N (under fp16, and under morph:default and
-// morph:compute, whose controllers act on their own replicas' load); the fleet's output tokens by swap position
-// are the replays' summed.
+// morph:compute, whose controllers act on their own replicas' load); each replica's aggregates are its replay's,
+// and the fleet's output tokens by swap position are the replays' summed.
 func TestFleetRoundRobinExact(t *testing.T) {
 	tr := burst(t, 300, 700, 200)
 	const n = 3
@@ -59,6 +60,10 @@ func TestFleetRoundRobinExact(t *testing.T) {
 				t.Fatal(err)
 			}
 			swaps += want.Aggregates.SwapActions
+			if g, w := got.Fleet.Replicas[k].Aggregates, want.Aggregates; !slices.Equal(g.TokensByLayers, w.TokensByLayers) ||
+				g.Preemptions != w.Preemptions || g.TTFT != w.TTFT || g.TotalOutputTokens != w.TotalOutputTokens {
+				t.Errorf("%s: replica %d's aggregates %+v, alone %+v", policy, k, g, w)
+			}
 			for f, pos := range want.Aggregates.TokensByPosition {
 				if positions.TokensByPosition == nil {
 					positions.TokensByPosition = map[string][]int{}
