@@ -112,7 +112,7 @@ func (e *Engine) Step() (bool, error) {
 	}
 	for _, s := range done {
 		reason := FinishLength
-		if n := len(s.Output); s.Stopped || n > 0 && containsToken(s.Stop, s.Output[n-1]) {
+		if n := len(s.Output); s.Stopped || n > 0 && slices.Contains(s.Stop, s.Output[n-1]) {
 			reason = FinishStop
 		}
 		e.drop(e.reqs[s.ID], Event{Kind: Finished, Req: s.ID, Time: now, Iter: e.iter, Detail: reason.String()}, reason, nil)
@@ -127,15 +127,6 @@ func (e *Engine) Step() (bool, error) {
 		callHooks(hooks, e.info(info))
 	}
 	return true, nil
-}
-
-func containsToken(ts []int32, t int32) bool {
-	for _, x := range ts {
-		if x == t {
-			return true
-		}
-	}
-	return false
 }
 
 // admit queues a new request, or rejects it when the pool could never hold it.

@@ -2,8 +2,8 @@ package kv
 
 // blockIndex finds the cached block holding a prefix by its hash: an open-addressing table with linear probing of
 // block ids, each beside 32 bits of its hash (a tag, so that a probe reads the block's whole hash only when the tag
-// matches), homed by the hash's low bits. A Go map would do; this is several times faster, and the simulator
-// enters, looks up and evicts a block hash for every block it computes. Evicting leaves the block's slot in place,
+// matches), homed by the hash's low bits. A Go map would do, at more cost to the simulator, which enters, looks
+// up and evicts a block hash for every block it computes. Evicting leaves the block's slot in place,
 // stale: a slot counts only while its block is registered under that hash (live), and the table is rebuilt from
 // the live blocks when its slots, stale ones included, fill half of it.
 type blockIndex struct {

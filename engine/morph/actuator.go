@@ -113,7 +113,7 @@ func (a *Actuator) next(n int, to quant.Format) ([]int, quant.Format) {
 				quantized++
 				layers = append(layers, l)
 			}
-		case slices.Index(a.tiers[:t], at) >= 0:
+		case slices.Contains(a.tiers[:t], at):
 			layers = append(layers, l)
 		}
 	}

@@ -6,8 +6,6 @@ import (
 	"slices"
 	"time"
 
-	"gonum.org/v1/gonum/stat"
-
 	"github.com/morphlab/morphlab/quant"
 )
 
@@ -78,23 +76,18 @@ func (p *Compute) Rule() Rule { return &computeRule{p: p} }
 
 type computeRule struct {
 	p       *Compute
-	usage   []float64 // KV usage over the last Window iterations
-	prefill float64   // prompt tokens per second, smoothed over the steps that prefill
+	usage   meanWindow  // KV usage over the last Window iterations
+	prefill prefillRate // prompt tokens per second, smoothed over the steps that prefill
 }
 
 // Judge finds the pressure of one iteration, its kind and the tier that relieves it, and calm.
 func (j *computeRule) Judge(in Input) Verdict {
 	p, s, act, info := j.p, in.Signals, in.Actuator, in.Step
-	j.usage = append(j.usage, s.Usage)
-	if len(j.usage) > p.Window {
-		j.usage = j.usage[len(j.usage)-p.Window:]
-	}
-	if info.PrefillTokens > 0 && info.Duration > 0 {
-		j.prefill = smoothed(j.prefill, float64(info.PrefillTokens)/info.Duration.Seconds(), p.Smoothing)
-	}
+	mean := j.usage.add(s.Usage, p.Window)
+	prefill := j.prefill.observe(info, p.Smoothing)
 	v := Verdict{Calm: p.calm(s, act)}
 	var why []string
-	if mean := stat.Mean(j.usage, nil); mean > p.Usage {
+	if mean > p.Usage {
 		why = append(why, fmt.Sprintf("kv usage %.3f > %.2f", mean, p.Usage))
 	}
 	if why = append(why, memoryShort(s)...); len(why) > 0 {
@@ -108,18 +101,18 @@ func (j *computeRule) Judge(in Input) Verdict {
 		return v
 	}
 	target := time.Duration(p.Margin * float64(p.TTFT))
-	predicted := predictTTFT(s, math.MaxInt, 0, j.prefill)
+	predicted := predictTTFT(s, math.MaxInt, 0, prefill)
 	if s.Waiting == 0 || predicted <= target {
 		return v
 	}
 	v.Pressure = []string{fmt.Sprintf("compute: predicted TTFT %v > %v (%.0f%% of the %v SLO): %d tokens to prefill at %.0f tokens/s",
-		shown(predicted), target, 100*p.Margin, p.TTFT, s.WaitingTokens, j.prefill)}
+		shown(predicted), target, 100*p.Margin, p.TTFT, s.WaitingTokens, prefill)}
 	v.To = p.Compute
 	v.Layers = func() int {
 		layers, fast := len(act.cur), act.InFormat(p.Compute)
 		left, _ := act.next(layers, p.Compute)
 		predict := func(more int) time.Duration {
-			return predictTTFT(s, math.MaxInt, 0, j.prefill*prefillGain(layers, fast, more, p.Speedup))
+			return predictTTFT(s, math.MaxInt, 0, prefill*prefillGain(layers, fast, more, p.Speedup))
 		}
 		return sloLayers(predict, len(left), target)
 	}

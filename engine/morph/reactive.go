@@ -6,8 +6,6 @@ import (
 	"slices"
 	"time"
 
-	"gonum.org/v1/gonum/stat"
-
 	"github.com/morphlab/morphlab/quant"
 )
 
@@ -65,17 +63,13 @@ func (r *Reactive) Rule() Rule { return &reactiveRule{p: r} }
 
 type reactiveRule struct {
 	p     *Reactive
-	usage []float64 // KV usage over the last Window iterations
+	usage meanWindow // KV usage over the last Window iterations
 }
 
 // Judge finds the pressure and calm of one iteration.
 func (j *reactiveRule) Judge(in Input) Verdict {
 	p, s, act := j.p, in.Signals, in.Actuator
-	j.usage = append(j.usage, s.Usage)
-	if len(j.usage) > p.Window {
-		j.usage = j.usage[len(j.usage)-p.Window:]
-	}
-	mean := stat.Mean(j.usage, nil)
+	mean := j.usage.add(s.Usage, p.Window)
 	var why []string
 	if mean > p.Usage {
 		why = append(why, fmt.Sprintf("kv usage %.3f > %.2f", mean, p.Usage))

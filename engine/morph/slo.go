@@ -5,7 +5,9 @@ import (
 	"math"
 	"time"
 
+	"github.com/morphlab/morphlab/engine"
 	"github.com/morphlab/morphlab/quant"
+	"gonum.org/v1/gonum/stat"
 )
 
 // predictTTFT is the TTFT that the request at the head of the queue and the one at its tail would see with free
@@ -70,20 +72,18 @@ func (p *SLO) Rule() Rule { return &sloRule{p: p} }
 
 type sloRule struct {
 	p       *SLO
-	prefill float64 // prompt tokens per second, smoothed over the steps that prefill
+	prefill prefillRate // prompt tokens per second, smoothed over the steps that prefill
 }
 
 // Judge finds the pressure and calm of one iteration.
 func (r *sloRule) Judge(in Input) Verdict {
 	p, s, act, info := r.p, in.Signals, in.Actuator, in.Step
-	if info.PrefillTokens > 0 && info.Duration > 0 {
-		r.prefill = smoothed(r.prefill, float64(info.PrefillTokens)/info.Duration.Seconds(), p.Smoothing)
-	}
+	prefill := r.prefill.observe(info, p.Smoothing)
 	release := in.Monitor.ReleaseRate(in.BlockSize)
 	target := time.Duration(p.Margin * float64(p.TTFT))
 	var why []string
 	per := act.BlocksPerLayer(NextTier)
-	predict := func(j int) time.Duration { return predictTTFT(s, s.Free+int(float64(j)*per), release, r.prefill) }
+	predict := func(j int) time.Duration { return predictTTFT(s, s.Free+int(float64(j)*per), release, prefill) }
 	need := sloLayers(predict, act.Headroom(), target)
 	if need > 0 {
 		why = append(why, fmt.Sprintf("predicted TTFT %v > %v (%.0f%% of the %v SLO): %d more layers for %v",
@@ -130,6 +130,29 @@ func shown(d time.Duration) string {
 		return "unbounded"
 	}
 	return d.Round(time.Millisecond).String()
+}
+
+// prefillRate is prompt tokens per second, smoothed over the steps that prefill.
+type prefillRate float64
+
+// observe counts a step's prefill, if it had one, and returns the rate.
+func (r *prefillRate) observe(info engine.StepInfo, smoothing float64) float64 {
+	if info.PrefillTokens > 0 && info.Duration > 0 {
+		*r = prefillRate(smoothed(float64(*r), float64(info.PrefillTokens)/info.Duration.Seconds(), smoothing))
+	}
+	return float64(*r)
+}
+
+// meanWindow is the mean of the last values added.
+type meanWindow []float64
+
+// add adds v, keeps the last n values and returns their mean.
+func (w *meanWindow) add(v float64, n int) float64 {
+	*w = append(*w, v)
+	if len(*w) > n {
+		*w = (*w)[len(*w)-n:]
+	}
+	return stat.Mean(*w, nil)
 }
 
 func smoothed(old, x, a float64) float64 {

@@ -6,6 +6,7 @@
 package sched
 
 import (
+	"slices"
 	"time"
 
 	"github.com/morphlab/morphlab/engine/kv"
@@ -76,14 +77,8 @@ func (s *Seq) Finished() bool {
 	if len(s.Output) >= s.MaxTokens || s.Len() >= s.MaxLen {
 		return true
 	}
-	if n := len(s.Output); n > 0 {
-		for _, t := range s.Stop {
-			if s.Output[n-1] == t {
-				return true
-			}
-		}
-	}
-	return false
+	n := len(s.Output)
+	return n > 0 && slices.Contains(s.Stop, s.Output[n-1])
 }
 
 // Limit is the most tokens the sequence can ever hold.

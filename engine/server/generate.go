@@ -79,16 +79,26 @@ type decoder struct {
 // add appends tok's text and returns the text that can be handed out now; stopped reports that a stop string
 // appeared, the text then ending just before it.
 func (d *decoder) add(tok int32) (delta string, stopped bool) {
-	from := len(d.text)
-	if d.vocab.Types[tok] != tokenizer.Control {
-		d.text = append(d.text, d.vocab.Decode(d.prev, int(tok))...)
-	}
-	d.prev = int(tok)
+	from := d.push(tok)
 	if i := d.match(from); i >= 0 {
 		d.text = d.text[:max(i, d.sent)]
 		return d.flush(), true
 	}
 	return d.take(d.safe()), false
+}
+
+// stopped adds tok's text and reports whether a stop string now appears in it, handing nothing out: what the
+// engine's loop asks of a request with stop strings at each token.
+func (d *decoder) stopped(tok int32) bool { return d.match(d.push(tok)) >= 0 }
+
+// push appends tok's text and returns where it starts.
+func (d *decoder) push(tok int32) int {
+	from := len(d.text)
+	if d.vocab.Types[tok] != tokenizer.Control {
+		d.text = append(d.text, d.vocab.Decode(d.prev, int(tok))...)
+	}
+	d.prev = int(tok)
+	return from
 }
 
 // match returns where the first stop string starts in the text, or -1; a new occurrence must end after from.

@@ -429,10 +429,7 @@ func (s *Server) prepare(r *apiRequest) (*job, *apiError) {
 	var stopWhen func(int32) bool
 	if len(r.Stop) > 0 { // the loop's own decoder finds the stop strings, so that the request ends in the step
 		d := decoder{vocab: s.cfg.Vocab, prev: int(prompt[len(prompt)-1]), stops: r.Stop}
-		stopWhen = func(tok int32) bool {
-			_, hit := d.add(tok)
-			return hit
-		}
+		stopWhen = d.stopped
 	}
 	p := sample.Params{Temperature: r.Temperature, TopK: r.TopK, TopP: r.TopP, Seed: r.Seed}
 	if !r.HasSeed {

@@ -14,10 +14,10 @@ import (
 	"github.com/morphlab/morphlab/engine"
 	"github.com/morphlab/morphlab/engine/executor"
 	"github.com/morphlab/morphlab/engine/kv"
+	"github.com/morphlab/morphlab/engine/morph"
 	"github.com/morphlab/morphlab/experiments/catalog"
 	"github.com/morphlab/morphlab/experiments/results"
 	"github.com/morphlab/morphlab/experiments/trace"
-	"github.com/morphlab/morphlab/quant"
 )
 
 // Fleet is replicas of deployments on one timeline behind a router, with admission control and, optionally, an
@@ -100,10 +100,8 @@ type replica struct {
 	clock  *executor.VirtualClock
 	state  int
 	info   results.Replica
-	price  float64
-	next   time.Duration // when it next steps
-	due    bool          // whether next is set (false: only an arrival gives it work)
-	heapAt int           // its index in the step heap, -1 when not in it
+	next   time.Duration // when it next steps, while it is in the step heap
+	heapAt int           // its index in the step heap, -1 when not in it (only an arrival gives it work)
 	ended  []kv.SeqID    // requests that ended in its last step
 	// routed is the KV blocks of the prompts routed to it since its last step, which its controller's last
 	// signals do not count.
@@ -206,7 +204,7 @@ func (f Fleet) Replay(ctx context.Context, t *trace.Trace, o ReplayOptions) (*re
 	if err := r.run(ctx, t); err != nil {
 		return nil, err
 	}
-	return r.results(f.Router), nil
+	return r.results(), nil
 }
 
 // Routers are the routers a fleet knows.
@@ -281,9 +279,8 @@ func (r *fleetRun) add(d Deployment, asked, ready time.Duration) (*replica, erro
 		rep.info.Device = "cpu"
 	}
 	if p, err := catalog.PriceOf(rep.info.Device); err == nil {
-		rep.price = p.USDPerHour
+		rep.info.Price = p.USDPerHour
 	}
-	rep.info.Price = rep.price
 	in.Engine.OnStep(func(info engine.StepInfo) {
 		for _, e := range info.Ended {
 			rep.ended = append(rep.ended, e.ID)
@@ -390,7 +387,6 @@ func (r *fleetRun) lastTime() time.Duration {
 // step runs one iteration of rep at its next time, collects the requests that ended, and schedules its next.
 func (r *fleetRun) step(rep *replica) error {
 	if rep.state == stopped {
-		rep.due = false
 		return nil
 	}
 	if d := rep.next - rep.clock.Now(); d > 0 {
@@ -417,15 +413,13 @@ func (r *fleetRun) step(rep *replica) error {
 		r.schedule(rep, now)
 	} else if t, ok := e.Wake(now); ok {
 		r.schedule(rep, t)
-	} else {
-		rep.due = false
 	}
 	return nil
 }
 
 // schedule sets rep's next step at t.
 func (r *fleetRun) schedule(rep *replica, t time.Duration) {
-	rep.next, rep.due = t, true
+	rep.next = t
 	if rep.heapAt >= 0 {
 		heap.Fix(&r.steps, rep.heapAt)
 	} else {
@@ -469,7 +463,7 @@ func (r *fleetRun) route(index int, req engine.TimedRequest) {
 		r.end(rep, st.ID)
 	default:
 	}
-	if !rep.due || rep.next > req.Arrival {
+	if rep.heapAt < 0 || rep.next > req.Arrival {
 		r.schedule(rep, max(req.Arrival, rep.clock.Now()))
 	}
 }
@@ -662,9 +656,9 @@ func (r *fleetRun) finish(end time.Duration) {
 }
 
 // results assembles the fleet's results.
-func (r *fleetRun) results(router string) *results.Run {
-	run := r.acc.Run(nil, 0)
-	fl := &results.Fleet{Router: router, Assigned: r.assigned, Size: r.size}
+func (r *fleetRun) results() *results.Run {
+	run := r.acc.Run(nil, morph.Point{}, 0)
+	fl := &results.Fleet{Router: r.f.Router, Assigned: r.assigned, Size: r.size}
 	if len(r.rejected) > 0 {
 		fl.Rejections = r.rejected
 	}
@@ -673,11 +667,11 @@ func (r *fleetRun) results(router string) *results.Run {
 		c := rep.in.Controller
 		rep.info.Aggregates = r.acc.Part(rep.rows, c.Recorder.Peak(), c.Swaps())
 		run.Aggregates.SwapActions += c.Swaps()
-		addPositions(&run.Aggregates, c.Recorder.TokensByPosition())
+		run.Aggregates.AddPositions(c.Recorder.TokensByPosition())
 		run.Aggregates.PeakKVAttached += rep.info.Aggregates.PeakKVAttached
 		hours := (rep.info.Stopped - rep.info.Asked) / 3600
 		fl.ReplicaHours += hours
-		fl.Cost += hours * rep.price
+		fl.Cost += hours * rep.info.Price
 		fl.Replicas = append(fl.Replicas, rep.info)
 		end = max(end, rep.info.Stopped)
 	}
@@ -692,27 +686,12 @@ func (r *fleetRun) results(router string) *results.Run {
 	return run
 }
 
-// addPositions adds a replica's output tokens by format and swap position to the fleet's.
-func addPositions(g *results.Aggregates, pos map[quant.Format][]int) {
-	for f, n := range pos {
-		if g.TokensByPosition == nil {
-			g.TokensByPosition = map[string][]int{}
-		}
-		sum := g.TokensByPosition[f.String()]
-		if sum == nil {
-			sum = make([]int, len(n))
-			g.TokensByPosition[f.String()] = sum
-		}
-		for i := range min(len(n), len(sum)) {
-			sum[i] += n[i]
-		}
-	}
-}
-
 // promptSource draws requests' prompt tokens as Requests does, one request at a time, so that a fleet holds only
 // the prompts of the requests in flight.
 type promptSource struct {
 	rng   *rand.Rand // the tokens of no hash id
+	ids   *rand.PCG  // reseeded for each hash id's block
+	idRng *rand.Rand // draws from ids
 	vocab int
 	seed  uint64
 	block int // the prompt tokens a hash id stands for
@@ -722,7 +701,8 @@ func newPromptSource(vocab int, seed uint64, block int) *promptSource {
 	if vocab <= 3 {
 		return nil
 	}
-	return &promptSource{rng: rand.New(rand.NewPCG(seed, 0x5eed)), vocab: vocab, seed: seed, block: block}
+	ids := rand.NewPCG(0, 0)
+	return &promptSource{rng: rand.New(rand.NewPCG(seed, 0x5eed)), ids: ids, idRng: rand.New(ids), vocab: vocab, seed: seed, block: block}
 }
 
 // request is the next request: r's lengths, arriving at arrival, its prompt drawn from [3, vocab) as Requests
@@ -734,9 +714,9 @@ func (s *promptSource) request(r trace.Request, arrival time.Duration) engine.Ti
 		if n == len(p) {
 			break
 		}
-		ids := rand.New(rand.NewPCG(s.seed, hashStream(id)))
+		s.ids.Seed(s.seed, hashStream(id))
 		for end := min(n+s.block, len(p)); n < end; n++ {
-			p[n] = int32(3 + ids.IntN(s.vocab-3))
+			p[n] = int32(3 + s.idRng.IntN(s.vocab-3))
 		}
 	}
 	for ; n < len(p); n++ {

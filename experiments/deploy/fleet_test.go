@@ -92,8 +92,9 @@ func TestFleetRoundRobinExact(t *testing.T) {
 	}
 }
 
-// TestFleetRouters: every router serves every request; least-outstanding spreads a burst that round-robin, on
-// replicas of different speeds, does not; morph-aware keeps requests off a replica whose pool is full.
+// TestFleetRouters: every router serves every request of a burst over a heterogeneous fleet (an fp16 and a
+// morph:default replica), giving each replica some, and the fleet's meta names both policies and sums the pools;
+// an unknown router is refused.
 func TestFleetRouters(t *testing.T) {
 	tr := burst(t, 200, 700, 200)
 	for _, router := range Routers {

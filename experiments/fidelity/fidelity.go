@@ -182,7 +182,6 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			cancel()
 		}
 	}
-	ballastDone := make(chan struct{})
 	var ballast sync.WaitGroup
 	var running atomic.Int64
 	// start runs f beside the others; with ballast, a ballast run takes its place when it ends, while others run.
@@ -198,7 +197,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			}
 			o.progress("done " + what)
 			if o.Ballast && left > 0 {
-				ballast.Go(func() { o.runBallast(ctx, ballastDone) })
+				ballast.Go(func() { o.runBallast(ctx) })
 			}
 		})
 	}
@@ -231,8 +230,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		})
 	}
 	wg.Wait()
-	close(ballastDone)
-	cancel()
+	cancel() // ends the ballast
 	ballast.Wait()
 	if first != nil {
 		return nil, first
@@ -321,18 +319,8 @@ func (o Options) replay(ctx context.Context, l Load, seed uint64, steps bool) (*
 	return in.Replay(ctx, t, deploy.ReplayOptions{SLO: o.SLO, KeepSteps: steps})
 }
 
-// runBallast replays the ballast trace under fp16 again and again until done is closed or ctx ends; its results
-// are thrown away.
-func (o Options) runBallast(ctx context.Context, done <-chan struct{}) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go func() {
-		select {
-		case <-done:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
+// runBallast replays the ballast trace under fp16 again and again until ctx ends; its results are thrown away.
+func (o Options) runBallast(ctx context.Context) {
 	for ctx.Err() == nil {
 		if _, _, err := o.replay(ctx, Load{"fp16", o.BallastRate}, 3, false); err != nil {
 			return

@@ -28,6 +28,7 @@ import (
 	"github.com/morphlab/morphlab/engine/executor/costmodel"
 	"github.com/morphlab/morphlab/engine/morph"
 	"github.com/morphlab/morphlab/experiments/loadtest"
+	"github.com/morphlab/morphlab/quant"
 )
 
 // Schema is the version of results.json.
@@ -174,14 +175,27 @@ func Build(meta Meta, reqs []engine.TimedRequest, res []engine.Result, c *morph.
 	for i, res := range res {
 		a.Add(reqs[i], res, c.Recorder.Mix(res.ID), tokens, true)
 	}
-	r := a.Run(c.Recorder.Timeline, c.Swaps())
-	if pos := c.Recorder.TokensByPosition(); pos != nil {
-		r.Aggregates.TokensByPosition = map[string][]int{}
-		for f, n := range pos {
-			r.Aggregates.TokensByPosition[f.String()] = n
+	r := a.Run(c.Recorder.Timeline, c.Recorder.Peak(), c.Swaps())
+	r.Aggregates.AddPositions(c.Recorder.TokensByPosition())
+	return r
+}
+
+// AddPositions adds output tokens by format and swap position (morph.Recorder.TokensByPosition) to g's: a fleet
+// sums its replicas'.
+func (g *Aggregates) AddPositions(pos map[quant.Format][]int) {
+	for f, n := range pos {
+		if g.TokensByPosition == nil {
+			g.TokensByPosition = map[string][]int{}
+		}
+		sum := g.TokensByPosition[f.String()]
+		if sum == nil {
+			sum = make([]int, len(n))
+			g.TokensByPosition[f.String()] = sum
+		}
+		for i := range min(len(n), len(sum)) {
+			sum[i] += n[i]
 		}
 	}
-	return r
 }
 
 // Accumulator assembles a run's results a request at a time, so that a driver of many requests (a fleet) keeps
@@ -242,13 +256,9 @@ func (a *Accumulator) Add(req engine.TimedRequest, res engine.Result, mix []int3
 // Requests is the number of requests added.
 func (a *Accumulator) Requests() int { return len(a.rows) }
 
-// Run returns the results: every request's row and the aggregates over them, with the run's timeline and its
-// swap actions.
-func (a *Accumulator) Run(timeline []morph.Point, swaps int) *Run {
-	var peak morph.Point
-	for _, p := range timeline {
-		peak = morph.Point{KVUsed: max(peak.KVUsed, p.KVUsed), KVTotal: max(peak.KVTotal, p.KVTotal), Quantized: max(peak.Quantized, p.Quantized)}
-	}
+// Run returns the results: every request's row and the aggregates over them, with the run's timeline, its peaks
+// (morph.Recorder.Peak) and its swap actions.
+func (a *Accumulator) Run(timeline []morph.Point, peak morph.Point, swaps int) *Run {
 	r := &Run{Schema: Schema, Meta: a.meta, Requests: a.rows, Timeline: timeline}
 	r.Aggregates = a.aggregate(nil, peak, swaps)
 	return r

@@ -59,7 +59,7 @@ func probeP95(ctx context.Context, s Setup, rate float64, seed uint64) (float64,
 	if t, err = trace.Clip(t, trace.Limits{Prompt: s.MaxPrompt, Output: s.MaxOutput}); err != nil {
 		return 0, err
 	}
-	c, err := simulate(ctx, s, s.Deployment(spec), spec, t)
+	c, err := simulate(ctx, s, s.Deployment(spec), t)
 	if err != nil {
 		return 0, fmt.Errorf("%s capacity at %.3g req/s: %w", s.Name, rate, err)
 	}

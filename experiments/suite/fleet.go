@@ -255,14 +255,7 @@ func FleetStudy(ctx context.Context, opt FleetOptions) (*FleetReport, error) {
 // fleetFor is a fleet of n replicas of the setup under strategy (with target, an autoscaled one starting at n that
 // keeps floor replicas at least).
 func fleetFor(s Setup, strategy string, n int, target float64, floor int) (deploy.Fleet, error) {
-	name, router := strategy, "least-outstanding"
-	switch strategy {
-	case "fp16+autoscale":
-		name = "fp16"
-	case "morph+autoscale", "morph:default":
-		name, router = "morph:default", "morph-aware"
-	}
-	p, err := morph.Parse(name)
+	p, router, err := strategyPolicy(strategy)
 	if err != nil {
 		return deploy.Fleet{}, err
 	}
@@ -275,6 +268,19 @@ func fleetFor(s Setup, strategy string, n int, target float64, floor int) (deplo
 		f.Autoscale = &deploy.Autoscale{Template: d, Metric: "outstanding", Target: target, Min: floor, Max: fleetMax}
 	}
 	return f, nil
+}
+
+// strategyPolicy is the replicas' policy of a strategy and the router in front of them.
+func strategyPolicy(strategy string) (morph.Policy, string, error) {
+	name, router := strategy, "least-outstanding"
+	switch strategy {
+	case "fp16+autoscale":
+		name = "fp16"
+	case "morph+autoscale", "morph:default":
+		name, router = "morph:default", "morph-aware"
+	}
+	p, err := morph.Parse(name)
+	return p, router, err
 }
 
 // meets reports whether a run meets the study's SLO.
@@ -299,19 +305,8 @@ func searchFleet(ctx context.Context, s Setup, strategy string, t *trace.Trace) 
 		}
 		return r, nil
 	}
-	fixedPolicy := strings.TrimSuffix(strings.Replace(strategy, "morph+autoscale", "morph:default", 1), "+autoscale")
-	fixed := func(tr *trace.Trace) (int, *results.Run, error) {
-		return smallest(func(n int) (*results.Run, error) {
-			f, err := fleetFor(s, fixedPolicy, n, 0, 0)
-			if err != nil {
-				return nil, err
-			}
-			r, err := f.Replay(ctx, tr, deploy.ReplayOptions{SLO: SLO})
-			if err == nil && tr == t {
-				tried = append(tried, FleetTry{fixedPolicy, r.Aggregates.SLOViolationRate, r.Fleet.CostPerHour})
-			}
-			return r, err
-		})
+	fixed := func(tr *trace.Trace) (int, *results.Run, error) { // fleetFor makes an autoscaled strategy's fixed fleet
+		return smallest(func(n int) (*results.Run, error) { return sim(n, 0, 0, tr) })
 	}
 	c := &FleetCell{Strategy: strategy}
 	if !strings.HasSuffix(strategy, "+autoscale") {
@@ -397,8 +392,8 @@ func (c *FleetCell) fill(s Setup) {
 		c.PeakReplicas = max(c.PeakReplicas, p.Serving+p.Provisioning+p.Draining)
 	}
 	c.Loss = 0
-	if curve, ok := PaperCurves[s.Model]; ok {
-		if l, err := curve.Loss(r.Aggregates.TokensByLayers); err == nil {
+	if p, _, err := strategyPolicy(c.Strategy); err == nil {
+		if l, err := quality(s.Model, p, r); err == nil && !math.IsNaN(l) {
 			c.Loss = l
 		}
 	}

@@ -65,7 +65,7 @@ func (r *Report) runPrefixSetup(ctx context.Context, s Setup, w Workload, step f
 	if err != nil {
 		return err
 	}
-	unbounded, err := unboundedRate(s, t)
+	unbounded, err := unboundedRate(s.Model, t, deploy.DefaultBlockSize)
 	if err != nil {
 		return err
 	}
@@ -77,7 +77,7 @@ func (r *Report) runPrefixSetup(ctx context.Context, s Setup, w Workload, step f
 		on := r.Cell(s.Name, w.Name, spec.String())
 		d := s.Deployment(spec)
 		d.KV.NoPrefixCaching = true
-		off, err := simulate(ctx, s, d, spec, t)
+		off, err := simulate(ctx, s, d, t)
 		if err != nil {
 			return fmt.Errorf("%s, %s, %s without prefix caching: %w", s.Name, w.Name, spec, err)
 		}
@@ -104,17 +104,17 @@ func (r *Report) prefixPolicies() []string {
 	return out
 }
 
-// unboundedRate is the hit rate of t's prompt tokens in a cache that never evicts, for the setup's model (its
-// context clips the prompts as a replay does).
-func unboundedRate(s Setup, t *trace.Trace) (float64, error) {
-	cfg, err := deploy.ModelConfig(s.Model)
+// unboundedRate is the hit rate of t's prompt tokens in a cache of blocks of blockSize tokens that never evicts,
+// for model (its context clips the prompts as a replay does).
+func unboundedRate(model string, t *trace.Trace, blockSize int) (float64, error) {
+	cfg, err := deploy.ModelConfig(model)
 	if err != nil {
 		return 0, err
 	}
 	if t, err = trace.Clip(t, trace.Limits{Context: cfg.SeqLen}); err != nil {
 		return 0, err
 	}
-	return UnboundedRate(t, deploy.DefaultBlockSize), nil
+	return UnboundedRate(t, blockSize), nil
 }
 
 // UnboundedRate is the share of t's prompt tokens that deploy.UnboundedCacheHits finds cached.
@@ -198,7 +198,7 @@ func WritePrefixTable(w io.Writer, runs []*PrefixRun) error {
 }
 
 // writePrefix writes the study's section of summary.md, a table per workload.
-func (r *Report) writePrefix(b io.Writer) error {
+func (r *Report) writePrefix(b io.Writer, h Headline) error {
 	if len(r.Prefix) == 0 {
 		return nil
 	}
@@ -226,7 +226,6 @@ func (r *Report) writePrefix(b io.Writer) error {
 		}
 		fmt.Fprintf(b, "\nPooled over the setups: %s\n", ComparePrefix(runs))
 	}
-	h := r.Headline()
 	fmt.Fprintf(b, "\nThe headline counts these workloads with the cache on. With it off there (the runs above), its pooled "+
 		"violation cut would be %s instead of %s.\n", pct(r.cutWithPrefixOff()), pct(h.ViolationCut))
 	return nil
@@ -246,21 +245,11 @@ func (c PrefixComparison) String() string {
 
 // cutWithPrefixOff is the headline's pooled violation cut with the study's cells run without the cache.
 func (r *Report) cutWithPrefixOff() float64 {
-	var vf, vm float64
-	for _, c := range r.Cells {
-		v := float64(c.Run.Aggregates.SLOViolations)
+	cut, _ := r.pooledCut(func(c *Cell) int {
 		if off := prefixRun(r.Prefix, c.Setup.Name, c.Workload, c.Policy, false); off != nil {
-			v = float64(off.Run.Aggregates.SLOViolations)
+			return off.Run.Aggregates.SLOViolations
 		}
-		switch c.Policy {
-		case "fp16":
-			vf += v
-		case "morph:default":
-			vm += v
-		}
-	}
-	if vf == 0 {
-		return math.NaN()
-	}
-	return 1 - vm/vf
+		return c.Run.Aggregates.SLOViolations
+	})
+	return cut
 }

@@ -41,19 +41,14 @@ func PrefixStudy(ctx context.Context, o PrefixOptions) ([]*PrefixRun, error) {
 		return nil, fmt.Errorf("suite: %d runs side by side on the cpu executor need the thread clock and one kernel thread (clock %q, %d threads)",
 			o.Parallel, d.Clock, d.Threads)
 	}
-	cfg, err := deploy.ModelConfig(d.Model)
-	if err != nil {
-		return nil, err
-	}
-	clipped, err := trace.Clip(o.Trace, trace.Limits{Context: cfg.SeqLen})
-	if err != nil {
-		return nil, err
-	}
 	block := d.KV.BlockSize
 	if block == 0 {
 		block = deploy.DefaultBlockSize
 	}
-	unbounded := UnboundedRate(clipped, block)
+	unbounded, err := unboundedRate(d.Model, o.Trace, block)
+	if err != nil {
+		return nil, err
+	}
 	var runs []*PrefixRun
 	for _, p := range prefixPolicies {
 		for _, caching := range []bool{false, true} {

@@ -193,7 +193,7 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 			}
 			var runs []*results.Run
 			for _, spec := range specs {
-				c, err := simulate(ctx, s, s.Deployment(spec), spec, t)
+				c, err := simulate(ctx, s, s.Deployment(spec), t)
 				if err != nil {
 					return nil, fmt.Errorf("%s, %s, %s: %w", s.Name, w.Name, spec, err)
 				}
@@ -250,7 +250,7 @@ func (s Setup) Deployment(p morph.Policy) deploy.Deployment {
 }
 
 // simulate runs one policy on one setup, deployed as d.
-func simulate(ctx context.Context, s Setup, d deploy.Deployment, spec morph.Policy, t *trace.Trace) (*Cell, error) {
+func simulate(ctx context.Context, s Setup, d deploy.Deployment, t *trace.Trace) (*Cell, error) {
 	in, err := d.Build()
 	if err != nil {
 		return nil, err
@@ -259,8 +259,8 @@ func simulate(ctx context.Context, s Setup, d deploy.Deployment, spec morph.Poli
 	if err != nil {
 		return nil, err
 	}
-	c := &Cell{Setup: s, Policy: spec.String(), Run: run, events: events}
-	if c.Loss, err = quality(s.Model, spec, run); err != nil {
+	c := &Cell{Setup: s, Policy: d.Policy.String(), Run: run, events: events}
+	if c.Loss, err = quality(s.Model, d.Policy, run); err != nil {
 		return nil, err
 	}
 	return c, nil

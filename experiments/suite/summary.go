@@ -110,31 +110,20 @@ type Cut struct {
 // Headline computes the headline figures over the cells.
 func (r *Report) Headline() Headline {
 	h := Headline{P95Ratio: map[string]float64{}, LossRatio: map[string]float64{}, Cuts: map[string]Cut{}}
-	var vf, vm float64
-	for _, c := range r.Cells {
-		switch c.Policy {
-		case "fp16":
-			vf += float64(c.Run.Aggregates.SLOViolations)
-		case "morph:default":
-			vm += float64(c.Run.Aggregates.SLOViolations)
-		}
-	}
-	h.ViolationCut, h.CutElsewhere = math.NaN(), math.NaN()
-	if vf > 0 {
-		h.ViolationCut = 1 - vm/vf
-	}
-	h.FP16Violations = int(vf)
+	violations := func(c *Cell) int { return c.Run.Aggregates.SLOViolations }
+	h.ViolationCut, h.FP16Violations = r.pooledCut(violations)
+	h.CutElsewhere = math.NaN()
 	var ef, em float64
 	for _, c := range r.Cells {
 		if c.Policy != "fp16" {
 			continue
 		}
 		f := c.Run.Aggregates.SLOViolations
-		s, m := r.Cell(c.Setup.Name, c.Workload, "static:int4"), r.Cell(c.Setup.Name, c.Workload, "morph:default")
+		m := r.Cell(c.Setup.Name, c.Workload, "morph:default")
 		if m == nil {
 			continue
 		}
-		if f > 0 && s != nil && s.Run.Aggregates.SLOViolations >= f {
+		if r.computeBound(c.Setup.Name, c.Workload) {
 			h.Bound = append(h.Bound, c.Setup.Name+"/"+c.Workload)
 			h.BoundViolations += f
 			continue
@@ -154,28 +143,39 @@ func (r *Report) Headline() Headline {
 		if !strings.HasPrefix(mode, "morph:") {
 			continue
 		}
-		var logs, losses []float64
+		var logs []float64
 		for _, c := range r.Cells {
 			if c.Policy != mode {
 				continue
 			}
-			f, s := r.Cell(c.Setup.Name, c.Workload, "fp16"), r.Cell(c.Setup.Name, c.Workload, "static:int4")
-			if f != nil && c.Run.Aggregates.TTFT.P95 > 0 {
+			if f := r.Cell(c.Setup.Name, c.Workload, "fp16"); f != nil && c.Run.Aggregates.TTFT.P95 > 0 {
 				logs = append(logs, math.Log(f.Run.Aggregates.TTFT.P95/c.Run.Aggregates.TTFT.P95))
 			}
-			if s != nil && s.Loss > 0 {
-				losses = append(losses, c.Loss/s.Loss)
-			}
 		}
-		h.P95Ratio[mode], h.LossRatio[mode] = math.NaN(), math.NaN()
+		h.P95Ratio[mode], h.LossRatio[mode] = math.NaN(), r.lossRatio(mode)
 		if len(logs) > 0 {
 			h.P95Ratio[mode] = math.Exp(stat.Mean(logs, nil))
 		}
-		if len(losses) > 0 {
-			h.LossRatio[mode] = stat.Mean(losses, nil)
-		}
 	}
 	return h
+}
+
+// pooledCut is morph:default's violation cut against fp16 pooled over the cells (NaN where fp16 has none), each
+// cell's violations counted by violations, and fp16's count.
+func (r *Report) pooledCut(violations func(*Cell) int) (float64, int) {
+	var vf, vm int
+	for _, c := range r.Cells {
+		switch c.Policy {
+		case "fp16":
+			vf += violations(c)
+		case "morph:default":
+			vm += violations(c)
+		}
+	}
+	if vf == 0 {
+		return math.NaN(), 0
+	}
+	return 1 - float64(vm)/float64(vf), vf
 }
 
 // computeBound reports whether fp16 misses the SLO in a setup and workload and static:int4 misses it as often or
@@ -339,7 +339,7 @@ func (r *Report) WriteSummary(w io.Writer) error {
 	if err := r.writeQualitySources(b); err != nil {
 		return err
 	}
-	if err := r.writePrefix(b); err != nil {
+	if err := r.writePrefix(b, h); err != nil {
 		return err
 	}
 	fmt.Fprintf(b, "\n## Rate sweep (the paper's Fig. 6): %s, %s\n\n", sweepSetup(r.Options.Setups).Name, r.Workloads[0].Name)

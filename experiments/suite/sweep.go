@@ -57,7 +57,7 @@ func runSweep(ctx context.Context, opt Options, w Workload, factors []float64, s
 			if err != nil {
 				return nil, err
 			}
-			c, err := simulate(ctx, s, s.Deployment(spec), spec, t)
+			c, err := simulate(ctx, s, s.Deployment(spec), t)
 			if err != nil {
 				return nil, fmt.Errorf("sweep %s at %gx: %w", p, f, err)
 			}

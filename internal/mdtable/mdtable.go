@@ -1,6 +1,6 @@
 // Package mdtable prints tables as Markdown pipe tables with tablewriter: they read as aligned columns on a
-// terminal and paste into a Markdown file as they are. Every table the command line and the reports print goes
-// through Write.
+// terminal and paste into a Markdown file as they are. The reports' tables go through Write; morphlab's
+// row-at-a-time tables (newTable) and its trace stats, costmodel and calibrate tables build their own.
 package mdtable
 
 import (

@@ -42,15 +42,22 @@ func runFidelity(e *env, args []string) error {
 	fs.IntVar(&d.KV.Blocks, "kv-blocks", d.KV.Blocks, "KV pool: `N` blocks beside the full-precision weights and the workspace")
 	fs.IntVar(&d.KV.BlockSize, "block-size", d.KV.BlockSize, "KV block size in `tokens`")
 	fs.IntVar(&d.Scheduler.MaxBatchedTokens, "max-num-batched-tokens", d.Scheduler.MaxBatchedTokens, "`tokens` one iteration feeds at most")
-	rates := fs.String("rates", "0.6,1.5,2.5", "comma-separated Poisson `rates` (requests per second) compared")
-	policies := fs.String("policies", "fp16,morph:default", "comma-separated `policies` compared at each rate")
+	var defRates, defRuns []string
+	for _, r := range o.Rates {
+		defRates = append(defRates, strconv.FormatFloat(r, 'g', -1, 64))
+	}
+	for _, l := range o.CalibrationRuns {
+		defRuns = append(defRuns, l.Policy+"@"+strconv.FormatFloat(l.Rate, 'g', -1, 64))
+	}
+	rates := fs.String("rates", strings.Join(defRates, ","), "comma-separated Poisson `rates` (requests per second) compared")
+	policies := fs.String("policies", strings.Join(o.Policies, ","), "comma-separated `policies` compared at each rate")
 	fs.DurationVar(&o.Duration, "duration", o.Duration, "each trace's length")
-	prompt := fs.String("prompt", "lognormal:120:0.6", "prompt length `distribution` (as 'morphlab trace gen')")
-	output := fs.String("output", "lognormal:48:0.6", "output length `distribution`")
+	prompt := fs.String("prompt", o.Lengths.Prompt.String(), "prompt length `distribution` (as 'morphlab trace gen')")
+	output := fs.String("output", o.Lengths.Output.String(), "output length `distribution`")
 	fs.IntVar(&o.MaxOutput, "max-output", o.MaxOutput, "outputs clipped to `tokens`")
 	fs.IntVar(&o.Context, "clip", o.Context, "prompt and output clipped to `tokens` in all")
 	fs.StringVar(&o.Calibrate, "calibrate", o.Calibrate, "how to calibrate: steps (of --calibration-runs) or grid")
-	calRuns := fs.String("calibration-runs", "fp16@1,static:int4@1,morph:default@2.5", "comma-separated `policy@rate` runs whose steps the calibration is fitted to")
+	calRuns := fs.String("calibration-runs", strings.Join(defRuns, ","), "comma-separated `policy@rate` runs whose steps the calibration is fitted to")
 	fs.IntVar(&o.Reps, "reps", o.Reps, "rounds over the grid (--calibrate grid)")
 	calibration := fs.String("calibration", "", "use this calibration `file` instead of calibrating")
 	fs.BoolVar(&o.Ballast, "ballast", o.Ballast, "keep the load on until the last run ends")

@@ -22,7 +22,7 @@ most 1% and the P95 TTFT at most 2 s: fixed fleets of fp16, static:int4 and morp
 that meet the SLO) and autoscaled fleets of fp16 and morph:default replicas (the cheapest autoscaler target), all
 simulated (experiments/suite.FleetStudy). It writes fleet.md (the cost of each strategy relative to fp16 with
 autoscaling, and a table per setup), fleet.json, each chosen fleet's results and plots, and cost-vs-slo.png under
---out, and prints fleet.md. About half an hour on two cores; --hours replays less of each trace.`
+--out, and prints fleet.md. About 15 minutes on two cores; --hours replays less of each trace.`
 
 func runFleetStudy(e *env, args []string) error {
 	fs := e.flags("[--out DIR] [--hours H]", fleetStudyHelp)

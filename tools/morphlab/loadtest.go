@@ -16,7 +16,6 @@ import (
 
 	"github.com/morphlab/morphlab/experiments/loadtest"
 	"github.com/morphlab/morphlab/experiments/trace"
-	"github.com/morphlab/morphlab/internal/mdtable"
 	"github.com/morphlab/morphlab/internal/numfmt"
 	"github.com/morphlab/morphlab/internal/openai"
 )
@@ -365,7 +364,7 @@ func runCompare(e *env, spec, kneeFlag, plotBase string, asJSON bool) error {
 	if asJSON {
 		return writeJSON(e.stdout, out)
 	}
-	return printTables(e, loadtest.CompareTable(curves, target))
+	return loadtest.WriteTables(e.stdout, loadtest.CompareTable(curves, target))
 }
 
 // traceOnlyFlags are trace.Flags' flags other than --seed: they choose how a trace is read and transformed.
@@ -409,7 +408,7 @@ func printLoadtest(e *env, r loadtestReport, sweep bool) error {
 	if !sweep {
 		tables = loadtest.MetricsTables(r.Runs[0].Metrics)
 	}
-	if err := printTables(e, tables...); err != nil {
+	if err := loadtest.WriteTables(e.stdout, tables...); err != nil {
 		return err
 	}
 	if r.KneeTarget != nil {
@@ -423,20 +422,7 @@ func printLoadtest(e *env, r loadtestReport, sweep bool) error {
 	}
 	if r.Capacity != nil {
 		fmt.Fprintln(e.stdout)
-		return printTables(e, loadtest.CapacityTable(*r.Capacity))
-	}
-	return nil
-}
-
-// printTables prints tables with writeTable, a blank line between them.
-func printTables(e *env, tables ...loadtest.Table) error {
-	for i, t := range tables {
-		if i > 0 {
-			fmt.Fprintln(e.stdout)
-		}
-		if err := mdtable.Write(e.stdout, t.Header, t.Rows); err != nil {
-			return err
-		}
+		return loadtest.WriteTables(e.stdout, loadtest.CapacityTable(*r.Capacity))
 	}
 	return nil
 }

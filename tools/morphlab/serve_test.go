@@ -241,7 +241,7 @@ func TestEngineBudget(t *testing.T) {
 // sending a request to having its answer, the server's CPU time a request (which other jobs on the machine do
 // not inflate as they do the times), and the server's peak resident set (VmHWM, over the whole run, its start
 // included) with what it is over --memory; the server refuses such prompts from their length, so the peak stays
-// within --memory plus 64 MiB and each answer comes within 100 ms.
+// within --memory plus 64 MiB and, on an idle machine, each answer comes within 100 ms (BENCHMARKS.md).
 func BenchmarkServeLongPrompts(b *testing.B) {
 	if _, err := os.Stat("/proc/self/status"); err != nil {
 		b.Skip("skipping: no /proc/PID/status to read the peak resident set from")
