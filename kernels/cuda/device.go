@@ -16,7 +16,7 @@ import (
 var ptxFS embed.FS
 
 // modules are the .cu files whose PTX is embedded, as ptx/NAME.sm_XX.ptx.
-var modules = []string{"norm", "gemm", "attention"}
+var modules = []string{"norm", "gemm", "attention", "serve"}
 
 // Device is one GPU. A single goroutine, locked to its OS thread, owns the CUDA context and runs every CUDA call
 // (the context is current on that thread only); the methods send it closures and wait for them.

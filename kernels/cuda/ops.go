@@ -188,3 +188,49 @@ func (d *Device) FlashPrefillOn(t DType, out, q, k, v Buffer, nq, kvLen, nHeads,
 	return d.launch(fmt.Sprintf("flash_prefill_%v_hd%d", t, headDim), dim3{ceil(nq, 64), nHeads, 1},
 		dim3{128, 1, 1}, out, q, k, v, nq, kvLen, nHeads, nKVHeads, scale)
 }
+
+// GatherRowsOn: out[r] = table[idx[r]] for rows rows of dim elements (token embeddings, each sequence's last
+// row), idx int32.
+func (d *Device) GatherRowsOn(t DType, out, table, idx Buffer, rows, dim int) error {
+	if err := checkRows("GatherRows", t, ptr{"out", addr(out)}, ptr{"table", addr(table)}); err != nil {
+		return err
+	}
+	if err := checkAlign("GatherRows", 4, ptr{"idx", addr(idx)}); err != nil {
+		return err
+	}
+	return d.launch("gather_rows_"+t.String(), dim3{rows, 1, 1}, dim3{rowThreads, 1, 1}, out, table, idx, dim)
+}
+
+// CastOn narrows n float32 values of in to t into out (rounding to nearest even): a GEMM's float32 output to the
+// storage type of the next kernel. With t F32 it is a copy.
+func (d *Device) CastOn(t DType, out, in Buffer, n int) error {
+	if err := checkRows("Cast", t, ptr{"out", addr(out)}); err != nil {
+		return err
+	}
+	if err := checkAlign("Cast", 4, ptr{"in", addr(in)}); err != nil {
+		return err
+	}
+	return d.launch("cast_"+t.String(), dim3{min(ceil(n, rowThreads), d.SMs*32), 1, 1}, dim3{rowThreads, 1, 1},
+		out, in, n)
+}
+
+// QuantizeRowsOn quantizes rows rows of x [rows, k] of type t to int8 codes q and float32 scales s, a row each,
+// as kernels/cpu's QuantizeRowsInt8: the activations of GEMMW8A8On.
+func (d *Device) QuantizeRowsOn(t DType, q, s, x Buffer, rows, k int) error {
+	if err := checkRows("QuantizeRows", t, ptr{"x", addr(x)}); err != nil {
+		return err
+	}
+	if err := checkAlign("QuantizeRows", 4, ptr{"s", addr(s)}); err != nil {
+		return err
+	}
+	return d.launch("quantize_rows_"+t.String(), dim3{rows, 1, 1}, dim3{rowThreads, 1, 1}, q, s, x, k)
+}
+
+// ArgmaxOn writes the index of the largest value of each row of logits [rows, vocab] (float32) into out (int32),
+// the first on ties, as sample.Argmax.
+func (d *Device) ArgmaxOn(out, logits Buffer, rows, vocab int) error {
+	if err := checkAlign("Argmax", 4, ptr{"out", addr(out)}, ptr{"logits", addr(logits)}); err != nil {
+		return err
+	}
+	return d.launch("argmax_f32", dim3{rows, 1, 1}, dim3{rowThreads, 1, 1}, out, logits, vocab)
+}

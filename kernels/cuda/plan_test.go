@@ -482,7 +482,7 @@ func TestKernelNames(t *testing.T) {
 	for _, arch := range []string{"sm_80", "sm_90"} {
 		entries[arch] = map[string]bool{}
 		files, err := filepath.Glob("ptx/*." + arch + ".ptx")
-		if err != nil || len(files) != 3 {
+		if err != nil || len(files) != 4 {
 			t.Fatalf("ptx/*.%s.ptx: %v %v", arch, files, err)
 		}
 		for _, f := range files {
@@ -495,11 +495,11 @@ func TestKernelNames(t *testing.T) {
 			}
 		}
 	}
-	launched := map[string]bool{"splitk_reduce_f32": true, "splitk_reduce_s32": true}
+	launched := map[string]bool{"splitk_reduce_f32": true, "splitk_reduce_s32": true, "argmax_f32": true}
 	dtypes := []DType{F32, F16, BF16}
 	for _, dt := range dtypes {
 		for _, op := range []string{"rmsnorm", "add_rmsnorm", "rope", "swiglu", "softmax", "kv_append",
-			"paged_attention", "attn_merge"} {
+			"paged_attention", "attn_merge", "gather_rows", "cast", "quantize_rows"} {
 			launched[op+"_"+dt.String()] = true
 		}
 		for _, hd := range []int{64, 128} {
