@@ -186,7 +186,7 @@ func (e *CPU) DetachKV(blocks int) error {
 func (e *CPU) applyPending(now time.Duration) ([]quant.Format, int, []int, time.Duration) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	swapped, formats, transfer := e.swaps.due(now)
+	swapped, formats, transfer := e.swaps.due(now, nil)
 	for i, l := range swapped {
 		if err := e.m.SetPrecision(l, formats[i]); err != nil {
 			panic(err) // SetLayerPrecision checked the variant exists

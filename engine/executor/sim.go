@@ -210,7 +210,7 @@ func (e *Sim) DetachKV(blocks int) error {
 // applySwaps makes the swaps due at a step starting at now active (all of them when swaps block or are free),
 // and returns the layers swapped, their transfer time and the part of it that blocks this step.
 func (e *Sim) applySwaps(now time.Duration) (swapped []int, transfer, blocking time.Duration) {
-	swapped, to, transfer := e.swaps.due(now)
+	swapped, to, transfer := e.swaps.due(now, nil)
 	if len(swapped) == 0 {
 		return nil, 0, 0
 	}

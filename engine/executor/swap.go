@@ -64,10 +64,11 @@ func (q *swapQueue) ask(layer int, f quant.Format, bytes int64, memory func() Me
 }
 
 // due removes the swaps that apply at a step starting at now (an overlapped one once its transfer has finished)
-// and returns their layers in order with their transfer time in all.
-func (q *swapQueue) due(now time.Duration) (layers []int, formats []quant.Format, transfer time.Duration) {
+// and returns their layers in order with their transfer time in all. ready, when not nil, holds back the layers
+// for which it is false (a device copy not done).
+func (q *swapQueue) due(now time.Duration, ready func(layer int) bool) (layers []int, formats []quant.Format, transfer time.Duration) {
 	for l, p := range q.pending {
-		if p.ready <= now {
+		if p.ready <= now && (ready == nil || ready(l)) {
 			layers = append(layers, l)
 		}
 	}

@@ -48,9 +48,9 @@ stub_dir() {
 	return 1
 }
 
-# sources lists, relative to the module root, the files that go into the test binary.
+# sources lists, relative to the module root, the files that go into the test binaries.
 sources() {
-	(cd "$root" && find go.mod go.sum kernels -type f \( -name '*.go' -o -name '*.cu' -o -name '*.cuh' -o -name '*.ptx' \) | sort)
+	(cd "$root" && find go.mod go.sum kernels engine quant internal -type f \( -name '*.go' -o -name '*.cu' -o -name '*.cuh' -o -name '*.ptx' \) | sort)
 }
 
 bundle() { # bundle DIR
@@ -59,9 +59,10 @@ bundle() { # bundle DIR
 	mkdir -p "$dir"
 	rm -rf "$dir/sanitizer"
 	(cd "$root" && CGO_ENABLED=1 CGO_LDFLAGS="-L$stubs" LIBRARY_PATH="$stubs" \
-		go test -tags cuda -c -o "$dir/cuda.test" ./kernels/cuda/)
+		go test -tags cuda -c -o "$dir/cuda.test" ./kernels/cuda/ &&
+		go test -tags cuda -c -o "$dir/executor.test" ./engine/executor/)
 	(cd "$root" && sources | xargs sha256sum) >"$dir/SOURCES.sha256"
-	nm -D --undefined-only "$dir/cuda.test" | awk '{sub(/@.*/, "", $2)} $2 ~ /^cu/ {print $2}' | sort -u >"$dir/cuda-symbols.txt"
+	nm -D --undefined-only "$dir/cuda.test" "$dir/executor.test" | awk '{sub(/@.*/, "", $2)} $2 ~ /^cu/ {print $2}' | sort -u >"$dir/cuda-symbols.txt"
 	san=$(command -v compute-sanitizer || true)
 	if [ -n "$san" ]; then
 		mkdir -p "$dir/sanitizer"

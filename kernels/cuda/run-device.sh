@@ -3,6 +3,7 @@
 # NVIDIA GPU (sm_80 or newer), no network and no Go toolchain. It runs from a copy of the repository that carries
 # the device bundle, build/device/ (ignored by git; `make device-bundle` builds it on any machine with Go and the
 # CUDA toolkit's stub libcuda): cuda.test, the cuda-tagged test binary of kernels/cuda with the PTX embedded,
+# executor.test, that of engine/executor (the CUDA executor),
 # BUILD-INFO (how and from what it was built) and, when the build machine had one, a compute-sanitizer.
 #
 # Steps, each under a time limit; the limits add up to at most 540 s (checked before anything runs):
@@ -12,6 +13,8 @@
 #   nvidia-smi  the GPU, driver and clocks                                  -> nvidia-smi.txt
 #   test        every test of kernels/cuda: the shared conformance suite in f32, f16 and bf16, the golden
 #               files, quantized GEMMs, split-K and split-KV                -> test.txt
+#   executor    the CUDA executor (engine/executor): the exectest suite and its logits against the CPU
+#               executor's, each layer format in turn                      -> executor.txt
 #   bench       every benchmark (CUDA events, L2 flushed before each run)   -> bench.txt, bench.json
 #   ceilings    a device-to-device copy and bf16/f16 matmuls through PyTorch -> ceilings.txt, ceilings.json
 #   sanitizer   compute-sanitizer memcheck on a short subset of the tests   -> sanitizer.txt
@@ -41,8 +44,8 @@ exec > >(tee "$out/run.log") 2>&1
 : >"$out/status.txt"
 
 # Step time limits in seconds, in the order the steps run.
-declare -A limit=([preflight]=15 [nvidia-smi]=15 [test]=170 [bench]=200 [ceilings]=75 [sanitizer]=50 [figures]=15)
-order=(preflight nvidia-smi test bench ceilings sanitizer figures)
+declare -A limit=([preflight]=15 [nvidia-smi]=15 [test]=150 [executor]=60 [bench]=160 [ceilings]=75 [sanitizer]=50 [figures]=15)
+order=(preflight nvidia-smi test executor bench ceilings sanitizer figures)
 budget=540
 total=0
 for s in "${order[@]}"; do total=$((total + limit[$s])); done
@@ -77,8 +80,8 @@ sanitize_run='TestReduced/bf16/(GEMMTensorCores|PagedAttention|KVAppend|RMSNorm)
 
 preflight() {
 	local ok=0
-	if [ ! -x "$bin" ]; then
-		echo "preflight: no $bin: build the bundle with make device-bundle and carry build/device"
+	if [ ! -x "$bin" ] || [ ! -x "$bundle/executor.test" ]; then
+		echo "preflight: no $bin or $bundle/executor.test: build the bundle with make device-bundle and carry build/device"
 		return 1
 	fi
 	cat "$bundle/BUILD-INFO"
@@ -176,6 +179,7 @@ if grep -q '^Error in initialization' "$out/test.txt"; then
 	echo "== no usable GPU: cuInit failed ($reason); the device steps stop here"
 	if [ "$dry" = 1 ]; then
 		echo "== dry run: would run, with these limits:"
+		echo "  executor (${limit[executor]} s): $bundle/executor.test -test.run CUDA -test.v"
 		echo "  bench (${limit[bench]} s): $bin -test.run '^\$' -test.bench . -test.benchtime 20x -figures $out/bench.json"
 		echo "  ceilings (${limit[ceilings]} s): python3 $here/ceilings.py $out/ceilings.json"
 		echo "  sanitizer (${limit[sanitizer]} s): compute-sanitizer --tool memcheck $bin -test.short -test.run '$sanitize_run'"
@@ -191,6 +195,10 @@ if [ "$dry" = 1 ]; then
 	exit 1
 fi
 grep -E '^(--- FAIL|FAIL|ok|PASS)' "$out/test.txt" | head -40
+
+step executor bash -c "cd '$root/engine/executor' && '$bundle/executor.test' -test.run CUDA -test.v -test.count=1 \
+	-test.timeout $((limit[executor] - 5))s" >"$out/executor.txt" 2>&1
+grep -E '^(--- FAIL|FAIL|ok|PASS|    cuda)' "$out/executor.txt" | head -20
 
 step bench run_bin "$bin" -test.run '^$' -test.bench . -test.benchtime 20x -figures "$out/bench.json" \
 	>"$out/bench.txt" 2>&1
