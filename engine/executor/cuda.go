@@ -3,6 +3,7 @@
 package executor
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -333,39 +334,43 @@ func (e *CUDA) SetLayerPrecision(layer int, f quant.Format) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.d.Do(func() error {
-		// A copy in flight for the layer is finished and dropped first: it may write where the new one's room ends.
-		if err := e.dropCopy(layer); err != nil {
-			return err
-		}
 		old, had := e.swaps.pending[layer]
 		link := e.swaps.link
 		if err := e.swaps.ask(layer, f, v.layout.Bytes, e.memoryLocked); err != nil {
 			return err
 		}
+		// A copy in flight for the layer is finished and dropped first: it may write where the new one's room ends.
+		if err := e.dropCopy(layer); err != nil {
+			return err
+		}
 		moves, err := e.ar.ask(layer, v.layout.Bytes)
 		if err != nil {
-			if had {
-				e.swaps.pending[layer] = old
-			} else {
-				delete(e.swaps.pending, layer)
-			}
 			e.swaps.link = link
-			return err
+			delete(e.swaps.pending, layer)
+			if had { // the arena kept its room; its copy was dropped and starts again
+				e.swaps.pending[layer] = old
+				e.queueCopy(layer, old.format)
+			}
+			return errors.Join(err, e.startCopies())
 		}
 		for _, mv := range moves {
 			if err := cu.MemcpyDtoDAsync(e.at(mv.to), e.at(mv.from), e.ar.blockBytes, cu.Stream{}); err != nil {
 				return err
 			}
 		}
-		c := &swapCopy{format: f, slot: -1, direct: max(0, v.layout.Bytes-e.imageBytes(layer, e.formats[layer])),
-			noop: f == e.formats[layer]}
-		e.copies[layer] = c
-		if c.noop {
-			return nil
-		}
-		e.queue = append(e.queue, layer)
+		e.queueCopy(layer, f)
 		return e.startCopies()
 	})
+}
+
+// queueCopy queues the copy of layer's variant f (none when the layer runs f already).
+func (e *CUDA) queueCopy(layer int, f quant.Format) {
+	size := e.imageBytes(layer, f)
+	c := &swapCopy{format: f, slot: -1, direct: max(0, size-e.imageBytes(layer, e.formats[layer])), noop: f == e.formats[layer]}
+	e.copies[layer] = c
+	if !c.noop {
+		e.queue = append(e.queue, layer)
+	}
 }
 
 // dropCopy finishes and forgets the copy of layer's earlier ask, if any. It runs inside Do.
