@@ -124,6 +124,9 @@ func NewCUDA(d *kcuda.Device, m *model.Model, opt CUDAOptions) (*CUDA, error) {
 	if opt.StagingSlots == 0 {
 		opt.StagingSlots = 4
 	}
+	if opt.Overlap && opt.Swap != (SwapCost{}) {
+		return nil, fmt.Errorf("executor: overlapped swaps timed by the device and an emulated host link %+v: give one", opt.Swap)
+	}
 	full := m.Layers[0].Active
 	t, err := storageType(full)
 	if err != nil {
@@ -131,34 +134,43 @@ func NewCUDA(d *kcuda.Device, m *model.Model, opt CUDAOptions) (*CUDA, error) {
 	}
 	e := &CUDA{d: d, cfg: cfg, t: t, opt: opt, full: full, swaps: newSwapQueue(opt.Swap), copies: map[int]*swapCopy{},
 		scale: float32(1 / math.Sqrt(float64(cfg.HeadDim())))}
-	if opt.Overlap {
-		e.swaps = newSwapQueue(SwapCost{})
-	}
-	images := make([]map[quant.Format][]byte, len(m.Layers))
+	// Each variant's image goes to pinned memory as soon as it is packed, so that a large model's images never
+	// pile up in Go's heap.
 	var stage int64
 	fullBytes, startBytes := make([]int64, len(m.Layers)), make([]int64, len(m.Layers))
-	for l, layer := range m.Layers {
-		if layer.Active != full {
-			return nil, fmt.Errorf("executor: layer %d runs %v, layer 0 %v: the CUDA executor's layers start in one format", l, layer.Active, full)
-		}
-		e.vars = append(e.vars, map[quant.Format]cudaVariant{})
-		images[l] = map[quant.Format][]byte{}
-		for f, w := range layer.Variants {
-			lay, img, err := packLayer(w, t)
-			if err != nil {
-				return nil, fmt.Errorf("executor: layer %d in %v: %w", l, f, err)
+	err = d.Do(func() error {
+		for l, layer := range m.Layers {
+			if layer.Active != full {
+				return fmt.Errorf("executor: layer %d runs %v, layer 0 %v: the CUDA executor's layers start in one format", l, layer.Active, full)
 			}
-			e.vars[l][f] = cudaVariant{layout: lay}
-			images[l][f] = img
-			if f != full {
-				stage = max(stage, lay.Bytes)
+			e.vars = append(e.vars, map[quant.Format]cudaVariant{})
+			for f, w := range layer.Variants {
+				lay, img, err := packLayer(w, t)
+				if err != nil {
+					return fmt.Errorf("executor: layer %d in %v: %w", l, f, err)
+				}
+				host, err := kcuda.AllocPinned(lay.Bytes)
+				if err != nil {
+					return err
+				}
+				copy(host.Slice(), img)
+				e.vars[l][f] = cudaVariant{layout: lay, host: host}
+				if f != full {
+					stage = max(stage, lay.Bytes)
+				}
 			}
+			e.formats = append(e.formats, full)
+			fullBytes[l] = e.vars[l][full].layout.Bytes
 		}
-		e.formats = append(e.formats, full)
-		fullBytes[l] = e.vars[l][full].layout.Bytes
+		return nil
+	})
+	if err != nil {
+		e.Close()
+		return nil, err
 	}
 	for l, f := range opt.Start {
 		if _, ok := e.vars[l][f]; !ok {
+			e.Close()
 			return nil, fmt.Errorf("executor: layer %d starts in %v, which is not prepared", l, f)
 		}
 	}
@@ -179,6 +191,7 @@ func NewCUDA(d *kcuda.Device, m *model.Model, opt CUDAOptions) (*CUDA, error) {
 		weights += b
 	}
 	if e.budget, e.fullBlocks, err = opt.Pool.Budget(outer.Bytes+weights+e.ws.Bytes, 2*int64(cfg.NLayers)*sub); err != nil {
+		e.Close()
 		return nil, err
 	}
 	for l := range startBytes {
@@ -188,13 +201,15 @@ func NewCUDA(d *kcuda.Device, m *model.Model, opt CUDAOptions) (*CUDA, error) {
 		startBytes[l] = e.vars[l][e.formats[l]].layout.Bytes
 	}
 	if e.ar, err = newArena(e.budget, outer.Bytes, e.ws.Bytes, fullBytes, startBytes, sub); err != nil {
+		e.Close()
 		return nil, err
 	}
 	blocks, err := attached(e.memoryLocked(), opt.Attach)
-	if err != nil {
-		return nil, err
+	if err == nil {
+		err = e.ar.attach(blocks)
 	}
-	if err := e.ar.attach(blocks); err != nil {
+	if err != nil {
+		e.Close()
 		return nil, err
 	}
 	err = d.Do(func() error {
@@ -205,17 +220,9 @@ func NewCUDA(d *kcuda.Device, m *model.Model, opt CUDAOptions) (*CUDA, error) {
 		if err := cu.MemcpyHtoD(e.base.Ptr, unsafe.Pointer(&outerImg[0]), int64(len(outerImg))); err != nil {
 			return err
 		}
-		for l := range images {
-			for f, img := range images[l] {
-				v := e.vars[l][f]
-				if v.host, err = kcuda.AllocPinned(int64(len(img))); err != nil {
-					return err
-				}
-				copy(v.host.Slice(), img)
-				e.vars[l][f] = v
-			}
-			img := images[l][e.formats[l]]
-			if err := cu.MemcpyHtoD(e.at(e.ar.variantAt(l, int64(len(img)))), unsafe.Pointer(&img[0]), int64(len(img))); err != nil {
+		for l, vs := range e.vars {
+			v := vs[e.formats[l]]
+			if err := cu.MemcpyHtoD(e.at(e.ar.variantAt(l, v.layout.Bytes)), v.host.Ptr, v.layout.Bytes); err != nil {
 				return err
 			}
 		}
@@ -242,8 +249,17 @@ func (e *CUDA) Close() {
 				}
 			}
 		}
+		for _, c := range e.copies {
+			e.freeCopy(c)
+		}
 		if e.base.Ptr != 0 {
 			e.base.Free()
+		}
+		if e.side != (cu.Stream{}) {
+			_ = e.side.Destroy()
+		}
+		if e.fence != (cu.Event{}) {
+			_ = cu.DestroyEvent(&e.fence)
 		}
 		return nil
 	})
@@ -680,8 +696,8 @@ func (e *CUDA) forward(b *Batch, formats []quant.Format) error {
 		return err
 	}
 	var plan kcuda.PagedPlan
-	if paged > 0 {
-		plan = e.d.PlanPaged(int(e.qstart[paged]), cfg.NHeads, cfg.NKVHeads, hd, cfg.SeqLen)
+	if paged > 0 { // the workspace holds the partials of any batch: splits grow with the longest sequence
+		plan = e.d.PlanPaged(int(e.qstart[paged]), cfg.NHeads, cfg.NKVHeads, hd, int(slices.Max(e.lens)))
 	}
 	sub := e.ar.sub
 	for l := range cfg.NLayers {

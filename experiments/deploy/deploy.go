@@ -51,16 +51,17 @@ type Deployment struct {
 	Model string
 	// Tokenizer is a llama2.c tokenizer.bin file, for a checkpoint without its vocabulary (serving text).
 	Tokenizer string
-	// WeightsSeed draws the random weights of a named model on the cpu executor.
+	// WeightsSeed draws the random weights of a named model on the cpu and cuda executors.
 	WeightsSeed uint64
 	// DType is the format of the decoder layers at full precision: f32, f16, bf16, or a quantized format the CPU
 	// kernels run (int8, int4, q8_0, q4_0); "" keeps them as stored.
 	DType string
 	// Classifier, when set, stores the classifier (output matrix) in this format (cpu executor).
 	Classifier string
-	// Executor is "cpu" or "sim".
+	// Executor is "cpu", "sim" or "cuda" (GPU 0, in a morphlab built with -tags cuda).
 	Executor string
-	// Device is the sim's device: a catalog GPU (l4, a40, a100, h100, h200) or "cpu".
+	// Device is the sim's device: a catalog GPU (l4, a40, a100, h100, h200) or "cpu"; for the cuda executor, the
+	// catalog name of the GPU it runs on, which results and fleet prices name ("" leaves it unnamed).
 	Device string
 	// Calibration is a CPU step-time calibration file (`morphlab calibrate`), for the sim on device "cpu";
 	// Calibrated is one in memory, in its place.
@@ -72,8 +73,8 @@ type Deployment struct {
 	Policy morph.Policy
 	// Profile is a `morphlab profile` file whose order is the swap order; "" is front to back.
 	Profile string
-	// BlockingSwaps makes a swap's host-to-device transfer block the step that applies it (the sim; by default
-	// transfers overlap the steps).
+	// BlockingSwaps makes a swap's host-to-device transfer block the step that applies it (the sim and cuda; by
+	// default transfers overlap the steps).
 	BlockingSwaps bool
 	// Clock is "wall", "cpu" or "thread" for the cpu executor: cpu replays in virtual time, each step lasting the
 	// process CPU time it used over the kernel threads (CPUTimed), which a loaded machine skews less than the wall
@@ -167,8 +168,10 @@ func (d Deployment) withDefaults() (Deployment, error) {
 	switch {
 	case d.Model == "":
 		return d, fmt.Errorf("deploy: no model: give a checkpoint file or a catalog name")
-	case d.Executor != "cpu" && d.Executor != "sim":
-		return d, fmt.Errorf("deploy: executor %q, want cpu or sim", d.Executor)
+	case d.Executor != "cpu" && d.Executor != "sim" && d.Executor != "cuda":
+		return d, fmt.Errorf("deploy: executor %q, want cpu, sim or cuda", d.Executor)
+	case d.Executor == "cuda" && d.Device == "cpu":
+		return d, fmt.Errorf("deploy: the cuda executor runs on a GPU, not device cpu")
 	case d.Executor == "sim" && d.Device == "":
 		return d, fmt.Errorf("deploy: the sim needs a device: a catalog GPU or cpu")
 	case d.Executor == "cpu" && d.Device != "" && d.Device != "cpu":
@@ -177,8 +180,8 @@ func (d Deployment) withDefaults() (Deployment, error) {
 		return d, fmt.Errorf("deploy: a calibration file and one in memory: give one of them")
 	case d.Executor == "sim" && d.Device == "cpu" && d.Calibration == "" && d.Calibrated == nil:
 		return d, fmt.Errorf("deploy: the sim on device cpu needs a calibration file from 'morphlab calibrate'")
-	case d.Executor == "cpu" && (d.Calibration != "" || d.Calibrated != nil):
-		return d, fmt.Errorf("deploy: a calibration is the sim's model of this CPU; the cpu executor times its own steps")
+	case d.Executor != "sim" && (d.Calibration != "" || d.Calibrated != nil):
+		return d, fmt.Errorf("deploy: a calibration is the sim's model of a device; the %s executor times its own steps", d.Executor)
 	case d.KV.Blocks < 0 || d.KV.Memory < 0 || d.KV.Utilization < 0 || d.KV.Utilization > 1 || d.KV.BlockSize < 0:
 		return d, fmt.Errorf("deploy: KV blocks %d, memory %d, utilization %g, block size %d: want none negative and utilization at most 1",
 			d.KV.Blocks, d.KV.Memory, d.KV.Utilization, d.KV.BlockSize)
@@ -199,6 +202,8 @@ func (d Deployment) withDefaults() (Deployment, error) {
 		d.Clock = "virtual"
 	case d.Clock == "":
 		d.Clock = "wall"
+	case d.Executor == "cuda" && d.Clock != "wall":
+		return d, fmt.Errorf("deploy: clock %q: the cuda executor runs on the wall clock", d.Clock)
 	case d.Clock != "wall" && d.Clock != "cpu" && d.Clock != "thread":
 		return d, fmt.Errorf("deploy: clock %q, want wall, cpu or thread", d.Clock)
 	case d.Clock == "thread" && d.Threads != 1:

@@ -125,6 +125,9 @@ func TestDefaultsAndErrors(t *testing.T) {
 		{Deployment{Model: "gpt-9"}, `model "gpt-9" is neither a file nor a model name`},
 		{Deployment{Model: "stories260K", KV: KV{Memory: 1000}}, "does not hold"},
 		{Deployment{Model: "stories260K", KV: KV{DType: "f8"}}, "KV dtype"},
+		{Deployment{Model: "stories260K", Executor: "cuda", Device: "cpu"}, "runs on a GPU"},
+		{Deployment{Model: "stories260K", Executor: "cuda", Clock: "cpu"}, "runs on the wall clock"},
+		{Deployment{Model: "stories260K", Executor: "cuda", Calibration: "cpu.json"}, "the cuda executor times its own steps"},
 	} {
 		_, err := c.d.Build()
 		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "\n") {

@@ -63,7 +63,7 @@ func (f *Flags) Register(fs *flag.FlagSet, executor string) {
 	fs.StringVar(&d.DType, "dtype", "", dtype)
 	fs.StringVar(&d.DType, "format", "", "alias of --dtype (deprecated)")
 	fs.StringVar(&d.Classifier, "classifier-format", "", "store the classifier in `format` (cpu executor; default: as stored)")
-	fs.StringVar(&d.Executor, "executor", executor, "`executor`: cpu (the real kernels) or sim (the cost model in virtual time)")
+	fs.StringVar(&d.Executor, "executor", executor, "`executor`: cpu (the real kernels), sim (the cost model in virtual time) or cuda (GPU 0; -tags cuda)")
 	fs.StringVar(&d.Device, "device", "", "the sim's `device`: l4, a40, a100, h100, h200, or cpu (with --calibration)")
 	fs.StringVar(&d.Device, "gpu", "", "alias of --device (deprecated)")
 	fs.StringVar(&d.Calibration, "calibration", "", "CPU step-time calibration `file` from 'morphlab calibrate' (the sim on device cpu)")

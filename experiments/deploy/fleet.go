@@ -190,7 +190,7 @@ func (f Fleet) Replay(ctx context.Context, t *trace.Trace, o ReplayOptions) (*re
 	meta := results.Meta{Command: "simulate", Executor: first.in.Deployment.Executor, Clock: first.in.Deployment.Clock,
 		Model: first.in.Name, Hardware: first.in.Deployment.Device, Policy: fleetPolicy(f), BlockSize: first.in.Engine.Geometry().BlockSize,
 		SLO: o.SLO, Trace: results.TraceInfo{Source: t.Source, Format: t.Format, Transforms: slices.Clone(t.Transforms), Requests: len(t.Requests)}}
-	if meta.Executor == "cpu" {
+	if meta.Executor != "sim" {
 		meta.Command = "run"
 	}
 	for _, rep := range r.replicas {

@@ -67,6 +67,11 @@ func (l *Loaded) start(logSize int) (*Instance, error) {
 			return nil, fmt.Errorf("%s on %s: %w", l.Name, d.Device, err)
 		}
 		x, clock = sx, &executor.VirtualClock{}
+	case "cuda":
+		var err error
+		if x, err = l.startCUDA(start); err != nil {
+			return nil, fmt.Errorf("%s on the GPU: %w", l.Name, err)
+		}
 	}
 	s := d.Scheduler
 	eng, err := engine.New(x, engine.Options{Scheduler: s.Kind, MaxBatchedTokens: s.MaxBatchedTokens, MaxSeqs: s.MaxNumSeqs,
@@ -140,8 +145,11 @@ func (in *Instance) Replay(ctx context.Context, t *trace.Trace, o ReplayOptions)
 	meta := results.Meta{Command: "run", Executor: d.Executor, Clock: d.Clock, Model: in.Name, Policy: d.Policy.String(),
 		Params: morph.Params(d.Policy), Memory: mem.Budget, KVBlocksFull: mem.FullBlocks, BlockSize: g.BlockSize, SLO: o.SLO,
 		Trace: results.TraceInfo{Source: t.Source, Format: t.Format, Transforms: slices.Clone(t.Transforms), Requests: len(t.Requests)}}
-	if d.Executor == "sim" {
+	switch d.Executor {
+	case "sim":
 		meta.Command, meta.Hardware = "simulate", d.Device
+	case "cuda":
+		meta.Hardware = d.Device
 	}
 	r := results.Build(meta, reqs, res, in.Controller, o.KeepTokens)
 	r.Steps = steps

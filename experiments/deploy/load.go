@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/morphlab/morphlab/engine/executor"
 	"github.com/morphlab/morphlab/engine/executor/costmodel"
@@ -51,7 +53,7 @@ func (d Deployment) Load() (*Loaded, error) {
 		return nil, err
 	}
 	l := &Loaded{Deployment: d}
-	if d.Executor == "cpu" {
+	if d.Executor != "sim" {
 		err = l.loadWeights()
 	} else {
 		err = l.loadCost()
@@ -121,7 +123,14 @@ func (l *Loaded) loadWeights() error {
 		if err != nil {
 			return err
 		}
-		ck = model.Synthesize(cfg, d.WeightsSeed)
+		// The cuda executor's 16-bit models are drawn in their type: no float32 copy of a 7B model is held.
+		typ := model.F32
+		if d.Executor == "cuda" && (d.DType == "f16" || d.DType == "bf16") {
+			typ = map[string]model.TensorType{"f16": model.F16, "bf16": model.BF16}[d.DType]
+		}
+		if ck, err = model.SynthesizeAs(cfg, d.WeightsSeed, typ); err != nil {
+			return err
+		}
 		l.Name = fmt.Sprintf("%s (synthetic, seed %d)", d.Model, d.WeightsSeed)
 	}
 	m, err := model.FromCheckpoint(ck)
@@ -133,13 +142,14 @@ func (l *Loaded) loadWeights() error {
 		if err != nil {
 			return fmt.Errorf("deploy: dtype: %v", err)
 		}
-		for i := range m.Layers {
+		err = eachLayer(len(m.Layers), func(i int) error {
 			if _, err := m.AddVariant(i, f); err != nil {
 				return err
 			}
-			if err := m.SetPrecision(i, f); err != nil {
-				return err
-			}
+			return m.SetPrecision(i, f)
+		})
+		if err != nil {
+			return err
 		}
 	}
 	if d.Classifier != "" {
@@ -163,18 +173,46 @@ func (l *Loaded) loadWeights() error {
 	for _, layer := range m.Layers {
 		l.Base = append(l.Base, layer.Active)
 	}
-	for i := range m.Layers {
+	err = eachLayer(len(m.Layers), func(i int) error {
 		for _, f := range d.Policy.Needs() {
 			if _, err := m.AddVariant(i, f); err != nil {
 				return err
 			}
 		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	if l.KVType, err = kvType(d.KV.DType, l.Base[0]); err != nil {
 		return err
 	}
 	m.SequenceKV = l.KVType
 	l.Weights, l.Config = m, m.Config
+	return nil
+}
+
+// eachLayer runs f for layers 0..n-1, GOMAXPROCS at a time (a layer's variants are its own), and returns the
+// first error by layer.
+func eachLayer(n int, f func(layer int) error) error {
+	errs := make([]error, n)
+	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			errs[i] = f(i)
+			<-sem
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

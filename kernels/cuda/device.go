@@ -25,7 +25,8 @@ type Device struct {
 	Major    int // compute capability
 	Minor    int
 	SMs      int
-	Arch     int // the PTX loaded: 80 or 90
+	Memory   int64 // bytes of device memory
+	Arch     int   // the PTX loaded: 80 or 90
 	calls    chan func()
 	done     chan struct{}
 	mods     []cu.Module
@@ -90,6 +91,9 @@ func (d *Device) setup(ordinal int) (cu.CUContext, error) {
 		return ctx, fmt.Errorf("cuda: %s is sm_%d%d, want sm_80 or newer (mma.sync, cp.async)", d.Name, d.Major, d.Minor)
 	}
 	if d.SMs, err = dev.Attribute(cu.MultiprocessorCount); err != nil {
+		return ctx, err
+	}
+	if d.Memory, err = dev.TotalMem(); err != nil {
 		return ctx, err
 	}
 	if ctx, err = dev.MakeContext(cu.SchedAuto); err != nil { // current on this thread from here on

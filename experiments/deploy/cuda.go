@@ -1,0 +1,42 @@
+//go:build cuda
+
+package deploy
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/morphlab/morphlab/engine/executor"
+	kcuda "github.com/morphlab/morphlab/kernels/cuda"
+	"github.com/morphlab/morphlab/quant"
+)
+
+var (
+	gpuOnce sync.Once
+	gpu     *kcuda.Device
+	gpuErr  error
+)
+
+// startCUDA builds the CUDA executor of the loaded deployment on GPU 0 (opened once a process): its pool the
+// deployment's blocks or bytes or, without them, its utilization (0.9 by default) of the GPU's memory; swaps
+// overlap the steps unless BlockingSwaps.
+func (l *Loaded) startCUDA(start []quant.Format) (executor.Executor, error) {
+	gpuOnce.Do(func() { gpu, gpuErr = kcuda.Open(0) })
+	if gpuErr != nil {
+		return nil, gpuErr
+	}
+	d := l.Deployment
+	pool := l.pool()
+	if d.KV.Blocks == 0 && d.KV.Memory == 0 {
+		u := d.KV.Utilization
+		if u == 0 {
+			u = DefaultUtilization
+		}
+		pool = executor.Pool{Bytes: int64(u * float64(gpu.Memory))}
+	}
+	if want := map[quant.Format]string{quant.F32: "f32", quant.F16: "f16", quant.BF16: "bf16"}[l.Base[0]]; l.KVType.String() != want {
+		return nil, fmt.Errorf("deploy: KV cache %v: the cuda executor keeps it in the layers' type, %s", l.KVType, want)
+	}
+	return executor.NewCUDA(gpu, l.Weights, executor.CUDAOptions{Pool: pool, BlockSize: d.KV.BlockSize,
+		MaxBatchedTokens: d.Scheduler.MaxBatchedTokens, Start: start, Overlap: !d.BlockingSwaps})
+}
