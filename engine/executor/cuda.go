@@ -3,834 +3,189 @@
 package executor
 
 import (
-	"errors"
-	"fmt"
-	"math"
-	"slices"
-	"sync"
 	"time"
 	"unsafe"
 
 	"github.com/morphlab/morphlab/engine/model"
 	kcuda "github.com/morphlab/morphlab/kernels/cuda"
-	"github.com/morphlab/morphlab/quant"
 	"gorgonia.org/cu"
 )
 
-// CUDAOptions configure a CUDA executor.
-type CUDAOptions struct {
-	// Pool is the memory budget, in KV blocks beside the model at full precision or in bytes (see Pool).
-	Pool Pool
-	// BlockSize is the KV block size in tokens; MaxBatchedTokens the most tokens one step feeds.
-	BlockSize, MaxBatchedTokens int
-	// Attach is the KV blocks attached at the start; 0 attaches every block the budget holds.
-	Attach int
-	// Start, when set, is each layer's format at the start (each a prepared variant).
-	Start []quant.Format
-	// Swap with a host link emulates that link's timing on top of the real copies, as the CPU executor does. With
-	// the zero value a swap takes effect at the next step boundary, which waits for its copy.
-	Swap SwapCost
-	// Overlap lets the device's copies time the swaps (the paper's mechanism, and what serving uses): a swap
-	// takes effect at the first step boundary after its host-to-device copy, on a side stream beside the steps,
-	// has completed. It overrides Swap.
-	Overlap bool
-	// StagingSlots is how many swap copies may be in flight at once (each needs a slot of the workspace the size
-	// of the largest quantized variant); 0 means 4, the most layers morph:default swaps in one action. More swaps
-	// asked at once wait for a slot and take effect at later boundaries.
-	StagingSlots int
+// NewCUDA returns an executor over m on GPU d, whose layers' formats (f32, f16 or bf16, all the same) are its
+// full precision, with opt's budget (see CUDA). It copies what it needs: m may be dropped after. Close frees the
+// device and pinned memory.
+func NewCUDA(d *kcuda.Device, m *model.Model, opt CUDAOptions) (*CUDA, error) {
+	g := &cudaGPU{d: d}
+	if err := d.Do(func() error {
+		var err error
+		if g.side, err = cu.MakeStream(cu.NonBlocking); err != nil {
+			return err
+		}
+		g.fence, err = cu.MakeEvent(cu.DisableTiming)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	return newCUDA(g, m, opt)
 }
 
-// CUDA runs steps on an NVIDIA GPU with the kernels of kernels/cuda, in the storage type of the model's layers
-// (f32, f16 or bf16: activations, KV cache and full-precision weights), Int8 variants as W8A8 and Int4 variants as
-// W4A16.
-//
-// Memory: one device allocation, laid out by arena: the outer weights, the workspace, one region a layer sized
-// for its full-precision image with the layer's current variant at its end, and KV blocks in the pool and in the
-// freed heads of quantized layers' regions. Every variant of every layer is prepared in pinned host memory. A
-// swap copies the variant's image on a side stream while steps run: the part that lands in the region's free
-// head straight there, the part that overwrites the variant in use into a staging slot, moved into place at the
-// step boundary that applies the swap (a device-to-device copy before the step's kernels). The KV blocks in the
-// way of a larger variant are moved elsewhere when the swap is asked.
-//
-// A step: the batch's int32 inputs are uploaded (block ids remapped to the arena's), then on the default
-// stream: embedding gather; per layer RMSNorm (fused with the residual add after the first), the Q/K/V GEMMs in
-// the layer's format, RoPE, KV append, attention (FlashAttention-2 for whole prompts when the type and head
-// dimension allow, paged split-KV attention for the rest), the output GEMM, the fused add and FFN norm, the gate
-// and up GEMMs, SwiGLU and the down GEMM; then the final norm over each sequence's last row, the classifier and an
-// argmax a row on the device. A sequence with a sampler gets its logit row copied back and sampled on the host.
-type CUDA struct {
+// cudaGPU runs the executor's device calls on a kernels/cuda Device: kernels on the default stream, swap copies
+// on a non-blocking side stream that waits for the default stream's work enqueued before it.
+type cudaGPU struct {
 	d     *kcuda.Device
-	cfg   model.Config
-	t     kcuda.DType
-	opt   CUDAOptions
-	full  quant.Format
-	base  kcuda.Buffer
-	ar    *arena
-	outer devOuter
-	ws    devWorkspace
-	vars  []map[quant.Format]cudaVariant
 	side  cu.Stream
 	fence cu.Event
-	scale float32
-
-	budget     int64
-	fullBlocks int
-
-	// host scratch of a step
-	order                               []int
-	tok, pos, slots, last, qstart, lens []int32
-	tables                              []int32
-	next                                []int32
-	row                                 []float32
-	keepLogits                          bool
-	logits                              []float32
-
-	mu        sync.Mutex // guards the fields below, which SetLayerPrecision, AttachKV and Memory touch
-	formats   []quant.Format
-	swaps     swapQueue
-	copies    map[int]*swapCopy
-	queue     []int // layers whose copies wait for a staging slot, in the order asked
-	freeSlots []int
 }
 
-// cudaVariant is one layer variant: its image's layout and the image in pinned host memory.
-type cudaVariant struct {
-	layout devLayer
-	host   kcuda.Pinned
+func buf(p devPtr) kcuda.Buffer { return kcuda.Buffer{Ptr: cu.DevicePtr(p)} }
+
+func (g *cudaGPU) Do(f func() error) error { return g.d.Do(f) }
+func (g *cudaGPU) SMs() int                { return g.d.SMs }
+
+func (g *cudaGPU) Alloc(bytes int64) (devPtr, error) {
+	b, err := kcuda.Alloc(bytes)
+	return devPtr(b.Ptr), err
 }
 
-// swapCopy is the device copy of a swap asked for: direct bytes go straight into the layer's region, the rest
-// into staging slot slot (-1 while it waits for one).
-type swapCopy struct {
-	format     quant.Format
-	direct     int64
-	slot       int
-	start, end cu.Event
-	started    bool
-	noop       bool // the layer is asked for the format it runs: nothing to copy
-}
+func (g *cudaGPU) Free(p devPtr) { buf(p).Free() }
 
-// NewCUDA returns an executor over m on device d, whose layers' formats (f32, f16 or bf16, all the same) are its
-// full precision, with opt's budget. It copies what it needs: m may be dropped after. Close frees the device and
-// pinned memory.
-func NewCUDA(d *kcuda.Device, m *model.Model, opt CUDAOptions) (*CUDA, error) {
-	cfg := m.Config
-	if opt.BlockSize <= 0 || opt.MaxBatchedTokens <= 0 {
-		return nil, fmt.Errorf("executor: block size %d and max batched tokens %d, want > 0", opt.BlockSize, opt.MaxBatchedTokens)
-	}
-	if opt.Start != nil && len(opt.Start) != len(m.Layers) {
-		return nil, fmt.Errorf("executor: %d starting formats for %d layers", len(opt.Start), len(m.Layers))
-	}
-	if opt.StagingSlots == 0 {
-		opt.StagingSlots = 4
-	}
-	if opt.Overlap && opt.Swap != (SwapCost{}) {
-		return nil, fmt.Errorf("executor: overlapped swaps timed by the device and an emulated host link %+v: give one", opt.Swap)
-	}
-	full := m.Layers[0].Active
-	t, err := storageType(full)
+func (g *cudaGPU) AllocPinned(bytes int64) ([]byte, error) {
+	p, err := kcuda.AllocPinned(bytes)
 	if err != nil {
 		return nil, err
 	}
-	e := &CUDA{d: d, cfg: cfg, t: t, opt: opt, full: full, swaps: newSwapQueue(opt.Swap), copies: map[int]*swapCopy{},
-		scale: float32(1 / math.Sqrt(float64(cfg.HeadDim())))}
-	// Each variant's image goes to pinned memory as soon as it is packed, so that a large model's images never
-	// pile up in Go's heap.
-	var stage int64
-	fullBytes, startBytes := make([]int64, len(m.Layers)), make([]int64, len(m.Layers))
-	err = d.Do(func() error {
-		for l, layer := range m.Layers {
-			if layer.Active != full {
-				return fmt.Errorf("executor: layer %d runs %v, layer 0 %v: the CUDA executor's layers start in one format", l, layer.Active, full)
-			}
-			e.vars = append(e.vars, map[quant.Format]cudaVariant{})
-			for f, w := range layer.Variants {
-				lay, img, err := packLayer(w, t)
-				if err != nil {
-					return fmt.Errorf("executor: layer %d in %v: %w", l, f, err)
-				}
-				host, err := kcuda.AllocPinned(lay.Bytes)
-				if err != nil {
-					return err
-				}
-				copy(host.Slice(), img)
-				e.vars[l][f] = cudaVariant{layout: lay, host: host}
-				if f != full {
-					stage = max(stage, lay.Bytes)
-				}
-			}
-			e.formats = append(e.formats, full)
-			fullBytes[l] = e.vars[l][full].layout.Bytes
-		}
+	return p.Slice(), nil
+}
+
+func (g *cudaGPU) FreePinned(b []byte) {
+	kcuda.Pinned{Ptr: unsafe.Pointer(&b[0]), Bytes: int64(len(b))}.Free()
+}
+
+func (g *cudaGPU) Upload(dst devPtr, src []byte) error {
+	if len(src) == 0 {
 		return nil
-	})
-	if err != nil {
-		e.Close()
+	}
+	return cu.MemcpyHtoD(cu.DevicePtr(dst), unsafe.Pointer(&src[0]), int64(len(src)))
+}
+
+func (g *cudaGPU) Download(dst []byte, src devPtr) error {
+	if len(dst) == 0 {
+		return nil
+	}
+	return cu.MemcpyDtoH(unsafe.Pointer(&dst[0]), cu.DevicePtr(src), int64(len(dst)))
+}
+
+func (g *cudaGPU) Move(dst, src devPtr, n int64) error {
+	return cu.MemcpyDtoDAsync(cu.DevicePtr(dst), cu.DevicePtr(src), n, cu.Stream{})
+}
+
+// Copy records the default stream's progress, makes the side stream wait for it, and enqueues the parts there
+// between two timing events.
+func (g *cudaGPU) Copy(parts []hostPart) (copyJob, error) {
+	j := &cudaCopy{}
+	var err error
+	if j.start, err = cu.MakeEvent(cu.DefaultEvent); err != nil {
 		return nil, err
 	}
-	for l, f := range opt.Start {
-		if _, ok := e.vars[l][f]; !ok {
-			e.Close()
-			return nil, fmt.Errorf("executor: layer %d starts in %v, which is not prepared", l, f)
-		}
-	}
-	outer, outerImg := packOuter(m, t)
-	e.outer = outer
-	sub := int64(opt.BlockSize * cfg.KVDim() * t.Size())
-	maxBlocks := (cfg.SeqLen + opt.BlockSize - 1) / opt.BlockSize
-	var paged int64
-	for rows := 1; rows <= opt.MaxBatchedTokens; rows++ {
-		paged = max(paged, d.PlanPaged(rows, cfg.NHeads, cfg.NKVHeads, cfg.HeadDim(), cfg.SeqLen).WorkspaceBytes)
-	}
-	e.ws = newDevWorkspace(cfg, t, opt.MaxBatchedTokens, opt.MaxBatchedTokens*maxBlocks, paged, opt.StagingSlots, stage)
-	for i := range opt.StagingSlots {
-		e.freeSlots = append(e.freeSlots, i)
-	}
-	var weights int64
-	for _, b := range fullBytes {
-		weights += b
-	}
-	if e.budget, e.fullBlocks, err = opt.Pool.Budget(outer.Bytes+weights+e.ws.Bytes, 2*int64(cfg.NLayers)*sub); err != nil {
-		e.Close()
+	if j.end, err = cu.MakeEvent(cu.DefaultEvent); err != nil {
+		_ = cu.DestroyEvent(&j.start)
 		return nil, err
 	}
-	for l := range startBytes {
-		if opt.Start != nil {
-			e.formats[l] = opt.Start[l]
-		}
-		startBytes[l] = e.vars[l][e.formats[l]].layout.Bytes
-	}
-	if e.ar, err = newArena(e.budget, outer.Bytes, e.ws.Bytes, fullBytes, startBytes, sub); err != nil {
-		e.Close()
-		return nil, err
-	}
-	blocks, err := attached(e.memoryLocked(), opt.Attach)
+	err = g.fence.Record(cu.Stream{})
 	if err == nil {
-		err = e.ar.attach(blocks)
+		err = g.side.Wait(g.fence, 0)
 	}
-	if err != nil {
-		e.Close()
-		return nil, err
-	}
-	err = d.Do(func() error {
-		var err error
-		if e.base, err = kcuda.Alloc(e.ar.size); err != nil {
-			return fmt.Errorf("executor: a device arena of %d bytes: %w", e.ar.size, err)
-		}
-		if err := cu.MemcpyHtoD(e.base.Ptr, unsafe.Pointer(&outerImg[0]), int64(len(outerImg))); err != nil {
-			return err
-		}
-		for l, vs := range e.vars {
-			v := vs[e.formats[l]]
-			if err := cu.MemcpyHtoD(e.at(e.ar.variantAt(l, v.layout.Bytes)), v.host.Ptr, v.layout.Bytes); err != nil {
-				return err
-			}
-		}
-		if e.side, err = cu.MakeStream(cu.NonBlocking); err != nil {
-			return err
-		}
-		e.fence, err = cu.MakeEvent(cu.DisableTiming)
-		return err
-	})
-	if err != nil {
-		e.Close()
-		return nil, err
-	}
-	return e, nil
-}
-
-// Close frees the executor's device and pinned memory; it must not be used after.
-func (e *CUDA) Close() {
-	_ = e.d.Do(func() error {
-		for _, vs := range e.vars {
-			for _, v := range vs {
-				if v.host.Ptr != nil {
-					v.host.Free()
-				}
-			}
-		}
-		for _, c := range e.copies {
-			e.freeCopy(c)
-		}
-		if e.base.Ptr != 0 {
-			e.base.Free()
-		}
-		if e.side != (cu.Stream{}) {
-			_ = e.side.Destroy()
-		}
-		if e.fence != (cu.Event{}) {
-			_ = cu.DestroyEvent(&e.fence)
-		}
-		return nil
-	})
-}
-
-// at is the device address offset bytes into the arena.
-func (e *CUDA) at(offset int64) cu.DevicePtr { return e.base.Ptr + cu.DevicePtr(offset) }
-
-// buf is the device buffer of bytes bytes offset bytes into the arena.
-func (e *CUDA) buf(offset, bytes int64) kcuda.Buffer {
-	return kcuda.Buffer{Ptr: e.at(offset), Bytes: bytes}
-}
-
-// wsBuf is the workspace buffer offset bytes into it.
-func (e *CUDA) wsBuf(offset int64) kcuda.Buffer { return e.buf(e.ar.workspace+offset, 0) }
-
-func (e *CUDA) imageBytes(l int, f quant.Format) int64 { return e.vars[l][f].layout.Bytes }
-
-func (e *CUDA) memoryLocked() Memory {
-	w, pw := e.outer.Bytes, e.outer.Bytes
-	for l, f := range e.formats {
-		w += e.imageBytes(l, f)
-		pw += e.imageBytes(l, e.swaps.format(l, f))
-	}
-	bb := e.ar.blockBytes
-	return Memory{Budget: e.budget, FullBlocks: e.fullBlocks, Weights: w, KV: int64(len(e.ar.blocks)) * bb,
-		Workspace: e.ws.Bytes, PendingWeights: pw, BlockBytes: bb, Blocks: len(e.ar.blocks)}
-}
-
-// Memory reports the budget and its parts.
-func (e *CUDA) Memory() Memory {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.memoryLocked()
-}
-
-// Geometry reports the executor's block size and tokens per step and the model's context and vocabulary.
-func (e *CUDA) Geometry() Geometry {
-	c := e.cfg
-	return Geometry{BlockSize: e.opt.BlockSize, MaxBatchedTokens: e.opt.MaxBatchedTokens, Context: c.SeqLen, Vocab: c.VocabSize, Layers: c.NLayers}
-}
-
-// LayerBytes reports each layer's bytes on the device in each prepared variant.
-func (e *CUDA) LayerBytes() []LayerBytes {
-	out := make([]LayerBytes, len(e.vars))
-	for l, vs := range e.vars {
-		out[l] = LayerBytes{}
-		for f, v := range vs {
-			out[l][f] = v.layout.Bytes
-		}
-	}
-	return out
-}
-
-// AttachKV grows the attached KV blocks; see Executor. It also fails when the arena has no place for them,
-// which happens only while swaps to larger and to smaller variants are both pending: the smaller ones' bytes
-// count as free before they are.
-func (e *CUDA) AttachKV(blocks int) error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if mem := e.memoryLocked(); blocks <= 0 || blocks > mem.Attachable() {
-		return fmt.Errorf("executor: attach %d KV blocks, room for %d", blocks, mem.Attachable())
-	}
-	return e.ar.attach(blocks)
-}
-
-// DetachKV shrinks the attached KV blocks; see Executor.
-func (e *CUDA) DetachKV(blocks int) error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if blocks <= 0 || blocks > len(e.ar.blocks) {
-		return fmt.Errorf("executor: detach %d KV blocks of %d attached", blocks, len(e.ar.blocks))
-	}
-	e.ar.detach(blocks)
-	return nil
-}
-
-// SetLayerPrecision asks for layer to run in f from a later step; see Executor. The copy starts at once when a
-// staging slot is free.
-func (e *CUDA) SetLayerPrecision(layer int, f quant.Format) error {
-	if layer < 0 || layer >= len(e.vars) {
-		return fmt.Errorf("executor: layer %d out of range [0, %d)", layer, len(e.vars))
-	}
-	v, ok := e.vars[layer][f]
-	if !ok {
-		return fmt.Errorf("executor: layer %d has no %v variant prepared", layer, f)
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.d.Do(func() error {
-		old, had := e.swaps.pending[layer]
-		link := e.swaps.link
-		if err := e.swaps.ask(layer, f, v.layout.Bytes, e.memoryLocked); err != nil {
-			return err
-		}
-		// A copy in flight for the layer is finished and dropped first: it may write where the new one's room ends.
-		if err := e.dropCopy(layer); err != nil {
-			return err
-		}
-		moves, err := e.ar.ask(layer, v.layout.Bytes)
-		if err != nil {
-			e.swaps.link = link
-			delete(e.swaps.pending, layer)
-			if had { // the arena kept its room; its copy was dropped and starts again
-				e.swaps.pending[layer] = old
-				e.queueCopy(layer, old.format)
-			}
-			return errors.Join(err, e.startCopies())
-		}
-		for _, mv := range moves {
-			if err := cu.MemcpyDtoDAsync(e.at(mv.to), e.at(mv.from), e.ar.blockBytes, cu.Stream{}); err != nil {
-				return err
-			}
-		}
-		e.queueCopy(layer, f)
-		return e.startCopies()
-	})
-}
-
-// queueCopy queues the copy of layer's variant f (none when the layer runs f already).
-func (e *CUDA) queueCopy(layer int, f quant.Format) {
-	size := e.imageBytes(layer, f)
-	c := &swapCopy{format: f, slot: -1, direct: max(0, size-e.imageBytes(layer, e.formats[layer])), noop: f == e.formats[layer]}
-	e.copies[layer] = c
-	if !c.noop {
-		e.queue = append(e.queue, layer)
-	}
-}
-
-// dropCopy finishes and forgets the copy of layer's earlier ask, if any. It runs inside Do.
-func (e *CUDA) dropCopy(layer int) error {
-	c, ok := e.copies[layer]
-	if !ok {
-		return nil
-	}
-	if c.started {
-		if err := c.end.Synchronize(); err != nil {
-			return err
-		}
-		e.freeCopy(c)
-	}
-	e.queue = slices.DeleteFunc(e.queue, func(l int) bool { return l == layer })
-	delete(e.copies, layer)
-	return nil
-}
-
-func (e *CUDA) freeCopy(c *swapCopy) {
-	if c.slot >= 0 {
-		e.freeSlots = append(e.freeSlots, c.slot)
-		c.slot = -1
-	}
-	if c.started {
-		_ = cu.DestroyEvent(&c.start)
-		_ = cu.DestroyEvent(&c.end)
-	}
-}
-
-// startCopies starts the queued copies that a free staging slot can take, in the order asked, on the side
-// stream after everything enqueued on the default stream so far (block moves, staging reads). It runs inside Do.
-func (e *CUDA) startCopies() error {
-	if len(e.queue) == 0 || len(e.freeSlots) == 0 {
-		return nil
-	}
-	if err := e.fence.Record(cu.Stream{}); err != nil {
-		return err
-	}
-	if err := e.side.Wait(e.fence, 0); err != nil {
-		return err
-	}
-	for len(e.queue) > 0 && len(e.freeSlots) > 0 {
-		l := e.queue[0]
-		e.queue = e.queue[1:]
-		c := e.copies[l]
-		c.slot, e.freeSlots = e.freeSlots[len(e.freeSlots)-1], e.freeSlots[:len(e.freeSlots)-1]
-		v := e.vars[l][c.format]
-		var err error
-		if c.start, err = cu.MakeEvent(cu.DefaultEvent); err != nil {
-			return err
-		}
-		if c.end, err = cu.MakeEvent(cu.DefaultEvent); err != nil {
-			return err
-		}
-		c.started = true
-		if err := c.start.Record(e.side); err != nil {
-			return err
-		}
-		if c.direct > 0 {
-			if err := cu.MemcpyHtoDAsync(e.at(e.ar.variantAt(l, v.layout.Bytes)), v.host.Ptr, c.direct, e.side); err != nil {
-				return err
-			}
-		}
-		if rest := v.layout.Bytes - c.direct; rest > 0 {
-			src := unsafe.Add(v.host.Ptr, c.direct)
-			if err := cu.MemcpyHtoDAsync(e.at(e.stagingAt(c.slot)), src, rest, e.side); err != nil {
-				return err
-			}
-		}
-		if err := c.end.Record(e.side); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func (e *CUDA) stagingAt(slot int) int64 {
-	return e.ar.workspace + e.ws.Staging + int64(slot)*e.ws.StageBytes
-}
-
-// applySwaps makes the swaps due at a step starting at now take effect: a swap is due by the emulated link's
-// timing (Swap.HostLink), at once (the zero SwapCost) or once its copy has completed (Overlap), and only once its
-// copy has started. It moves each staged part into place on the default stream, frees the slots and starts the
-// copies waiting for one. It returns the layers swapped and their transfer time: the emulated link's, the time
-// spent here (zero SwapCost), or the copies' measured time (Overlap). It runs inside Do.
-func (e *CUDA) applySwaps(now time.Duration) ([]int, time.Duration, error) {
-	start := time.Now()
-	var failed error
-	ready := func(l int) bool {
-		c := e.copies[l]
-		if c.noop {
-			return true
-		}
-		if !c.started {
-			return false
-		}
-		if e.opt.Overlap {
-			return c.end.Query() == nil
-		}
-		if err := c.end.Synchronize(); err != nil && failed == nil {
-			failed = err
-		}
-		return true
-	}
-	layers, formats, transfer := e.swaps.due(now, ready)
-	if failed != nil {
-		return nil, 0, failed
-	}
-	var measured time.Duration
-	for i, l := range layers {
-		c := e.copies[l]
-		v := e.vars[l][formats[i]]
-		if rest := v.layout.Bytes - c.direct; rest > 0 && !c.noop {
-			dst := e.at(e.ar.variantAt(l, v.layout.Bytes) + c.direct)
-			if err := cu.MemcpyDtoDAsync(dst, e.at(e.stagingAt(c.slot)), rest, cu.Stream{}); err != nil {
-				return nil, 0, err
-			}
-		}
-		if c.started {
-			if ms, err := c.start.Elapsed(c.end); err == nil {
-				measured += time.Duration(ms * float64(time.Millisecond))
-			}
-		}
-		e.freeCopy(c)
-		delete(e.copies, l)
-		e.ar.apply(l)
-		e.formats[l] = formats[i]
-	}
-	if err := e.startCopies(); err != nil {
-		return nil, 0, err
-	}
-	switch {
-	case e.opt.Overlap:
-		transfer = measured
-	case e.opt.Swap.HostLink == 0:
-		transfer = time.Since(start)
-	}
-	return layers, transfer, nil
-}
-
-// Step applies the swaps due, then runs the batch on the device and picks each asked-for next token.
-func (e *CUDA) Step(b *Batch) (Result, error) {
-	start := time.Now()
-	e.mu.Lock()
-	var swapped []int
-	var transfer time.Duration
-	err := e.d.Do(func() error {
-		var err error
-		swapped, transfer, err = e.applySwaps(b.Now)
-		return err
-	})
-	formats := slices.Clone(e.formats)
 	if err == nil {
-		err = e.plan(b, len(e.ar.blocks))
+		err = j.start.Record(g.side)
 	}
-	e.mu.Unlock()
-	res := Result{Formats: formats, Swapped: swapped, SwapTime: transfer}
+	for _, p := range parts {
+		if err == nil && len(p.src) > 0 {
+			err = cu.MemcpyHtoDAsync(cu.DevicePtr(p.dst), unsafe.Pointer(&p.src[0]), int64(len(p.src)), g.side)
+		}
+	}
+	if err == nil {
+		err = j.end.Record(g.side)
+	}
 	if err != nil {
-		return res, err
+		j.Release()
+		return nil, err
 	}
-	if e.opt.Swap.Blocking && e.opt.Swap.HostLink > 0 && transfer > 0 && !e.opt.Overlap {
-		time.Sleep(transfer) // the emulated link's copy, which the step waits for
-	}
-	defer func() { e.setLastEnd(b.Now + res.Duration) }()
-	if err := e.d.Do(func() error { return e.forward(b, formats) }); err != nil {
-		return res, err
-	}
-	next := make([]int32, len(b.Seqs))
-	for i, s := range b.Seqs {
-		switch {
-		case !s.Sample:
-			next[i] = -1
-		case s.Sampler != nil:
-			next[i] = int32(s.Sampler.Sample(e.rowOf(i), s.SeqLen))
-		default:
-			next[i] = e.next[e.slotOf(i)]
-		}
-	}
-	res.Next, res.Duration = next, time.Since(start)
-	return res, nil
+	return j, nil
 }
 
-func (e *CUDA) setLastEnd(t time.Duration) {
-	e.mu.Lock()
-	e.swaps.lastEnd = max(e.swaps.lastEnd, t)
-	e.mu.Unlock()
+// cudaCopy is a copy on the side stream between two events.
+type cudaCopy struct{ start, end cu.Event }
+
+func (j *cudaCopy) Done() bool  { return j.end.Query() == nil }
+func (j *cudaCopy) Wait() error { return j.end.Synchronize() }
+
+func (j *cudaCopy) Elapsed() time.Duration {
+	ms, err := j.start.Elapsed(j.end)
+	if err != nil {
+		return 0
+	}
+	return time.Duration(ms * float64(time.Millisecond))
 }
 
-// flash reports whether sequence s runs FlashAttention-2: its chunk is its whole sequence (no cached prefix).
-func (e *CUDA) flash(s SeqWork) bool {
-	return len(s.Tokens) == s.SeqLen && len(s.Tokens) > 1 && kcuda.FlashPrefillOK(e.t, e.cfg.HeadDim())
+func (j *cudaCopy) Release() {
+	_ = cu.DestroyEvent(&j.start)
+	_ = cu.DestroyEvent(&j.end)
 }
 
-// plan checks the batch against blocks attached blocks and fills the step's int32 inputs on the host: the sequences in the order the device
-// runs them (paged attention's first, then FlashAttention's), their tokens, positions, KV slots and block tables
-// in the arena's ids, and each sequence's last row.
-func (e *CUDA) plan(b *Batch, blocks int) error {
-	n := len(b.Seqs)
-	if n == 0 {
-		return fmt.Errorf("executor: empty batch")
-	}
-	if t := b.Tokens(); t > e.opt.MaxBatchedTokens {
-		return fmt.Errorf("executor: batch of %d tokens, the workspace holds %d", t, e.opt.MaxBatchedTokens)
-	}
-	bs := e.opt.BlockSize
-	mb := 0
-	for i, s := range b.Seqs {
-		if len(s.Tokens) == 0 || len(s.Tokens) > s.SeqLen || s.SeqLen > len(s.Table)*bs || s.SeqLen > e.cfg.SeqLen {
-			return fmt.Errorf("executor: sequence %d feeds %d tokens up to position %d, its table of %d blocks of %d holds %d (context %d)",
-				i, len(s.Tokens), s.SeqLen, len(s.Table), bs, len(s.Table)*bs, e.cfg.SeqLen)
-		}
-		for _, id := range s.Table {
-			if id < 0 || int(id) >= blocks {
-				return fmt.Errorf("executor: sequence %d uses block %d, %d attached", i, id, blocks)
-			}
-		}
-		for _, tok := range s.Tokens {
-			if tok < 0 || int(tok) >= e.cfg.VocabSize {
-				return fmt.Errorf("executor: sequence %d feeds token %d, outside the vocabulary of %d", i, tok, e.cfg.VocabSize)
-			}
-		}
-		mb = max(mb, len(s.Table))
-	}
-	e.order = e.order[:0]
-	for i, s := range b.Seqs {
-		if !e.flash(s) {
-			e.order = append(e.order, i)
-		}
-	}
-	paged := len(e.order)
-	if paged*mb > e.ws.TableLen {
-		return fmt.Errorf("executor: %d sequences of up to %d blocks, the workspace holds %d block ids", paged, mb, e.ws.TableLen)
-	}
-	for i, s := range b.Seqs {
-		if e.flash(s) {
-			e.order = append(e.order, i)
-		}
-	}
-	e.tok, e.pos, e.slots, e.last = e.tok[:0], e.pos[:0], e.slots[:0], e.last[:0]
-	e.qstart, e.lens = append(e.qstart[:0], 0), e.lens[:0]
-	e.tables = slices.Grow(e.tables[:0], paged*mb)[:paged*mb]
-	clear(e.tables)
-	ids := make([]int32, mb)
-	for j, i := range e.order {
-		s := b.Seqs[i]
-		e.ar.ids(ids[:len(s.Table)], s.Table)
-		first := s.SeqLen - len(s.Tokens)
-		for k, tok := range s.Tokens {
-			p := first + k
-			e.tok = append(e.tok, tok)
-			e.pos = append(e.pos, int32(p))
-			e.slots = append(e.slots, ids[p/bs]*int32(bs)+int32(p%bs))
-		}
-		e.last = append(e.last, int32(len(e.tok)-1))
-		if j < paged {
-			copy(e.tables[j*mb:], ids[:len(s.Table)])
-			e.qstart = append(e.qstart, int32(len(e.tok)))
-			e.lens = append(e.lens, int32(s.SeqLen))
-		}
-	}
-	return nil
+func (g *cudaGPU) GatherRows(t kcuda.DType, out, table, idx devPtr, rows, dim int) error {
+	return g.d.GatherRowsOn(t, buf(out), buf(table), buf(idx), rows, dim)
 }
 
-// slotOf is the position of batch sequence i in the device's order.
-func (e *CUDA) slotOf(i int) int { return slices.Index(e.order, i) }
-
-// rowOf is batch sequence i's logit row, copied back by forward when it has a sampler.
-func (e *CUDA) rowOf(i int) []float32 {
-	v := e.cfg.VocabSize
-	j := e.slotOf(i)
-	return e.logits[j*v : (j+1)*v]
+func (g *cudaGPU) Cast(t kcuda.DType, out, in devPtr, n int) error {
+	return g.d.CastOn(t, buf(out), buf(in), n)
 }
 
-// upload copies int32s into the workspace at offset. It runs inside Do.
-func (e *CUDA) upload(offset int64, s []int32) error {
-	if len(s) == 0 {
-		return nil
-	}
-	return cu.MemcpyHtoD(e.at(e.ar.workspace+offset), unsafe.Pointer(&s[0]), int64(4*len(s)))
+func (g *cudaGPU) QuantizeRows(t kcuda.DType, q, s, x devPtr, rows, k int) error {
+	return g.d.QuantizeRowsOn(t, buf(q), buf(s), buf(x), rows, k)
 }
 
-// forward runs the planned step on the default stream and copies back the next tokens (and, for sequences with
-// a sampler, their logit rows). It runs inside Do.
-func (e *CUDA) forward(b *Batch, formats []quant.Format) error {
-	cfg, t, ws := e.cfg, e.t, e.ws
-	T, ns := len(e.tok), len(e.order)
-	paged := len(e.lens)
-	mb := 0
-	if paged > 0 {
-		mb = len(e.tables) / paged
-	}
-	for _, u := range []struct {
-		off int64
-		s   []int32
-	}{{ws.Tok, e.tok}, {ws.Pos, e.pos}, {ws.Slots, e.slots}, {ws.Last, e.last}, {ws.QStart, e.qstart}, {ws.Lens, e.lens}, {ws.Tables, e.tables}} {
-		if err := e.upload(u.off, u.s); err != nil {
-			return err
-		}
-	}
-	dim, kvDim, hid, hd := cfg.Dim, cfg.KVDim(), cfg.HiddenDim, cfg.HeadDim()
-	el := int64(t.Size())
-	x, xb, q, att, dl := e.wsBuf(ws.X), e.wsBuf(ws.XB), e.wsBuf(ws.Q), e.wsBuf(ws.Att), e.wsBuf(ws.D)
-	k, v, h1, h3 := e.wsBuf(ws.K), e.wsBuf(ws.V), e.wsBuf(ws.H1), e.wsBuf(ws.H3)
-	pos, slots := e.wsBuf(ws.Pos), e.wsBuf(ws.Slots)
-	if err := e.d.GatherRowsOn(t, x, e.buf(e.outer.Embedding, 0), e.wsBuf(ws.Tok), T, dim); err != nil {
-		return err
-	}
-	var plan kcuda.PagedPlan
-	if paged > 0 { // the workspace holds the partials of any batch: splits grow with the longest sequence
-		plan = e.d.PlanPaged(int(e.qstart[paged]), cfg.NHeads, cfg.NKVHeads, hd, int(slices.Max(e.lens)))
-	}
-	sub := e.ar.sub
-	for l := range cfg.NLayers {
-		lay := e.vars[l][formats[l]].layout
-		lb := e.ar.variantAt(l, lay.Bytes)
-		norm := func(off int64) kcuda.Buffer { return e.buf(lb+off, 0) }
-		var err error
-		if l == 0 {
-			err = e.d.RMSNormOn(t, xb, x, norm(lay.AttnNorm), T, dim, float32(cfg.NormEps))
-		} else {
-			err = e.d.AddRMSNormOn(t, xb, x, dl, norm(lay.AttnNorm), T, dim, float32(cfg.NormEps))
-		}
-		if err != nil {
-			return err
-		}
-		if err := e.matmuls(lb, lay.Mats[0:3], xb, []kcuda.Buffer{q, k, v}, T); err != nil {
-			return err
-		}
-		if err := e.d.RoPEOn(t, q, pos, T, cfg.NHeads, hd, float32(cfg.RopeTheta)); err != nil {
-			return err
-		}
-		if err := e.d.RoPEOn(t, k, pos, T, cfg.NKVHeads, hd, float32(cfg.RopeTheta)); err != nil {
-			return err
-		}
-		kc, vc := e.buf(int64(2*l)*sub, 0), e.buf(int64(2*l+1)*sub, 0)
-		if err := e.d.KVAppendOn(t, kc, vc, k, v, slots, T, kvDim); err != nil {
-			return err
-		}
-		if paged > 0 {
-			rows := int(e.qstart[paged])
-			if err := e.d.PagedAttentionOn(t, plan, kcuda.Buffer{Ptr: e.at(e.ar.workspace + ws.Paged), Bytes: plan.WorkspaceBytes},
-				att, q, kc, vc, e.wsBuf(ws.QStart), e.wsBuf(ws.Lens), e.wsBuf(ws.Tables), rows, paged, mb,
-				e.opt.BlockSize, cfg.NHeads, cfg.NKVHeads, hd, e.scale); err != nil {
-				return err
-			}
-		}
-		row := int64(0)
-		if paged > 0 {
-			row = int64(e.qstart[paged])
-		}
-		for _, i := range e.order[paged:] {
-			n := int64(len(b.Seqs[i].Tokens))
-			off := func(base kcuda.Buffer, width int) kcuda.Buffer {
-				return kcuda.Buffer{Ptr: base.Ptr + cu.DevicePtr(row*int64(width)*el)}
-			}
-			if err := e.d.FlashPrefillOn(t, off(att, dim), off(q, dim), off(k, kvDim), off(v, kvDim), int(n), int(n),
-				cfg.NHeads, cfg.NKVHeads, hd, e.scale); err != nil {
-				return err
-			}
-			row += n
-		}
-		if err := e.matmuls(lb, lay.Mats[3:4], att, []kcuda.Buffer{dl}, T); err != nil {
-			return err
-		}
-		if err := e.d.AddRMSNormOn(t, xb, x, dl, norm(lay.FFNNorm), T, dim, float32(cfg.NormEps)); err != nil {
-			return err
-		}
-		if err := e.matmuls(lb, []devMatrix{lay.Mats[4], lay.Mats[6]}, xb, []kcuda.Buffer{h1, h3}, T); err != nil {
-			return err
-		}
-		if err := e.d.SwiGLUOn(t, h1, h1, h3, T*hid); err != nil {
-			return err
-		}
-		if err := e.matmuls(lb, lay.Mats[5:6], h1, []kcuda.Buffer{dl}, T); err != nil {
-			return err
-		}
-	}
-	rows := e.wsBuf(ws.Rows)
-	if err := e.d.AddRMSNormOn(t, xb, x, dl, e.buf(e.outer.FinalN, 0), T, dim, float32(cfg.NormEps)); err != nil {
-		return err
-	}
-	if err := e.d.GatherRowsOn(t, rows, xb, e.wsBuf(ws.Last), ns, dim); err != nil {
-		return err
-	}
-	logits := e.wsBuf(ws.Logits)
-	if err := e.d.GEMMOn(t, ns, cfg.VocabSize, dim, rows, e.buf(e.outer.Output, 0), logits); err != nil {
-		return err
-	}
-	if err := e.d.ArgmaxOn(e.wsBuf(ws.Next), logits, ns, cfg.VocabSize); err != nil {
-		return err
-	}
-	e.next = slices.Grow(e.next[:0], ns)[:ns]
-	if err := cu.MemcpyDtoH(unsafe.Pointer(&e.next[0]), e.at(e.ar.workspace+ws.Next), int64(4*ns)); err != nil {
-		return err
-	}
-	sampled := e.keepLogits
-	for _, s := range b.Seqs {
-		sampled = sampled || (s.Sample && s.Sampler != nil)
-	}
-	if sampled {
-		e.logits = slices.Grow(e.logits[:0], ns*cfg.VocabSize)[:ns*cfg.VocabSize]
-		return cu.MemcpyDtoH(unsafe.Pointer(&e.logits[0]), e.at(e.ar.workspace+ws.Logits), int64(4*len(e.logits)))
-	}
-	return nil
+func (g *cudaGPU) Argmax(out, logits devPtr, rows, vocab int) error {
+	return g.d.ArgmaxOn(buf(out), buf(logits), rows, vocab)
 }
 
-// matmuls computes ys[i] = x·Wᵢᵀ for rows rows, the matrices of a layer whose image starts at lb, each in its
-// format; a GEMM's float32 output is narrowed to the storage type (an f32 model's GEMMs write ys directly).
-// Int8 activations are quantized once for all the matrices. It runs inside Do.
-func (e *CUDA) matmuls(lb int64, mats []devMatrix, x kcuda.Buffer, ys []kcuda.Buffer, rows int) error {
-	t := e.t
-	out := e.wsBuf(e.ws.Out)
-	qa, sa := e.wsBuf(e.ws.QA), e.wsBuf(e.ws.SA)
-	if mats[0].Format == quant.Int8 {
-		if err := e.d.QuantizeRowsOn(t, qa, sa, x, rows, mats[0].Cols); err != nil {
-			return err
-		}
-	}
-	for i, m := range mats {
-		dst := out
-		if t == kcuda.F32 {
-			dst = ys[i]
-		}
-		w := e.buf(lb+m.Data, 0)
-		var err error
-		switch m.Format {
-		case quant.Int8:
-			err = e.d.GEMMW8A8On(rows, m.Rows, m.Cols, qa, sa, w, e.buf(lb+m.Scales, 0), dst)
-		case quant.Int4:
-			err = e.d.GEMMW4A16On(t, rows, m.Rows, m.Cols, m.Group, x, w, e.buf(lb+m.Scales, 0), e.buf(lb+m.Zeros, 0), dst)
-		default:
-			err = e.d.GEMMOn(t, rows, m.Rows, m.Cols, x, w, dst)
-		}
-		if err != nil {
-			return err
-		}
-		if t != kcuda.F32 {
-			if err := e.d.CastOn(t, ys[i], out, rows*m.Rows); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+func (g *cudaGPU) RMSNorm(t kcuda.DType, out, x, w devPtr, rows, dim int, eps float32) error {
+	return g.d.RMSNormOn(t, buf(out), buf(x), buf(w), rows, dim, eps)
 }
 
-var _ Executor = (*CUDA)(nil)
+func (g *cudaGPU) AddRMSNorm(t kcuda.DType, out, residual, x, w devPtr, rows, dim int, eps float32) error {
+	return g.d.AddRMSNormOn(t, buf(out), buf(residual), buf(x), buf(w), rows, dim, eps)
+}
+
+func (g *cudaGPU) RoPE(t kcuda.DType, x, pos devPtr, tokens, nHeads, headDim int, theta float32) error {
+	return g.d.RoPEOn(t, buf(x), buf(pos), tokens, nHeads, headDim, theta)
+}
+
+func (g *cudaGPU) SwiGLU(t kcuda.DType, out, gate, up devPtr, n int) error {
+	return g.d.SwiGLUOn(t, buf(out), buf(gate), buf(up), n)
+}
+
+func (g *cudaGPU) KVAppend(t kcuda.DType, kc, vc, k, v, slots devPtr, tokens, rowLen int) error {
+	return g.d.KVAppendOn(t, buf(kc), buf(vc), buf(k), buf(v), buf(slots), tokens, rowLen)
+}
+
+func (g *cudaGPU) PagedAttention(t kcuda.DType, plan kcuda.PagedPlan, ws devPtr, wsBytes int64, out, q, kc, vc, qStart, seqLens, tables devPtr,
+	rows, nSeqs, maxBlocksPerSeq, blockSize, nHeads, nKVHeads, headDim int, scale float32) error {
+	return g.d.PagedAttentionOn(t, plan, kcuda.Buffer{Ptr: cu.DevicePtr(ws), Bytes: wsBytes}, buf(out), buf(q), buf(kc), buf(vc),
+		buf(qStart), buf(seqLens), buf(tables), rows, nSeqs, maxBlocksPerSeq, blockSize, nHeads, nKVHeads, headDim, scale)
+}
+
+func (g *cudaGPU) FlashPrefill(t kcuda.DType, out, q, k, v devPtr, nq, kvLen, nHeads, nKVHeads, headDim int, scale float32) error {
+	return g.d.FlashPrefillOn(t, buf(out), buf(q), buf(k), buf(v), nq, kvLen, nHeads, nKVHeads, headDim, scale)
+}
+
+func (g *cudaGPU) GEMM(t kcuda.DType, m, n, k int, a, w, c devPtr) error {
+	return g.d.GEMMOn(t, m, n, k, buf(a), buf(w), buf(c))
+}
+
+func (g *cudaGPU) GEMMW8A8(m, n, k int, qa, sa, qw, sw, c devPtr) error {
+	return g.d.GEMMW8A8On(m, n, k, buf(qa), buf(sa), buf(qw), buf(sw), buf(c))
+}
+
+func (g *cudaGPU) GEMMW4A16(t kcuda.DType, m, n, k, group int, a, w, s, z, c devPtr) error {
+	return g.d.GEMMW4A16On(t, m, n, k, group, buf(a), buf(w), buf(s), buf(z), buf(c))
+}

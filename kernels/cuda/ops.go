@@ -152,7 +152,7 @@ func (d *Device) KVAppendOn(t DType, kc, vc, k, v, slots Buffer, tokens, rowLen 
 
 // PlanPaged is the split-KV plan of a paged attention call on this device.
 func (d *Device) PlanPaged(rows, nHeads, nKVHeads, headDim, maxSeqLen int) PagedPlan {
-	return planPaged(d.SMs, rows, nHeads, nKVHeads, headDim, maxSeqLen)
+	return PlanPaged(d.SMs, rows, nHeads, nKVHeads, headDim, maxSeqLen)
 }
 
 // PagedAttentionOn is attention over the paged caches for rows query rows of nSeqs sequences (qStart, seqLens

@@ -254,9 +254,9 @@ type PagedPlan struct {
 	WorkspaceBytes int64
 }
 
-// planPaged splits the keys so that the grid has about pagedBlocksPerSM blocks an SM, with at least
-// pagedMinChunk keys a split.
-func planPaged(sms, rows, nHeads, nKVHeads, headDim, maxSeqLen int) PagedPlan {
+// PlanPaged is the split-KV plan of a paged attention call on a GPU of sms SMs: the keys split so that the grid
+// has about pagedBlocksPerSM blocks an SM, with at least pagedMinChunk keys a split.
+func PlanPaged(sms, rows, nHeads, nKVHeads, headDim, maxSeqLen int) PagedPlan {
 	blocks := rows * nHeads / headsPerBlock(nHeads, nKVHeads)
 	splits := max(1, min(ceil(pagedBlocksPerSM*sms, blocks), ceil(maxSeqLen, pagedMinChunk)))
 	chunk := ceil(ceil(maxSeqLen, splits), 32) * 32

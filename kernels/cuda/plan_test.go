@@ -138,20 +138,20 @@ func second(_ kernelPlan, err error) error { return err }
 func TestPlanPaged(t *testing.T) {
 	// Batch 64 of 4k-token contexts, 32 heads over 8 KV heads: 4 heads a block, 512 blocks, split 3 ways to
 	// reach 8 blocks an SM on 132 SMs.
-	p := planPaged(h200SMs, 64, 32, 8, 128, 4096)
+	p := PlanPaged(h200SMs, 64, 32, 8, 128, 4096)
 	want := PagedPlan{Splits: 3, Chunk: 1376, WorkspaceBytes: 64 * 32 * 3 * 129 * 4}
 	if p != want {
-		t.Errorf("planPaged(batch 64, ctx 4096) = %+v, want %+v", p, want)
+		t.Errorf("PlanPaged(batch 64, ctx 4096) = %+v, want %+v", p, want)
 	}
 	// Short contexts are not split below pagedMinChunk keys.
-	if p := planPaged(h200SMs, 1, 8, 2, 128, 200); p.Splits != 1 || p.WorkspaceBytes != 0 {
-		t.Errorf("planPaged(1 row, 200 keys) = %+v, want one split", p)
+	if p := PlanPaged(h200SMs, 1, 8, 2, 128, 200); p.Splits != 1 || p.WorkspaceBytes != 0 {
+		t.Errorf("PlanPaged(1 row, 200 keys) = %+v, want one split", p)
 	}
 	for _, rows := range []int{1, 7, 64, 512} {
 		for _, l := range []int{1, 97, 1025, 5000, 32768} {
-			p := planPaged(h200SMs, rows, 32, 8, 128, l)
+			p := PlanPaged(h200SMs, rows, 32, 8, 128, l)
 			if p.Splits < 1 || p.Chunk%32 != 0 || p.Splits*p.Chunk < l || (p.Splits-1)*p.Chunk >= l {
-				t.Errorf("planPaged(rows=%d, len=%d) = %+v: splits do not tile the keys", rows, l, p)
+				t.Errorf("PlanPaged(rows=%d, len=%d) = %+v: splits do not tile the keys", rows, l, p)
 			}
 		}
 	}
@@ -436,7 +436,7 @@ func TestPagedLaneAlgorithm(t *testing.T) {
 		}
 		q, kc, vc := randv(rows*c.nH*c.hd), randv(total*bs*c.nKV*c.hd), randv(total*bs*c.nKV*c.hd)
 		scale := float32(1 / math.Sqrt(float64(c.hd)))
-		plan := planPaged(c.sms, rows, c.nH, c.nKV, c.hd, 1025)
+		plan := PlanPaged(c.sms, rows, c.nH, c.nKV, c.hd, 1025)
 		if err := checkPaged(c.dt, plan, c.hd, 0, 0, 0, 0, 0, plan.WorkspaceBytes); err != nil {
 			t.Fatal(err)
 		}
