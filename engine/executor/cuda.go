@@ -15,32 +15,30 @@ import (
 // full precision, with opt's budget (see CUDA). It copies what it needs: m may be dropped after. Close frees the
 // device and pinned memory.
 func NewCUDA(d *kcuda.Device, m *model.Model, opt CUDAOptions) (*CUDA, error) {
-	g := &cudaGPU{d: d}
-	if err := d.Do(func() error {
-		var err error
-		if g.side, err = cu.MakeStream(cu.NonBlocking); err != nil {
-			return err
-		}
-		g.fence, err = cu.MakeEvent(cu.DisableTiming)
-		return err
-	}); err != nil {
-		return nil, err
-	}
-	return newCUDA(g, m, opt)
+	return newCUDA(&cudaGPU{d: d}, m, opt)
 }
 
 // cudaGPU runs the executor's device calls on a kernels/cuda Device: kernels on the default stream, swap copies
-// on a non-blocking side stream that waits for the default stream's work enqueued before it.
+// on a non-blocking side stream (made at the first copy) that waits for the default stream's work enqueued before
+// it.
 type cudaGPU struct {
 	d     *kcuda.Device
 	side  cu.Stream
 	fence cu.Event
+	ready bool // side and fence are made
 }
 
 func buf(p devPtr) kcuda.Buffer { return kcuda.Buffer{Ptr: cu.DevicePtr(p)} }
 
 func (g *cudaGPU) Do(f func() error) error { return g.d.Do(f) }
-func (g *cudaGPU) SMs() int                { return g.d.SMs }
+
+func (g *cudaGPU) Close() {
+	if g.ready {
+		_ = g.side.Destroy()
+		_ = cu.DestroyEvent(&g.fence)
+	}
+}
+func (g *cudaGPU) SMs() int { return g.d.SMs }
 
 func (g *cudaGPU) Alloc(bytes int64) (devPtr, error) {
 	b, err := kcuda.Alloc(bytes)
@@ -82,6 +80,17 @@ func (g *cudaGPU) Move(dst, src devPtr, n int64) error {
 // Copy records the default stream's progress, makes the side stream wait for it, and enqueues the parts there
 // between two timing events.
 func (g *cudaGPU) Copy(parts []hostPart) (copyJob, error) {
+	if !g.ready {
+		var err error
+		if g.side, err = cu.MakeStream(cu.NonBlocking); err != nil {
+			return nil, err
+		}
+		if g.fence, err = cu.MakeEvent(cu.DisableTiming); err != nil {
+			_ = g.side.Destroy()
+			return nil, err
+		}
+		g.ready = true
+	}
 	j := &cudaCopy{}
 	var err error
 	if j.start, err = cu.MakeEvent(cu.DefaultEvent); err != nil {

@@ -31,6 +31,7 @@ type fakeAlloc struct {
 func newFakeGPU() *fakeGPU { return &fakeGPU{next: 1 << 32} }
 
 func (g *fakeGPU) Do(f func() error) error { return f() }
+func (g *fakeGPU) Close()                  {}
 func (g *fakeGPU) SMs() int                { return 132 }
 
 func (g *fakeGPU) Alloc(bytes int64) (devPtr, error) {

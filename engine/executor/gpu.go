@@ -15,6 +15,8 @@ type devPtr uint64
 type gpu interface {
 	// Do runs f where the device's calls are valid (the goroutine that owns its context).
 	Do(f func() error) error
+	// Close frees what the executor's use of the device holds (not the device). It runs inside Do.
+	Close()
 	SMs() int
 	Alloc(bytes int64) (devPtr, error)
 	Free(p devPtr)

@@ -247,6 +247,7 @@ func (e *CUDA) Close() {
 		if e.base != 0 {
 			e.g.Free(e.base)
 		}
+		e.g.Close()
 		return nil
 	})
 }
