@@ -37,7 +37,7 @@ const Schema = 1
 // Meta says what was run.
 type Meta struct {
 	Command      string          `json:"command"`  // run or simulate
-	Executor     string          `json:"executor"` // cpu or sim
+	Executor     string          `json:"executor"` // cpu, cuda or sim
 	Clock        string          `json:"clock"`    // wall, cpu (virtual, advanced by each step's CPU time) or virtual
 	Model        string          `json:"model"`
 	Hardware     string          `json:"hardware,omitempty"` // simulate: the GPU
