@@ -16,14 +16,19 @@ var (
 	devErr  error
 )
 
-// deviceBackends is GPU 0, opened once for all the tests.
+// gpuDevice is GPU 0, opened once for all the tests.
+func gpuDevice(t testing.TB) *kcuda.Device {
+	devOnce.Do(func() { dev, devErr = kcuda.Open(0) })
+	if devErr != nil {
+		t.Fatal(devErr)
+	}
+	return dev
+}
+
+// deviceBackends is GPU 0.
 func deviceBackends() []Backend {
 	return []Backend{{"gpu", func(t testing.TB, m *model.Model, opt CUDAOptions) *CUDA {
-		devOnce.Do(func() { dev, devErr = kcuda.Open(0) })
-		if devErr != nil {
-			t.Fatal(devErr)
-		}
-		e, err := NewCUDA(dev, m, opt)
+		e, err := NewCUDA(gpuDevice(t), m, opt)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -50,7 +50,7 @@ stub_dir() {
 
 # sources lists, relative to the module root, the files that go into the test binaries.
 sources() {
-	(cd "$root" && find go.mod go.sum kernels engine quant internal -type f \( -name '*.go' -o -name '*.cu' -o -name '*.cuh' -o -name '*.ptx' \) | sort)
+	(cd "$root" && find go.mod go.sum kernels engine quant internal experiments profiling tools/morphlab -type f \( -name '*.go' -o -name '*.cu' -o -name '*.cuh' -o -name '*.ptx' \) | sort)
 }
 
 bundle() { # bundle DIR
@@ -59,10 +59,11 @@ bundle() { # bundle DIR
 	mkdir -p "$dir"
 	rm -rf "$dir/sanitizer"
 	(cd "$root" && CGO_ENABLED=1 CGO_LDFLAGS="-L$stubs" LIBRARY_PATH="$stubs" \
-		go test -tags cuda -c -o "$dir/cuda.test" ./kernels/cuda/ &&
-		go test -tags cuda -c -o "$dir/executor.test" ./engine/executor/)
+		go test -tags cuda -ldflags=-s -c -o "$dir/cuda.test" ./kernels/cuda/ &&
+		go test -tags cuda -ldflags=-s -c -o "$dir/executor.test" ./engine/executor/ &&
+		go build -tags cuda -ldflags=-s -o "$dir/morphlab" ./tools/morphlab)
 	(cd "$root" && sources | xargs sha256sum) >"$dir/SOURCES.sha256"
-	nm -D --undefined-only "$dir/cuda.test" "$dir/executor.test" | awk '{sub(/@.*/, "", $2)} $2 ~ /^cu/ {print $2}' | sort -u >"$dir/cuda-symbols.txt"
+	nm -D --undefined-only "$dir/cuda.test" "$dir/executor.test" "$dir/morphlab" | awk '{sub(/@.*/, "", $2)} $2 ~ /^cu/ {print $2}' | sort -u >"$dir/cuda-symbols.txt"
 	san=$(command -v compute-sanitizer || true)
 	if [ -n "$san" ]; then
 		mkdir -p "$dir/sanitizer"
@@ -96,7 +97,7 @@ dryrun)
 	fi
 	tmp=$(mktemp -d)
 	trap 'rm -rf "$tmp"' EXIT
-	"$here/run-device.sh" --dry-run "$tmp/out"
+	"$here/run-device.sh" --dry-run "$tmp/out" && "$here/run-device.sh" --serving --dry-run "$tmp/serving"
 	;;
 ptx)
 	mkdir -p "$here/ptx"
@@ -131,6 +132,7 @@ check)
 	)
 	bundle "$root/build/device"
 	"$here/run-device.sh" --dry-run "$tmp/dryrun"
+	"$here/run-device.sh" --serving --dry-run "$tmp/dryrun-serving"
 	echo "cuda-check ok in $(($(date +%s) - start)) s (after the toolkit install)"
 	;;
 *)

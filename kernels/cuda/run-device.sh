@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
-# run-device.sh [--dry-run] [RESULTS_DIR]: the whole GPU run of morphlab's CUDA kernels, on a machine with an
-# NVIDIA GPU (sm_80 or newer), no network and no Go toolchain. It runs from a copy of the repository that carries
-# the device bundle, build/device/ (ignored by git; `make device-bundle` builds it on any machine with Go and the
-# CUDA toolkit's stub libcuda): cuda.test, the cuda-tagged test binary of kernels/cuda with the PTX embedded,
-# executor.test, that of engine/executor (the CUDA executor),
-# BUILD-INFO (how and from what it was built) and, when the build machine had one, a compute-sanitizer.
+# run-device.sh [--serving] [--dry-run] [RESULTS_DIR]: the whole GPU run of morphlab's CUDA kernels, or with
+# --serving the CUDA executor's, on a machine with an NVIDIA GPU (sm_80 or newer), no network and no Go
+# toolchain. It runs from a copy of the repository that carries the device bundle, build/device/ (ignored by git;
+# `make device-bundle` builds it on any machine with Go and the CUDA toolkit's stub libcuda): cuda.test, the
+# cuda-tagged test binary of kernels/cuda with the PTX embedded, executor.test, that of engine/executor (the CUDA
+# executor), morphlab built with -tags cuda, BUILD-INFO (how and from what they were built) and, when the build
+# machine had one, a compute-sanitizer. Each run fits one 10-minute command.
 #
-# Steps, each under a time limit; the limits add up to at most 540 s (checked before anything runs):
+# Steps, each under a time limit; a run's limits add up to at most 540 s (checked before anything runs):
 #   preflight   the bundle is there, its libraries resolve, the machine's libcuda.so.1 has every driver function
-#               the binary imports, and the sources are those it was built from (a stale bundle is reported,
-#               and still run on a GPU; the dry run fails on it)
+#               the binaries import, and the sources are those they were built from (a stale bundle is
+#               reported, and still run on a GPU; the dry run fails on it)
 #   nvidia-smi  the GPU, driver and clocks                                  -> nvidia-smi.txt
+# The kernels' run (the default):
 #   test        every test of kernels/cuda: the shared conformance suite in f32, f16 and bf16, the golden
 #               files, quantized GEMMs, split-K and split-KV                -> test.txt
 #   executor    the CUDA executor (engine/executor): the exectest suite and its logits against the CPU
@@ -19,20 +21,31 @@
 #   ceilings    a device-to-device copy and bf16/f16 matmuls through PyTorch -> ceilings.txt, ceilings.json
 #   sanitizer   compute-sanitizer memcheck on a short subset of the tests   -> sanitizer.txt
 #   figures     the BENCH.md table from bench.json and ceilings.json       -> figures.json, figures.md
+# The serving run (--serving):
+#   steps       the CUDA executor on Llama-2-7B's shape: prefill and decode step times, a layer's swap copy
+#               each way, and what an overlapped swap adds to decode steps  -> executor-bench.txt
+#   serving     morphlab device-fidelity: a bursty trace served by fp16 and morph:default on the GPU beside the
+#               simulator's predictions for the catalog's H200 and fitted to the measured steps
+#                                                                           -> serving.txt, serving/
 # Everything lands in RESULTS_DIR (default $OUT, else results/cuda-device), with run.log (this script's output),
 # env.txt and status.txt (each step's exit status and seconds). The exit status is 0 when every step passed.
 #
-# --dry-run does the same on a machine without a GPU, up to the first device call: the test binary's cuInit
-# (gorgonia.org/cu calls it in its package init) must fail with a one-line reason, after which the device steps
-# are listed, not run, and the figures script checks itself on synthetic input. It exits 0 when all of that
-# happened as expected; `make cuda-check` runs it.
+# --dry-run does the same on a machine without a GPU, up to the first device call: the first test binary's
+# cuInit (gorgonia.org/cu calls it in its package init) must fail with a one-line reason, after which the device
+# steps are listed, not run, and the figures script checks itself on synthetic input. It exits 0 when all of that
+# happened as expected; `make cuda-check` runs it both ways.
 set -uo pipefail
 
 dry=0
-if [ "${1:-}" = --dry-run ]; then
-	dry=1
+mode=kernels
+while [ $# -gt 0 ]; do
+	case "$1" in
+	--dry-run) dry=1 ;;
+	--serving) mode=serving ;;
+	*) break ;;
+	esac
 	shift
-fi
+done
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 cd "$root"
@@ -44,8 +57,12 @@ exec > >(tee "$out/run.log") 2>&1
 : >"$out/status.txt"
 
 # Step time limits in seconds, in the order the steps run.
-declare -A limit=([preflight]=15 [nvidia-smi]=15 [test]=150 [executor]=60 [bench]=160 [ceilings]=75 [sanitizer]=50 [figures]=15)
+declare -A limit=([preflight]=15 [nvidia-smi]=15 [test]=150 [executor]=60 [bench]=160 [ceilings]=75 [sanitizer]=50 [figures]=15
+	[steps]=200 [serving]=310)
 order=(preflight nvidia-smi test executor bench ceilings sanitizer figures)
+if [ "$mode" = serving ]; then
+	order=(preflight nvidia-smi steps serving)
+fi
 budget=540
 total=0
 for s in "${order[@]}"; do total=$((total + limit[$s])); done
@@ -53,7 +70,7 @@ if [ "$total" -gt "$budget" ]; then
 	echo "run-device.sh: step limits add up to $total s, over the $budget s budget" >&2
 	exit 2
 fi
-echo "== run-device.sh: $(date -u +%FT%TZ), bundle $bundle, results $out, step limits $total s of $budget s"
+echo "== run-device.sh ($mode): $(date -u +%FT%TZ), bundle $bundle, results $out, step limits $total s of $budget s"
 
 failed=0
 step() { # step NAME CMD...: run CMD (a command or an exported function) under NAME's time limit, record its status
@@ -74,16 +91,23 @@ skip() { # skip NAME REASON
 }
 
 bin=$bundle/cuda.test
+# bins are the binaries this run needs: the serving run does without cuda.test and the sanitizer, so that its
+# carry (executor.test, morphlab and the bundle's three text files) stays well within the 64 MiB a call takes.
+bins=("$bin" "$bundle/executor.test")
+[ "$mode" = serving ] && bins=("$bundle/executor.test" "$bundle/morphlab")
 py=$(command -v python3 || true)
 # The sanitizer's short subset: the bf16 suite of the kernels whose indexing changed most, and split-KV.
 sanitize_run='TestReduced/bf16/(GEMMTensorCores|PagedAttention|KVAppend|RMSNorm)|TestPagedSplit|TestLauncherErrors'
 
 preflight() {
 	local ok=0
-	if [ ! -x "$bin" ] || [ ! -x "$bundle/executor.test" ]; then
-		echo "preflight: no $bin or $bundle/executor.test: build the bundle with make device-bundle and carry build/device"
-		return 1
-	fi
+	local b
+	for b in "${bins[@]}"; do
+		if [ ! -x "$b" ]; then
+			echo "preflight: no $b: build the bundle with make device-bundle and carry build/device (or the files the run needs)"
+			return 1
+		fi
+	done
 	cat "$bundle/BUILD-INFO"
 	# Freshness: the bundle records the sha256 of every source file that went into the binary.
 	local stale=0
@@ -91,11 +115,13 @@ preflight() {
 		echo "preflight: STALE BUNDLE: the sources changed since it was built (files above); rebuild with make device-bundle"
 		stale=1
 	fi
-	if ldd "$bin" | grep -q 'not found'; then
-		echo "preflight: libraries of $bin not found:"
-		ldd "$bin" | grep 'not found'
-		ok=1
-	fi
+	for b in "${bins[@]}"; do
+		if ldd "$b" | grep -q 'not found'; then
+			echo "preflight: libraries of $b not found:"
+			ldd "$b" | grep 'not found'
+			ok=1
+		fi
+	done
 	# The driver functions the binary imports must all exist in this machine's libcuda.so.1.
 	if [ -n "$py" ] && [ -f "$bundle/cuda-symbols.txt" ]; then
 		"$py" - "$bundle/cuda-symbols.txt" <<'PY' || ok=1
@@ -125,8 +151,8 @@ PY
 	echo "glibc: $(ldd --version 2>&1 | head -1)"
 	echo "python: ${py:-none} $([ -n "$py" ] && "$py" --version 2>&1)"
 	command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv
-	echo "ldd $bin:"
-	ldd "$bin" 2>&1
+	echo "ldd ${bins[0]}:"
+	ldd "${bins[0]}" 2>&1
 } >"$out/env.txt" 2>&1
 
 if [ "$dry" = 1 ]; then
@@ -167,6 +193,35 @@ if command -v nvidia-smi >/dev/null 2>&1; then
 	step nvidia-smi bash -c "nvidia-smi > '$out/nvidia-smi.txt' 2>&1 && nvidia-smi -q >> '$out/nvidia-smi.txt' 2>&1"
 else
 	skip nvidia-smi "no nvidia-smi on this machine"
+fi
+
+# The serving run: the executor's benchmarks, then the served trace beside the simulator.
+if [ "$mode" = serving ]; then
+	step steps bash -c "cd '$root/engine/executor' && '$bundle/executor.test' -test.run '^\$' -test.bench CUDA \
+		-test.benchtime 10x -test.timeout $((limit[steps] - 5))s" >"$out/executor-bench.txt" 2>&1
+	rc=$?
+	tail -3 "$out/executor-bench.txt"
+	if grep -q '^Error in initialization' "$out/executor-bench.txt"; then
+		reason=$(grep -m1 '^Error in initialization' "$out/executor-bench.txt" | sed 's/.*details on: //')
+		echo "== no usable GPU: cuInit failed ($reason); the device steps stop here"
+		if [ "$dry" = 1 ]; then
+			echo "== dry run: would run, with these limits:"
+			echo "  serving (${limit[serving]} s): $bundle/morphlab device-fidelity --out $out/serving"
+			echo "== dry run ok: the bundle is fresh and loads, the run stopped cleanly at the first device call"
+			exit 0
+		fi
+		exit 1
+	fi
+	if [ "$dry" = 1 ]; then
+		echo "== dry run: the executor's benchmarks did not stop at cuInit (rc=$rc): is there a GPU here?"
+		exit 1
+	fi
+	grep -E '^Benchmark' "$out/executor-bench.txt"
+	step serving "$bundle/morphlab" device-fidelity --out "$out/serving" >"$out/serving.txt" 2>&1
+	cat "$out/serving.txt"
+	echo "== results in $out"
+	cat "$out/status.txt"
+	exit $failed
 fi
 
 # The test binary runs in the package directory, so that the golden files (testdata/golden above go.mod) are
