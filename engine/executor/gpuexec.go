@@ -28,7 +28,7 @@ type CUDAOptions struct {
 	Swap SwapCost
 	// Overlap lets the device's copies time the swaps (the paper's mechanism, and what serving uses): a swap
 	// takes effect at the first step boundary after its host-to-device copy, on a side stream beside the steps,
-	// has completed. It overrides Swap.
+	// has completed. It takes no emulated link.
 	Overlap bool
 	// StagingSlots is how many swap copies may be in flight at once (each needs a slot of the workspace the size
 	// of the largest quantized variant); 0 means 4, the most layers morph:default swaps in one action. More swaps
@@ -36,9 +36,9 @@ type CUDAOptions struct {
 	StagingSlots int
 }
 
-// CUDA runs steps on an NVIDIA GPU with the kernels of kernels/cuda, in the storage type of the model's layers
-// (f32, f16 or bf16: activations, KV cache and full-precision weights), Int8 variants as W8A8 and Int4 variants as
-// W4A16.
+// CUDA runs steps on an NVIDIA GPU with the kernels of kernels/cuda (NewCUDA; the tests also run it on an
+// emulated device over the CPU kernels), in the storage type of the model's layers (f32, f16 or bf16: activations,
+// KV cache and full-precision weights), Int8 variants as W8A8 and Int4 variants as W4A16.
 //
 // Memory: one device allocation, laid out by arena: the outer weights, the workspace, one region a layer sized
 // for its full-precision image with the layer's current variant at its end, and KV blocks in the pool and in the
@@ -59,7 +59,6 @@ type CUDA struct {
 	cfg   model.Config
 	t     kcuda.DType
 	opt   CUDAOptions
-	full  quant.Format
 	base  devPtr
 	ar    *arena
 	outer devOuter
@@ -75,7 +74,6 @@ type CUDA struct {
 	tok, pos, slots, last, qstart, lens []int32
 	tables                              []int32
 	next                                []int32
-	row                                 []float32
 	keepLogits                          bool
 	logits                              []float32
 
@@ -125,7 +123,7 @@ func newCUDA(g gpu, m *model.Model, opt CUDAOptions) (*CUDA, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &CUDA{g: g, cfg: cfg, t: t, opt: opt, full: full, swaps: newSwapQueue(opt.Swap), copies: map[int]*swapCopy{},
+	e := &CUDA{g: g, cfg: cfg, t: t, opt: opt, swaps: newSwapQueue(opt.Swap), copies: map[int]*swapCopy{},
 		scale: float32(1 / math.Sqrt(float64(cfg.HeadDim())))}
 	// Each variant's image goes to pinned memory as soon as it is packed, so that a large model's images never
 	// pile up in Go's heap.
@@ -480,7 +478,7 @@ func (e *CUDA) applySwaps(now time.Duration) ([]int, time.Duration, error) {
 		if err := e.startCopies(); err != nil {
 			return nil, 0, err
 		}
-		if len(layers) == 0 || e.opt.Overlap || len(e.queue) == len(e.copies) {
+		if len(layers) == 0 || e.opt.Overlap || len(e.copies) == 0 {
 			break
 		}
 	}

@@ -175,7 +175,7 @@ func tokens(n int, seed int32) []int32 {
 
 // TestCUDAOverlap: with Overlap a swap takes effect at the first step boundary after its copy completed (on the
 // emulation, at once), its time the copy's measured time; swaps beyond the staging slots wait for a slot and take
-// effect a step later.
+// effect a step later. Without Overlap they all take effect at the next boundary.
 func TestCUDAOverlap(t *testing.T) {
 	m := modeltest.Synthetic(t, "stories260K", 1, quant.Int8, quant.Int4)
 	g := newFakeGPU()
@@ -204,6 +204,20 @@ func TestCUDAOverlap(t *testing.T) {
 	}
 	if r := step(); !slices.Equal(r.Swapped, []int{4}) || r.Formats[4] != quant.Int4 || g.copies != 5 {
 		t.Fatalf("second step: swapped %v, layer 4 in %v, %d copies; want layer 4 in int4 after a fifth copy", r.Swapped, r.Formats[4], g.copies)
+	}
+	// Without Overlap every swap asked applies at the next boundary, the fifth after a slot frees there.
+	g = newFakeGPU()
+	if e, err = newCUDA(g, m, CUDAOptions{Pool: Pool{Blocks: 16}, BlockSize: 4, MaxBatchedTokens: 32, StagingSlots: 4}); err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	for l := range m.Layers {
+		if err := e.SetLayerPrecision(l, quant.Int8); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r := step(); !slices.Equal(r.Swapped, []int{0, 1, 2, 3, 4}) || g.copies != 5 {
+		t.Fatalf("without overlap: swapped %v after %d copies, want all 5 layers", r.Swapped, g.copies)
 	}
 	if _, err := newCUDA(newFakeGPU(), m, CUDAOptions{Pool: Pool{Blocks: 16}, BlockSize: 4, MaxBatchedTokens: 32, Overlap: true,
 		Swap: SwapCost{HostLink: 1e9}}); err == nil {
