@@ -244,20 +244,27 @@ func (e *CPU) Step(b *Batch) (Result, error) {
 	if err := e.m.Forward(&fb, e.cache, &e.ws, logits, nil); err != nil {
 		return res, err
 	}
-	next := make([]int32, n)
-	for i, s := range b.Seqs {
-		row := logits[i*voc : (i+1)*voc]
+	row := func(i int) []float32 { return logits[i*voc : (i+1)*voc] }
+	res.Next = nextTokens(b.Seqs, row, func(i int) int32 { return int32(sample.Argmax(row(i))) })
+	res.Duration = time.Since(start)
+	return res, nil
+}
+
+// nextTokens picks each sequence's next token: -1 where none is asked for, its sampler's draw from its logit row,
+// or the greedy token.
+func nextTokens(seqs []SeqWork, row func(i int) []float32, greedy func(i int) int32) []int32 {
+	next := make([]int32, len(seqs))
+	for i, s := range seqs {
 		switch {
 		case !s.Sample:
 			next[i] = -1
 		case s.Sampler != nil:
-			next[i] = int32(s.Sampler.Sample(row, s.SeqLen))
+			next[i] = int32(s.Sampler.Sample(row(i), s.SeqLen))
 		default:
-			next[i] = int32(sample.Argmax(row))
+			next[i] = greedy(i)
 		}
 	}
-	res.Next, res.Duration = next, time.Since(start)
-	return res, nil
+	return next
 }
 
 func (e *CPU) setLastEnd(t time.Duration) {

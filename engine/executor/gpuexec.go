@@ -519,18 +519,8 @@ func (e *CUDA) Step(b *Batch) (Result, error) {
 	if err := e.g.Do(func() error { return e.forward(b, formats) }); err != nil {
 		return res, err
 	}
-	next := make([]int32, len(b.Seqs))
-	for i, s := range b.Seqs {
-		switch {
-		case !s.Sample:
-			next[i] = -1
-		case s.Sampler != nil:
-			next[i] = int32(s.Sampler.Sample(e.rowOf(i), s.SeqLen))
-		default:
-			next[i] = e.next[e.slotOf(i)]
-		}
-	}
-	res.Next, res.Duration = next, time.Since(start)
+	res.Next = nextTokens(b.Seqs, e.rowOf, func(i int) int32 { return e.next[e.slotOf(i)] })
+	res.Duration = time.Since(start)
 	return res, nil
 }
 

@@ -195,27 +195,41 @@ else
 	skip nvidia-smi "no nvidia-smi on this machine"
 fi
 
-# The serving run: the executor's benchmarks, then the served trace beside the simulator.
-if [ "$mode" = serving ]; then
-	step steps bash -c "cd '$root/engine/executor' && '$bundle/executor.test' -test.run '^\$' -test.bench CUDA \
-		-test.benchtime 10x -test.timeout $((limit[steps] - 5))s" >"$out/executor-bench.txt" 2>&1
-	rc=$?
-	tail -3 "$out/executor-bench.txt"
-	if grep -q '^Error in initialization' "$out/executor-bench.txt"; then
-		reason=$(grep -m1 '^Error in initialization' "$out/executor-bench.txt" | sed 's/.*details on: //')
+# stop_without_gpu FILE RC LINE...: when the first device step's output FILE shows cuInit failing, stop: a dry run
+# lists the steps it would run (LINEs), checks the figures script and exits 0; a real run exits 1. A dry run whose
+# first step did not stop at cuInit (RC its status) fails.
+stop_without_gpu() {
+	local file=$1 rc=$2
+	shift 2
+	if grep -q '^Error in initialization' "$file"; then
+		reason=$(grep -m1 '^Error in initialization' "$file" | sed 's/.*details on: //')
 		echo "== no usable GPU: cuInit failed ($reason); the device steps stop here"
 		if [ "$dry" = 1 ]; then
 			echo "== dry run: would run, with these limits:"
-			echo "  serving (${limit[serving]} s): $bundle/morphlab device-fidelity --out $out/serving"
+			printf '%s\n' "$@"
+			if [ "$mode" = kernels ]; then
+				PYTHONDONTWRITEBYTECODE=1 "$py" -c "import ast, sys; [ast.parse(open(f).read(), f) for f in sys.argv[1:]]" "$here/ceilings.py" "$here/figures.py" || exit 1
+				step figures "$py" "$here/figures.py" --self-test || exit 1
+			fi
 			echo "== dry run ok: the bundle is fresh and loads, the run stopped cleanly at the first device call"
 			exit 0
 		fi
 		exit 1
 	fi
 	if [ "$dry" = 1 ]; then
-		echo "== dry run: the executor's benchmarks did not stop at cuInit (rc=$rc): is there a GPU here?"
+		echo "== dry run: the first device step did not stop at cuInit (rc=$rc): is there a GPU here?"
 		exit 1
 	fi
+}
+
+# The serving run: the executor's benchmarks, then the served trace beside the simulator.
+if [ "$mode" = serving ]; then
+	step steps bash -c "cd '$root/engine/executor' && '$bundle/executor.test' -test.run '^\$' -test.bench CUDA \
+		-test.benchtime 10x -test.timeout $((limit[steps] - 5))s" >"$out/executor-bench.txt" 2>&1
+	rc=$?
+	tail -3 "$out/executor-bench.txt"
+	stop_without_gpu "$out/executor-bench.txt" "$rc" \
+		"  serving (${limit[serving]} s): $bundle/morphlab device-fidelity --out $out/serving"
 	grep -E '^Benchmark' "$out/executor-bench.txt"
 	step serving "$bundle/morphlab" device-fidelity --out "$out/serving" >"$out/serving.txt" 2>&1
 	cat "$out/serving.txt"
@@ -229,26 +243,11 @@ fi
 step test run_bin "$bin" -test.v -test.count=1 -test.timeout $((limit[test] - 10))s >"$out/test.txt" 2>&1
 rc=$?
 tail -3 "$out/test.txt"
-if grep -q '^Error in initialization' "$out/test.txt"; then
-	reason=$(grep -m1 '^Error in initialization' "$out/test.txt" | sed 's/.*details on: //')
-	echo "== no usable GPU: cuInit failed ($reason); the device steps stop here"
-	if [ "$dry" = 1 ]; then
-		echo "== dry run: would run, with these limits:"
-		echo "  executor (${limit[executor]} s): $bundle/executor.test -test.run CUDA -test.v"
-		echo "  bench (${limit[bench]} s): $bin -test.run '^\$' -test.bench . -test.benchtime 20x -figures $out/bench.json"
-		echo "  ceilings (${limit[ceilings]} s): python3 $here/ceilings.py $out/ceilings.json"
-		echo "  sanitizer (${limit[sanitizer]} s): compute-sanitizer --tool memcheck $bin -test.short -test.run '$sanitize_run'"
-		PYTHONDONTWRITEBYTECODE=1 "$py" -c "import ast, sys; [ast.parse(open(f).read(), f) for f in sys.argv[1:]]" "$here/ceilings.py" "$here/figures.py" || exit 1
-		step figures "$py" "$here/figures.py" --self-test || exit 1
-		echo "== dry run ok: the bundle is fresh and loads, the run stopped cleanly at the first device call"
-		exit 0
-	fi
-	exit 1
-fi
-if [ "$dry" = 1 ]; then
-	echo "== dry run: the test binary did not stop at cuInit (rc=$rc): is there a GPU here?"
-	exit 1
-fi
+stop_without_gpu "$out/test.txt" "$rc" \
+	"  executor (${limit[executor]} s): $bundle/executor.test -test.run CUDA -test.v" \
+	"  bench (${limit[bench]} s): $bin -test.run '^\$' -test.bench . -test.benchtime 20x -figures $out/bench.json" \
+	"  ceilings (${limit[ceilings]} s): python3 $here/ceilings.py $out/ceilings.json" \
+	"  sanitizer (${limit[sanitizer]} s): compute-sanitizer --tool memcheck $bin -test.short -test.run '$sanitize_run'"
 grep -E '^(--- FAIL|FAIL|ok|PASS)' "$out/test.txt" | head -40
 
 step executor bash -c "cd '$root/engine/executor' && '$bundle/executor.test' -test.run CUDA -test.v -test.count=1 \

@@ -58,11 +58,8 @@ func runDeviceFidelity(e *env, args []string) error {
 	if o.Arrivals, err = trace.ParseProcess(*arrivals); err != nil {
 		return usagef("--arrivals: %v", err)
 	}
-	if o.Lengths.Prompt, err = trace.ParseDist(*prompt); err != nil {
-		return usagef("--prompt: %v", err)
-	}
-	if o.Lengths.Output, err = trace.ParseDist(*output); err != nil {
-		return usagef("--output: %v", err)
+	if o.Lengths, err = lengths(*prompt, *output); err != nil {
+		return err
 	}
 	o.Progress = func(msg string) { fmt.Fprintf(e.stderr, "device-fidelity: %s\n", msg) }
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -71,10 +68,7 @@ func runDeviceFidelity(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := r.Write(*out, *limit/100); err != nil {
-		return err
-	}
-	if err := r.WriteTables(e.stdout, *limit/100); err != nil {
+	if err := writeReport(e, r, *out, *limit/100); err != nil {
 		return err
 	}
 	if n := r.CatalogOver(*limit / 100); n > 0 {

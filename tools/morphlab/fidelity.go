@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strconv"
@@ -72,11 +73,8 @@ func runFidelity(e *env, args []string) error {
 		return usagef("--rates: %v", err)
 	}
 	o.Policies = strings.Split(*policies, ",")
-	if o.Lengths.Prompt, err = trace.ParseDist(*prompt); err != nil {
-		return usagef("--prompt: %v", err)
-	}
-	if o.Lengths.Output, err = trace.ParseDist(*output); err != nil {
-		return usagef("--output: %v", err)
+	if o.Lengths, err = lengths(*prompt, *output); err != nil {
+		return err
 	}
 	o.CalibrationRuns = nil
 	for _, r := range strings.Split(*calRuns, ",") {
@@ -99,16 +97,37 @@ func runFidelity(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := r.Write(*out, *limit/100); err != nil {
-		return err
-	}
-	if err := r.WriteTables(e.stdout, *limit/100); err != nil {
+	if err := writeReport(e, r, *out, *limit/100); err != nil {
 		return err
 	}
 	if n := r.Over(*limit / 100); n > 0 {
 		return fmt.Errorf("%d of %d figures are off by more than %g%%", n, len(r.Pairs)*len(fidelity.Metrics), *limit)
 	}
 	return nil
+}
+
+// lengths reads the --prompt and --output length distributions.
+func lengths(prompt, output string) (trace.Independent, error) {
+	p, err := trace.ParseDist(prompt)
+	if err != nil {
+		return trace.Independent{}, usagef("--prompt: %v", err)
+	}
+	o, err := trace.ParseDist(output)
+	if err != nil {
+		return trace.Independent{}, usagef("--output: %v", err)
+	}
+	return trace.Independent{Prompt: p, Output: o}, nil
+}
+
+// writeReport writes a comparison's files under dir and prints its tables, errors over limit (a share) marked.
+func writeReport(e *env, r interface {
+	Write(dir string, limit float64) error
+	WriteTables(w io.Writer, limit float64) error
+}, dir string, limit float64) error {
+	if err := r.Write(dir, limit); err != nil {
+		return err
+	}
+	return r.WriteTables(e.stdout, limit)
 }
 
 // floats reads comma-separated numbers.
