@@ -26,12 +26,13 @@ func init() {
 }
 
 const serveHelp = `
-Serve runs the engine on the CPU behind OpenAI's HTTP API: POST /v1/completions and /v1/chat/completions (SSE with
-"stream": true), GET /v1/models, /health and /metrics (Prometheus, vLLM's metric names with the morphlab: prefix).
+Serve runs the engine on the CPU (with --executor cuda in a -tags cuda build, on GPU 0) behind OpenAI's HTTP
+API: POST /v1/completions and /v1/chat/completions (SSE with "stream": true), GET /v1/models, /health and
+/metrics (Prometheus, vLLM's metric names with the morphlab: prefix).
 --memory is the process's memory budget: the CPU executor gets what the process itself (the binary and runtime,
 measured once the model is loaded) and a reserve for HTTP leave, and holds the weights, its workspace and KV
 blocks in it (without --memory: the weights, the workspace and 32 full-context sequences of KV, and no bound on
-the process);
+the process); the cuda executor's --memory is its budget on the GPU (without it, 0.9 of the GPU's memory);
 --scheduler picks continuous (iteration-level) batching or the static and dynamic baselines; the deployment flags
 are every command's (experiments/deploy), vLLM's names where vLLM has the knob. With --max-queue N
 a request arriving while N wait for their first batch is answered 429 with Retry-After. SIGINT or SIGTERM stops
@@ -69,8 +70,8 @@ func runServe(e *env, args []string) (err error) {
 	switch {
 	case err != nil:
 		return usagef("%v", err)
-	case d.Executor != "cpu":
-		return usagef("--executor %s: serve runs the cpu executor", d.Executor)
+	case d.Executor == "sim":
+		return usagef("--executor sim: serve runs the cpu or cuda executor")
 	case *maxQueue < 0 || *grace < 0:
 		return usagef("--max-queue %d, --grace %v: want neither negative", *maxQueue, *grace)
 	}
@@ -81,8 +82,10 @@ func runServe(e *env, args []string) (err error) {
 	if l.Vocab == nil {
 		return usagef("%s has no vocabulary: give --tokenizer", d.Model)
 	}
-	var heapLimit int64 // with --memory: the process's budget less its mapped files
-	if total := d.KV.Memory; total > 0 {
+	// With --memory on the cpu executor: the process's budget less its mapped files (the cuda executor's --memory
+	// is the GPU's).
+	var heapLimit int64
+	if total := d.KV.Memory; total > 0 && d.Executor == "cpu" {
 		own := measureProcess()
 		if l.Deployment.KV.Memory, err = engineBudget(total, own, int64(l.Weights.WeightBytes())); err != nil {
 			return usagef("--memory: %v", err)
@@ -119,7 +122,9 @@ func runServe(e *env, args []string) (err error) {
 		return err
 	}
 	mem := in.Executor.Memory()
-	limitHeap(cmp.Or(heapLimit, mem.Budget))
+	if d.Executor == "cpu" {
+		limitHeap(cmp.Or(heapLimit, mem.Budget))
+	}
 	fmt.Fprintf(e.stderr, "serving %s on http://%s: %s batching, policy %s, %d KV blocks of %d tokens, budget %s (weights %s)\n",
 		*name, ln.Addr(), d.Scheduler.Kind, d.Policy, mem.Blocks, d.KV.BlockSize, formatBytes(mem.Budget), formatBytes(mem.Weights))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)

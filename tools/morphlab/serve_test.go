@@ -182,7 +182,7 @@ func TestServeUsage(t *testing.T) {
 		{[]string{"serve", "--model", "stories260K", "--scheduler", "fifo"}, "morphlab serve: scheduler \"fifo\", want continuous, static or dynamic\n"},
 		{[]string{"serve", "--model", "stories260K", "--memory", "lots"}, "morphlab serve: --memory: \"lots\", want a positive size such as 512MiB, 2GiB or 1000000\n"},
 		{[]string{"serve", "--model", "stories260K", "--max-queue", "-1"}, "morphlab serve: --max-queue -1, --grace 30s: want neither negative\n"},
-		{[]string{"serve", "--model", "stories260K", "--executor", "sim", "--device", "l4"}, "morphlab serve: --executor sim: serve runs the cpu executor\n"},
+		{[]string{"serve", "--model", "stories260K", "--executor", "sim", "--device", "l4"}, "morphlab serve: --executor sim: serve runs the cpu or cuda executor\n"},
 		{[]string{"serve", "--model", "x.bin"}, "morphlab serve: --model: model \"x.bin\" is neither a file nor a model name: unknown model \"x.bin\" " +
 			"(models: llama-2-7b, vicuna-7b-v1.5, llama-2-13b, llama-3-8b, codellama-34b, stories260K, stories15M, stories42M, stories110M)\n"},
 		{[]string{"serve", "--model", "x", "--max-connections", "0"}, "morphlab serve: --max-connections=0, want at least 1\n"},
