@@ -88,37 +88,72 @@ func storageType(f quant.Format) (kcuda.DType, error) {
 	return 0, fmt.Errorf("executor: layers in %v: the CUDA executor runs models whose layers are f32, f16 or bf16", f)
 }
 
-// packLayer returns the image of variant w for a model of storage type t: its full-precision matrices must be
-// in t's format, its quantized ones Int8 (run as W8A8) or Int4 (W4A16); other formats are refused.
-func packLayer(w *model.LayerWeights, t kcuda.DType) (devLayer, []byte, error) {
-	var p packer
+// placed is one part of an image: its bytes and where they go.
+type placed struct {
+	off int64
+	b   []byte
+}
+
+// layoutLayer lays out the image of variant w for a model of storage type t and returns its parts (the
+// variant's own slices, the norms converted to t): its full-precision matrices must be in t's format, its
+// quantized ones Int8 (run as W8A8) or Int4 (W4A16); other formats are refused.
+func layoutLayer(w *model.LayerWeights, t kcuda.DType) (devLayer, []placed, error) {
 	var d devLayer
-	d.AttnNorm = p.put(storage(t, w.AttnNorm))
-	d.FFNNorm = p.put(storage(t, w.FFNNorm))
+	var parts []placed
+	var off int64
+	put := func(b []byte) int64 {
+		at := alignUp(off, arenaAlign)
+		parts = append(parts, placed{at, b})
+		off = at + int64(len(b))
+		return at
+	}
+	d.AttnNorm = put(storage(t, w.AttnNorm))
+	d.FFNNorm = put(storage(t, w.FFNNorm))
 	for i, m := range w.Matrices() {
 		dm := devMatrix{Format: m.Format, Rows: m.Rows, Cols: m.Cols, Group: m.Group}
 		switch m.Format {
 		case fullFormat(t):
 			if t == kcuda.F32 {
-				dm.Data = p.put(bytesOf(m.F32))
+				dm.Data = put(bytesOf(m.F32))
 			} else {
-				dm.Data = p.put(bytesOf(m.Half))
+				dm.Data = put(bytesOf(m.Half))
 			}
 		case quant.Int8:
-			dm.Data = p.put(bytesOf(m.Q))
-			dm.Scales = p.put(bytesOf(m.Scales))
+			dm.Data = put(bytesOf(m.Q))
+			dm.Scales = put(bytesOf(m.Scales))
 		case quant.Int4:
-			dm.Data = p.put(bytesOf(m.Packed))
-			dm.Scales = p.put(bytesOf(m.Scales))
-			dm.Zeros = p.put(m.Zeros)
+			dm.Data = put(bytesOf(m.Packed))
+			dm.Scales = put(bytesOf(m.Scales))
+			dm.Zeros = put(m.Zeros)
 		default:
 			return devLayer{}, nil, fmt.Errorf("executor: a %v matrix in a %v model: the CUDA executor runs %v, int8 (W8A8) and int4 (W4A16) weights",
 				m.Format, t, fullFormat(t))
 		}
 		d.Mats[i] = dm
 	}
-	d.Bytes = alignUp(int64(len(p.buf)), arenaAlign)
-	return d, append(p.buf, make([]byte, d.Bytes-int64(len(p.buf)))...), nil
+	d.Bytes = alignUp(off, arenaAlign)
+	return d, parts, nil
+}
+
+// fill writes parts into an image dst, zeroing the padding between them.
+func fill(dst []byte, parts []placed) {
+	var end int64
+	for _, p := range parts {
+		clear(dst[end:p.off])
+		end = p.off + int64(copy(dst[p.off:], p.b))
+	}
+	clear(dst[end:])
+}
+
+// packLayer returns the layout and the image of variant w (see layoutLayer).
+func packLayer(w *model.LayerWeights, t kcuda.DType) (devLayer, []byte, error) {
+	d, parts, err := layoutLayer(w, t)
+	if err != nil {
+		return devLayer{}, nil, err
+	}
+	img := make([]byte, d.Bytes)
+	fill(img, parts)
+	return d, img, nil
 }
 
 // packOuter returns the image of m's outer weights in storage type t.
