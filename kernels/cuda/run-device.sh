@@ -57,7 +57,7 @@ exec > >(tee "$out/run.log") 2>&1
 : >"$out/status.txt"
 
 # Step time limits in seconds, in the order the steps run.
-declare -A limit=([preflight]=15 [nvidia-smi]=15 [test]=150 [executor]=60 [bench]=160 [ceilings]=75 [sanitizer]=50 [figures]=15
+declare -A limit=([preflight]=15 [nvidia-smi]=15 [test]=170 [executor]=40 [bench]=160 [ceilings]=75 [sanitizer]=50 [figures]=15
 	[steps]=200 [serving]=310)
 order=(preflight nvidia-smi test executor bench ceilings sanitizer figures)
 if [ "$mode" = serving ]; then
