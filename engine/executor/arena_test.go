@@ -99,7 +99,7 @@ func TestArenaPlaces(t *testing.T) {
 					t.Fatalf("seed %d step %d: layer %d to %d bytes (accounting allows it): %v", seed, step, l, sizes[l][f], err)
 				}
 				for _, m := range moves {
-					if m.to < a.variantAt(l, sizes[l][f]) && m.to+bb > a.variantAt(l, sizes[l][f]) && m.to < full[l]+a.regions[l].start {
+					if m.to < a.regions[l].start+full[l] && m.to+bb > a.variantAt(l, sizes[l][f]) {
 						t.Fatalf("seed %d step %d: a block moved into layer %d's new variant", seed, step, l)
 					}
 				}

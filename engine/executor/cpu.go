@@ -155,7 +155,8 @@ func (e *CPU) SetLayerPrecision(layer int, f quant.Format) error {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.swaps.ask(layer, f, int64(e.m.Layers[layer].Variants[f].Bytes()), e.memoryLocked)
+	_, err := e.swaps.ask(layer, f, int64(e.m.Layers[layer].Variants[f].Bytes()), e.memoryLocked)
+	return err
 }
 
 // AttachKV grows the attached KV blocks; see Executor.

@@ -47,17 +47,8 @@ func (g *cudaGPU) Alloc(bytes int64) (devPtr, error) {
 
 func (g *cudaGPU) Free(p devPtr) { buf(p).Free() }
 
-func (g *cudaGPU) AllocPinned(bytes int64) ([]byte, error) {
-	p, err := kcuda.AllocPinned(bytes)
-	if err != nil {
-		return nil, err
-	}
-	return p.Slice(), nil
-}
-
-func (g *cudaGPU) FreePinned(b []byte) {
-	kcuda.Pinned{Ptr: unsafe.Pointer(&b[0]), Bytes: int64(len(b))}.Free()
-}
+func (g *cudaGPU) AllocPinned(bytes int64) ([]byte, error) { return kcuda.AllocPinned(bytes) }
+func (g *cudaGPU) FreePinned(b []byte)                     { kcuda.FreePinned(b) }
 
 func (g *cudaGPU) Upload(dst devPtr, src []byte) error {
 	if len(src) == 0 {

@@ -37,14 +37,50 @@ type devOuter struct {
 	Embedding, Output, FinalN int64
 }
 
-// packer appends parts to an image, each aligned for the kernels' 16-byte loads.
-type packer struct{ buf []byte }
+// layout places the parts of an image one after another, each aligned for the kernels' 16-byte loads.
+type layout struct {
+	end   int64
+	parts []placed
+}
 
-func (p *packer) put(b []byte) int64 {
-	off := alignUp(int64(len(p.buf)), arenaAlign)
-	p.buf = append(p.buf, make([]byte, off-int64(len(p.buf)))...)
-	p.buf = append(p.buf, b...)
-	return off
+// placed is one part of an image: its bytes and where they go.
+type placed struct {
+	off int64
+	b   []byte
+}
+
+// take reserves n bytes and returns their offset.
+func (l *layout) take(n int64) int64 {
+	at := alignUp(l.end, arenaAlign)
+	l.end = at + n
+	return at
+}
+
+// put places b and returns its offset.
+func (l *layout) put(b []byte) int64 {
+	at := l.take(int64(len(b)))
+	l.parts = append(l.parts, placed{at, b})
+	return at
+}
+
+// size is the image's bytes.
+func (l *layout) size() int64 { return alignUp(l.end, arenaAlign) }
+
+// fill writes the parts into an image dst of size() bytes, zeroing the padding between them.
+func (l *layout) fill(dst []byte) {
+	var end int64
+	for _, p := range l.parts {
+		clear(dst[end:p.off])
+		end = p.off + int64(copy(dst[p.off:], p.b))
+	}
+	clear(dst[end:])
+}
+
+// image is the image the parts make.
+func (l *layout) image() []byte {
+	img := make([]byte, l.size())
+	l.fill(img)
+	return img
 }
 
 func bytesOf[T any](s []T) []byte {
@@ -70,113 +106,78 @@ func storage(t kcuda.DType, x []float32) []byte {
 	return bytesOf(x)
 }
 
+// fullFormats are the storage types' weight formats: the format whose matrices run in each.
+var fullFormats = [...]quant.Format{kcuda.F32: quant.F32, kcuda.F16: quant.F16, kcuda.BF16: quant.BF16}
+
 // fullFormat is the weight format whose matrices run in storage type t.
-func fullFormat(t kcuda.DType) quant.Format {
-	return map[kcuda.DType]quant.Format{kcuda.F32: quant.F32, kcuda.F16: quant.F16, kcuda.BF16: quant.BF16}[t]
-}
+func fullFormat(t kcuda.DType) quant.Format { return fullFormats[t] }
 
 // storageType is the storage type of a model whose layers are in format f: f itself for F32, F16 and BF16.
 func storageType(f quant.Format) (kcuda.DType, error) {
-	switch f {
-	case quant.F32:
-		return kcuda.F32, nil
-	case quant.F16:
-		return kcuda.F16, nil
-	case quant.BF16:
-		return kcuda.BF16, nil
+	for t, g := range fullFormats {
+		if g == f {
+			return kcuda.DType(t), nil
+		}
 	}
 	return 0, fmt.Errorf("executor: layers in %v: the CUDA executor runs models whose layers are f32, f16 or bf16", f)
 }
 
-// placed is one part of an image: its bytes and where they go.
-type placed struct {
-	off int64
-	b   []byte
-}
-
-// layoutLayer lays out the image of variant w for a model of storage type t and returns its parts (the
-// variant's own slices, the norms converted to t): its full-precision matrices must be in t's format, its
-// quantized ones Int8 (run as W8A8) or Int4 (W4A16); other formats are refused.
-func layoutLayer(w *model.LayerWeights, t kcuda.DType) (devLayer, []placed, error) {
+// layoutLayer lays out the image of variant w for a model of storage type t, its parts the variant's own slices
+// (the norms converted to t): its full-precision matrices must be in t's format, its quantized ones Int8 (run as
+// W8A8) or Int4 (W4A16); other formats are refused.
+func layoutLayer(w *model.LayerWeights, t kcuda.DType) (devLayer, *layout, error) {
+	var l layout
 	var d devLayer
-	var parts []placed
-	var off int64
-	put := func(b []byte) int64 {
-		at := alignUp(off, arenaAlign)
-		parts = append(parts, placed{at, b})
-		off = at + int64(len(b))
-		return at
-	}
-	d.AttnNorm = put(storage(t, w.AttnNorm))
-	d.FFNNorm = put(storage(t, w.FFNNorm))
+	d.AttnNorm = l.put(storage(t, w.AttnNorm))
+	d.FFNNorm = l.put(storage(t, w.FFNNorm))
 	for i, m := range w.Matrices() {
 		dm := devMatrix{Format: m.Format, Rows: m.Rows, Cols: m.Cols, Group: m.Group}
 		switch m.Format {
 		case fullFormat(t):
-			if t == kcuda.F32 {
-				dm.Data = put(bytesOf(m.F32))
-			} else {
-				dm.Data = put(bytesOf(m.Half))
-			}
+			dm.Data = l.put(fullBytes(t, m))
 		case quant.Int8:
-			dm.Data = put(bytesOf(m.Q))
-			dm.Scales = put(bytesOf(m.Scales))
+			dm.Data = l.put(bytesOf(m.Q))
+			dm.Scales = l.put(bytesOf(m.Scales))
 		case quant.Int4:
-			dm.Data = put(bytesOf(m.Packed))
-			dm.Scales = put(bytesOf(m.Scales))
-			dm.Zeros = put(m.Zeros)
+			dm.Data = l.put(bytesOf(m.Packed))
+			dm.Scales = l.put(bytesOf(m.Scales))
+			dm.Zeros = l.put(m.Zeros)
 		default:
 			return devLayer{}, nil, fmt.Errorf("executor: a %v matrix in a %v model: the CUDA executor runs %v, int8 (W8A8) and int4 (W4A16) weights",
 				m.Format, t, fullFormat(t))
 		}
 		d.Mats[i] = dm
 	}
-	d.Bytes = alignUp(off, arenaAlign)
-	return d, parts, nil
+	d.Bytes = l.size()
+	return d, &l, nil
 }
 
-// fill writes parts into an image dst, zeroing the padding between them.
-func fill(dst []byte, parts []placed) {
-	var end int64
-	for _, p := range parts {
-		clear(dst[end:p.off])
-		end = p.off + int64(copy(dst[p.off:], p.b))
+// fullBytes is the values of a matrix in t's full format, as stored.
+func fullBytes(t kcuda.DType, m *quant.Matrix) []byte {
+	if t == kcuda.F32 {
+		return bytesOf(m.F32)
 	}
-	clear(dst[end:])
-}
-
-// packLayer returns the layout and the image of variant w (see layoutLayer).
-func packLayer(w *model.LayerWeights, t kcuda.DType) (devLayer, []byte, error) {
-	d, parts, err := layoutLayer(w, t)
-	if err != nil {
-		return devLayer{}, nil, err
-	}
-	img := make([]byte, d.Bytes)
-	fill(img, parts)
-	return d, img, nil
+	return bytesOf(m.Half)
 }
 
 // packOuter returns the image of m's outer weights in storage type t.
 func packOuter(m *model.Model, t kcuda.DType) (devOuter, []byte) {
-	var p packer
+	var l layout
 	var d devOuter
 	table := func(q *quant.Matrix) int64 {
 		if q.Format == fullFormat(t) {
-			if t == kcuda.F32 {
-				return p.put(bytesOf(q.F32))
-			}
-			return p.put(bytesOf(q.Half))
+			return l.put(fullBytes(t, q))
 		}
-		return p.put(storage(t, q.Dequantize()))
+		return l.put(storage(t, q.Dequantize()))
 	}
 	d.Embedding = table(m.Embedding)
 	d.Output = d.Embedding
 	if m.Output != m.Embedding {
 		d.Output = table(m.Output)
 	}
-	d.FinalN = p.put(storage(t, m.FinalNorm))
-	d.Bytes = alignUp(int64(len(p.buf)), arenaAlign)
-	return d, append(p.buf, make([]byte, d.Bytes-int64(len(p.buf)))...)
+	d.FinalN = l.put(storage(t, m.FinalNorm))
+	d.Bytes = l.size()
+	return d, l.image()
 }
 
 // devWorkspace is the layout of the CUDA executor's workspace for steps of up to Tokens tokens: the activations
@@ -204,12 +205,8 @@ type devWorkspace struct {
 // slots of stageBytes.
 func newDevWorkspace(cfg model.Config, t kcuda.DType, tokens, tableLen int, pagedBytes int64, slots int, stageBytes int64) devWorkspace {
 	w := devWorkspace{Tokens: tokens, TableLen: tableLen, StageBytes: stageBytes, StagingSlots: slots}
-	var off int64
-	take := func(n int64) int64 {
-		at := off
-		off = alignUp(off+n, arenaAlign)
-		return at
-	}
+	var l layout
+	take := l.take
 	n, el := int64(tokens), int64(t.Size())
 	dim, kv, hid := int64(cfg.Dim), int64(cfg.KVDim()), int64(cfg.HiddenDim)
 	for _, p := range []*int64{&w.X, &w.XB, &w.Q, &w.Att, &w.D, &w.Rows} {
@@ -227,6 +224,6 @@ func newDevWorkspace(cfg model.Config, t kcuda.DType, tokens, tableLen int, page
 	w.Tables = take(4 * int64(tableLen))
 	w.Paged = take(pagedBytes)
 	w.Staging = take(int64(slots) * stageBytes)
-	w.Bytes = off
+	w.Bytes = l.size()
 	return w
 }

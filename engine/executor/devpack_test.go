@@ -11,6 +11,15 @@ import (
 	"github.com/morphlab/morphlab/quant"
 )
 
+// packLayer is variant w's layout and image.
+func packLayer(w *model.LayerWeights, t kcuda.DType) (devLayer, []byte, error) {
+	d, l, err := layoutLayer(w, t)
+	if err != nil {
+		return devLayer{}, nil, err
+	}
+	return d, l.image(), nil
+}
+
 // TestPackLayer: every part of a variant's image holds the variant's bytes at an aligned offset, the parts do not
 // overlap, and formats without a CUDA kernel are refused with a one-line error.
 func TestPackLayer(t *testing.T) {

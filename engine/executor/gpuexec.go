@@ -70,8 +70,11 @@ type CUDA struct {
 	budget     int64
 	fullBlocks int
 
-	// host scratch of a step
-	order                               []int
+	flashOK bool // the storage type and head dimension have a FlashAttention-2 kernel
+
+	// host scratch of a step: the sequences in the device's order and the inverse, their int32 inputs
+	order, slot                         []int
+	ids                                 []int32
 	tok, pos, slots, last, qstart, lens []int32
 	tables                              []int32
 	next                                []int32
@@ -124,15 +127,15 @@ func newCUDA(g gpu, m *model.Model, opt CUDAOptions) (*CUDA, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &CUDA{g: g, cfg: cfg, t: t, opt: opt, swaps: newSwapQueue(opt.Swap), copies: map[int]*swapCopy{},
+	e := &CUDA{g: g, cfg: cfg, t: t, opt: opt, flashOK: kcuda.FlashPrefillOK(t, cfg.HeadDim()), swaps: newSwapQueue(opt.Swap), copies: map[int]*swapCopy{},
 		scale: float32(1 / math.Sqrt(float64(cfg.HeadDim())))}
 	// Each variant's image is written straight into its pinned buffer, layers in parallel: a 7B model's images
 	// are 17 GB.
 	var stage int64
-	fullBytes, startBytes := make([]int64, len(m.Layers)), make([]int64, len(m.Layers))
+	regionBytes, startBytes := make([]int64, len(m.Layers)), make([]int64, len(m.Layers))
 	type job struct {
-		dst   []byte
-		parts []placed
+		dst []byte
+		l   *layout
 	}
 	var jobs []job
 	err = g.Do(func() error {
@@ -142,7 +145,7 @@ func newCUDA(g gpu, m *model.Model, opt CUDAOptions) (*CUDA, error) {
 			}
 			e.vars = append(e.vars, map[quant.Format]cudaVariant{})
 			for f, w := range layer.Variants {
-				lay, parts, err := layoutLayer(w, t)
+				lay, img, err := layoutLayer(w, t)
 				if err != nil {
 					return fmt.Errorf("executor: layer %d in %v: %w", l, f, err)
 				}
@@ -151,13 +154,13 @@ func newCUDA(g gpu, m *model.Model, opt CUDAOptions) (*CUDA, error) {
 					return err
 				}
 				e.vars[l][f] = cudaVariant{layout: lay, host: host}
-				jobs = append(jobs, job{host, parts})
+				jobs = append(jobs, job{host, img})
 				if f != full {
 					stage = max(stage, lay.Bytes)
 				}
 			}
 			e.formats = append(e.formats, full)
-			fullBytes[l] = e.vars[l][full].layout.Bytes
+			regionBytes[l] = e.vars[l][full].layout.Bytes
 		}
 		return nil
 	})
@@ -170,7 +173,7 @@ func newCUDA(g gpu, m *model.Model, opt CUDAOptions) (*CUDA, error) {
 	for range runtime.GOMAXPROCS(0) {
 		wg.Go(func() {
 			for j := range next {
-				fill(j.dst, j.parts)
+				j.l.fill(j.dst)
 			}
 		})
 	}
@@ -198,7 +201,7 @@ func newCUDA(g gpu, m *model.Model, opt CUDAOptions) (*CUDA, error) {
 		e.freeSlots = append(e.freeSlots, i)
 	}
 	var weights int64
-	for _, b := range fullBytes {
+	for _, b := range regionBytes {
 		weights += b
 	}
 	if e.budget, e.fullBlocks, err = opt.Pool.Budget(outer.Bytes+weights+e.ws.Bytes, 2*int64(cfg.NLayers)*sub); err != nil {
@@ -211,7 +214,7 @@ func newCUDA(g gpu, m *model.Model, opt CUDAOptions) (*CUDA, error) {
 		}
 		startBytes[l] = e.vars[l][e.formats[l]].layout.Bytes
 	}
-	if e.ar, err = newArena(e.budget, outer.Bytes, e.ws.Bytes, fullBytes, startBytes, sub); err != nil {
+	if e.ar, err = newArena(e.budget, outer.Bytes, e.ws.Bytes, regionBytes, startBytes, sub); err != nil {
 		e.Close()
 		return nil, err
 	}
@@ -350,22 +353,20 @@ func (e *CUDA) SetLayerPrecision(layer int, f quant.Format) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.g.Do(func() error {
-		old, had := e.swaps.pending[layer]
-		link := e.swaps.link
-		if err := e.swaps.ask(layer, f, v.layout.Bytes, e.memoryLocked); err != nil {
+		undo, err := e.swaps.ask(layer, f, v.layout.Bytes, e.memoryLocked)
+		if err != nil {
 			return err
 		}
+		earlier, had := e.copies[layer]
 		// A copy in flight for the layer is finished and dropped first: it may write where the new one's room ends.
 		if err := e.dropCopy(layer); err != nil {
 			return err
 		}
 		moves, err := e.ar.ask(layer, v.layout.Bytes)
 		if err != nil {
-			e.swaps.link = link
-			delete(e.swaps.pending, layer)
-			if had { // the arena kept its room; its copy was dropped and starts again
-				e.swaps.pending[layer] = old
-				e.queueCopy(layer, old.format)
+			undo()
+			if had { // the arena kept its room; the earlier swap's copy was dropped and starts again
+				e.queueCopy(layer, earlier.format)
 			}
 			return errors.Join(err, e.startCopies())
 		}
@@ -539,7 +540,7 @@ func (e *CUDA) Step(b *Batch) (Result, error) {
 	if err := e.g.Do(func() error { return e.forward(b, formats) }); err != nil {
 		return res, err
 	}
-	res.Next = nextTokens(b.Seqs, e.rowOf, func(i int) int32 { return e.next[e.slotOf(i)] })
+	res.Next = nextTokens(b.Seqs, e.rowOf, func(i int) int32 { return e.next[e.slot[i]] })
 	res.Duration = time.Since(start)
 	return res, nil
 }
@@ -552,7 +553,7 @@ func (e *CUDA) setLastEnd(t time.Duration) {
 
 // flash reports whether sequence s runs FlashAttention-2: its chunk is its whole sequence (no cached prefix).
 func (e *CUDA) flash(s SeqWork) bool {
-	return len(s.Tokens) == s.SeqLen && len(s.Tokens) > 1 && kcuda.FlashPrefillOK(e.t, e.cfg.HeadDim())
+	return e.flashOK && len(s.Tokens) == s.SeqLen && len(s.Tokens) > 1
 }
 
 // plan checks the batch against blocks attached blocks and fills the step's int32 inputs on the host: the
@@ -586,27 +587,30 @@ func (e *CUDA) plan(b *Batch, blocks int) error {
 		mb = max(mb, len(s.Table))
 	}
 	e.order = e.order[:0]
-	for i, s := range b.Seqs {
-		if !e.flash(s) {
-			e.order = append(e.order, i)
+	paged := 0
+	for _, flash := range []bool{false, true} {
+		for i, s := range b.Seqs {
+			if e.flash(s) == flash {
+				e.order = append(e.order, i)
+			}
+		}
+		if !flash {
+			paged = len(e.order)
 		}
 	}
-	paged := len(e.order)
 	if paged*mb > e.ws.TableLen {
 		return fmt.Errorf("executor: %d sequences of up to %d blocks, the workspace holds %d block ids", paged, mb, e.ws.TableLen)
 	}
-	for i, s := range b.Seqs {
-		if e.flash(s) {
-			e.order = append(e.order, i)
-		}
-	}
+	e.slot = slices.Grow(e.slot[:0], n)[:n]
 	e.tok, e.pos, e.slots, e.last = e.tok[:0], e.pos[:0], e.slots[:0], e.last[:0]
 	e.qstart, e.lens = append(e.qstart[:0], 0), e.lens[:0]
 	e.tables = slices.Grow(e.tables[:0], paged*mb)[:paged*mb]
 	clear(e.tables)
-	ids := make([]int32, mb)
+	e.ids = slices.Grow(e.ids[:0], mb)[:mb]
+	ids := e.ids
 	for j, i := range e.order {
 		s := b.Seqs[i]
+		e.slot[i] = j
 		e.ar.ids(ids[:len(s.Table)], s.Table)
 		first := s.SeqLen - len(s.Tokens)
 		for k, tok := range s.Tokens {
@@ -625,13 +629,10 @@ func (e *CUDA) plan(b *Batch, blocks int) error {
 	return nil
 }
 
-// slotOf is the position of batch sequence i in the device's order.
-func (e *CUDA) slotOf(i int) int { return slices.Index(e.order, i) }
-
 // rowOf is batch sequence i's logit row, copied back by forward when it has a sampler.
 func (e *CUDA) rowOf(i int) []float32 {
 	v := e.cfg.VocabSize
-	j := e.slotOf(i)
+	j := e.slot[i]
 	return e.logits[j*v : (j+1)*v]
 }
 

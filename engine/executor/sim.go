@@ -7,6 +7,7 @@ import (
 
 	"github.com/morphlab/morphlab/engine/executor/costmodel"
 	"github.com/morphlab/morphlab/engine/model"
+	"github.com/morphlab/morphlab/internal/splitmix"
 	"github.com/morphlab/morphlab/quant"
 )
 
@@ -185,7 +186,8 @@ func (e *Sim) SetLayerPrecision(layer int, f quant.Format) error {
 		delete(e.swaps.pending, layer)
 		return nil
 	}
-	return e.swaps.ask(layer, f, e.layerBytes[f], e.Memory)
+	_, err := e.swaps.ask(layer, f, e.layerBytes[f], e.Memory)
+	return err
 }
 
 // AttachKV grows the attached KV blocks; see Executor.
@@ -275,19 +277,12 @@ func (e *Sim) Step(b *Batch) (Result, error) {
 // draw is the token sampled at position pos after token last: a splitmix64 hash of (seed, pos, last) mapped onto
 // [simFirstToken, vocab), or the stop token with probability StopRate.
 func (e *Sim) draw(pos int, last int32) int32 {
-	h := mix(e.opt.Seed ^ mix(uint64(pos)*0x9e3779b97f4a7c15^uint64(uint32(last))))
+	h := splitmix.Hash(e.opt.Seed ^ splitmix.Hash(uint64(pos)*splitmix.Gamma^uint64(uint32(last))))
 	if e.opt.StopRate > 0 && float64(h>>11)/(1<<53) < e.opt.StopRate {
 		return simStopToken
 	}
 	span := uint64(e.cfg.VocabSize - simFirstToken)
-	return int32(simFirstToken + mix(h)%span)
-}
-
-func mix(x uint64) uint64 {
-	x += 0x9e3779b97f4a7c15
-	x = (x ^ x>>30) * 0xbf58476d1ce4e5b9
-	x = (x ^ x>>27) * 0x94d049bb133111eb
-	return x ^ x>>31
+	return int32(simFirstToken + splitmix.Hash(h)%span)
 }
 
 // Geometry reports the executor's block size and tokens per step and the model's context and vocabulary.

@@ -38,17 +38,23 @@ func (q *swapQueue) format(layer int, current quant.Format) quant.Format {
 }
 
 // ask queues layer's swap to f, a transfer of bytes, when memory (read with the swap pending) shows the budget
-// holding it; otherwise it leaves the queue as it was and says by how much the budget falls short.
-func (q *swapQueue) ask(layer int, f quant.Format, bytes int64, memory func() Memory) error {
+// holding it; otherwise it leaves the queue as it was and says by how much the budget falls short. The returned
+// undo puts the queue back as it was before the ask (for an executor whose own placement then refuses it).
+func (q *swapQueue) ask(layer int, f quant.Format, bytes int64, memory func() Memory) (undo func(), err error) {
 	old, had := q.pending[layer]
-	q.pending[layer] = pendingSwap{format: f}
-	if mem := memory(); mem.PendingWeights > mem.Budget-mem.KV-mem.Workspace {
+	link := q.link
+	undo = func() {
 		if had {
 			q.pending[layer] = old
 		} else {
 			delete(q.pending, layer)
 		}
-		return fmt.Errorf("executor: layer %d in %v needs %d bytes more than the budget has free; detach KV first",
+		q.link = link
+	}
+	q.pending[layer] = pendingSwap{format: f}
+	if mem := memory(); mem.PendingWeights > mem.Budget-mem.KV-mem.Workspace {
+		undo()
+		return nil, fmt.Errorf("executor: layer %d in %v needs %d bytes more than the budget has free; detach KV first",
 			layer, f, mem.PendingWeights-(mem.Budget-mem.KV-mem.Workspace))
 	}
 	p := pendingSwap{format: f}
@@ -60,7 +66,7 @@ func (q *swapQueue) ask(layer int, f quant.Format, bytes int64, memory func() Me
 		}
 	}
 	q.pending[layer] = p
-	return nil
+	return undo, nil
 }
 
 // due removes the swaps that apply at a step starting at now (an overlapped one once its transfer has finished)

@@ -32,6 +32,8 @@ import (
 	"math/bits"
 	"slices"
 	"sort"
+
+	"github.com/morphlab/morphlab/internal/splitmix"
 )
 
 // SeqID names a sequence (a request) to the manager.
@@ -554,13 +556,7 @@ func chain(parent BlockHash, tokens []int32) BlockHash {
 		lo = bits.RotateLeft64(lo+w*prime2, 31) * prime1
 		hi = bits.RotateLeft64(hi^(w*prime4), 27)*prime3 + prime2
 	}
-	return BlockHash{mix(lo ^ bits.RotateLeft64(hi, 17)), mix(hi + lo)}
-}
-
-func mix(x uint64) uint64 {
-	x = (x ^ x>>30) * 0xbf58476d1ce4e5b9
-	x = (x ^ x>>27) * 0x94d049bb133111eb
-	return x ^ x>>31
+	return BlockHash{splitmix.Mix(lo ^ bits.RotateLeft64(hi, 17)), splitmix.Mix(hi + lo)}
 }
 
 // Unmatched reports, at little cost, that Match would find nothing of p now: its last match found nothing, and

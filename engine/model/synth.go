@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/morphlab/morphlab/engine/tokenizer"
+	"github.com/morphlab/morphlab/internal/splitmix"
 	"github.com/morphlab/morphlab/kernels/cpu"
 	"github.com/morphlab/morphlab/kernels/half"
 	"github.com/morphlab/morphlab/quant"
@@ -157,10 +158,7 @@ func streamID(name string, row int) uint64 {
 	for i := 0; i < len(name); i++ {
 		h = (h ^ uint64(name[i])) * 1099511628211
 	}
-	h ^= uint64(row) * 0x9e3779b97f4a7c15
-	h = (h ^ h>>30) * 0xbf58476d1ce4e5b9
-	h = (h ^ h>>27) * 0x94d049bb133111eb
-	return h ^ h>>31
+	return splitmix.Mix(h ^ uint64(row)*splitmix.Gamma)
 }
 
 // fillNormal sets x[i] = mean + sd·z with z approximately standard normal: the sum of the four 16-bit uniforms

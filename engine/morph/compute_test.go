@@ -93,7 +93,7 @@ func TestPrefillGain(t *testing.T) {
 		{32, 16, 16, 2, 24.0 / 16},   // the other half, from 24 layer-times to 16
 		{40, 0, 40, 4, 4},            // every layer: the whole speedup
 		{48, 8, 0, 2, 1},             // no more: no gain
-		{10, 0, 5, 3.5, 10.0 / 6.43}, // this CPU's W8A8 over F16
+		{10, 0, 5, 3.5, 10.0 / 6.43}, // half the layers at 3.5x
 	} {
 		if got := prefillGain(c.layers, c.fast, c.more, c.speedup); math.Abs(got-c.want) > 1e-3 {
 			t.Errorf("prefillGain(%d, %d, %d, %v) = %v, want %v", c.layers, c.fast, c.more, c.speedup, got, c.want)

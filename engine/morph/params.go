@@ -73,24 +73,20 @@ func set(ps []param, kv string) error {
 
 // share is a number in [0, 1].
 func share(name string, p *float64) param {
-	return param{name, func(v string) error {
-		x, err := strconv.ParseFloat(v, 64)
-		if err == nil && !(x >= 0 && x <= 1) {
-			err = fmt.Errorf("out of [0, 1]")
-		}
-		if err == nil {
-			*p = x
-		}
-		return err
-	}, func() any { return *p }}
+	return number(name, p, func(x float64) bool { return x >= 0 && x <= 1 }, "out of [0, 1]")
 }
 
 // above1 is a number above 1.
 func above1(name string, p *float64) param {
+	return number(name, p, func(x float64) bool { return x > 1 }, "want > 1")
+}
+
+// number is a number that ok accepts; want says what it takes.
+func number(name string, p *float64, ok func(float64) bool, want string) param {
 	return param{name, func(v string) error {
 		x, err := strconv.ParseFloat(v, 64)
-		if err == nil && !(x > 1) {
-			err = fmt.Errorf("want > 1")
+		if err == nil && !ok(x) {
+			err = fmt.Errorf("%s", want)
 		}
 		if err == nil {
 			*p = x

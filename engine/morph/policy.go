@@ -46,7 +46,7 @@
 //	restore_hold                2 s       5 s      10 s         calm must also last this long: a lull between
 //	                                                            bursts shorter than this keeps the layers quantized
 //	restore_margin (free share) 0.30      0.30     0.30         free blocks left after detaching the last region
-//	window (iterations)         8         8        8            the monitor's smoothing of KV usage
+//	window (iterations)         8         8        8            the iterations KV usage is averaged over
 //
 // Swapping is also what a prefill that cannot be admitted triggers, before preemption would: the number of layers
 // in an action is the blocks the waiting queue lacks over the blocks one layer frees, rounded up, at least one and

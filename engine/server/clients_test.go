@@ -51,8 +51,7 @@ func do(t testing.TB, method, url, body string, headers ...string) (int, http.He
 }
 
 // TestLongPromptBoundedWork: a 4 MB text prompt, or chat message, far beyond the context is refused with a 400
-// naming the context, from its length: the server allocates the body and little more, where decoding and
-// tokenizing the text took hundreds of MB.
+// naming the context, from its length: the server allocates the body and little more.
 func TestLongPromptBoundedWork(t *testing.T) {
 	ts := newTestServer(t, nil)
 	text := strings.Repeat("a ", 2_097_052)
@@ -71,7 +70,7 @@ func TestLongPromptBoundedWork(t *testing.T) {
 		if code != 400 || e.Param == nil || *e.Param != c.param || e.Message != want {
 			t.Errorf("%s with a 4 MB prompt: %d %s; want 400 on %s: %q", c.path, code, b, c.param, want)
 		}
-		// About the body (4 MiB; twice that under the race detector), where decoding and tokenizing it took 800.
+		// About the body (4 MiB; twice that under the race detector).
 		if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 12<<20 {
 			t.Errorf("%s with a 4 MB prompt: %.1f MiB allocated, want at most 12", c.path, float64(alloc)/(1<<20))
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/morphlab/morphlab/experiments/loadtest"
 	"github.com/morphlab/morphlab/experiments/results"
 	"github.com/morphlab/morphlab/experiments/trace"
+	"github.com/morphlab/morphlab/internal/splitmix"
 	"github.com/morphlab/morphlab/kernels/cpu"
 	"github.com/morphlab/morphlab/quant"
 )
@@ -182,14 +183,8 @@ func hashBlock(t *trace.Trace) int {
 	return trace.MooncakeBlock
 }
 
-// hashStream is the PCG stream of a hash id's tokens: the id mixed (splitmix64's finalizer), so that nearby ids
-// start far apart.
-func hashStream(id int64) uint64 {
-	x := uint64(id) + 0x9e3779b97f4a7c15
-	x = (x ^ x>>30) * 0xbf58476d1ce4e5b9
-	x = (x ^ x>>27) * 0x94d049bb133111eb
-	return x ^ x>>31
-}
+// hashStream is the PCG stream of a hash id's tokens: the id hashed, so that nearby ids start far apart.
+func hashStream(id int64) uint64 { return splitmix.Hash(uint64(id)) }
 
 // UnboundedCacheHits is what prefix caching finds of t's prompts (as Requests builds them) in a cache that never
 // evicts, the requests served one after another in trace order: for each request, the prompt tokens in its
@@ -215,17 +210,19 @@ func UnboundedCacheHits(t *trace.Trace, blockSize int) []int {
 	}
 	out := make([]int, len(t.Requests))
 	for i, r := range t.Requests {
-		for b := 0; b < (r.PromptTokens-1)/blockSize; b++ {
+		// Blocks hit up to the first miss (and short of the last token); every full block is cached after. A
+		// block past the ids has no key, nor has any after it.
+		hitting := true
+		for b := 0; b < r.PromptTokens/blockSize; b++ {
 			k, ok := key(r.HashIDs, b)
-			if !ok || !seen[k] {
+			if !ok {
 				break
 			}
-			out[i] += blockSize
-		}
-		for b := 0; b < r.PromptTokens/blockSize; b++ {
-			if k, ok := key(r.HashIDs, b); ok {
-				seen[k] = true
+			hitting = hitting && b < (r.PromptTokens-1)/blockSize && seen[k]
+			if hitting {
+				out[i] += blockSize
 			}
+			seen[k] = true
 		}
 	}
 	return out

@@ -42,8 +42,8 @@ type DeviceOptions struct {
 // DefaultDeviceOptions: Llama-2-7B's shape with seeded weights in f16 on an H200, 2,048 KV blocks of 16 tokens
 // (32,768 tokens: the burst fills them), 2,048 tokens a step; 60 s of Poisson arrivals at 4/s with a 20-s burst
 // at 24/s in the middle; prompts log-normal around 512 tokens and outputs around 128 (sigma 0.6; at most 512 out,
-// 4,096 in all); fp16 and morph:default; TTFT SLO 1 s. The catalog's H200 predicts 7% of fp16's requests over the
-// SLO (P95 TTFT 1.04 s) and none of morph:default's (0.11 s, 18 swaps). About four minutes on an H200.
+// 4,096 in all); fp16 and morph:default; TTFT SLO 1 s: a burst that the catalog's H200 predicts fp16 to serve
+// with some requests over the SLO and morph:default with none.
 func DefaultDeviceOptions() DeviceOptions {
 	return DeviceOptions{
 		Deployment: deploy.Deployment{Model: "llama2-7b", DType: "f16", Device: "h200",

@@ -84,7 +84,7 @@ type Options struct {
 // 512 tokens a step, Poisson traces of 120 s at 0.6, 1.5 and 2.5 req/s with log-normal lengths (median prompt 120
 // tokens, sigma 0.6; median output 48, sigma 0.6; at most 192 out, 1,024 in all), fp16 and morph:default, the
 // calibration fitted to the steps of fp16 and static:int4 at 1 req/s and morph:default at 2.5 req/s, with ballast
-// at 1 req/s, TTFT SLO 2 s. About 16 minutes on two idle cores, an hour when other jobs hold them.
+// at 1 req/s, TTFT SLO 2 s. 57 minutes on two vCPUs that other jobs also held (BENCHMARKS.md).
 func DefaultOptions() Options {
 	return Options{
 		Deployment: deploy.Deployment{Model: "stories110M", DType: "f16", KV: deploy.KV{Blocks: 48, BlockSize: 16, DType: "f16"},

@@ -571,34 +571,14 @@ func (r *Report) summaryJSON() any {
 	var cells []cell
 	for _, c := range r.Cells {
 		a := c.Run.Aggregates
-		x := cell{c.Setup.Name, c.Workload, c.Policy, a.SLOViolationRate, a.TTFT.P95, a.TPOT.P99, a.RequestGoodput, a.FullPrecision, nil}
-		if !math.IsNaN(c.Loss) {
-			l := c.Loss
-			x.QualityLoss = &l
-		}
-		cells = append(cells, x)
+		cells = append(cells, cell{c.Setup.Name, c.Workload, c.Policy, a.SLOViolationRate, a.TTFT.P95, a.TPOT.P99, a.RequestGoodput,
+			a.FullPrecision, finite(c.Loss)})
 	}
 	h := r.Headline()
-	clean := func(m map[string]float64) map[string]*float64 {
-		out := map[string]*float64{}
-		for k, v := range m {
-			if !math.IsNaN(v) {
-				out[k] = &v
-			} else {
-				out[k] = nil
-			}
-		}
-		return out
-	}
-	var cut *float64
-	if !math.IsNaN(h.ViolationCut) {
-		cut = &h.ViolationCut
-	}
 	type cut3 struct{ Pooled, MemoryBound, ComputeBound *float64 }
 	cuts := map[string]cut3{}
 	for p, c := range h.Cuts {
-		cl := clean(map[string]float64{"p": c.Pooled, "m": c.Memory, "c": c.Compute})
-		cuts[p] = cut3{cl["p"], cl["m"], cl["c"]}
+		cuts[p] = cut3{finite(c.Pooled), finite(c.Memory), finite(c.Compute)}
 	}
 	type prefix struct {
 		Setup, Policy         string
@@ -610,12 +590,8 @@ func (r *Report) summaryJSON() any {
 	var prefixRuns []prefix
 	for _, p := range r.Prefix {
 		a := p.Run.Aggregates
-		x := prefix{p.Setup, p.Policy, p.Caching, a.SLOViolationRate, a.TTFT.P95, a.PrefixHitRate, p.Unbounded, nil}
-		if !math.IsNaN(p.Loss) {
-			l := p.Loss
-			x.QualityLoss = &l
-		}
-		prefixRuns = append(prefixRuns, x)
+		prefixRuns = append(prefixRuns, prefix{p.Setup, p.Policy, p.Caching, a.SLOViolationRate, a.TTFT.P95, a.PrefixHitRate,
+			p.Unbounded, finite(p.Loss)})
 	}
 	return struct {
 		Workloads     []Workload
@@ -627,5 +603,22 @@ func (r *Report) summaryJSON() any {
 		LossRatio     map[string]*float64
 		Sweep         []SweepPoint
 		Prefix        []prefix `json:",omitempty"`
-	}{r.Workloads, r.Capacity, cells, cut, cuts, clean(h.P95Ratio), clean(h.LossRatio), r.Sweep, prefixRuns}
+	}{r.Workloads, r.Capacity, cells, finite(h.ViolationCut), cuts, finiteAll(h.P95Ratio), finiteAll(h.LossRatio), r.Sweep, prefixRuns}
+}
+
+// finite is v for JSON: nil (null) for NaN.
+func finite(v float64) *float64 {
+	if math.IsNaN(v) {
+		return nil
+	}
+	return &v
+}
+
+// finiteAll is finite over a map's values.
+func finiteAll(m map[string]float64) map[string]*float64 {
+	out := make(map[string]*float64, len(m))
+	for k, v := range m {
+		out[k] = finite(v)
+	}
+	return out
 }

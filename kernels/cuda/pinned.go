@@ -15,25 +15,16 @@ import (
 	"gorgonia.org/cu"
 )
 
-// Pinned is page-locked host memory: a host-to-device copy from it on a stream runs without staging through a
-// driver buffer, so it overlaps the kernels of other streams (gorgonia.org/cu frees such memory but does not
-// allocate it).
-type Pinned struct {
-	Ptr   unsafe.Pointer
-	Bytes int64
-}
-
-// AllocPinned allocates bytes of page-locked host memory (cuMemAllocHost). It must run inside Device.Do.
-func AllocPinned(bytes int64) (Pinned, error) {
+// AllocPinned allocates bytes of page-locked host memory (cuMemAllocHost): a host-to-device copy from it on a
+// stream runs without staging through a driver buffer, so it overlaps the kernels of other streams
+// (gorgonia.org/cu frees such memory but does not allocate it). It must run inside Device.Do.
+func AllocPinned(bytes int64) ([]byte, error) {
 	var p unsafe.Pointer
 	if r := C.cuMemAllocHost(&p, C.size_t(max(bytes, 1))); r != C.CUDA_SUCCESS {
-		return Pinned{}, fmt.Errorf("cuda: cuMemAllocHost of %d bytes: CUresult %d", bytes, int(r))
+		return nil, fmt.Errorf("cuda: cuMemAllocHost of %d bytes: CUresult %d", bytes, int(r))
 	}
-	return Pinned{p, bytes}, nil
+	return unsafe.Slice((*byte)(p), bytes), nil
 }
 
-// Slice is the memory as bytes.
-func (p Pinned) Slice() []byte { return unsafe.Slice((*byte)(p.Ptr), p.Bytes) }
-
-// Free releases the memory. It must run inside Device.Do.
-func (p Pinned) Free() { _ = cu.MemFreeHost(p.Ptr) }
+// FreePinned releases memory AllocPinned returned. It must run inside Device.Do.
+func FreePinned(b []byte) { _ = cu.MemFreeHost(unsafe.Pointer(unsafe.SliceData(b))) }

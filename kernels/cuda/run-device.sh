@@ -174,8 +174,14 @@ fi
 export CUDA_CACHE_MAXSIZE=1073741824 PYTHONDONTWRITEBYTECODE=1
 
 # The steps run in child shells (under timeout): they see these functions and variables.
-run_bin() { (cd "$here" && "$@"); }
-export -f preflight run_bin
+# run_in DIR CMD...: CMD in DIR, where a test binary finds its package's files as under go test.
+run_in() {
+	local dir=$1
+	shift
+	(cd "$dir" && "$@")
+}
+run_bin() { run_in "$here" "$@"; }
+export -f preflight run_in run_bin
 export here root bundle bin py
 
 # A stale bundle (rc 3) still runs on a GPU, whose time is too scarce to waste, with the warning in status.txt
@@ -224,8 +230,8 @@ stop_without_gpu() {
 
 # The serving run: the executor's benchmarks, then the served trace beside the simulator.
 if [ "$mode" = serving ]; then
-	step steps bash -c "cd '$root/engine/executor' && '$bundle/executor.test' -test.run '^\$' -test.bench CUDA \
-		-test.benchtime 10x -test.timeout $((limit[steps] - 5))s" >"$out/executor-bench.txt" 2>&1
+	step steps run_in "$root/engine/executor" "$bundle/executor.test" -test.run '^$' -test.bench CUDA \
+		-test.benchtime 10x -test.timeout $((limit[steps] - 5))s >"$out/executor-bench.txt" 2>&1
 	rc=$?
 	tail -3 "$out/executor-bench.txt"
 	stop_without_gpu "$out/executor-bench.txt" "$rc" \
@@ -250,8 +256,8 @@ stop_without_gpu "$out/test.txt" "$rc" \
 	"  sanitizer (${limit[sanitizer]} s): compute-sanitizer --tool memcheck $bin -test.short -test.run '$sanitize_run'"
 grep -E '^(--- FAIL|FAIL|ok|PASS)' "$out/test.txt" | head -40
 
-step executor bash -c "cd '$root/engine/executor' && '$bundle/executor.test' -test.run CUDA -test.v -test.count=1 \
-	-test.timeout $((limit[executor] - 5))s" >"$out/executor.txt" 2>&1
+step executor run_in "$root/engine/executor" "$bundle/executor.test" -test.run CUDA -test.v -test.count=1 \
+	-test.timeout $((limit[executor] - 5))s >"$out/executor.txt" 2>&1
 grep -E '^(--- FAIL|FAIL|ok|PASS|    cuda)' "$out/executor.txt" | head -20
 
 step bench run_bin "$bin" -test.run '^$' -test.bench . -test.benchtime 20x -figures "$out/bench.json" \

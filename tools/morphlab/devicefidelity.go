@@ -27,7 +27,7 @@ TPOT, output throughput and SLO violations, measured beside both predictions wit
 under --out, and exits 1 when a catalog prediction's error is over --limit percent.
 
 It needs a morphlab built with -tags cuda ('make device-bundle' builds build/device/morphlab) and a GPU (sm_80
-or newer). The defaults (Llama-2-7B's shape with seeded weights in f16) take about four minutes on an H200.`
+or newer). The defaults serve Llama-2-7B's shape with seeded weights in f16.`
 
 func runDeviceFidelity(e *env, args []string) error {
 	fs := e.flags("[--out DIR] [flags]", deviceFidelityHelp)

@@ -31,7 +31,7 @@ calibration beside them; as each run finishes a ballast run (fp16 at --ballast-r
 takes its place until the last ends, so that every step is timed under the same load (--ballast=false runs
 without). --calibrate steps (the default) fits the calibration to the steps of --calibration-runs (policy@rate,
 traces drawn with seed 2); grid times 'morphlab calibrate''s grid in --reps rounds; --calibration FILE uses that
-calibration. The defaults take about 16 minutes on two idle cores, an hour when other jobs hold them.`
+calibration. The defaults took 57 minutes on two vCPUs that other jobs also held (BENCHMARKS.md).`
 
 func runFidelity(e *env, args []string) error {
 	fs := e.flags("[--out DIR] [flags]", fidelityHelp)

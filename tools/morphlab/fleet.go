@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"path/filepath"
 
 	"github.com/morphlab/morphlab/experiments/suite"
 	"github.com/morphlab/morphlab/internal/datadir"
@@ -22,7 +21,7 @@ most 1% and the P95 TTFT at most 2 s: fixed fleets of fp16, static:int4 and morp
 that meet the SLO) and autoscaled fleets of fp16 and morph:default replicas (the cheapest autoscaler target), all
 simulated (experiments/suite.FleetStudy). It writes fleet.md (the cost of each strategy relative to fp16 with
 autoscaling, and a table per setup), fleet.json, each chosen fleet's results and plots, and cost-vs-slo.png under
---out, and prints fleet.md. About 15 minutes on two cores; --hours replays less of each trace.`
+--out, and prints fleet.md. About 12 minutes on two cores (BENCHMARKS.md); --hours replays less of each trace.`
 
 func runFleetStudy(e *env, args []string) error {
 	fs := e.flags("[--out DIR] [--hours H]", fleetStudyHelp)
@@ -40,13 +39,9 @@ func runFleetStudy(e *env, args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	if _, err := suite.FleetStudy(ctx, opt); err != nil {
-		return err
-	}
-	b, err := os.ReadFile(filepath.Join(*out, "fleet.md"))
+	r, err := suite.FleetStudy(ctx, opt)
 	if err != nil {
 		return err
 	}
-	_, err = e.stdout.Write(b)
-	return err
+	return r.WriteSummary(e.stdout)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -71,14 +72,11 @@ func runPrefix(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := suite.WritePrefixTable(f, runs); err != nil {
+	if err := suite.WritePrefixTable(io.MultiWriter(f, e.stdout), runs); err != nil {
 		f.Close()
 		return err
 	}
 	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := suite.WritePrefixTable(e.stdout, runs); err != nil {
 		return err
 	}
 	fmt.Fprintf(e.stdout, "\n%s\n", suite.ComparePrefix(runs))

@@ -30,6 +30,23 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
+// startServe runs `morphlab serve args...` in a child process of this test binary, env added to its environment,
+// and returns it and its standard error; the child is killed when the test ends, however it ends.
+func startServe(tb testing.TB, env []string, args ...string) (*exec.Cmd, *bufio.Reader) {
+	tb.Helper()
+	cmd := exec.Command(os.Args[0], append([]string{"serve"}, args...)...)
+	cmd.Env = append(append(os.Environ(), "MORPHLAB_TEST_CLI=1"), env...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { cmd.Process.Kill() })
+	return cmd, bufio.NewReader(stderr)
+}
+
 // TestServeSIGTERM serves a synthetic model in a child process, sends SIGTERM while a stream runs, and checks
 // that the stream still completes, new connections are refused and the process exits 0, having written its steps
 // (--steps): the prompt's prefill, then one decode step a token.
@@ -39,17 +56,7 @@ func TestServeSIGTERM(t *testing.T) {
 	if code, _, stderr := runCLI("synth", "--shape", "stories260K", "--out", path); code != 0 {
 		t.Fatalf("synth: %s", stderr)
 	}
-	cmd := exec.Command(os.Args[0], "serve", "--model", path, "--addr", "127.0.0.1:0", "--grace", "20s", "--steps", steps)
-	cmd.Env = append(os.Environ(), "MORPHLAB_TEST_CLI=1")
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
-	lines := bufio.NewReader(stderr)
+	cmd, lines := startServe(t, nil, "--model", path, "--addr", "127.0.0.1:0", "--grace", "20s", "--steps", steps)
 	first, err := lines.ReadString('\n')
 	if err != nil {
 		t.Fatalf("serve's first line: %q, %v", first, err)
@@ -124,20 +131,11 @@ func TestServeAccess(t *testing.T) {
 		{nil, "from-env", "from-flag"},
 		{[]string{"--api-key", "from-flag"}, "from-flag", "from-env"},
 	} {
-		args := append([]string{"serve", "--model", path, "--addr", "127.0.0.1:0", "--allowed-origins", "http://localhost:3000", "--max-connections", "8"}, c.flags...)
-		cmd := exec.Command(os.Args[0], args...)
-		cmd.Env = append(os.Environ(), "MORPHLAB_TEST_CLI=1", "MORPHLAB_API_KEY=from-env")
-		stderr, err := cmd.StderrPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		first, err := bufio.NewReader(stderr).ReadString('\n')
+		args := append([]string{"--model", path, "--addr", "127.0.0.1:0", "--allowed-origins", "http://localhost:3000", "--max-connections", "8"}, c.flags...)
+		cmd, lines := startServe(t, []string{"MORPHLAB_API_KEY=from-env"}, args...)
+		first, err := lines.ReadString('\n')
 		addr := regexp.MustCompile(`^serving m on (http://127\.0\.0\.1:\d+)`).FindStringSubmatch(first)
 		if err != nil || addr == nil {
-			cmd.Process.Kill()
 			t.Fatalf("serve's first line: %q, %v", first, err)
 		}
 		get := func(method, path string, headers ...string) *http.Response {
@@ -251,17 +249,7 @@ func BenchmarkServeLongPrompts(b *testing.B) {
 		b.Fatalf("synth: %s", stderr)
 	}
 	const memory = 64 << 20
-	cmd := exec.Command(os.Args[0], "serve", "--model", path, "--addr", "127.0.0.1:0", "--memory", "64MiB")
-	cmd.Env = append(os.Environ(), "MORPHLAB_TEST_CLI=1")
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	defer cmd.Process.Kill()
-	lines := bufio.NewReader(stderr)
+	cmd, lines := startServe(b, nil, "--model", path, "--addr", "127.0.0.1:0", "--memory", "64MiB")
 	var addr []string
 	for addr == nil {
 		line, err := lines.ReadString('\n')
