@@ -3,7 +3,6 @@
 package deploy
 
 import (
-	"fmt"
 	"sync"
 
 	"github.com/morphlab/morphlab/engine/executor"
@@ -33,9 +32,6 @@ func (l *Loaded) startCUDA(start []quant.Format) (executor.Executor, error) {
 			u = DefaultUtilization
 		}
 		pool = executor.Pool{Bytes: int64(u * float64(gpu.Memory))}
-	}
-	if want := map[quant.Format]string{quant.F32: "f32", quant.F16: "f16", quant.BF16: "bf16"}[l.Base[0]]; l.KVType.String() != want {
-		return nil, fmt.Errorf("deploy: KV cache %v: the cuda executor keeps it in the layers' type, %s", l.KVType, want)
 	}
 	return executor.NewCUDA(gpu, l.Weights, executor.CUDAOptions{Pool: pool, BlockSize: d.KV.BlockSize,
 		MaxBatchedTokens: d.Scheduler.MaxBatchedTokens, Start: start, Overlap: !d.BlockingSwaps})

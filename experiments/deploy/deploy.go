@@ -172,6 +172,8 @@ func (d Deployment) withDefaults() (Deployment, error) {
 		return d, fmt.Errorf("deploy: executor %q, want cpu, sim or cuda", d.Executor)
 	case d.Executor == "cuda" && d.Device == "cpu":
 		return d, fmt.Errorf("deploy: the cuda executor runs on a GPU, not device cpu")
+	case d.Executor == "cuda" && d.KV.DType != "" && d.KV.DType != "auto" && d.KV.DType != d.DType:
+		return d, fmt.Errorf("deploy: KV cache dtype %q: the cuda executor keeps its KV cache in the layers' type (dtype %q)", d.KV.DType, d.DType)
 	case d.Executor == "sim" && d.Device == "":
 		return d, fmt.Errorf("deploy: the sim needs a device: a catalog GPU or cpu")
 	case d.Executor == "cpu" && d.Device != "" && d.Device != "cpu":

@@ -128,6 +128,7 @@ func TestDefaultsAndErrors(t *testing.T) {
 		{Deployment{Model: "stories260K", Executor: "cuda", Device: "cpu"}, "runs on a GPU"},
 		{Deployment{Model: "stories260K", Executor: "cuda", Clock: "cpu"}, "runs on the wall clock"},
 		{Deployment{Model: "stories260K", Executor: "cuda", Calibration: "cpu.json"}, "the cuda executor times its own steps"},
+		{Deployment{Model: "stories260K", Executor: "cuda", DType: "f16", KV: KV{DType: "int8"}}, "keeps its KV cache in the layers' type"},
 	} {
 		_, err := c.d.Build()
 		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "\n") {

@@ -189,7 +189,7 @@ func (f Fleet) Replay(ctx context.Context, t *trace.Trace, o ReplayOptions) (*re
 	r.layers = first.in.Config.NLayers
 	meta := results.Meta{Command: "simulate", Executor: first.in.Deployment.Executor, Clock: first.in.Deployment.Clock,
 		Model: first.in.Name, Hardware: first.in.Deployment.Device, Policy: fleetPolicy(f), BlockSize: first.in.Engine.Geometry().BlockSize,
-		SLO: o.SLO, Trace: results.TraceInfo{Source: t.Source, Format: t.Format, Transforms: slices.Clone(t.Transforms), Requests: len(t.Requests)}}
+		SLO: o.SLO, Trace: traceInfo(t)}
 	if meta.Executor != "sim" {
 		meta.Command = "run"
 	}
@@ -321,7 +321,7 @@ func (r *fleetRun) run(ctx context.Context, t *trace.Trace) error {
 		}
 		up, upAt := r.nextReady()
 		if next == len(t.Requests) && r.outstanding() == 0 {
-			r.finish(max(r.lastTime(), arrival0(t)))
+			r.finish(max(r.lastTime(), lastArrival(t)))
 			return nil
 		}
 		switch {
@@ -347,7 +347,8 @@ func (r *fleetRun) run(ctx context.Context, t *trace.Trace) error {
 	}
 }
 
-func arrival0(t *trace.Trace) time.Duration {
+// lastArrival is when the trace's last request arrives.
+func lastArrival(t *trace.Trace) time.Duration {
 	if len(t.Requests) == 0 {
 		return 0
 	}

@@ -145,7 +145,7 @@ func (in *Instance) Replay(ctx context.Context, t *trace.Trace, o ReplayOptions)
 	d, mem := in.Deployment, in.Executor.Memory()
 	meta := results.Meta{Command: "run", Executor: d.Executor, Clock: d.Clock, Model: in.Name, Policy: d.Policy.String(),
 		Params: morph.Params(d.Policy), Memory: mem.Budget, KVBlocksFull: mem.FullBlocks, BlockSize: g.BlockSize, SLO: o.SLO,
-		Trace: results.TraceInfo{Source: t.Source, Format: t.Format, Transforms: slices.Clone(t.Transforms), Requests: len(t.Requests)}}
+		Trace: traceInfo(t)}
 	switch d.Executor {
 	case "sim":
 		meta.Command, meta.Hardware = "simulate", d.Device
@@ -155,6 +155,11 @@ func (in *Instance) Replay(ctx context.Context, t *trace.Trace, o ReplayOptions)
 	r := results.Build(meta, reqs, res, in.Controller, o.KeepTokens)
 	r.Steps = steps
 	return r, events, nil
+}
+
+// traceInfo is what results record of the trace a run replayed.
+func traceInfo(t *trace.Trace) results.TraceInfo {
+	return results.TraceInfo{Source: t.Source, Format: t.Format, Transforms: slices.Clone(t.Transforms), Requests: len(t.Requests)}
 }
 
 // Requests turns a trace into requests with prompts of its lengths, in trace order, their tokens drawn uniformly

@@ -217,7 +217,8 @@ func Calibrate(d deploy.Deployment, o CalibrateOptions) (*costmodel.Calibration,
 	if err != nil {
 		return nil, err
 	}
-	describe(c, l, heldOut)
+	c.HeldOutSteps, c.HeldOutMAPE = len(heldOut), heldOutError(c, heldOut, n)
+	describe(c, l)
 	return c, nil
 }
 
@@ -232,6 +233,17 @@ func FitSteps(d deploy.Deployment, runs ...[]costmodel.Sample) (*costmodel.Calib
 	if err != nil {
 		return nil, err
 	}
+	c, err := fitHeldOut(runs, l.Config.NLayers)
+	if err != nil {
+		return nil, err
+	}
+	describe(c, l)
+	return c, nil
+}
+
+// fitHeldOut fits step times to the steps of runs of a model of nLayers layers, every fifth step of each run held
+// out and the fit's error on those recorded.
+func fitHeldOut(runs [][]costmodel.Sample, nLayers int) (*costmodel.Calibration, error) {
 	var samples, heldOut []costmodel.Sample
 	for _, steps := range runs {
 		for i, s := range steps {
@@ -242,11 +254,11 @@ func FitSteps(d deploy.Deployment, runs ...[]costmodel.Sample) (*costmodel.Calib
 			}
 		}
 	}
-	c, err := costmodel.FitCalibration(samples, l.Config.NLayers)
+	c, err := costmodel.FitCalibration(samples, nLayers)
 	if err != nil {
 		return nil, err
 	}
-	describe(c, l, heldOut)
+	c.HeldOutSteps, c.HeldOutMAPE = len(heldOut), heldOutError(c, heldOut, nLayers)
 	return c, nil
 }
 
@@ -268,10 +280,8 @@ func ReadSteps(nLayers int, paths ...string) ([][]costmodel.Sample, error) {
 	return out, nil
 }
 
-// describe records the fit's held-out error and what was timed on c.
-func describe(c *costmodel.Calibration, l *deploy.Loaded, heldOut []costmodel.Sample) {
-	n := l.Config.NLayers
-	c.HeldOutSteps, c.HeldOutMAPE = len(heldOut), heldOutError(c, heldOut, n)
+// describe records on c what was timed.
+func describe(c *costmodel.Calibration, l *deploy.Loaded) {
 	c.Machine = probe.CPUModel()
 	c.Model, c.Config, c.KV, c.Threads, c.Clock = l.Deployment.Model, l.Config, l.KVType.String(), cpu.Threads(), l.Deployment.Clock
 }

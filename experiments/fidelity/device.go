@@ -7,11 +7,11 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/morphlab/morphlab/engine"
 	"github.com/morphlab/morphlab/engine/executor/costmodel"
+	"github.com/morphlab/morphlab/engine/model"
 	"github.com/morphlab/morphlab/engine/morph"
 	"github.com/morphlab/morphlab/experiments/deploy"
 	"github.com/morphlab/morphlab/experiments/loadtest"
@@ -103,7 +103,9 @@ func RunDevice(ctx context.Context, o DeviceOptions) (*DeviceReport, error) {
 		return nil, err
 	}
 	rep := &DeviceReport{Options: o, Trace: t}
-	var samples, heldOut []costmodel.Sample
+	var steps [][]costmodel.Sample
+	var cfg model.Config
+	var kv model.KVType
 	for _, p := range policies {
 		run := &DeviceRun{Policy: p.String()}
 		rep.Runs = append(rep.Runs, run)
@@ -119,65 +121,33 @@ func RunDevice(ctx context.Context, o DeviceOptions) (*DeviceReport, error) {
 		}
 		o.progress("run " + run.Policy + " on the GPU")
 		run.Real, run.events[0], err = in.Replay(ctx, t, deploy.ReplayOptions{SLO: o.SLO, KeepSteps: true})
+		cfg, kv = in.Config, in.KVType
 		if c, ok := in.Executor.(interface{ Close() }); ok {
 			c.Close() // the next policy's executor needs the GPU's memory
 		}
 		if err != nil {
 			return nil, err
 		}
-		for i, s := range run.Real.Steps {
-			if i%5 == 4 {
-				heldOut = append(heldOut, s)
-			} else {
-				samples = append(samples, s)
-			}
-		}
+		steps = append(steps, run.Real.Steps)
 	}
-	cfg, err := deploy.ModelConfig(o.Deployment.Model)
-	if err != nil {
-		return nil, err
-	}
-	if f, err := costmodel.FitCalibration(samples, cfg.NLayers); err != nil {
+	if f, err := fitHeldOut(steps, cfg.NLayers); err != nil {
 		rep.FitErr = err
 	} else {
-		f.HeldOutSteps, f.HeldOutMAPE = len(heldOut), heldOutError(f, heldOut, cfg.NLayers)
-		f.Machine, f.Model, f.Config, f.KV, f.Clock = o.Device+" (GPU 0, measured)", o.Deployment.Model, cfg, o.kvType(), "wall"
+		f.Machine, f.Model, f.Config, f.KV, f.Clock = o.Device+" (GPU 0, measured)", o.Deployment.Model, cfg, kv.String(), "wall"
 		rep.Fit = f
 	}
 	for i, p := range policies {
 		run := rep.Runs[i]
-		if run.Catalog, run.events[1], err = o.simulate(ctx, t, p, nil); err != nil {
+		if run.Catalog, run.events[1], err = simulate(ctx, o.Deployment, o.Device, nil, p, t, o.SLO); err != nil {
 			return nil, err
 		}
 		if rep.Fit == nil {
 			run.FittedErr = rep.FitErr
 			continue
 		}
-		run.Fitted, run.events[2], run.FittedErr = o.simulate(ctx, t, p, rep.Fit)
+		run.Fitted, run.events[2], run.FittedErr = simulate(ctx, o.Deployment, o.Device, rep.Fit, p, t, o.SLO)
 	}
 	return rep, nil
-}
-
-// simulate replays t under p in the sim on the catalog's device, with calib's step times when it is not nil.
-func (o DeviceOptions) simulate(ctx context.Context, t *trace.Trace, p morph.Policy, calib *costmodel.Calibration) (*results.Run, []engine.Event, error) {
-	d := o.Deployment
-	d.Executor, d.Device, d.Calibrated, d.Clock, d.Threads, d.Policy = "sim", o.Device, calib, "", 0, p
-	in, err := d.Build()
-	if err != nil {
-		return nil, nil, err
-	}
-	return in.Replay(ctx, t, deploy.ReplayOptions{SLO: o.SLO})
-}
-
-// kvType is the runs' KV cache type: the cuda executor keeps it in the layers' type.
-func (o DeviceOptions) kvType() string {
-	if kv := o.Deployment.KV.DType; kv != "" && kv != "auto" {
-		return kv
-	}
-	if o.Deployment.DType != "" {
-		return o.Deployment.DType
-	}
-	return "f32"
 }
 
 func (o DeviceOptions) progress(msg string) {
@@ -198,9 +168,6 @@ func (r *DeviceReport) CatalogOver(limit float64) int {
 	}
 	return n
 }
-
-// relErr is (sim - real) / real.
-func relErr(sim, real float64) float64 { return (sim - real) / real }
 
 // WriteTables prints the fit and, for each policy, each metric measured beside the two predictions with their
 // errors, marking the errors over limit.
@@ -252,8 +219,8 @@ func (r *DeviceReport) WriteTables(w io.Writer, limit float64) error {
 }
 
 // Write writes the fit, each run's results (results.json, events.jsonl, steps) and the predictions', and the
-// tables (device.md) under dir.
-func (r *DeviceReport) Write(dir string, limit float64) error {
+// tables (device.md, and to each of also) under dir.
+func (r *DeviceReport) Write(dir string, limit float64, also ...io.Writer) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -263,7 +230,7 @@ func (r *DeviceReport) Write(dir string, limit float64) error {
 		}
 	}
 	for _, run := range r.Runs {
-		name := strings.NewReplacer(":", "-", "=", "-", ",", "+").Replace(run.Policy)
+		name := dirName(run.Policy)
 		for i, part := range []struct {
 			prefix string
 			r      *results.Run
@@ -276,9 +243,5 @@ func (r *DeviceReport) Write(dir string, limit float64) error {
 			}
 		}
 	}
-	var b strings.Builder
-	if err := r.WriteTables(&b, limit); err != nil {
-		return err
-	}
-	return writeFile(filepath.Join(dir, "device.md"), b.String())
+	return writeTables(filepath.Join(dir, "device.md"), func(w io.Writer) error { return r.WriteTables(w, limit) }, also)
 }

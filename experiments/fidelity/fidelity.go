@@ -108,6 +108,8 @@ func DefaultOptions() Options {
 type Pair struct {
 	Load
 	Real, Sim *results.Run
+	// trace is the load's trace (seed 1), which both replay.
+	trace *trace.Trace
 	// events are the runs' engine events, for Write.
 	realEvents, simEvents []engine.Event
 }
@@ -138,9 +140,11 @@ var Metrics = []Metric{
 
 // Error is the sim's relative error on metric m: (sim - real) / real.
 func (p *Pair) Error(m Metric) float64 {
-	r := m.Value(p.Real.Aggregates)
-	return (m.Value(p.Sim.Aggregates) - r) / r
+	return relErr(m.Value(p.Sim.Aggregates), m.Value(p.Real.Aggregates))
 }
+
+// relErr is (sim - real) / real.
+func relErr(sim, real float64) float64 { return (sim - real) / real }
 
 // Run calibrates the sim (unless Options.Calibration is given), replays each rate's trace (seed 1) under each
 // policy on the real CPU engine and then in the sim with the calibration, and returns the pairs.
@@ -164,6 +168,13 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 	}
 	rep := &Report{Options: o, Calibration: o.Calibration}
+	for _, l := range loads(o) {
+		t, err := o.trace(l.Rate, 1)
+		if err != nil {
+			return nil, err
+		}
+		rep.Pairs = append(rep.Pairs, &Pair{Load: l, trace: t})
+	}
 	prev := cpu.SetThreads(1)
 	defer cpu.SetThreads(prev)
 	parent := ctx
@@ -205,7 +216,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		rep.CalibrationSteps = make([][]costmodel.Sample, len(o.CalibrationRuns))
 		for i, l := range o.CalibrationRuns {
 			start(fmt.Sprintf("calibration run %s at %g req/s", l.Policy, l.Rate), func() error {
-				r, _, err := o.replay(ctx, l, 2, true)
+				t, err := o.trace(l.Rate, 2)
+				if err != nil {
+					return err
+				}
+				r, _, err := o.replay(ctx, l.Policy, t, true)
 				if err == nil {
 					rep.CalibrationSteps[i] = r.Steps
 				}
@@ -221,11 +236,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			return err
 		})
 	}
-	for _, l := range loads(o) {
-		p := &Pair{Load: l}
-		rep.Pairs = append(rep.Pairs, p)
-		start(fmt.Sprintf("%s at %g req/s", l.Policy, l.Rate), func() (err error) {
-			p.Real, p.realEvents, err = o.replay(ctx, l, 1, false)
+	for _, p := range rep.Pairs {
+		start(fmt.Sprintf("%s at %g req/s", p.Policy, p.Rate), func() (err error) {
+			p.Real, p.realEvents, err = o.replay(ctx, p.Policy, p.trace, false)
 			return err
 		})
 	}
@@ -248,7 +261,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		rep.Calibration = c
 	}
 	for _, p := range rep.Pairs {
-		if err := o.simulate(context.Background(), rep.Calibration, p); err != nil {
+		pol, err := morph.Parse(p.Policy)
+		if err != nil {
+			return nil, err
+		}
+		if p.Sim, p.simEvents, err = simulate(parent, o.Deployment, "cpu", rep.Calibration, pol, p.trace, o.SLO); err != nil {
 			return nil, err
 		}
 	}
@@ -301,15 +318,12 @@ func (o Options) trace(rate float64, seed uint64) (*trace.Trace, error) {
 	return trace.Clip(t, trace.Limits{Context: o.Context, Output: o.MaxOutput})
 }
 
-// replay runs the load's trace drawn with seed on the real engine, on one kernel thread and its thread's clock.
-func (o Options) replay(ctx context.Context, l Load, seed uint64, steps bool) (*results.Run, []engine.Event, error) {
-	t, err := o.trace(l.Rate, seed)
-	if err != nil {
-		return nil, nil, err
-	}
+// replay replays t under policy on the real engine, on one kernel thread and its thread's clock.
+func (o Options) replay(ctx context.Context, policy string, t *trace.Trace, steps bool) (*results.Run, []engine.Event, error) {
 	d := o.Deployment
 	d.Executor, d.Threads, d.Clock = "cpu", 1, "thread"
-	if d.Policy, err = morph.Parse(l.Policy); err != nil {
+	var err error
+	if d.Policy, err = morph.Parse(policy); err != nil {
 		return nil, nil, err
 	}
 	in, err := d.Build()
@@ -321,30 +335,22 @@ func (o Options) replay(ctx context.Context, l Load, seed uint64, steps bool) (*
 
 // runBallast replays the ballast trace under fp16 again and again until ctx ends; its results are thrown away.
 func (o Options) runBallast(ctx context.Context) {
-	for ctx.Err() == nil {
-		if _, _, err := o.replay(ctx, Load{"fp16", o.BallastRate}, 3, false); err != nil {
-			return
-		}
+	t, err := o.trace(o.BallastRate, 3)
+	for err == nil && ctx.Err() == nil {
+		_, _, err = o.replay(ctx, "fp16", t, false)
 	}
 }
 
-// simulate replays the pair's trace in the sim on device cpu with the calibration.
-func (o Options) simulate(ctx context.Context, c *costmodel.Calibration, p *Pair) error {
-	t, err := o.trace(p.Rate, 1)
-	if err != nil {
-		return err
-	}
-	d := o.Deployment
-	d.Executor, d.Device, d.Calibrated, d.Clock, d.Threads = "sim", "cpu", c, "", 0
-	if d.Policy, err = morph.Parse(p.Policy); err != nil {
-		return err
-	}
+// simulate replays t under p in the sim on device (a catalog GPU, or cpu), with calib's step times when it is
+// not nil, the rest of the deployment as d says.
+func simulate(ctx context.Context, d deploy.Deployment, device string, calib *costmodel.Calibration, p morph.Policy, t *trace.Trace,
+	slo loadtest.SLO) (*results.Run, []engine.Event, error) {
+	d.Executor, d.Device, d.Calibrated, d.Clock, d.Threads, d.Policy = "sim", device, calib, "", 0, p
 	in, err := d.Build()
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	p.Sim, p.simEvents, err = in.Replay(ctx, t, deploy.ReplayOptions{SLO: o.SLO})
-	return err
+	return in.Replay(ctx, t, deploy.ReplayOptions{SLO: slo})
 }
 
 // Over is the number of figures whose error is over limit (a share: 0.1 is 10%).
@@ -389,8 +395,8 @@ func (r *Report) WriteTables(w io.Writer, limit float64) error {
 }
 
 // Write writes the calibration, each pair's real and simulated results (results.json, events.jsonl, table.md)
-// and the tables (fidelity.md) under dir.
-func (r *Report) Write(dir string, limit float64) error {
+// and the tables (fidelity.md, and to each of also) under dir.
+func (r *Report) Write(dir string, limit float64, also ...io.Writer) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -398,7 +404,7 @@ func (r *Report) Write(dir string, limit float64) error {
 		return err
 	}
 	for _, p := range r.Pairs {
-		name := fmt.Sprintf("%g-%s", p.Rate, strings.NewReplacer(":", "-", "=", "-", ",", "+").Replace(p.Policy))
+		name := fmt.Sprintf("%g-%s", p.Rate, dirName(p.Policy))
 		if err := p.Real.Write(filepath.Join(dir, "real-"+name), p.realEvents); err != nil {
 			return err
 		}
@@ -406,16 +412,23 @@ func (r *Report) Write(dir string, limit float64) error {
 			return err
 		}
 	}
-	var b strings.Builder
-	if err := r.WriteTables(&b, limit); err != nil {
-		return err
-	}
-	return writeFile(filepath.Join(dir, "fidelity.md"), b.String())
+	return writeTables(filepath.Join(dir, "fidelity.md"), func(w io.Writer) error { return r.WriteTables(w, limit) }, also)
 }
 
-func writeFile(path, content string) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+// writeTables renders tables once, into the file at path and to each of also.
+func writeTables(path string, tables func(io.Writer) error, also []io.Writer) error {
+	f, err := os.Create(path)
+	if err != nil {
 		return err
 	}
-	return os.WriteFile(path, []byte(content), 0o644)
+	if err := tables(io.MultiWriter(append([]io.Writer{f}, also...)...)); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// dirName is a policy's name as a directory's.
+func dirName(policy string) string {
+	return strings.NewReplacer(":", "-", "=", "-", ",", "+").Replace(policy)
 }

@@ -15,8 +15,6 @@ import (
 
 	"gonum.org/v1/gonum/stat"
 	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/plotutil"
-	"gonum.org/v1/plot/vg"
 
 	"github.com/morphlab/morphlab/engine/morph"
 	"github.com/morphlab/morphlab/experiments/deploy"
@@ -528,13 +526,9 @@ func (r *FleetReport) plotCost(base string) error {
 				xys = append(xys, plotter.XY{X: 100 * t.Violations, Y: t.CostPerH})
 			}
 		}
-		sc, err := plotter.NewScatter(xys)
-		if err != nil {
+		if err := addScatter(p, name, i, xys, 3); err != nil {
 			return err
 		}
-		sc.Color, sc.GlyphStyle.Radius, sc.GlyphStyle.Shape = plotutil.Color(i), vg.Points(3), plotutil.Shape(i)
-		p.Add(sc)
-		p.Legend.Add(name, sc)
 	}
 	return save(base, p)
 }

@@ -78,6 +78,19 @@ func addLine(p *plot.Plot, name string, i int, xys plotter.XYs, dashed bool) err
 	return nil
 }
 
+// addScatter adds a scatter of xys in series i's color and shape, its glyphs of radius points, named in the
+// legend.
+func addScatter(p *plot.Plot, name string, i int, xys plotter.XYs, radius float64) error {
+	sc, err := plotter.NewScatter(xys)
+	if err != nil {
+		return err
+	}
+	sc.Color, sc.GlyphStyle.Radius, sc.GlyphStyle.Shape = plotutil.Color(i), vg.Points(radius), plotutil.Shape(i)
+	p.Add(sc)
+	p.Legend.Add(name, sc)
+	return nil
+}
+
 // plotRuns draws one setup and workload's runs: TTFT over time with the SLO line above the quantized layers over
 // time, KV blocks over time, and the TTFT and TPOT distributions.
 func plotRuns(dir string, s Setup, workload string, runs []*results.Run) error {
@@ -166,15 +179,11 @@ func plotPareto(base string, r *Report) error {
 	for i, pol := range r.Options.Policies {
 		v, l := r.mean(pol, func(c *Cell) float64 { return c.Run.Aggregates.SLOViolationRate }), r.mean(pol, func(c *Cell) float64 { return c.Loss })
 		if math.IsNaN(l) {
-			continue // no published quality curve (INT8)
+			continue // a model without a quality curve for the policy's formats
 		}
-		sc, err := plotter.NewScatter(plotter.XYs{{X: 100 * l, Y: 100 * v}})
-		if err != nil {
+		if err := addScatter(p, pol, i, plotter.XYs{{X: 100 * l, Y: 100 * v}}, 4); err != nil {
 			return err
 		}
-		sc.Color, sc.GlyphStyle.Radius, sc.GlyphStyle.Shape = plotutil.Color(i), vg.Points(4), plotutil.Shape(i)
-		p.Add(sc)
-		p.Legend.Add(pol, sc)
 	}
 	return save(base, p)
 }

@@ -45,7 +45,7 @@ func (p Published) Increase() float64 { return max(0, p.Quantized/p.Full-1) }
 // W8A8Published are the SmoothQuant W8A8 figures of the paper's models (weights int8 per output channel,
 // activations int8 per token, as the engine's Int8 layers run): SmoothQuant's evaluation, 40 windows of 2,048
 // tokens of the WikiText-2 test set, whose full-precision figures are Table 8's. Vicuna-7B v1.5 and CodeLlama-34B
-// have none (W8A8Share stands in).
+// have none (Share of them stands in).
 var W8A8Published = map[string]Published{
 	"llama-2-7b": {5.474, 5.515, "SmoothQuant (Xiao et al., ICML 2023), repository README (github.com/mit-han-lab/smoothquant), " +
 		"table \"Perplexity Results on Llama-1/2/3, Falcon, Mistral, and Mixtral with W8A8 Quantization\", Llama-2-7B: FP16 5.474, SQ W8A8 (alpha 0.85) 5.515"},
@@ -55,7 +55,7 @@ var W8A8Published = map[string]Published{
 
 // W8A16Published are the W8A16 figures of the paper's models (weights int8 per output channel, activations in
 // 16-bit floating point). The only one found is of Llama-2-7B's chat variant, with lm-evaluation-harness's word
-// perplexity on WikiText-2, lower quantized than at full precision; none for the others (W8A16Share stands in).
+// perplexity on WikiText-2, lower quantized than at full precision; none for the others (Share of it stands in).
 var W8A16Published = map[string]Published{
 	"llama-2-7b": {12.212, 12.204, "torchao (github.com/pytorch/ao), torchao/quantization/README.md, Benchmarks table, Llama-2-7b-chat-hf: " +
 		"bfloat16 12.212, int8wo (int8 weights per channel, bfloat16 activations) 12.204, lm_eval wikitext word perplexity"},
@@ -68,10 +68,13 @@ func Share(published map[string]Published) float64 {
 	var shares []float64
 	for _, m := range slices.Sorted(maps.Keys(published)) {
 		c := PaperCurves[m]
-		shares = append(shares, published[m].Increase()/(c.PPL[len(c.PPL)-1]/c.PPL[0]-1))
+		shares = append(shares, published[m].Increase()/c.Increase())
 	}
 	return stat.Mean(shares, nil)
 }
+
+// Increase is the curve's all-layer relative perplexity increase.
+func (c Curve) Increase() float64 { return c.PPL[len(c.PPL)-1]/c.PPL[0] - 1 }
 
 // Scaled is the curve with the INT4 curve's shape and an all-layer relative increase of increase: the near-additivity
 // the paper measures (Table 2: a layer's cost hardly depends on the layers quantized before it) with each layer's
@@ -109,7 +112,7 @@ func qualities() map[string]map[string]Quality {
 	out := map[string]map[string]Quality{}
 	shares := map[string]float64{"W8A8": Share(W8A8Published), "W8A16": Share(W8A16Published)}
 	for m, c := range PaperCurves {
-		int4 := c.PPL[len(c.PPL)-1]/c.PPL[0] - 1
+		int4 := c.Increase()
 		out[m] = map[string]Quality{"W4A16": {c, int4, "MorphServe Table 8, LIS order (AWQ INT4)"}}
 		for kernel, pub := range map[string]map[string]Published{"W8A8": W8A8Published, "W8A16": W8A16Published} {
 			q := Quality{}

@@ -112,32 +112,20 @@ func (r *Report) Headline() Headline {
 	h := Headline{P95Ratio: map[string]float64{}, LossRatio: map[string]float64{}, Cuts: map[string]Cut{}}
 	violations := func(c *Cell) int { return c.Run.Aggregates.SLOViolations }
 	h.ViolationCut, h.FP16Violations = r.pooledCut(violations)
-	h.CutElsewhere = math.NaN()
-	var ef, em float64
 	for _, c := range r.Cells {
-		if c.Policy != "fp16" {
-			continue
-		}
-		f := c.Run.Aggregates.SLOViolations
-		m := r.Cell(c.Setup.Name, c.Workload, "morph:default")
-		if m == nil {
-			continue
-		}
-		if r.computeBound(c.Setup.Name, c.Workload) {
+		if c.Policy == "fp16" && r.Cell(c.Setup.Name, c.Workload, "morph:default") != nil && r.computeBound(c.Setup.Name, c.Workload) {
 			h.Bound = append(h.Bound, c.Setup.Name+"/"+c.Workload)
-			h.BoundViolations += f
-			continue
+			h.BoundViolations += c.Run.Aggregates.SLOViolations
 		}
-		ef += float64(f)
-		em += float64(m.Run.Aggregates.SLOViolations)
-	}
-	if ef > 0 {
-		h.CutElsewhere = 1 - em/ef
 	}
 	for _, p := range r.Options.Policies {
 		if p != "fp16" {
 			h.Cuts[p] = r.cut(p)
 		}
+	}
+	h.CutElsewhere = math.NaN()
+	if c, ok := h.Cuts["morph:default"]; ok {
+		h.CutElsewhere = c.Memory // the memory-bound cells are the others
 	}
 	for _, mode := range r.Options.Policies {
 		if !strings.HasPrefix(mode, "morph:") {

@@ -9,53 +9,7 @@ import (
 	"testing"
 
 	"github.com/morphlab/morphlab/kernels/cpu"
-	"github.com/morphlab/morphlab/kernels/half"
 )
-
-// toT returns x in storage type t as the bytes' slice that Upload takes.
-func toT(t DType, x []float32) any {
-	switch t {
-	case F16:
-		h := make([]uint16, len(x))
-		half.F32ToF16Slice(h, x)
-		return h
-	case BF16:
-		h := make([]uint16, len(x))
-		half.F32ToBF16Slice(h, x)
-		return h
-	}
-	return x
-}
-
-func upload(x any) (Buffer, error) {
-	switch v := x.(type) {
-	case []uint16:
-		return Upload(v)
-	case []float32:
-		return Upload(v)
-	case []int32:
-		return Upload(v)
-	}
-	panic("upload: unexpected type")
-}
-
-// fromT downloads n elements of type t from b as float32.
-func fromT(t DType, b Buffer, n int) ([]float32, error) {
-	out := make([]float32, n)
-	if t == F32 {
-		return out, Download(out, b)
-	}
-	h := make([]uint16, n)
-	if err := Download(h, b); err != nil {
-		return nil, err
-	}
-	if t == F16 {
-		half.F16ToF32Slice(out, h)
-	} else {
-		half.BF16ToF32Slice(out, h)
-	}
-	return out, nil
-}
 
 // TestServeKernels checks the serving kernels exactly: gathered rows are the table's, a cast rounds as
 // DType.Round, quantized rows are kernels/cpu's QuantizeRowsInt8 code for code and scale for scale, and argmax
@@ -75,46 +29,32 @@ func TestServeKernels(t *testing.T) {
 				xr[i] = dt.Round(v)
 			}
 			idx := []int32{6, 0, 6, 2}
-			var gathered, cast []float32
+			gathered, cast := make([]float32, len(idx)*dim), make([]float32, len(x))
 			q := make([]int8, rows*dim)
 			s := make([]float32, rows)
 			err := dev.Do(func() error {
-				xb, err := upload(toT(dt, x))
-				if err != nil {
-					return err
+				a := &arena{}
+				defer a.free()
+				h := dev.Host(dt)
+				xb, ib, ob, fb, cb := h.upT(a, x), up(a, idx), h.upT(a, gathered), up(a, x), h.upT(a, cast)
+				qb, sb := up(a, q), up(a, s)
+				if a.err != nil {
+					return a.err
 				}
-				defer xb.Free()
-				ib, _ := Upload(idx)
-				defer ib.Free()
-				ob, _ := Alloc(int64(len(idx) * dim * dt.Size()))
-				defer ob.Free()
 				if err := dev.GatherRowsOn(dt, ob, xb, ib, len(idx), dim); err != nil {
 					return err
 				}
-				if gathered, err = fromT(dt, ob, len(idx)*dim); err != nil {
-					return err
-				}
-				fb, _ := Upload(x)
-				defer fb.Free()
-				cb, _ := Alloc(int64(len(x) * dt.Size()))
-				defer cb.Free()
 				if err := dev.CastOn(dt, cb, fb, len(x)); err != nil {
 					return err
 				}
-				if cast, err = fromT(dt, cb, len(x)); err != nil {
-					return err
-				}
-				qb, _ := Alloc(int64(len(q)))
-				defer qb.Free()
-				sb, _ := Alloc(int64(4 * rows))
-				defer sb.Free()
 				if err := dev.QuantizeRowsOn(dt, qb, sb, xb, rows, dim); err != nil {
 					return err
 				}
-				if err := Download(q, qb); err != nil {
-					return err
-				}
-				return Download(s, sb)
+				h.downT(a, gathered, ob)
+				h.downT(a, cast, cb)
+				down(a, q, qb)
+				down(a, s, sb)
+				return a.err
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -144,14 +84,17 @@ func TestServeKernels(t *testing.T) {
 	}
 	got := make([]int32, rows)
 	err := dev.Do(func() error {
-		lb, _ := Upload(logits)
-		defer lb.Free()
-		ob, _ := Alloc(4 * rows)
-		defer ob.Free()
+		a := &arena{}
+		defer a.free()
+		lb, ob := up(a, logits), up(a, got)
+		if a.err != nil {
+			return a.err
+		}
 		if err := dev.ArgmaxOn(ob, lb, rows, vocab); err != nil {
 			return err
 		}
-		return Download(got, ob)
+		down(a, got, ob)
+		return a.err
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -47,16 +47,8 @@ MAX_QUEUE=${MAX_QUEUE:-32}
 OVERLOAD_X=${OVERLOAD_X:-4}
 OVERLOAD_S=${OVERLOAD_S:-60}
 
-mkdir -p "$out"
-out=$(cd "$out" && pwd)
-if [ ! -x "$MORPHLAB" ]; then
-	(cd "$root" && go build -o "$MORPHLAB" ./tools/morphlab)
-fi
-if [ -z "${MODEL:-}" ]; then
-	MODEL=$out/stories15M.gguf
-	[ -f "$MODEL" ] || "$MORPHLAB" synth --shape stories15M --out "$MODEL" >/dev/null
-fi
-name=bench
+. "$root/tools/loadbench/lib.sh"
+setup_bench
 
 server=
 stop_server() {
@@ -77,16 +69,7 @@ start_server() {
 	"$MORPHLAB" serve --model "$MODEL" --served-model-name "$name" --addr "127.0.0.1:$port" \
 		--memory "$MEMORY" --threads "$THREADS" "$@" >"$log" 2>&1 &
 	server=$!
-	i=0
-	until curl -fsS "http://127.0.0.1:$port/health" >/dev/null 2>&1; do
-		i=$((i + 1))
-		if [ $i -gt 120 ] || ! kill -0 "$server" 2>/dev/null; then
-			echo "batching.sh: the server on port $port did not come up; its log:" >&2
-			cat "$log" >&2
-			exit 1
-		fi
-		sleep 0.5
-	done
+	wait_up "http://127.0.0.1:$port/health" "$server" "$log"
 }
 
 # metric PORT NAME: the value of the first series of morphlab:NAME.

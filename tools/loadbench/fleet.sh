@@ -11,8 +11,8 @@
 #    kept, and stopped on exit.
 # 2. Sweep the fleet through HAProxy: 'morphlab loadtest --sweep $RATES' (synthetic prompts of about $PROMPT
 #    token ids, about $OUTPUT output tokens, each drawn within $RANGE_RATIO of it, --ignore-eos, Poisson arrivals,
-#    seeded) into fleet.json; the knee is the top rate with the P95 of $KNEE within its limit and every request
-#    complete.
+#    seeded) into fleet.json; the knee is the rate, of those with the P95 of $KNEE within its limit, that serves
+#    the most requests a second.
 # 3. Calibrate the simulator on the steps the replicas ran during the sweep ('morphlab serve --steps', then
 #    'morphlab calibrate --steps', wall clock: the steps' times include what the replicas, HAProxy and the load
 #    tester took from each other on this machine, which a grid timed alone does not) and simulate the same fleet
@@ -49,16 +49,8 @@ KNEE=${KNEE:-ttft=1s}
 PORT=${PORT:-18400}
 TIMEOUT=${TIMEOUT:-60s}
 
-mkdir -p "$out"
-out=$(cd "$out" && pwd)
-if [ ! -x "$MORPHLAB" ]; then
-	(cd "$root" && go build -o "$MORPHLAB" ./tools/morphlab)
-fi
-if [ -z "${MODEL:-}" ]; then
-	MODEL=$out/stories15M.gguf
-	[ -f "$MODEL" ] || "$MORPHLAB" synth --shape stories15M --out "$MODEL" >/dev/null
-fi
-name=bench
+. "$root/tools/loadbench/lib.sh"
+setup_bench
 
 pids=
 stop_all() {
@@ -72,20 +64,6 @@ stop_all() {
 }
 trap stop_all EXIT
 trap 'stop_all; exit 1' INT TERM
-
-# wait_up URL PID LOG: wait until URL answers, failing when PID is gone or 60 s have passed.
-wait_up() {
-	tries=0
-	until curl -fsS "$1" >/dev/null 2>&1; do
-		tries=$((tries + 1))
-		if [ $tries -gt 120 ] || ! kill -0 "$2" 2>/dev/null; then
-			echo "fleet.sh: $1 did not come up; the log:" >&2
-			cat "$3" >&2
-			exit 1
-		fi
-		sleep 0.5
-	done
-}
 
 # 1. The replicas and HAProxy.
 {
@@ -150,9 +128,10 @@ for rate in $(echo "$RATES" | tr ',' ' '); do
 		--output "uniform:$lo_o:$hi_o" --seed 1 --out "$out/trace-$rate.csv" 2>/dev/null
 	"$MORPHLAB" simulate --model "$MODEL" --device cpu --calibration "$out/calibration.json" --kv-blocks "$blocks" \
 		--replicas "$REPLICAS" --router least-outstanding --trace "$out/trace-$rate.csv" --out "$out/sim-$rate" >/dev/null
-	p95=$(jq ".aggregates.${metric}.p95_ms" "$out/sim-$rate/results.json")
-	ok=$(jq '.aggregates.completed == .aggregates.requests' "$out/sim-$rate/results.json")
-	thr=$(jq '.aggregates.request_throughput' "$out/sim-$rate/results.json")
+	read -r p95 ok thr <<EOT
+$(jq -r "[.aggregates.${metric}.p95_ms, .aggregates.completed == .aggregates.requests, .aggregates.request_throughput] | @tsv" \
+		"$out/sim-$rate/results.json")
+EOT
 	echo "$rate $p95 $ok $thr" >>"$out/sim.txt"
 	if [ "$ok" = true ] && awk -v p="$p95" -v l="$limit_ms" -v t="$thr" -v b="$best" 'BEGIN { exit !(p <= l && t > b) }'; then
 		sim_knee=$rate best=$thr
@@ -163,7 +142,8 @@ real_knee=$(jq '.knee.rate // 0' "$out/fleet.json")
 	echo "# A fleet of $REPLICAS replicas behind HAProxy (leastconn)"
 	echo
 	echo "$MODEL, --memory $MEMORY ($blocks KV blocks), --threads $THREADS each; loadtest prompts ~$PROMPT, outputs ~$OUTPUT"
-	echo "(range ratio $RANGE_RATIO), Poisson, $DURATION a rate; knee: the top rate with the P95 $metric within ${KNEE#*=}."
+	echo "(range ratio $RANGE_RATIO), Poisson, $DURATION a rate; knee: of the rates with the P95 $metric within ${KNEE#*=}, the"
+	echo "one that serves the most requests a second."
 	echo "Machine: $(nproc) CPUs."
 	echo
 	echo "| rate (req/s) | measured P95 $metric ms | simulated P95 $metric ms |"

@@ -68,7 +68,7 @@ func runDeviceFidelity(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := writeReport(e, r, *out, *limit/100); err != nil {
+	if err := r.Write(*out, *limit/100, e.stdout); err != nil {
 		return err
 	}
 	if n := r.CatalogOver(*limit / 100); n > 0 {

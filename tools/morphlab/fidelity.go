@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"os/signal"
 	"strconv"
@@ -97,7 +96,7 @@ func runFidelity(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := writeReport(e, r, *out, *limit/100); err != nil {
+	if err := r.Write(*out, *limit/100, e.stdout); err != nil {
 		return err
 	}
 	if n := r.Over(*limit / 100); n > 0 {
@@ -117,17 +116,6 @@ func lengths(prompt, output string) (trace.Independent, error) {
 		return trace.Independent{}, usagef("--output: %v", err)
 	}
 	return trace.Independent{Prompt: p, Output: o}, nil
-}
-
-// writeReport writes a comparison's files under dir and prints its tables, errors over limit (a share) marked.
-func writeReport(e *env, r interface {
-	Write(dir string, limit float64) error
-	WriteTables(w io.Writer, limit float64) error
-}, dir string, limit float64) error {
-	if err := r.Write(dir, limit); err != nil {
-		return err
-	}
-	return r.WriteTables(e.stdout, limit)
 }
 
 // floats reads comma-separated numbers.
