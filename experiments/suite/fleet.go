@@ -139,23 +139,11 @@ type FleetTry struct {
 func fleetWorkloads(data string) ([]Workload, error) {
 	var out []Workload
 	for _, s := range snippets[:2] {
-		w := Workload{Name: s.name + "-hour"}
-		path := filepath.Join(data, filepath.FromSlash(s.file))
-		var t *trace.Trace
-		if _, err := os.Stat(path); data != "" && err == nil {
-			if t, err = trace.Load(path, trace.LoadOptions{}); err != nil {
-				return nil, err
-			}
-		} else {
-			spec := s.standIn
-			spec.Duration = 3600
-			w.StandIn = fmt.Sprintf("%s not found: a synthetic stand-in (%s) replays", s.file, spec.Process)
-			if t, err = trace.Generate(spec, 1); err != nil {
-				return nil, err
-			}
+		t, standIn, err := s.load(data, 3600)
+		if err != nil {
+			return nil, err
 		}
-		w.Trace = t
-		out = append(out, w)
+		out = append(out, Workload{Name: s.name + "-hour", Trace: t, StandIn: standIn})
 	}
 	return out, nil
 }

@@ -39,6 +39,22 @@ var snippets = []snippet{
 			Lengths: trace.Independent{Prompt: trace.LogNormal{Median: 8000, Sigma: 0.8}, Output: trace.LogNormal{Median: 300, Sigma: 0.8}}}},
 }
 
+// load is the snippet's whole trace from the data directory or, when it is not there, its stand-in drawn (for
+// duration seconds when that is above 0), with a note saying so.
+func (s snippet) load(data string, duration float64) (t *trace.Trace, standIn string, err error) {
+	path := filepath.Join(data, filepath.FromSlash(s.file))
+	if _, err := os.Stat(path); data != "" && err == nil {
+		t, err = trace.Load(path, trace.LoadOptions{})
+		return t, "", err
+	}
+	spec := s.standIn
+	if duration > 0 {
+		spec.Duration = duration
+	}
+	t, err = trace.Generate(spec, 1)
+	return t, fmt.Sprintf("%s not found: a synthetic stand-in (%s) replays", s.file, spec.Process), err
+}
+
 // Workloads returns the suite's workloads: the user's trace alone, or the paper's snippets (or their stand-ins)
 // and the burst, which has no trace of its own (each setup replays one sized to it: Run); Quick keeps the Azure
 // conversation snippet and the burst.
@@ -59,22 +75,16 @@ func Workloads(opt Options) ([]Workload, error) {
 			break
 		}
 		w := Workload{Name: s.name}
-		var t *trace.Trace
-		path := filepath.Join(opt.Data, filepath.FromSlash(s.file))
-		if _, err := os.Stat(path); opt.Data != "" && err == nil {
-			if t, err = trace.Load(path, trace.LoadOptions{}); err != nil {
-				return nil, err
-			}
+		t, standIn, err := s.load(opt.Data, 0)
+		if err != nil {
+			return nil, err
+		}
+		if w.StandIn = standIn; standIn == "" {
 			if t, err = s.cut(t); err != nil {
 				return nil, err
 			}
-		} else {
-			w.StandIn = fmt.Sprintf("%s not found: a synthetic stand-in (%s) replays", s.file, s.standIn.Process)
-			if t, err = trace.Generate(s.standIn, 1); err != nil {
-				return nil, err
-			}
 		}
-		t, err := trace.TimeScale(t, s.stretch)
+		t, err = trace.TimeScale(t, s.stretch)
 		if err != nil {
 			return nil, err
 		}
