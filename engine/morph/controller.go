@@ -42,7 +42,7 @@ func NewController(e *engine.Engine, p Policy, order []int, base []quant.Format)
 	if !ok {
 		return c
 	}
-	c.control, c.rule = m.control(), m.Rule()
+	c.control, c.rule = m.Controls(), m.Rule()
 	limit := int(math.Round(c.control.Cap * float64(len(base))))
 	c.act = NewActuator(e, order, base, c.control.Tiers, limit)
 	c.blockSize = e.Geometry().BlockSize

@@ -245,7 +245,8 @@ func TestParse(t *testing.T) {
 		t.Errorf("morph:compute overrides: %+v, %v", p, err)
 	}
 	for name, want := range map[string]string{
-		"fp32":                          "want fp16, static",
+		"fp32":                          `unknown name "fp32", want one of fp16, `,
+		"fp16:int8":                     "fp16 takes no parameters",
 		"static:int2":                   `format "int2"`,
 		"selective:x":                   `layer count "x"`,
 		"morph:fast":                    `mode "fast", want one of accuracy, compute, default, performance, predictive, slo`,

@@ -88,9 +88,10 @@ var DefaultPredictive = Predictive{Usage: 1, Horizon: time.Second, Bin: time.Sec
 	Control: Control{Persistence: 2, LayersPerAction: 8, Cap: 1, RestorePersistence: 8, RestoreMargin: 0.1, RestoreHold: time.Second,
 		Tiers: []quant.Format{quant.Int4}}}
 
-func (p *Predictive) params() []param {
-	return append([]param{share("usage", &p.Usage), duration("horizon", &p.Horizon, false), duration("bin", &p.Bin, true),
-		share("alpha", &p.Alpha), share("beta", &p.Beta)}, p.Control.params()...)
+// Params are the mode's own parameters: usage, horizon, bin, alpha and beta.
+func (p *Predictive) Params() []Param {
+	return []Param{Share("usage", &p.Usage), Duration("horizon", &p.Horizon, false), Duration("bin", &p.Bin, true),
+		Share("alpha", &p.Alpha), Share("beta", &p.Beta)}
 }
 
 // Rule returns the rule with a fresh forecast.
