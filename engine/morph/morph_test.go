@@ -197,7 +197,10 @@ func runWith(t *testing.T, x executor.Executor, opt engine.Options, policy strin
 	if check != nil {
 		e.OnStep(func(info engine.StepInfo) { check(e, info) })
 	}
-	c := NewController(e, spec, frontToBack(len(base)), base)
+	c, err := NewController(e, spec, frontToBack(len(base)), base)
+	if err != nil {
+		t.Fatal(err)
+	}
 	e.OnStep(c.OnStep)
 	res, err := e.Replay(context.Background(), reqs)
 	if err != nil {

@@ -133,11 +133,16 @@ func Count(name string, p *int) Param {
 	}, func() any { return *p }}
 }
 
-// calm is the common restore condition: nothing waits, an action is in force, and with the last one's blocks
-// returned the free share of the pool would still be at least RestoreMargin.
-func (c Control) calm(s Signals, act *Actuator) bool {
+// calm is the common restore condition, as a verdict's reasons (none: not calm): nothing waits, an action is in
+// force, and with the last one's blocks returned the free share of the pool would still be at least RestoreMargin.
+func (c Control) calm(s Signals, act *Actuator) []string {
 	top := act.TopBlocks()
-	return s.Waiting == 0 && act.Actions() > 0 && float64(s.Free-top) >= c.RestoreMargin*float64(s.Total-top)
+	free, total := s.Free-top, s.Total-top
+	if s.Waiting > 0 || act.Actions() == 0 || float64(free) < c.RestoreMargin*float64(total) {
+		return nil
+	}
+	return []string{"queue empty", fmt.Sprintf("free share %.3f >= %.2f without the last region (%d of %d blocks free, %d in it)",
+		float64(free)/float64(total), c.RestoreMargin, free, total, top)}
 }
 
 // Duration is a Go duration (300ms, 2s), not negative, and above zero when positive.

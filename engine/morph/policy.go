@@ -140,11 +140,12 @@ type Verdict struct {
 	// Pressure holds the reasons the model is under pressure (none: no pressure). Pressure that persists for
 	// Control.Persistence iterations starts a swap, whose log entry gives the reasons.
 	Pressure []string
-	// Calm reports whether a restore could go ahead now; calm that persists for Control.RestorePersistence
-	// iterations and Control.RestoreHold starts one.
-	Calm bool
+	// Calm holds the reasons a restore could go ahead now (none: it could not). Calm without pressure that
+	// persists for Control.RestorePersistence iterations and Control.RestoreHold starts one, whose log entry gives
+	// the reasons of the iteration that started it.
+	Calm []string
 	// Layers, set with Pressure and called only when a swap starts, is how many layers it should move (the
-	// controller keeps it within 1 and Control.LayersPerAction).
+	// controller keeps it within 1 and Control.LayersPerAction); nil is one layer.
 	Layers func() int
 	// To is the format the swap takes its layers to: one of the policy's tiers, for a rule that tells which tier
 	// relieves its pressure, or NextTier (the zero value) for the next tier in the policy's order.

@@ -115,8 +115,12 @@ func (j *predictiveRule) Judge(in Input) Verdict {
 		why = append(why, fmt.Sprintf("demand %.0f blocks (present %.0f, forecast %.0f) > %.0f", demand, present, forecast, limit))
 	}
 	why = append(why, memoryShort(s)...)
+	v := Verdict{Pressure: why}
 	top := act.TopBlocks()
-	v := Verdict{Pressure: why, Calm: s.Waiting == 0 && act.Actions() > 0 && demand <= (1-p.RestoreMargin)*float64(s.Total-top)}
+	if fits := (1 - p.RestoreMargin) * float64(s.Total-top); s.Waiting == 0 && act.Actions() > 0 && demand <= fits {
+		v.Calm = []string{"queue empty", fmt.Sprintf("demand %.0f blocks (present %.0f, forecast %.0f) <= %.0f, the pool without the last region less the %.2f margin",
+			demand, present, forecast, fits, p.RestoreMargin)}
+	}
 	if len(why) > 0 {
 		v.Layers = func() int {
 			per := act.BlocksPerLayer(NextTier)

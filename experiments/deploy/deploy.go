@@ -211,6 +211,9 @@ func (d Deployment) withDefaults() (Deployment, error) {
 	case d.Clock == "thread" && d.Threads != 1:
 		return d, fmt.Errorf("deploy: the thread clock times one kernel thread, and threads is %d", d.Threads)
 	}
+	if err := morph.Check(d.Policy); err != nil {
+		return d, fmt.Errorf("deploy: %w", err)
+	}
 	return d, nil
 }
 
