@@ -35,11 +35,13 @@
 //
 // The built-in policies are registered with Register as any other is, so a package of your own adds a policy
 // without touching this one. A policy that morphs is a type that embeds Control, which gives it String, Needs
-// (its tiers), Start (full precision) and Controls, and adds two methods:
+// (its tiers), Start (full precision) and Controls (not Control, which the embedded field's name would hide), and
+// adds two methods:
 //
 //	Rule() Rule        a fresh rule for one run, whose Judge turns each iteration's Input into a Verdict:
-//	                   the reasons for pressure (with Layers, how many layers a swap moves, and To, the
-//	                   tier it takes them to) or for calm
+//	                   the reasons for pressure (with Layers, how many layers a swap moves, nil for one,
+//	                   and To, the tier it takes them to) or the reasons for calm, which the swap's and
+//	                   the restore's log entries give
 //	Params() []Param   its own parameters, made by Count, Share, Number, Duration and Tiers over its fields:
 //	                   what k=v overrides set, with the built-ins' checks, and what reports show (morph.Params),
 //	                   its Control's parameters after them
@@ -152,8 +154,8 @@ type Verdict struct {
 	To quant.Format
 }
 
-// ParseFunc makes a registered policy from the parameters that follow its name in NAME[:p1:p2...] (none: an
-// empty slice).
+// ParseFunc makes a registered policy, a fresh value each call, from the parameters that follow its name in
+// NAME[:p1:p2...] (none: an empty slice).
 type ParseFunc func(params []string) (Policy, error)
 
 // registry holds the policies Parse knows, by name.
@@ -193,7 +195,7 @@ func Names() []string {
 
 // ParseParams is the ParseFunc of a morphing policy whose parameters are k=v overrides alone: each parse makes a
 // fresh policy with fresh (the policy with its defaults) and applies the overrides to it (SetParams), so that
-// Register("queue", ParseParams(newQueue)) parses "queue:n=4:persistence=2" as the built-in modes parse theirs.
+// Register(NAME, ParseParams(fresh)) parses NAME:k=v:k=v as the built-in modes parse theirs.
 func ParseParams(fresh func() Morphing) ParseFunc {
 	return func(params []string) (Policy, error) {
 		p := fresh()
