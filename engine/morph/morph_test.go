@@ -255,6 +255,8 @@ func TestParse(t *testing.T) {
 		"morph:fast":                    `mode "fast", want one of accuracy, compute, default, performance, predictive, slo`,
 		"morph:default:speed=2":         `unknown parameter "speed"`,
 		"morph:default:usage=2":         "usage=2: out of [0, 1]",
+		"morph:default:usage=NaN":       "usage=NaN: want a finite number",
+		"morph:compute:speedup=+Inf":    "speedup=+Inf: want a finite number",
 		"morph:default:delay=-1s":       "delay=-1s: want >= 0",
 		"morph:predictive:bin=0s":       "bin=0s: want > 0",
 		"morph:default:horizon=1s":      `unknown parameter "horizon"`,

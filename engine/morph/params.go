@@ -55,10 +55,13 @@ func (c *Control) params() []Param {
 // text is checked and set, and its value as a report shows it. Count, Share, Number, Duration and Tiers make one
 // over a field of the policy.
 type Param struct {
-	Name  string
+	name  string
 	set   func(v string) error
 	value func() any
 }
+
+// Name is the parameter's name, the k of k=v.
+func (p Param) Name() string { return p.name }
 
 // Set checks v and sets the parameter to it; a value out of range leaves the parameter as it was.
 func (p Param) Set(v string) error { return p.set(v) }
@@ -66,9 +69,13 @@ func (p Param) Set(v string) error { return p.set(v) }
 // Value is the parameter's value as reports show it: a number, a duration as text (300ms), a list of format names.
 func (p Param) Value() any { return p.value() }
 
-// allParams lists m's parameters: its own, then its Control's.
+// allParams lists m's parameters: its own, then its Control's (none without one: Check refuses it).
 func allParams(m Morphing) []Param {
-	return append(slices.Clone(m.Params()), m.Controls().params()...)
+	ps := slices.Clone(m.Params())
+	if c := m.Controls(); c != nil {
+		ps = append(ps, c.params()...)
+	}
+	return ps
 }
 
 // SetParams applies k=v overrides to m's parameters (its own and its Control's), each checked as its Param says.
@@ -80,7 +87,7 @@ func SetParams(m Morphing, overrides ...string) error {
 		if !ok {
 			return fmt.Errorf("parameter %q, want key=value", kv)
 		}
-		i := slices.IndexFunc(ps, func(p Param) bool { return p.Name == k })
+		i := slices.IndexFunc(ps, func(p Param) bool { return p.name == k })
 		if i < 0 {
 			return fmt.Errorf("unknown parameter %q", k)
 		}

@@ -441,7 +441,7 @@ func Params(p Policy) json.RawMessage {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		k, _ := json.Marshal(q.Name)
+		k, _ := json.Marshal(q.name)
 		v, err := json.Marshal(q.Value())
 		if err != nil {
 			panic(err) // numbers, strings and lists of strings
