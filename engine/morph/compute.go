@@ -55,11 +55,12 @@ var DefaultCompute = Compute{Usage: 0.85, Window: 8, TTFT: 2 * time.Second, Marg
 	Control: Control{Persistence: 2, LayersPerAction: 64, Cap: 1, RestorePersistence: 8, RestoreMargin: 0.3, RestoreHold: 5 * time.Second,
 		Tiers: []quant.Format{quant.Int8, quant.Int4}}}
 
-func (p *Compute) params() []param {
-	return append([]param{share("usage", &p.Usage), count("window", &p.Window), duration("ttft", &p.TTFT, true),
-		share("margin", &p.Margin), share("prefill_smoothing", &p.Smoothing), above1("speedup", &p.Speedup),
-		count("memory_layers", &p.MemoryLayers)},
-		p.Control.params()...)
+// Params are the mode's own parameters: usage, window, ttft, margin, prefill_smoothing, speedup and
+// memory_layers.
+func (p *Compute) Params() []Param {
+	return []Param{Share("usage", &p.Usage), Count("window", &p.Window), Duration("ttft", &p.TTFT, true),
+		Share("margin", &p.Margin), Share("prefill_smoothing", &p.Smoothing), above1("speedup", &p.Speedup),
+		Count("memory_layers", &p.MemoryLayers)}
 }
 
 // check reports tiers that do not hold both the memory and the compute tier.

@@ -207,7 +207,10 @@ func TestTokensByPosition(t *testing.T) {
 		t.Fatal(err)
 	}
 	order := []int{7, 6, 5, 4, 3, 2, 1, 0}
-	c := NewController(e, spec, order, base)
+	c, err := NewController(e, spec, order, base)
+	if err != nil {
+		t.Fatal(err)
+	}
 	e.OnStep(c.OnStep)
 	res, err := e.Replay(context.Background(), reqs)
 	if err != nil {

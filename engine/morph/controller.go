@@ -32,21 +32,32 @@ type Controller struct {
 
 // NewController returns a controller for p acting on e, over a model whose layers are stored in base and swap in
 // order. Add its OnStep to e's hooks (e.OnStep(c.OnStep)) before the engine runs. e may be nil for a policy that
-// does not morph (the controller then only records).
-func NewController(e *engine.Engine, p Policy, order []int, base []quant.Format) *Controller {
+// does not morph (the controller then only records). It fails, with one line naming the parameter, for a morphing
+// policy that could never swap one of these layers (Check, and a cap that rounds to none of them).
+func NewController(e *engine.Engine, p Policy, order []int, base []quant.Format) (*Controller, error) {
 	c := &Controller{Policy: p, Monitor: NewMonitor(10 * time.Second), Recorder: NewRecorder(base)}
 	if needs := p.Needs(); len(needs) > 1 {
 		c.Recorder.TrackPositions(order, needs)
 	}
 	m, ok := p.(Morphing)
 	if !ok {
-		return c
+		return c, nil
 	}
-	c.control, c.rule = m.control(), m.Rule()
+	if err := Check(p); err != nil {
+		return nil, err
+	}
+	c.control, c.rule = m.Controls(), m.Rule()
 	limit := int(math.Round(c.control.Cap * float64(len(base))))
+	switch {
+	case limit < 1:
+		return nil, fmt.Errorf("policy %s: cap=%g of %d layers quantizes none of them, want cap >= %.3g", label(p), c.control.Cap, len(base),
+			0.5/float64(len(base)))
+	case c.rule == nil:
+		return nil, fmt.Errorf("policy %s: no rule: Rule returned nil", label(p))
+	}
 	c.act = NewActuator(e, order, base, c.control.Tiers, limit)
 	c.blockSize = e.Geometry().BlockSize
-	return c
+	return c, nil
 }
 
 // Actuator is the controller's actuator (nil unless the policy morphs).
@@ -76,8 +87,8 @@ func (c *Controller) OnStep(info engine.StepInfo) {
 }
 
 // carryOut counts pressure and calm iterations and, with no action in flight, swaps the number of layers the
-// verdict asks for (within 1 and LayersPerAction) to the format it names, or restores the last action. Pressure cancels a restore whose
-// region is still draining.
+// verdict asks for (within 1 and LayersPerAction) to the format it names, or restores the last action for the
+// reasons of its calm. Pressure cancels a restore whose region is still draining.
 func (c *Controller) carryOut(s Signals, v Verdict) {
 	p := c.control
 	if len(v.Pressure) > 0 {
@@ -88,7 +99,7 @@ func (c *Controller) carryOut(s Signals, v Verdict) {
 		}
 	} else {
 		c.pressure = 0
-		if v.Calm {
+		if len(v.Calm) > 0 {
 			if c.calm == 0 {
 				c.calmSince = s.Time
 			}
@@ -102,11 +113,15 @@ func (c *Controller) carryOut(s Signals, v Verdict) {
 	}
 	switch {
 	case c.pressure >= p.Persistence && c.act.CanSwap(v.To):
-		n := min(max(v.Layers(), 1), p.LayersPerAction)
+		n := 1
+		if v.Layers != nil {
+			n = v.Layers()
+		}
+		n = min(max(n, 1), p.LayersPerAction)
 		c.act.Swap(n, v.To, fmt.Sprintf("%s (policy %s, %d iterations)", strings.Join(v.Pressure, "; "), c.Policy, c.pressure))
 		c.pressure = 0
 	case c.calm >= p.RestorePersistence && s.Time-c.calmSince >= p.RestoreHold:
-		c.act.Restore(fmt.Sprintf("queue empty, %d of %d blocks free (policy %s, %d iterations)", s.Free, s.Total, c.Policy, c.calm))
+		c.act.Restore(fmt.Sprintf("%s (policy %s, %d iterations)", strings.Join(v.Calm, "; "), c.Policy, c.calm))
 		c.calm = 0
 	}
 }

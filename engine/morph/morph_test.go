@@ -197,7 +197,10 @@ func runWith(t *testing.T, x executor.Executor, opt engine.Options, policy strin
 	if check != nil {
 		e.OnStep(func(info engine.StepInfo) { check(e, info) })
 	}
-	c := NewController(e, spec, frontToBack(len(base)), base)
+	c, err := NewController(e, spec, frontToBack(len(base)), base)
+	if err != nil {
+		t.Fatal(err)
+	}
 	e.OnStep(c.OnStep)
 	res, err := e.Replay(context.Background(), reqs)
 	if err != nil {
@@ -245,12 +248,15 @@ func TestParse(t *testing.T) {
 		t.Errorf("morph:compute overrides: %+v, %v", p, err)
 	}
 	for name, want := range map[string]string{
-		"fp32":                          "want fp16, static",
+		"fp32":                          `unknown name "fp32", want one of fp16, `,
+		"fp16:int8":                     "fp16 takes no parameters",
 		"static:int2":                   `format "int2"`,
 		"selective:x":                   `layer count "x"`,
 		"morph:fast":                    `mode "fast", want one of accuracy, compute, default, performance, predictive, slo`,
 		"morph:default:speed=2":         `unknown parameter "speed"`,
 		"morph:default:usage=2":         "usage=2: out of [0, 1]",
+		"morph:default:usage=NaN":       "usage=NaN: want a finite number",
+		"morph:compute:speedup=+Inf":    "speedup=+Inf: want a finite number",
 		"morph:default:delay=-1s":       "delay=-1s: want >= 0",
 		"morph:predictive:bin=0s":       "bin=0s: want > 0",
 		"morph:default:horizon=1s":      `unknown parameter "horizon"`,

@@ -2,6 +2,7 @@ package morph
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -10,9 +11,10 @@ import (
 	"github.com/morphlab/morphlab/quant"
 )
 
-// Control are the parameters, common to every morph mode, with which the Controller turns a rule's verdicts into
-// actions: how long pressure or calm must persist, how many layers an action moves, how far quantization may go
-// and through which formats.
+// Control are the parameters, common to every morphing policy, with which the Controller turns a rule's verdicts
+// into actions: how long pressure or calm must persist, how many layers an action moves, how far quantization may
+// go and through which formats. A policy embeds it: the embedded Control gives the policy String, Needs, Start and
+// Controls.
 type Control struct {
 	Persistence        int            // consecutive iterations of pressure before a swap
 	LayersPerAction    int            // most layers one action swaps
@@ -24,9 +26,10 @@ type Control struct {
 	name               string         // the policy's name as parsed
 }
 
-func (c *Control) control() *Control { return c }
+// Controls returns c itself: the Control of the policy that embeds it.
+func (c *Control) Controls() *Control { return c }
 
-// String is the policy's name as parsed.
+// String is the policy's name as parsed (Parse sets it).
 func (c *Control) String() string { return c.name }
 
 // Needs are the tiers: every layer may go through each.
@@ -35,57 +38,85 @@ func (c *Control) Needs() []quant.Format { return c.Tiers }
 // Start is full precision: a morphing policy quantizes only under pressure.
 func (c *Control) Start(_ []int, base []quant.Format) []quant.Format { return slices.Clone(base) }
 
-func (c *Control) params() []param {
-	return []param{
-		count("persistence", &c.Persistence),
-		count("layers_per_action", &c.LayersPerAction),
-		share("cap", &c.Cap),
-		count("restore_persistence", &c.RestorePersistence),
-		share("restore_margin", &c.RestoreMargin),
-		duration("restore_hold", &c.RestoreHold, false),
-		tiers("tiers", &c.Tiers),
+// params are the Control's parameters, which follow a policy's own wherever its parameters are listed.
+func (c *Control) params() []Param {
+	return []Param{
+		Count("persistence", &c.Persistence),
+		Count("layers_per_action", &c.LayersPerAction),
+		Share("cap", &c.Cap),
+		Count("restore_persistence", &c.RestorePersistence),
+		Share("restore_margin", &c.RestoreMargin),
+		Duration("restore_hold", &c.RestoreHold, false),
+		Tiers("tiers", &c.Tiers),
 	}
 }
 
-// param is one parameter of a morph mode: its name in k=v overrides and reports, how a value is set (checked
-// against its range), and its value as a report shows it.
-type param struct {
+// Param is one parameter of a morphing policy: its name in k=v overrides and in reports, how a value given as
+// text is checked and set, and its value as a report shows it. Count, Share, Number, Duration and Tiers make one
+// over a field of the policy.
+type Param struct {
 	name  string
 	set   func(v string) error
 	value func() any
 }
 
-// set applies one k=v override to the parameter of that name.
-func set(ps []param, kv string) error {
-	k, v, ok := strings.Cut(kv, "=")
-	if !ok {
-		return fmt.Errorf("parameter %q, want key=value", kv)
+// Name is the parameter's name, the k of k=v.
+func (p Param) Name() string { return p.name }
+
+// Set checks v and sets the parameter to it; a value out of range leaves the parameter as it was.
+func (p Param) Set(v string) error { return p.set(v) }
+
+// Value is the parameter's value as reports show it: a number, a duration as text (300ms), a list of format names.
+func (p Param) Value() any { return p.value() }
+
+// allParams lists m's parameters: its own, then its Control's (none without one: Check refuses it).
+func allParams(m Morphing) []Param {
+	ps := slices.Clone(m.Params())
+	if c := m.Controls(); c != nil {
+		ps = append(ps, c.params()...)
 	}
-	i := slices.IndexFunc(ps, func(p param) bool { return p.name == k })
-	if i < 0 {
-		return fmt.Errorf("unknown parameter %q", k)
-	}
-	if err := ps[i].set(v); err != nil {
-		return fmt.Errorf("parameter %s=%s: %v", k, v, err)
+	return ps
+}
+
+// SetParams applies k=v overrides to m's parameters (its own and its Control's), each checked as its Param says.
+// The error names the first override that is not key=value, names no parameter, or is out of range.
+func SetParams(m Morphing, overrides ...string) error {
+	ps := allParams(m)
+	for _, kv := range overrides {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return fmt.Errorf("parameter %q, want key=value", kv)
+		}
+		i := slices.IndexFunc(ps, func(p Param) bool { return p.name == k })
+		if i < 0 {
+			return fmt.Errorf("unknown parameter %q", k)
+		}
+		if err := ps[i].Set(v); err != nil {
+			return fmt.Errorf("parameter %s=%s: %v", k, v, err)
+		}
 	}
 	return nil
 }
 
-// share is a number in [0, 1].
-func share(name string, p *float64) param {
-	return number(name, p, func(x float64) bool { return x >= 0 && x <= 1 }, "out of [0, 1]")
+// Share is a number in [0, 1].
+func Share(name string, p *float64) Param {
+	return Number(name, p, func(x float64) bool { return x >= 0 && x <= 1 }, "out of [0, 1]")
 }
 
 // above1 is a number above 1.
-func above1(name string, p *float64) param {
-	return number(name, p, func(x float64) bool { return x > 1 }, "want > 1")
+func above1(name string, p *float64) Param {
+	return Number(name, p, func(x float64) bool { return x > 1 }, "want > 1")
 }
 
-// number is a number that ok accepts; want says what it takes.
-func number(name string, p *float64, ok func(float64) bool, want string) param {
-	return param{name, func(v string) error {
+// Number is a finite number that ok accepts; want says what it takes when ok refuses one ("want > 1").
+func Number(name string, p *float64, ok func(float64) bool, want string) Param {
+	return Param{name, func(v string) error {
 		x, err := strconv.ParseFloat(v, 64)
-		if err == nil && !ok(x) {
+		switch {
+		case err != nil:
+		case math.IsNaN(x) || math.IsInf(x, 0):
+			err = fmt.Errorf("want a finite number")
+		case !ok(x):
 			err = fmt.Errorf("%s", want)
 		}
 		if err == nil {
@@ -95,9 +126,9 @@ func number(name string, p *float64, ok func(float64) bool, want string) param {
 	}, func() any { return *p }}
 }
 
-// count is an integer of at least 1.
-func count(name string, p *int) param {
-	return param{name, func(v string) error {
+// Count is an integer of at least 1.
+func Count(name string, p *int) Param {
+	return Param{name, func(v string) error {
 		x, err := strconv.Atoi(v)
 		if err == nil && x < 1 {
 			err = fmt.Errorf("want >= 1")
@@ -109,16 +140,21 @@ func count(name string, p *int) param {
 	}, func() any { return *p }}
 }
 
-// calm is the common restore condition: nothing waits, an action is in force, and with the last one's blocks
-// returned the free share of the pool would still be at least RestoreMargin.
-func (c Control) calm(s Signals, act *Actuator) bool {
+// calm is the common restore condition, as a verdict's reasons (none: not calm): nothing waits, an action is in
+// force, and with the last one's blocks returned the free share of the pool would still be at least RestoreMargin.
+func (c Control) calm(s Signals, act *Actuator) []string {
 	top := act.TopBlocks()
-	return s.Waiting == 0 && act.Actions() > 0 && float64(s.Free-top) >= c.RestoreMargin*float64(s.Total-top)
+	free, total := s.Free-top, s.Total-top
+	if s.Waiting > 0 || act.Actions() == 0 || float64(free) < c.RestoreMargin*float64(total) {
+		return nil
+	}
+	return []string{"queue empty", fmt.Sprintf("free share %.3f >= %.2f without the last region (%d of %d blocks free, %d in it)",
+		float64(free)/float64(total), c.RestoreMargin, free, total, top)}
 }
 
-// duration is a Go duration (300ms, 2s), not negative, and above zero when positive.
-func duration(name string, p *time.Duration, positive bool) param {
-	return param{name, func(v string) error {
+// Duration is a Go duration (300ms, 2s), not negative, and above zero when positive.
+func Duration(name string, p *time.Duration, positive bool) Param {
+	return Param{name, func(v string) error {
 		x, err := time.ParseDuration(v)
 		switch {
 		case err != nil:
@@ -134,19 +170,19 @@ func duration(name string, p *time.Duration, positive bool) param {
 	}, func() any { return p.String() }}
 }
 
-// tiers is int4, int8 or int8,int4.
-func tiers(name string, p *[]quant.Format) param {
-	return param{name, func(v string) error {
+// Tiers is int4, int8 or int8,int4: the formats a layer goes through.
+func Tiers(name string, p *[]quant.Format) Param {
+	return Param{name, func(v string) error {
 		var fs []quant.Format
 		for _, t := range strings.Split(v, ",") {
 			f, err := quantFormat(t)
 			if err != nil {
 				return err
 			}
-			if len(fs) > 0 && !(fs[len(fs)-1] == quant.Int8 && f == quant.Int4) {
-				return fmt.Errorf("tiers %q, want int4, int8 or int8,int4", v)
-			}
 			fs = append(fs, f)
+		}
+		if !validTiers(fs) {
+			return fmt.Errorf("tiers %q, want int4, int8 or int8,int4", v)
 		}
 		*p = fs
 		return nil
@@ -157,4 +193,15 @@ func tiers(name string, p *[]quant.Format) param {
 		}
 		return names
 	}}
+}
+
+// validTiers reports whether fs is int4, int8 or int8,int4.
+func validTiers(fs []quant.Format) bool {
+	switch len(fs) {
+	case 1:
+		return fs[0] == quant.Int8 || fs[0] == quant.Int4
+	case 2:
+		return fs[0] == quant.Int8 && fs[1] == quant.Int4
+	}
+	return false
 }

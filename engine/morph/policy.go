@@ -8,9 +8,10 @@
 // # Policies
 //
 // A policy is a value behind the Policy interface: the formats the layers start in and, for a policy that morphs
-// (Morphing), a Rule that turns each iteration's Signals into a Verdict (pressure and its reasons, or calm), which
-// the Controller turns into swaps and restores with the policy's Control parameters. A policy is named on the
-// command line as name[:params] and made by Parse:
+// (Morphing), a Rule that turns each iteration's Signals into a Verdict (pressure and its reasons, or calm and its
+// reasons), which the Controller turns into swaps and restores with the policy's Control parameters. A policy is
+// named on the command line as NAME[:params] and made by Parse, which looks NAME up among the registered policies
+// (Names); these are built in:
 //
 //	fp16                   every layer in the model's stored precision, all the time
 //	static:int8|int4       every layer quantized from the start (the freed bytes are KV from the start)
@@ -26,8 +27,30 @@
 //	morph:compute[:k=v]    beyond the paper: memory pressure takes layers to int4, compute pressure (a queue that
 //	                       waits for prefill, not for blocks) takes them to int8, which prefills faster (Compute)
 //
-// A new morph mode is one file (a type embedding Control, with its own parameters, its params list and its Rule)
-// and one line in modes.
+// A policy's String is the name it was parsed from, overrides included: results record it, and Parse reads it
+// back to the same policy. Parse checks what it makes (Check): a Control that could never swap a layer is an
+// error naming the parameter, not a run that never morphs.
+//
+// # A policy of your own
+//
+// The built-in policies are registered with Register as any other is, so a package of your own adds a policy
+// without touching this one. A policy that morphs is a type that embeds Control, which gives it String, Needs
+// (its tiers), Start (full precision) and Controls (not Control, which the embedded field's name would hide), and
+// adds two methods:
+//
+//	Rule() Rule        a fresh rule for one run, whose Judge turns each iteration's Input into a Verdict:
+//	                   the reasons for pressure (with Layers, how many layers a swap moves, nil for one,
+//	                   and To, the tier it takes them to) or the reasons for calm, which the swap's and
+//	                   the restore's log entries give
+//	Params() []Param   its own parameters, made by Count, Share, Number, Duration and Tiers over its fields:
+//	                   what k=v overrides set, with the built-ins' checks, and what reports show (morph.Params),
+//	                   its Control's parameters after them
+//
+// Register its name in an init function with a ParseFunc; ParseParams(fresh), fresh returning the policy with its
+// defaults, parses NAME[:k=v...] as the morph modes parse theirs. The package's examples show one whole, from its
+// Rule to a Controller swapping under it. A policy that does not morph implements Policy alone, and its ParseFunc
+// makes it with its String the name it is parsed from. A built-in morph mode is one file of this package (a type
+// embedding Control, with its own parameters, its Params and its Rule) and one line in modes.
 //
 // # The modes
 //
@@ -68,6 +91,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/morphlab/morphlab/engine"
 	"github.com/morphlab/morphlab/quant"
@@ -85,15 +109,17 @@ type Policy interface {
 }
 
 // Morphing is a policy that changes the model's shape while it serves: each iteration its Rule judges the
-// signals, and the Controller turns the verdicts into swaps and restores as its Control parameters say.
+// signals, and the Controller turns the verdicts into swaps and restores as its Control parameters say. A type
+// that embeds Control has String, Needs, Start and Controls from it and adds Rule and Params (the package doc).
 type Morphing interface {
 	Policy
 	// Rule returns a fresh rule for one run (a rule may keep state from one iteration to the next).
 	Rule() Rule
-	// control is the parameters that turn verdicts into actions (the policy's embedded Control).
-	control() *Control
-	// params lists the policy's parameters, its own first: what k=v overrides set and what reports show.
-	params() []param
+	// Controls returns the parameters that turn verdicts into actions (the policy's embedded Control).
+	Controls() *Control
+	// Params lists the policy's own parameters, which k=v overrides set and reports show; its Control's follow
+	// them wherever parameters are listed, and are not among them.
+	Params() []Param
 }
 
 // A Rule judges one iteration: the monitor's signals in, a verdict out.
@@ -114,17 +140,77 @@ type Input struct {
 // Verdict is a rule's judgement of one iteration.
 type Verdict struct {
 	// Pressure holds the reasons the model is under pressure (none: no pressure). Pressure that persists for
-	// Control.Persistence iterations starts a swap.
+	// Control.Persistence iterations starts a swap, whose log entry gives the reasons.
 	Pressure []string
-	// Calm reports whether a restore could go ahead now; calm that persists for Control.RestorePersistence
-	// iterations and Control.RestoreHold starts one.
-	Calm bool
+	// Calm holds the reasons a restore could go ahead now (none: it could not). Calm without pressure that
+	// persists for Control.RestorePersistence iterations and Control.RestoreHold starts one, whose log entry gives
+	// the reasons of the iteration that started it.
+	Calm []string
 	// Layers, set with Pressure and called only when a swap starts, is how many layers it should move (the
-	// controller keeps it within 1 and Control.LayersPerAction).
+	// controller keeps it within 1 and Control.LayersPerAction); nil is one layer.
 	Layers func() int
 	// To is the format the swap takes its layers to: one of the policy's tiers, for a rule that tells which tier
 	// relieves its pressure, or NextTier (the zero value) for the next tier in the policy's order.
 	To quant.Format
+}
+
+// ParseFunc makes a registered policy, a fresh value each call, from the parameters that follow its name in
+// NAME[:p1:p2...] (none: an empty slice).
+type ParseFunc func(params []string) (Policy, error)
+
+// registry holds the policies Parse knows, by name.
+var registry struct {
+	sync.RWMutex
+	parse map[string]ParseFunc
+}
+
+// Register makes a policy known to Parse by name: Parse("NAME[:p1:p2...]") calls parse with p1, p2, .... The
+// built-in policies are registered so too (fp16, static, selective, morph). Register panics when the name is
+// empty, holds a ':' or is registered already, or parse is nil: as with database/sql.Register, a registration
+// is the program's own, made once at its start (in an init function).
+func Register(name string, parse ParseFunc) {
+	if name == "" || strings.Contains(name, ":") {
+		panic(fmt.Sprintf("morph: Register of policy %q: a name is not empty and holds no ':'", name))
+	}
+	if parse == nil {
+		panic(fmt.Sprintf("morph: Register of policy %q with a nil ParseFunc", name))
+	}
+	registry.Lock()
+	defer registry.Unlock()
+	if _, dup := registry.parse[name]; dup {
+		panic(fmt.Sprintf("morph: Register called twice for policy %q", name))
+	}
+	if registry.parse == nil {
+		registry.parse = map[string]ParseFunc{}
+	}
+	registry.parse[name] = parse
+}
+
+// Names are the names of the registered policies, sorted.
+func Names() []string {
+	registry.RLock()
+	defer registry.RUnlock()
+	return slices.Sorted(maps.Keys(registry.parse))
+}
+
+// ParseParams is the ParseFunc of a morphing policy whose parameters are k=v overrides alone: each parse makes a
+// fresh policy with fresh (the policy with its defaults) and applies the overrides to it (SetParams), so that
+// Register(NAME, ParseParams(fresh)) parses NAME:k=v:k=v as the built-in modes parse theirs.
+func ParseParams(fresh func() Morphing) ParseFunc {
+	return func(params []string) (Policy, error) {
+		p := fresh()
+		if err := SetParams(p, params...); err != nil {
+			return nil, err
+		}
+		return p, nil
+	}
+}
+
+func init() {
+	Register("fp16", parseFP16)
+	Register("static", parseStatic)
+	Register("selective", parseSelective)
+	Register("morph", parseMorph)
 }
 
 // modes are the morph modes by name, each a fresh policy with its parameters (the package doc's table, and
@@ -147,68 +233,146 @@ func Mode(name string) (Morphing, error) {
 		return nil, fmt.Errorf("mode %q, want one of %s", name, strings.Join(names, ", "))
 	}
 	p := mk()
-	p.control().name = "morph:" + name
+	p.Controls().name = "morph:" + name
 	return p, nil
 }
 
-// Parse reads a policy name (see the package doc).
+// Parse reads a policy name, NAME[:p1:p2...] (the package doc): it looks NAME up among the registered policies,
+// has its ParseFunc make the policy from p1, p2, ..., names it (a morphing policy's Control takes the name as
+// given, overrides included) and checks it (Check). Its errors are one line naming the policy; an unknown name's
+// lists the registered ones.
 func Parse(name string) (Policy, error) {
-	parts := strings.Split(name, ":")
-	bad := func(format string, a ...any) (Policy, error) {
-		return nil, fmt.Errorf("policy %q: %s", name, fmt.Sprintf(format, a...))
+	head, rest, hasParams := strings.Cut(name, ":")
+	var params []string
+	if hasParams {
+		params = strings.Split(rest, ":")
 	}
-	switch parts[0] {
-	case "fp16":
-		if len(parts) != 1 {
-			return bad("fp16 takes no parameters")
-		}
-		return FP16{}, nil
-	case "static":
-		if len(parts) != 2 {
-			return bad("want static:int8 or static:int4")
-		}
-		f, err := quantFormat(parts[1])
-		if err != nil {
-			return bad("%v", err)
-		}
-		return Static{Format: f}, nil
-	case "selective":
-		if len(parts) < 2 || len(parts) > 3 {
-			return bad("want selective:N or selective:N:int8|int4")
-		}
-		n, err := strconv.Atoi(parts[1])
-		if err != nil || n < 0 {
-			return bad("layer count %q, want an integer >= 0", parts[1])
-		}
-		s := Selective{N: n, Format: quant.Int4, name: name}
-		if len(parts) == 3 {
-			if s.Format, err = quantFormat(parts[2]); err != nil {
-				return bad("%v", err)
-			}
-		}
-		return s, nil
-	case "morph":
-		if len(parts) < 2 {
-			return bad("want morph:MODE[:k=v...]")
-		}
-		p, err := Mode(parts[1])
-		if err != nil {
-			return bad("%v", err)
-		}
-		for _, kv := range parts[2:] {
-			if err := set(p.params(), kv); err != nil {
-				return bad("%v", err)
-			}
-		}
-		if c, ok := p.(interface{ check() error }); ok {
-			if err := c.check(); err != nil {
-				return bad("%v", err)
-			}
-		}
-		p.control().name = name
-		return p, nil
+	registry.RLock()
+	parse, ok := registry.parse[head]
+	registry.RUnlock()
+	if !ok {
+		return nil, fmt.Errorf("policy %q: unknown name %q, want one of %s", name, head, strings.Join(Names(), ", "))
 	}
-	return bad("want fp16, static:F, selective:N[:F] or morph:MODE[:k=v...]")
+	p, err := parse(params)
+	if err == nil && p == nil {
+		err = fmt.Errorf("the parse of %s made no policy", head)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("policy %q: %v", name, err)
+	}
+	if m, ok := p.(Morphing); ok && m.Controls() != nil {
+		m.Controls().name = name
+	}
+	if err := Check(p); err != nil {
+		return nil, err
+	}
+	if p.String() != name {
+		return nil, fmt.Errorf("policy %q: its String is %q: a policy's name is the one it was parsed from", name, p.String())
+	}
+	return p, nil
+}
+
+func parseFP16(params []string) (Policy, error) {
+	if len(params) != 0 {
+		return nil, fmt.Errorf("fp16 takes no parameters")
+	}
+	return FP16{}, nil
+}
+
+func parseStatic(params []string) (Policy, error) {
+	if len(params) != 1 {
+		return nil, fmt.Errorf("want static:int8 or static:int4")
+	}
+	f, err := quantFormat(params[0])
+	if err != nil {
+		return nil, err
+	}
+	return Static{Format: f}, nil
+}
+
+func parseSelective(params []string) (Policy, error) {
+	if len(params) < 1 || len(params) > 2 {
+		return nil, fmt.Errorf("want selective:N or selective:N:int8|int4")
+	}
+	n, err := strconv.Atoi(params[0])
+	if err != nil || n < 0 {
+		return nil, fmt.Errorf("layer count %q, want an integer >= 0", params[0])
+	}
+	s := Selective{N: n, Format: quant.Int4, name: "selective:" + strings.Join(params, ":")}
+	if len(params) == 2 {
+		if s.Format, err = quantFormat(params[1]); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// parseMorph makes morph:MODE[:k=v...]: the mode's policy with the overrides, which a mode with a check of its own
+// (morph:compute's tiers) then passes.
+func parseMorph(params []string) (Policy, error) {
+	if len(params) < 1 {
+		return nil, fmt.Errorf("want morph:MODE[:k=v...]")
+	}
+	p, err := Mode(params[0])
+	if err != nil {
+		return nil, err
+	}
+	if err := SetParams(p, params[1:]...); err != nil {
+		return nil, err
+	}
+	if c, ok := p.(interface{ check() error }); ok {
+		if err := c.check(); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+// Check reports a morphing policy whose Control could never swap a layer, or would restore without calm: a
+// parameter out of the range its k=v override takes (persistence, layers_per_action and restore_persistence at
+// least 1, cap above 0 and at most 1, restore_margin in [0, 1], restore_hold not negative, tiers int4, int8 or
+// int8,int4). The error is one line naming the policy and the parameter. It is nil for a policy that does not
+// morph. Parse checks what it makes; NewController checks again, with the model's layers.
+func Check(p Policy) error {
+	m, ok := p.(Morphing)
+	if !ok {
+		return nil
+	}
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("policy %s: %s", label(p), fmt.Sprintf(format, a...))
+	}
+	c := m.Controls()
+	switch {
+	case c == nil:
+		return bad("no Control: Controls returned nil")
+	case c.Persistence < 1:
+		return bad("persistence=%d: pressure would never start a swap, want >= 1", c.Persistence)
+	case c.LayersPerAction < 1:
+		return bad("layers_per_action=%d: a swap would move no layer, want >= 1", c.LayersPerAction)
+	case !(c.Cap > 0):
+		return bad("cap=%g: no layer may be quantized, want a share of the layers above 0", c.Cap)
+	case c.Cap > 1:
+		return bad("cap=%g: out of [0, 1]", c.Cap)
+	case len(c.Tiers) == 0:
+		return bad("no tiers: a swap has no format to go to, want tiers int4, int8 or int8,int4")
+	case !validTiers(c.Tiers):
+		return bad("tiers %v: want int4, int8 or int8,int4", c.Tiers)
+	case c.RestorePersistence < 1:
+		return bad("restore_persistence=%d: a restore would start without calm, want >= 1", c.RestorePersistence)
+	case !(c.RestoreMargin >= 0 && c.RestoreMargin <= 1):
+		return bad("restore_margin=%g: out of [0, 1]", c.RestoreMargin)
+	case c.RestoreHold < 0:
+		return bad("restore_hold=%v: want >= 0", c.RestoreHold)
+	}
+	return nil
+}
+
+// label names a policy in an error: its name, or its type when it has none (it was not parsed).
+func label(p Policy) string {
+	if s := p.String(); s != "" {
+		return strconv.Quote(s)
+	}
+	return fmt.Sprintf("of type %T", p)
 }
 
 func quantFormat(s string) (quant.Format, error) {
@@ -273,12 +437,12 @@ func Params(p Policy) json.RawMessage {
 	}
 	var b strings.Builder
 	b.WriteByte('{')
-	for i, q := range m.params() {
+	for i, q := range allParams(m) {
 		if i > 0 {
 			b.WriteByte(',')
 		}
 		k, _ := json.Marshal(q.name)
-		v, err := json.Marshal(q.value())
+		v, err := json.Marshal(q.Value())
 		if err != nil {
 			panic(err) // numbers, strings and lists of strings
 		}

@@ -88,9 +88,10 @@ var DefaultPredictive = Predictive{Usage: 1, Horizon: time.Second, Bin: time.Sec
 	Control: Control{Persistence: 2, LayersPerAction: 8, Cap: 1, RestorePersistence: 8, RestoreMargin: 0.1, RestoreHold: time.Second,
 		Tiers: []quant.Format{quant.Int4}}}
 
-func (p *Predictive) params() []param {
-	return append([]param{share("usage", &p.Usage), duration("horizon", &p.Horizon, false), duration("bin", &p.Bin, true),
-		share("alpha", &p.Alpha), share("beta", &p.Beta)}, p.Control.params()...)
+// Params are the mode's own parameters: usage, horizon, bin, alpha and beta.
+func (p *Predictive) Params() []Param {
+	return []Param{Share("usage", &p.Usage), Duration("horizon", &p.Horizon, false), Duration("bin", &p.Bin, true),
+		Share("alpha", &p.Alpha), Share("beta", &p.Beta)}
 }
 
 // Rule returns the rule with a fresh forecast.
@@ -114,8 +115,12 @@ func (j *predictiveRule) Judge(in Input) Verdict {
 		why = append(why, fmt.Sprintf("demand %.0f blocks (present %.0f, forecast %.0f) > %.0f", demand, present, forecast, limit))
 	}
 	why = append(why, memoryShort(s)...)
+	v := Verdict{Pressure: why}
 	top := act.TopBlocks()
-	v := Verdict{Pressure: why, Calm: s.Waiting == 0 && act.Actions() > 0 && demand <= (1-p.RestoreMargin)*float64(s.Total-top)}
+	if fits := (1 - p.RestoreMargin) * float64(s.Total-top); s.Waiting == 0 && act.Actions() > 0 && demand <= fits {
+		v.Calm = []string{"queue empty", fmt.Sprintf("demand %.0f blocks (present %.0f, forecast %.0f) <= %.0f, the pool without the last region less the %.2f margin",
+			demand, present, forecast, fits, p.RestoreMargin)}
+	}
 	if len(why) > 0 {
 		v.Layers = func() int {
 			per := act.BlocksPerLayer(NextTier)

@@ -53,9 +53,9 @@ func reactive(mode string) func() Morphing {
 	}
 }
 
-func (r *Reactive) params() []param {
-	return append([]param{share("usage", &r.Usage), duration("delay", &r.Delay, false), count("window", &r.Window)},
-		r.Control.params()...)
+// Params are the mode's own parameters: usage, delay and window.
+func (r *Reactive) Params() []Param {
+	return []Param{Share("usage", &r.Usage), Duration("delay", &r.Delay, false), Count("window", &r.Window)}
 }
 
 // Rule returns the rule with an empty usage window.

@@ -62,9 +62,9 @@ var DefaultSLO = SLO{TTFT: 2 * time.Second, Margin: 0.5, Smoothing: 0.3,
 	Control: Control{Persistence: 2, LayersPerAction: 8, Cap: 1, RestorePersistence: 8, RestoreMargin: 0.3, RestoreHold: 5 * time.Second,
 		Tiers: []quant.Format{quant.Int4}}}
 
-func (p *SLO) params() []param {
-	return append([]param{duration("ttft", &p.TTFT, true), share("margin", &p.Margin), share("prefill_smoothing", &p.Smoothing)},
-		p.Control.params()...)
+// Params are the mode's own parameters: ttft, margin and prefill_smoothing.
+func (p *SLO) Params() []Param {
+	return []Param{Duration("ttft", &p.TTFT, true), Share("margin", &p.Margin), Share("prefill_smoothing", &p.Smoothing)}
 }
 
 // Rule returns the rule with no rate measured yet.

@@ -17,8 +17,9 @@
 //     of BlockSize tokens of DType elements, with automatic prefix caching unless NoPrefixCaching;
 //   - the scheduler: continuous (iteration-level) batching with its step token budget (MaxBatchedTokens, vLLM's
 //     max_num_batched_tokens) and sequence cap (MaxNumSeqs), or the static and dynamic baselines;
-//   - the policy (engine/morph: fp16, static, selective or a morph mode) and the swap order (a `morphlab profile`
-//     file, or front to back).
+//   - the policy (engine/morph: fp16, static, selective, a morph mode or a policy registered with morph.Register;
+//     one that could never swap a layer is an error) and the swap order (a `morphlab profile` file, or front to
+//     back).
 //
 // Build loads the model and starts the deployment: it prepares the variants the policy needs, sizes the executor
 // in blocks (executor.Pool), makes the engine over it, and adds the controller to the engine's hooks. An
@@ -210,6 +211,9 @@ func (d Deployment) withDefaults() (Deployment, error) {
 		return d, fmt.Errorf("deploy: clock %q, want wall, cpu or thread", d.Clock)
 	case d.Clock == "thread" && d.Threads != 1:
 		return d, fmt.Errorf("deploy: the thread clock times one kernel thread, and threads is %d", d.Threads)
+	}
+	if err := morph.Check(d.Policy); err != nil {
+		return d, fmt.Errorf("deploy: %w", err)
 	}
 	return d, nil
 }

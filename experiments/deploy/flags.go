@@ -82,7 +82,8 @@ func (f *Flags) Register(fs *flag.FlagSet, executor string) {
 	fs.IntVar(&d.Scheduler.MaxNumSeqs, "max-seqs", DefaultMaxNumSeqs, "alias of --max-num-seqs (deprecated)")
 	fs.IntVar(&d.Scheduler.BatchSize, "batch-size", 0, "batch `size` of static and dynamic batching (default 32, at most --max-num-batched-tokens)")
 	fs.DurationVar(&d.Scheduler.MaxDelay, "max-delay", DefaultMaxDelay, "dynamic batching: the longest a request waits for its batch to fill")
-	fs.StringVar(&f.policy, "policy", "fp16", "serving `policy`: fp16, static:int8|int4, selective:N[:int8|int4], morph:MODE[:k=v...] (engine/morph)")
+	fs.StringVar(&f.policy, "policy", "fp16", "serving `policy`: NAME[:params], NAME one of "+strings.Join(morph.Names(), ", ")+
+		" (static:int8|int4, selective:N[:int8|int4], morph:MODE[:k=v...]; go doc ./engine/morph)")
 	fs.StringVar(&d.Profile, "profile", "", "layer swap order from a 'morphlab profile' `file` (default front to back)")
 	fs.BoolVar(&d.BlockingSwaps, "blocking-swaps", false, "the sim: a swap's transfer blocks the step that applies it (default: overlapped)")
 	fs.Uint64Var(&d.SimSeed, "sim-seed", 1, "`seed` of the tokens the sim draws")

@@ -80,7 +80,10 @@ func (l *Loaded) start(logSize int) (*Instance, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := morph.NewController(eng, d.Policy, l.Order, l.Base)
+	c, err := morph.NewController(eng, d.Policy, l.Order, l.Base)
+	if err != nil {
+		return nil, fmt.Errorf("deploy: %w", err)
+	}
 	eng.OnStep(c.OnStep)
 	l.started = true
 	return &Instance{Loaded: l, Executor: x, Engine: eng, Controller: c}, nil

@@ -21,7 +21,10 @@ func msec(n int) time.Duration { return time.Duration(n) * time.Millisecond }
 func TestBuild(t *testing.T) {
 	base := []quant.Format{quant.F16, quant.F16}
 	spec, _ := morph.Parse("fp16")
-	c := morph.NewController(nil, spec, []int{0, 1}, base)
+	c, err := morph.NewController(nil, spec, []int{0, 1}, base)
+	if err != nil {
+		t.Fatal(err)
+	}
 	// Two iterations: request 0 decodes with no layer quantized, then request 1 with one.
 	c.OnStep(engine.StepInfo{Iter: 0, Time: msec(100), Formats: base, Total: 10, Used: 4, Work: []engine.WorkInfo{{Req: 0, Sample: true}}})
 	c.OnStep(engine.StepInfo{Iter: 1, Time: msec(200), Formats: []quant.Format{quant.Int4, quant.F16}, Total: 14, Used: 9,
