@@ -1,12 +1,10 @@
 package deploy
 
 import (
-	"cmp"
 	"container/heap"
 	"context"
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"slices"
 	"strings"
 	"time"
@@ -42,80 +40,12 @@ type Fleet struct {
 	Autoscale *Autoscale
 }
 
-// Admission turns requests away before routing, each with its reason: when MaxQueue requests are already
-// waiting for their first step over the whole fleet, or when the token bucket (Rate requests a second on
-// average, Burst at once) is empty. Zero values admit everything.
-type Admission struct {
-	MaxQueue int
-	Rate     float64
-	Burst    int
-}
-
-// Autoscale is a target-tracking autoscaler, as Kubernetes' HorizontalPodAutoscaler computes it with its default
-// behaviour: every Interval it wants ceil(serving × metric / Target) replicas (no change within 10% of the
-// target), within Min and Max, and adds at most the larger of 4 and as many as are up (doubling) at a time; a
-// replica asked for serves Delay later (provisioning and loading the model) and costs from the moment it is
-// asked for; replicas are removed only when the wanted count has stayed lower for CoolDown (the highest count
-// wanted over that window is kept), the least loaded first, each once its requests have finished.
-type Autoscale struct {
-	// Template is the replica added.
-	Template Deployment
-	// Metric is outstanding (requests in a replica, running or waiting), waiting (requests waiting for their
-	// first step) or kv (the share of KV blocks in use), averaged over the serving replicas.
-	Metric   string
-	Target   float64
-	Min, Max int
-	// Interval is how often it evaluates (default 15 s, the HPA's sync period); Delay the time from asking for a
-	// replica to its serving (default 2 minutes); CoolDown the scale-down stabilization (default 300 s, the HPA's).
-	Interval, Delay, CoolDown time.Duration
-}
-
-// The autoscaler's defaults.
-const (
-	DefaultScaleInterval = 15 * time.Second
-	DefaultScaleDelay    = 2 * time.Minute
-	DefaultCoolDown      = 300 * time.Second
-	scaleTolerance       = 0.1
-)
-
 // A fleet's replicas keep fleetLog engine events (their events are not written out) and a timeline point every
 // fleetEvery of virtual time at most.
 const (
 	fleetLog   = 256
 	fleetEvery = time.Second
 )
-
-// replica states.
-const (
-	provisioning = iota
-	serving
-	draining
-	stopped
-)
-
-// replica is one replica of a running fleet.
-type replica struct {
-	index  int
-	in     *Instance
-	clock  *executor.VirtualClock
-	state  int
-	info   results.Replica
-	next   time.Duration // when it next steps, while it is in the step heap
-	heapAt int           // its index in the step heap, -1 when not in it (only an arrival gives it work)
-	ended  []kv.SeqID    // requests that ended in its last step
-	// routed is the KV blocks of the prompts routed to it since its last step, which its controller's last
-	// signals do not count.
-	routed int
-	// live are its requests not yet ended: their trace index and stream.
-	live map[kv.SeqID]liveRequest
-	rows []int // the fleet's result rows of the requests it served
-}
-
-type liveRequest struct {
-	index int
-	req   engine.TimedRequest
-	st    *engine.Stream
-}
 
 // fleetRun is a Fleet replaying one trace.
 type fleetRun struct {
@@ -135,11 +65,6 @@ type fleetRun struct {
 	evalAt time.Duration
 	wanted []wantedAt
 	layers int
-}
-
-type wantedAt struct {
-	t time.Duration
-	n int
 }
 
 // Replay runs t (clipped to the smallest context of the fleet's models) through the fleet, every request at its
@@ -205,40 +130,6 @@ func (f Fleet) Replay(ctx context.Context, t *trace.Trace, o ReplayOptions) (*re
 		return nil, err
 	}
 	return r.results(), nil
-}
-
-// Routers are the routers a fleet knows.
-var Routers = []string{"round-robin", "least-outstanding", "least-kv", "morph-aware"}
-
-func (a Admission) check() error {
-	if a.MaxQueue < 0 || a.Rate < 0 || a.Burst < 0 || (a.Rate > 0) != (a.Burst > 0) {
-		return fmt.Errorf("deploy: admission queue %d, rate %g, burst %d: want none negative, and a rate with a burst",
-			a.MaxQueue, a.Rate, a.Burst)
-	}
-	return nil
-}
-
-func (a *Autoscale) defaults(start int) error {
-	if a.Interval == 0 {
-		a.Interval = DefaultScaleInterval
-	}
-	if a.Delay == 0 {
-		a.Delay = DefaultScaleDelay
-	}
-	if a.CoolDown == 0 {
-		a.CoolDown = DefaultCoolDown
-	}
-	switch {
-	case a.Metric != "outstanding" && a.Metric != "waiting" && a.Metric != "kv":
-		return fmt.Errorf("deploy: autoscale metric %q, want outstanding, waiting or kv", a.Metric)
-	case !(a.Target > 0):
-		return fmt.Errorf("deploy: autoscale target %g, want above 0", a.Target)
-	case a.Min < 1 || a.Max < a.Min || start < a.Min || start > a.Max:
-		return fmt.Errorf("deploy: autoscale between %d and %d replicas starting from %d, want 1 <= min <= start <= max", a.Min, a.Max, start)
-	case a.Interval < 0 || a.Delay < 0 || a.CoolDown < 0:
-		return fmt.Errorf("deploy: autoscale interval %v, delay %v, cool-down %v: want none negative", a.Interval, a.Delay, a.CoolDown)
-	}
-	return nil
 }
 
 // fleetPolicy names the fleet's policy: the replicas' one, or theirs joined by '+' where they differ.
@@ -469,161 +360,6 @@ func (r *fleetRun) route(index int, req engine.TimedRequest) {
 	}
 }
 
-// admit returns why a request arriving at now is turned away, or "".
-func (r *fleetRun) admit(now time.Duration) string {
-	a := r.f.Admission
-	if a.MaxQueue > 0 {
-		waiting := 0
-		for _, rep := range r.replicas {
-			waiting += rep.waiting()
-		}
-		if waiting >= a.MaxQueue {
-			return fmt.Sprintf("queue full: %d requests waiting, the limit is %d", waiting, a.MaxQueue)
-		}
-	}
-	if a.Rate > 0 {
-		r.bucket = min(float64(a.Burst), r.bucket+a.Rate*(now-r.bucketAt).Seconds())
-		r.bucketAt = now
-		if r.bucket < 1 {
-			return fmt.Sprintf("rate limited: %g requests a second, bursts of %d", a.Rate, a.Burst)
-		}
-		r.bucket--
-	}
-	return ""
-}
-
-// waiting is the requests in rep not yet running: those submitted since its last step and those it left waiting.
-func (rep *replica) waiting() int {
-	return max(0, len(rep.live)-rep.in.Controller.Last().Running)
-}
-
-// kvUsage is the share of rep's KV blocks in use at its last step.
-func (rep *replica) kvUsage() float64 {
-	s := rep.in.Controller.Last()
-	if s.Total == 0 {
-		return 0
-	}
-	return float64(s.Used) / float64(s.Total)
-}
-
-// pick is the router: the serving replica the request goes to.
-func (r *fleetRun) pick(req engine.TimedRequest) *replica {
-	cands := r.cands[:0]
-	for _, rep := range r.replicas {
-		if rep.state == serving {
-			cands = append(cands, rep)
-		}
-	}
-	r.cands = cands
-	switch r.f.Router {
-	case "least-outstanding":
-		return slices.MinFunc(cands, func(a, b *replica) int { return len(a.live) - len(b.live) })
-	case "least-kv":
-		return slices.MinFunc(cands, func(a, b *replica) int {
-			if c := cmp.Compare(a.kvUsage(), b.kvUsage()); c != 0 {
-				return c
-			}
-			return len(a.live) - len(b.live)
-		})
-	case "morph-aware":
-		return slices.MinFunc(cands, func(a, b *replica) int {
-			ra, rb := morphRank(a, req), morphRank(b, req)
-			if ra != rb {
-				return ra - rb
-			}
-			return len(a.live) - len(b.live)
-		})
-	}
-	rep := cands[r.rr%len(cands)]
-	r.rr++
-	return rep
-}
-
-// morphRank orders replicas for the morph-aware router: 0 for one whose free blocks hold the request's prompt
-// beside the prompts already waiting there and whose layers are all at full precision, 1 for one with the room but
-// quantized layers, 2 for one without the room at full precision, 3 for the rest. A replica that has not stepped
-// yet has every attached block free.
-func morphRank(rep *replica, req engine.TimedRequest) int {
-	s := rep.in.Controller.Last()
-	free := s.Free
-	if s.Total == 0 {
-		free = rep.in.Engine.Memory().Blocks
-	}
-	rank := 0
-	if free < rep.blocks(len(req.Prompt))+s.WaitingBlocks+rep.routed {
-		rank += 2
-	}
-	if s.Quantized > 0 {
-		rank++
-	}
-	return rank
-}
-
-// blocks is the KV blocks that tokens tokens fill on rep.
-func (rep *replica) blocks(tokens int) int {
-	bs := rep.in.Engine.Geometry().BlockSize
-	return (tokens + bs - 1) / bs
-}
-
-// scale is one autoscaler evaluation at now.
-func (r *fleetRun) scale(now time.Duration) error {
-	a := r.f.Autoscale
-	var live []*replica
-	pending := 0
-	for _, rep := range r.replicas {
-		switch rep.state {
-		case serving:
-			live = append(live, rep)
-		case provisioning:
-			pending++
-		}
-	}
-	metric := 0.0
-	for _, rep := range live {
-		switch a.Metric {
-		case "outstanding":
-			metric += float64(len(rep.live))
-		case "waiting":
-			metric += float64(rep.waiting())
-		case "kv":
-			metric += rep.kvUsage()
-		}
-	}
-	metric /= float64(len(live))
-	want := len(live)
-	if ratio := metric / a.Target; math.Abs(ratio-1) > scaleTolerance {
-		want = int(math.Ceil(float64(len(live)) * ratio))
-	}
-	want = min(max(want, a.Min), a.Max)
-	r.wanted = append(r.wanted, wantedAt{now, want})
-	for len(r.wanted) > 0 && now-r.wanted[0].t > a.CoolDown {
-		r.wanted = r.wanted[1:]
-	}
-	switch have := len(live) + pending; {
-	case want > have:
-		for range min(want-have, max(4, have)) {
-			if _, err := r.add(a.Template, now, now+a.Delay); err != nil {
-				return err
-			}
-		}
-	case want < len(live):
-		keep := want
-		for _, w := range r.wanted {
-			keep = max(keep, w.n)
-		}
-		slices.SortStableFunc(live, func(x, y *replica) int { return len(x.live) - len(y.live) })
-		for _, rep := range live[:max(0, len(live)-keep)] {
-			rep.state = draining
-			if len(rep.live) == 0 {
-				rep.state = stopped
-				rep.info.Stopped = now.Seconds()
-			}
-		}
-	}
-	r.record(now)
-	return nil
-}
-
 // record adds the fleet's state at now to its size over time.
 func (r *fleetRun) record(now time.Duration) {
 	p := results.SizePoint{T: now.Seconds()}
@@ -685,70 +421,4 @@ func (r *fleetRun) results() *results.Run {
 	}
 	run.Fleet = fl
 	return run
-}
-
-// promptSource draws requests' prompt tokens as Requests does, one request at a time, so that a fleet holds only
-// the prompts of the requests in flight.
-type promptSource struct {
-	rng   *rand.Rand // the tokens of no hash id
-	ids   *rand.PCG  // reseeded for each hash id's block
-	idRng *rand.Rand // draws from ids
-	vocab int
-	seed  uint64
-	block int // the prompt tokens a hash id stands for
-}
-
-func newPromptSource(vocab int, seed uint64, block int) *promptSource {
-	if vocab <= 3 {
-		return nil
-	}
-	ids := rand.NewPCG(0, 0)
-	return &promptSource{rng: rand.New(rand.NewPCG(seed, 0x5eed)), ids: ids, idRng: rand.New(ids), vocab: vocab, seed: seed, block: block}
-}
-
-// request is the next request: r's lengths, arriving at arrival, its prompt drawn from [3, vocab) as Requests
-// describes.
-func (s *promptSource) request(r trace.Request, arrival time.Duration) engine.TimedRequest {
-	p := make([]int32, r.PromptTokens)
-	n := 0
-	for _, id := range r.HashIDs {
-		if n == len(p) {
-			break
-		}
-		s.ids.Seed(s.seed, hashStream(id))
-		for end := min(n+s.block, len(p)); n < end; n++ {
-			p[n] = int32(3 + s.idRng.IntN(s.vocab-3))
-		}
-	}
-	for ; n < len(p); n++ {
-		p[n] = int32(3 + s.rng.IntN(s.vocab-3))
-	}
-	return engine.TimedRequest{Arrival: arrival, Request: engine.Request{Prompt: p, MaxTokens: r.OutputTokens}}
-}
-
-// stepHeap orders the replicas due to step by their next step, then by index.
-type stepHeap []*replica
-
-func (h stepHeap) Len() int { return len(h) }
-func (h stepHeap) Less(i, j int) bool {
-	if h[i].next != h[j].next {
-		return h[i].next < h[j].next
-	}
-	return h[i].index < h[j].index
-}
-func (h stepHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].heapAt, h[j].heapAt = i, j
-}
-func (h *stepHeap) Push(x any) {
-	rep := x.(*replica)
-	rep.heapAt = len(*h)
-	*h = append(*h, rep)
-}
-func (h *stepHeap) Pop() any {
-	old := *h
-	rep := old[len(old)-1]
-	*h = old[:len(old)-1]
-	rep.heapAt = -1
-	return rep
 }
