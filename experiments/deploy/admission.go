@@ -28,7 +28,7 @@ func (r *fleetRun) admit(now time.Duration) string {
 	if a.MaxQueue > 0 {
 		waiting := 0
 		for _, rep := range r.replicas {
-			waiting += rep.waiting()
+			waiting += ReplicaView{rep}.Waiting()
 		}
 		if waiting >= a.MaxQueue {
 			return fmt.Sprintf("queue full: %d requests waiting, the limit is %d", waiting, a.MaxQueue)

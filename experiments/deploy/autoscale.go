@@ -16,8 +16,9 @@ import (
 type Autoscale struct {
 	// Template is the replica added.
 	Template Deployment
-	// Metric is outstanding (requests in a replica, running or waiting), waiting (requests waiting for their
-	// first step) or kv (the share of KV blocks in use), averaged over the serving replicas.
+	// Metric names the registered ScaleMetric (RegisterScaleMetric) held at Target: outstanding (requests in a
+	// replica, running or waiting), waiting (requests waiting for their first step) or kv (the share of KV
+	// blocks in use), each averaged over the serving replicas, or one registered from outside.
 	Metric   string
 	Target   float64
 	Min, Max int
@@ -34,6 +35,52 @@ const (
 	scaleTolerance       = 0.1
 )
 
+// A ScaleMetric is the figure the autoscaler holds at its target, computed over the serving replicas at each
+// evaluation. A fleet's Replay makes its own from the registered constructor (RegisterScaleMetric), so a metric
+// may keep state over one run, such as a moving average.
+type ScaleMetric interface {
+	// Measure returns the metric's value per replica (the HPA's average value, which the autoscaler compares
+	// with its target) over replicas, the serving ones, of which there is at least one.
+	Measure(replicas []ReplicaView) float64
+}
+
+var scaleMetrics = registry[ScaleMetric]{kind: "autoscale metric"}
+
+// RegisterScaleMetric makes an autoscale metric known by name to Autoscale.Metric and --autoscale: newMetric
+// makes one for each run. It panics when the name is empty or taken, or newMetric is nil.
+func RegisterScaleMetric(name string, newMetric func() ScaleMetric) {
+	scaleMetrics.register(name, newMetric)
+}
+
+// NewScaleMetric returns a new autoscale metric of the name, or an error naming the registered metrics.
+func NewScaleMetric(name string) (ScaleMetric, error) { return scaleMetrics.lookup(name) }
+
+// ScaleMetricNames are the registered autoscale metrics' names, sorted.
+func ScaleMetricNames() []string { return scaleMetrics.names() }
+
+// The built-in metrics: each the mean of a replica's figure over the serving replicas.
+func init() {
+	RegisterScaleMetric("outstanding", func() ScaleMetric { return meanOf(ReplicaView.Outstanding) })
+	RegisterScaleMetric("waiting", func() ScaleMetric { return meanOf(ReplicaView.Waiting) })
+	RegisterScaleMetric("kv", func() ScaleMetric { return meanMetric(ReplicaView.KVUsage) })
+}
+
+// meanMetric is the mean of a figure over the replicas.
+type meanMetric func(ReplicaView) float64
+
+func (m meanMetric) Measure(replicas []ReplicaView) float64 {
+	sum := 0.0
+	for _, v := range replicas {
+		sum += m(v)
+	}
+	return sum / float64(len(replicas))
+}
+
+// meanOf is the mean of a count over the replicas.
+func meanOf(count func(ReplicaView) int) meanMetric {
+	return func(v ReplicaView) float64 { return float64(count(v)) }
+}
+
 type wantedAt struct {
 	t time.Duration
 	n int
@@ -49,9 +96,10 @@ func (a *Autoscale) defaults(start int) error {
 	if a.CoolDown == 0 {
 		a.CoolDown = DefaultCoolDown
 	}
+	if _, err := NewScaleMetric(a.Metric); err != nil {
+		return err
+	}
 	switch {
-	case a.Metric != "outstanding" && a.Metric != "waiting" && a.Metric != "kv":
-		return fmt.Errorf("deploy: autoscale metric %q, want outstanding, waiting or kv", a.Metric)
 	case !(a.Target > 0):
 		return fmt.Errorf("deploy: autoscale target %g, want above 0", a.Target)
 	case a.Min < 1 || a.Max < a.Min || start < a.Min || start > a.Max:
@@ -65,28 +113,21 @@ func (a *Autoscale) defaults(start int) error {
 // scale is one autoscaler evaluation at now.
 func (r *fleetRun) scale(now time.Duration) error {
 	a := r.f.Autoscale
-	var live []*replica
+	serving := r.serving()
+	live := make([]*replica, len(serving))
+	for i, v := range serving {
+		live[i] = v.r
+	}
 	pending := 0
 	for _, rep := range r.replicas {
-		switch rep.state {
-		case serving:
-			live = append(live, rep)
-		case provisioning:
+		if rep.state == ReplicaProvisioning {
 			pending++
 		}
 	}
-	metric := 0.0
-	for _, rep := range live {
-		switch a.Metric {
-		case "outstanding":
-			metric += float64(len(rep.live))
-		case "waiting":
-			metric += float64(rep.waiting())
-		case "kv":
-			metric += rep.kvUsage()
-		}
+	if len(live) == 0 {
+		return fmt.Errorf("deploy: no replica serving at %v for the autoscaler to measure", now)
 	}
-	metric /= float64(len(live))
+	metric := r.metric.Measure(serving)
 	want := len(live)
 	if ratio := metric / a.Target; math.Abs(ratio-1) > scaleTolerance {
 		want = int(math.Ceil(float64(len(live)) * ratio))
@@ -110,9 +151,9 @@ func (r *fleetRun) scale(now time.Duration) error {
 		}
 		slices.SortStableFunc(live, func(x, y *replica) int { return len(x.live) - len(y.live) })
 		for _, rep := range live[:max(0, len(live)-keep)] {
-			rep.state = draining
+			rep.state = ReplicaDraining
 			if len(rep.live) == 0 {
-				rep.state = stopped
+				rep.state = ReplicaStopped
 				rep.info.Stopped = now.Seconds()
 			}
 		}

@@ -32,9 +32,10 @@ import (
 type Fleet struct {
 	// Replicas are the fleet at the start, serving from time 0.
 	Replicas []Deployment
-	// Router picks a request's replica: round-robin, least-outstanding (fewest requests in the replica),
-	// least-kv (the lowest share of KV blocks in use) or morph-aware (a replica whose free blocks hold the
-	// request's prompt, then one with no layer quantized, then the fewest requests). Default round-robin.
+	// Router names the registered Router (RegisterRouter) that picks a request's replica: round-robin,
+	// least-outstanding (the fewest requests in the replica), least-kv (the lowest share of KV blocks in use),
+	// morph-aware (a replica whose free blocks hold the request's prompt, then one with no layer quantized, then
+	// the fewest requests) or one registered from outside. Default round-robin.
 	Router    string
 	Admission Admission
 	Autoscale *Autoscale
@@ -57,8 +58,9 @@ type fleetRun struct {
 	assigned []int
 	rejected map[string]int
 	size     []results.SizePoint
-	rr       int
-	cands    []*replica // pick's scratch: the serving replicas
+	router   Router
+	metric   ScaleMetric   // the autoscaler's, when there is one
+	views    []ReplicaView // the serving replicas, for the router and the metric
 	bucket   float64
 	bucketAt time.Duration
 	// the autoscaler's next evaluation, and the counts it wanted over the cool-down window
@@ -78,18 +80,22 @@ func (f Fleet) Replay(ctx context.Context, t *trace.Trace, o ReplayOptions) (*re
 	if f.Router == "" {
 		f.Router = "round-robin"
 	}
-	if !slices.Contains(Routers, f.Router) {
-		return nil, fmt.Errorf("deploy: router %q, want one of %s", f.Router, strings.Join(Routers, ", "))
+	router, err := NewRouter(f.Router)
+	if err != nil {
+		return nil, err
 	}
 	if err := f.Admission.check(); err != nil {
 		return nil, err
 	}
+	r := &fleetRun{f: f, opt: o, router: router, rejected: map[string]int{}, bucket: float64(f.Admission.Burst)}
 	if a := f.Autoscale; a != nil {
 		if err := a.defaults(len(f.Replicas)); err != nil {
 			return nil, err
 		}
+		if r.metric, err = NewScaleMetric(a.Metric); err != nil {
+			return nil, err
+		}
 	}
-	r := &fleetRun{f: f, opt: o, rejected: map[string]int{}, bucket: float64(f.Admission.Burst)}
 	for _, d := range f.Replicas {
 		if _, err := r.add(d, 0, 0); err != nil {
 			return nil, err
@@ -106,12 +112,23 @@ func (f Fleet) Replay(ctx context.Context, t *trace.Trace, o ReplayOptions) (*re
 		}
 		window = min(window, cfg.SeqLen)
 	}
-	t, err := trace.Clip(t, trace.Limits{Context: window})
+	t, err = trace.Clip(t, trace.Limits{Context: window})
 	if err != nil {
 		return nil, err
 	}
-	first := r.replicas[0]
-	r.layers = first.in.Config.NLayers
+	r.layers = r.replicas[0].in.Config.NLayers
+	r.acc = results.NewAccumulator(r.meta(t), r.layers)
+	r.acc.Grow(len(t.Requests))
+	r.assigned = make([]int, 0, len(t.Requests))
+	if err := r.run(ctx, t); err != nil {
+		return nil, err
+	}
+	return r.results(), nil
+}
+
+// meta is what the results record of the fleet's run of t.
+func (r *fleetRun) meta(t *trace.Trace) results.Meta {
+	f, o, first := r.f, r.opt, r.replicas[0]
 	meta := results.Meta{Command: "simulate", Executor: first.in.Deployment.Executor, Clock: first.in.Deployment.Clock,
 		Model: first.in.Name, Hardware: first.in.Deployment.Device, Policy: fleetPolicy(f), BlockSize: first.in.Engine.Geometry().BlockSize,
 		SLO: o.SLO, Trace: traceInfo(t)}
@@ -123,13 +140,7 @@ func (f Fleet) Replay(ctx context.Context, t *trace.Trace, o ReplayOptions) (*re
 		meta.Memory += mem.Budget
 		meta.KVBlocksFull += mem.FullBlocks
 	}
-	r.acc = results.NewAccumulator(meta, r.layers)
-	r.acc.Grow(len(t.Requests))
-	r.assigned = make([]int, 0, len(t.Requests))
-	if err := r.run(ctx, t); err != nil {
-		return nil, err
-	}
-	return r.results(), nil
+	return meta
 }
 
 // fleetPolicy names the fleet's policy: the replicas' one, or theirs joined by '+' where they differ.
@@ -163,7 +174,7 @@ func (r *fleetRun) add(d Deployment, asked, ready time.Duration) (*replica, erro
 		return nil, fmt.Errorf("replica %d: a fleet runs in virtual time: the sim, or the cpu executor on the cpu or thread clock", len(r.replicas))
 	}
 	clock.Advance(ready)
-	rep := &replica{index: len(r.replicas), in: in, clock: clock, state: serving, heapAt: -1, live: map[kv.SeqID]liveRequest{},
+	rep := &replica{index: len(r.replicas), in: in, clock: clock, state: ReplicaServing, heapAt: -1, live: map[kv.SeqID]liveRequest{},
 		info: results.Replica{Model: in.Name, Device: in.Deployment.Device, Policy: in.Deployment.Policy.String(),
 			Asked: asked.Seconds(), Ready: ready.Seconds()}}
 	if in.Deployment.Executor == "cpu" {
@@ -178,7 +189,7 @@ func (r *fleetRun) add(d Deployment, asked, ready time.Duration) (*replica, erro
 		}
 	})
 	if ready > asked {
-		rep.state = provisioning
+		rep.state = ReplicaProvisioning
 	}
 	r.replicas = append(r.replicas, rep)
 	return rep, nil
@@ -217,11 +228,13 @@ func (r *fleetRun) run(ctx context.Context, t *trace.Trace) error {
 		}
 		switch {
 		case upAt <= arrival && upAt <= step && upAt <= r.evalAt:
-			up.state = serving
+			up.state = ReplicaServing
 			r.record(upAt)
 		case arrival <= step && arrival <= r.evalAt:
 			req := prompts.request(t.Requests[next], arrival)
-			r.route(next, req)
+			if err := r.route(next, req); err != nil {
+				return err
+			}
 			next++
 		case r.evalAt <= step && r.evalAt < math.MaxInt64:
 			if err := r.scale(r.evalAt); err != nil {
@@ -251,7 +264,7 @@ func (r *fleetRun) nextReady() (*replica, time.Duration) {
 	var up *replica
 	at := time.Duration(math.MaxInt64)
 	for _, rep := range r.replicas {
-		if rep.state == provisioning && time.Duration(rep.info.Ready*float64(time.Second)) < at {
+		if rep.state == ReplicaProvisioning && time.Duration(rep.info.Ready*float64(time.Second)) < at {
 			up, at = rep, time.Duration(rep.info.Ready*float64(time.Second))
 		}
 	}
@@ -278,7 +291,7 @@ func (r *fleetRun) lastTime() time.Duration {
 
 // step runs one iteration of rep at its next time, collects the requests that ended, and schedules its next.
 func (r *fleetRun) step(rep *replica) error {
-	if rep.state == stopped {
+	if rep.state == ReplicaStopped {
 		return nil
 	}
 	if d := rep.next - rep.clock.Now(); d > 0 {
@@ -289,13 +302,13 @@ func (r *fleetRun) step(rep *replica) error {
 	if err != nil {
 		return fmt.Errorf("replica %d: %w", rep.index, err)
 	}
-	rep.routed = 0
+	rep.routedBlocks, rep.routedTokens = 0, 0
 	for _, id := range rep.ended {
 		r.end(rep, id)
 	}
 	rep.ended = rep.ended[:0]
-	if rep.state == draining && len(rep.live) == 0 {
-		rep.state = stopped
+	if rep.state == ReplicaDraining && len(rep.live) == 0 {
+		rep.state = ReplicaStopped
 		rep.info.Stopped = rep.clock.Now().Seconds()
 		r.record(rep.clock.Now())
 		return nil
@@ -334,22 +347,32 @@ func (r *fleetRun) end(rep *replica, id kv.SeqID) {
 	r.assigned[lr.index] = rep.index
 }
 
-// route admits the request that arrives at the request's arrival, picks its replica and submits it.
-func (r *fleetRun) route(index int, req engine.TimedRequest) {
+// route admits the request that arrives at the request's arrival, has the router pick its replica and submits
+// it there.
+func (r *fleetRun) route(index int, req engine.TimedRequest) error {
 	r.assigned = append(r.assigned, -1)
 	if why := r.admit(req.Arrival); why != "" {
 		r.rejected[why]++
 		r.acc.Add(req, engine.Result{ID: kv.SeqID(index), Finish: engine.FinishRejected, Err: fmt.Errorf("%s", why),
 			Timeline: engine.Timeline{Arrival: req.Arrival, Finish: req.Arrival}}, make([]int32, r.layers+1), false, false)
-		return
+		return nil
 	}
-	rep := r.pick(req)
+	serving := r.serving()
+	if len(serving) == 0 {
+		return fmt.Errorf("deploy: no replica serving at %v for request %d", req.Arrival, index)
+	}
+	i := r.router.Route(req, serving)
+	if i < 0 || i >= len(serving) {
+		return fmt.Errorf("deploy: router %q sent request %d to replica %d of the %d serving", r.f.Router, index, i, len(serving))
+	}
+	rep := serving[i].r
 	if now := rep.clock.Now(); now < req.Arrival {
 		rep.clock.Advance(req.Arrival - now)
 	}
 	st := rep.in.Engine.SubmitTimed(req.Request, req.Arrival)
 	rep.live[st.ID] = liveRequest{index: index, req: req, st: st}
-	rep.routed += rep.blocks(len(req.Prompt))
+	rep.routedBlocks += serving[i].Blocks(len(req.Prompt))
+	rep.routedTokens += len(req.Prompt)
 	select {
 	case <-st.Done(): // rejected at once (it can never fit)
 		r.end(rep, st.ID)
@@ -358,6 +381,18 @@ func (r *fleetRun) route(index int, req engine.TimedRequest) {
 	if rep.heapAt < 0 || rep.next > req.Arrival {
 		r.schedule(rep, max(req.Arrival, rep.clock.Now()))
 	}
+	return nil
+}
+
+// serving are views of the serving replicas, in the order they joined, valid until the next call.
+func (r *fleetRun) serving() []ReplicaView {
+	r.views = r.views[:0]
+	for _, rep := range r.replicas {
+		if rep.state == ReplicaServing {
+			r.views = append(r.views, ReplicaView{rep})
+		}
+	}
+	return r.views
 }
 
 // record adds the fleet's state at now to its size over time.
@@ -365,15 +400,15 @@ func (r *fleetRun) record(now time.Duration) {
 	p := results.SizePoint{T: now.Seconds()}
 	for _, rep := range r.replicas {
 		switch rep.state {
-		case serving:
+		case ReplicaServing:
 			p.Serving++
-		case provisioning:
+		case ReplicaProvisioning:
 			p.Provisioning++
-		case draining:
+		case ReplicaDraining:
 			p.Draining++
 		}
-		if rep.state != stopped {
-			w := rep.waiting()
+		if rep.state != ReplicaStopped {
+			w := ReplicaView{rep}.Waiting()
 			p.Waiting += w
 			p.Running += len(rep.live) - w
 		}
@@ -384,9 +419,9 @@ func (r *fleetRun) record(now time.Duration) {
 // finish stops the replicas still up at end.
 func (r *fleetRun) finish(end time.Duration) {
 	for _, rep := range r.replicas {
-		if rep.state != stopped {
+		if rep.state != ReplicaStopped {
 			rep.info.Stopped = max(end.Seconds(), rep.info.Ready)
-			rep.state = stopped
+			rep.state = ReplicaStopped
 		}
 	}
 	r.record(end)
