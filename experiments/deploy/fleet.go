@@ -26,8 +26,8 @@ import (
 //
 // The simulation is a discrete-event loop over the replicas' clocks: the earliest of the next arrival, the next
 // step of a replica (at once while it has work, else at its scheduler's deadline or its next idle tick), the next
-// autoscaler evaluation and the next replica coming up is taken first; an arrival is routed with every replica's
-// state as of that time. A replica steps exactly as Instance.Replay steps one engine, so that round-robin over N
+// autoscaler evaluation, the next replica coming up and the next sample of the fleet's size is taken first; an
+// arrival is routed with every replica's state as of that time. A replica steps exactly as Instance.Replay steps one engine, so that round-robin over N
 // identical replicas serves each request as N independent replays of every Nth request do.
 type Fleet struct {
 	// Replicas are the fleet at the start, serving from time 0.
@@ -42,10 +42,12 @@ type Fleet struct {
 }
 
 // A fleet's replicas keep fleetLog engine events (their events are not written out) and a timeline point every
-// fleetEvery of virtual time at most.
+// fleetEvery of virtual time at most; the fleet's size and queue are sampled every fleetSampleEvery (and at every
+// change of its replicas), so that a plot of them shows the queue between changes.
 const (
-	fleetLog   = 256
-	fleetEvery = time.Second
+	fleetLog         = 256
+	fleetEvery       = time.Second
+	fleetSampleEvery = 10 * time.Second
 )
 
 // fleetRun is a Fleet replaying one trace.
@@ -63,10 +65,11 @@ type fleetRun struct {
 	views    []ReplicaView // the serving replicas, for the router and the metric
 	bucket   float64
 	bucketAt time.Duration
-	// the autoscaler's next evaluation, and the counts it wanted over the cool-down window
-	evalAt time.Duration
-	wanted []wantedAt
-	layers int
+	// the next sample of the size, the autoscaler's next evaluation, and the counts it wanted over the cool-down
+	// window
+	sampleAt, evalAt time.Duration
+	wanted           []wantedAt
+	layers           int
 }
 
 // Replay runs t (clipped to the smallest context of the fleet's models) through the fleet, every request at its
@@ -206,6 +209,7 @@ func (r *fleetRun) run(ctx context.Context, t *trace.Trace) error {
 		r.evalAt = r.f.Autoscale.Interval
 	}
 	r.record(0)
+	r.sampleAt = fleetSampleEvery
 	next := 0
 	for iter := 0; ; iter++ {
 		if iter%1024 == 0 {
@@ -226,7 +230,10 @@ func (r *fleetRun) run(ctx context.Context, t *trace.Trace) error {
 			r.finish(max(r.lastTime(), lastArrival(t)))
 			return nil
 		}
-		switch {
+		switch event := min(upAt, arrival, step, r.evalAt); {
+		case r.sampleAt <= event && event < math.MaxInt64:
+			r.record(r.sampleAt)
+			r.sampleAt += fleetSampleEvery
 		case upAt <= arrival && upAt <= step && upAt <= r.evalAt:
 			up.state = ReplicaServing
 			r.record(upAt)
@@ -395,9 +402,16 @@ func (r *fleetRun) serving() []ReplicaView {
 	return r.views
 }
 
-// record adds the fleet's state at now to its size over time.
+// record adds the fleet's state at now to its size over time, which stays in time order: a replica that stops at
+// the end of a step records the step's end, which a sample taken at the step's start may not be after (it is
+// then taken as at that end), and of the states recorded at one time only the last is kept.
 func (r *fleetRun) record(now time.Duration) {
 	p := results.SizePoint{T: now.Seconds()}
+	last := len(r.size) - 1
+	if last >= 0 && p.T <= r.size[last].T {
+		p.T = r.size[last].T
+		r.size = r.size[:last]
+	}
 	for _, rep := range r.replicas {
 		switch rep.state {
 		case ReplicaServing:

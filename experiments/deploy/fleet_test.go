@@ -299,3 +299,29 @@ func peakRSS() int64 {
 	}
 	return 0
 }
+
+// TestFleetSize: a fixed fleet's size over time is sampled every 10 s of virtual time, in time order, serving
+// all its replicas until the run ends, and the samples catch the requests waiting in a burst and running after it.
+func TestFleetSize(t *testing.T) {
+	tr := burst(t, 300, 700, 200)
+	d := sim7b(t, "fp16", 300)
+	r, err := (Fleet{Router: "least-outstanding", Replicas: []Deployment{d, d}}).Replay(context.Background(), tr, ReplayOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	size := r.Fleet.Size
+	end := size[len(size)-1]
+	if size[0].T != 0 || end.Serving != 0 || end.Waiting+end.Running != 0 {
+		t.Fatalf("size from %+v to %+v, want from 0 s to the end with none serving", size[0], end)
+	}
+	waited, ran := false, false
+	for i, p := range size[:len(size)-1] {
+		if want := 10 * float64(i); p.T != want || p.Serving != 2 || p.Provisioning+p.Draining != 0 {
+			t.Errorf("point %d: %+v, want 2 serving at %v s", i, p, want)
+		}
+		waited, ran = waited || p.Waiting > 0, ran || p.Running > 0
+	}
+	if end.T <= size[len(size)-2].T || end.T > size[len(size)-2].T+10 || !waited || !ran {
+		t.Errorf("the last point %+v after %+v; requests waiting at some sample %v, running %v", end, size[len(size)-2], waited, ran)
+	}
+}
