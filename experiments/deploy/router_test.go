@@ -145,7 +145,7 @@ func TestReplicaView(t *testing.T) {
 
 // TestScaleMetricRegistry: the metrics are listed sorted; an unknown one is an error listing them, from the
 // autoscaler and from --autoscale; a metric registered from outside drives the HPA rule (a constant 10 against a
-// target of 5 doubles the fleet at each evaluation up to its most).
+// target of 5 wants twice the replicas serving).
 func TestScaleMetricRegistry(t *testing.T) {
 	want := []string{"kv", "outstanding", "test-ten", "waiting"}
 	if got := ScaleMetricNames(); !slices.Equal(got, want) {
