@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"math"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -163,11 +162,12 @@ type FleetFlags struct {
 // Register registers the fleet flags on fs.
 func (f *FleetFlags) Register(fs *flag.FlagSet) {
 	fs.IntVar(&f.replicas, "replicas", 1, "replicas of the deployment at the start (more than one, or --autoscale: a fleet)")
-	fs.StringVar(&f.router, "router", "round-robin", "a fleet's `router`: "+strings.Join(Routers, ", "))
+	fs.StringVar(&f.router, "router", "round-robin", "a fleet's `router`: "+strings.Join(RouterNames(), ", "))
 	fs.IntVar(&f.maxQueue, "max-queue", 0, "a fleet's admission: turn a request away when `N` wait for their first step (0: no cap)")
 	fs.Float64Var(&f.rate, "rate-limit", 0, "a fleet's admission: a token bucket of this many `requests` a second (with --rate-burst)")
 	fs.IntVar(&f.burst, "rate-burst", 0, "the token bucket's `size`")
-	fs.StringVar(&f.autoscale, "autoscale", "", "target-tracking autoscaler `metric=target`: outstanding (requests a replica), waiting or kv (usage share)")
+	fs.StringVar(&f.autoscale, "autoscale", "", "target-tracking autoscaler `metric=target`, the metric one of "+strings.Join(ScaleMetricNames(), ", ")+
+		" (kv: the share of KV blocks in use; outstanding: requests a replica; waiting: those not yet running)")
 	fs.IntVar(&f.minReplicas, "min-replicas", 1, "the autoscaler's fewest replicas")
 	fs.IntVar(&f.maxReplicas, "max-replicas", 16, "the autoscaler's most replicas")
 	fs.DurationVar(&f.interval, "scale-interval", DefaultScaleInterval, "how often the autoscaler evaluates")
@@ -179,11 +179,11 @@ func (f *FleetFlags) Register(fs *flag.FlagSet) {
 // replica, or an autoscaler). Its errors name the flag.
 func (f *FleetFlags) Fleet(d Deployment) (Fleet, bool, error) {
 	fl := Fleet{Router: f.router, Admission: Admission{MaxQueue: f.maxQueue, Rate: f.rate, Burst: f.burst}}
-	switch {
-	case f.replicas < 1:
+	if f.replicas < 1 {
 		return fl, false, fmt.Errorf("--replicas %d, want at least 1", f.replicas)
-	case !slices.Contains(Routers, f.router):
-		return fl, false, fmt.Errorf("--router %q, want one of %s", f.router, strings.Join(Routers, ", "))
+	}
+	if _, err := NewRouter(f.router); err != nil {
+		return fl, false, fmt.Errorf("--%v", strings.TrimPrefix(err.Error(), "deploy: "))
 	}
 	if err := fl.Admission.check(); err != nil {
 		return fl, false, fmt.Errorf("--max-queue, --rate-limit, --rate-burst: %v", strings.TrimPrefix(err.Error(), "deploy: "))

@@ -92,12 +92,12 @@ func TestFleetRoundRobinExact(t *testing.T) {
 	}
 }
 
-// TestFleetRouters: every router serves every request of a burst over a heterogeneous fleet (an fp16 and a
-// morph:default replica), giving each replica some, and the fleet's meta names both policies and sums the pools;
-// an unknown router is refused.
+// TestFleetRouters: every built-in router serves every request of a burst over a heterogeneous fleet (an fp16 and
+// a morph:default replica), giving each replica some, and the fleet's results name the router, its meta both
+// policies and the pools summed.
 func TestFleetRouters(t *testing.T) {
 	tr := burst(t, 200, 700, 200)
-	for _, router := range Routers {
+	for _, router := range builtinRouters {
 		f := Fleet{Router: router, Replicas: []Deployment{sim7b(t, "fp16", 300), sim7b(t, "morph:default", 300)}}
 		r, err := f.Replay(context.Background(), tr, ReplayOptions{SLO: loadtest.SLO{TTFT: 2 * time.Second}})
 		if err != nil {
@@ -107,13 +107,9 @@ func TestFleetRouters(t *testing.T) {
 		if r.Aggregates.Completed != 200 || per[0]+per[1] != 200 || per[0] == 0 || per[1] == 0 {
 			t.Errorf("%s: %d completed, per replica %v", router, r.Aggregates.Completed, per)
 		}
-		if r.Meta.Policy != "fp16+morph:default" || r.Meta.KVBlocksFull != 600 {
-			t.Errorf("%s: meta %+v", router, r.Meta)
+		if r.Fleet.Router != router || r.Meta.Policy != "fp16+morph:default" || r.Meta.KVBlocksFull != 600 {
+			t.Errorf("%s: router %q, meta %+v", router, r.Fleet.Router, r.Meta)
 		}
-	}
-	if _, err := (Fleet{Router: "random", Replicas: []Deployment{sim7b(t, "fp16", 300)}}).Replay(context.Background(), tr, ReplayOptions{}); err == nil ||
-		!strings.Contains(err.Error(), `router "random"`) {
-		t.Errorf("an unknown router: %v", err)
 	}
 }
 
@@ -302,4 +298,30 @@ func peakRSS() int64 {
 		}
 	}
 	return 0
+}
+
+// TestFleetSize: a fixed fleet's size over time is sampled every 10 s of virtual time, in time order, serving
+// all its replicas until the run ends, and the samples catch the requests waiting in a burst and running after it.
+func TestFleetSize(t *testing.T) {
+	tr := burst(t, 300, 700, 200)
+	d := sim7b(t, "fp16", 300)
+	r, err := (Fleet{Router: "least-outstanding", Replicas: []Deployment{d, d}}).Replay(context.Background(), tr, ReplayOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	size := r.Fleet.Size
+	end := size[len(size)-1]
+	if size[0].T != 0 || end.Serving != 0 || end.Waiting+end.Running != 0 {
+		t.Fatalf("size from %+v to %+v, want from 0 s to the end with none serving", size[0], end)
+	}
+	waited, ran := false, false
+	for i, p := range size[:len(size)-1] {
+		if want := 10 * float64(i); p.T != want || p.Serving != 2 || p.Provisioning+p.Draining != 0 {
+			t.Errorf("point %d: %+v, want 2 serving at %v s", i, p, want)
+		}
+		waited, ran = waited || p.Waiting > 0, ran || p.Running > 0
+	}
+	if end.T <= size[len(size)-2].T || end.T > size[len(size)-2].T+10 || !waited || !ran {
+		t.Errorf("the last point %+v after %+v; requests waiting at some sample %v, running %v", end, size[len(size)-2], waited, ran)
+	}
 }

@@ -110,7 +110,7 @@ type Fleet struct {
 	Replicas []Replica `json:"replicas"`
 	// Assigned is each request's replica (an index into Replicas), or -1 when admission turned it away.
 	Assigned []int       `json:"assigned"`
-	Size     []SizePoint `json:"size"` // the fleet over time, at every change and autoscaler evaluation
+	Size     []SizePoint `json:"size"` // the fleet over time: every 10 s, at every change and autoscaler evaluation
 	// ReplicaHours is the replicas' time from being asked for to being stopped, in hours; Cost is what it cost
 	// at each replica's device's hourly price, CostPerHour its mean over the run and CostPerMillionTokens over
 	// the output tokens.

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"gonum.org/v1/gonum/stat"
+	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 
 	"github.com/morphlab/morphlab/engine/morph"
@@ -23,33 +24,48 @@ import (
 	"github.com/morphlab/morphlab/internal/mdtable"
 )
 
-// PlotFleet draws a fleet run's replicas (serving and provisioning) and its queue (requests waiting for their
-// first step) over time, as base.png and base.svg.
+// PlotFleet draws a fleet run's replicas (serving and provisioning) and its requests (waiting for their first step
+// and running) over time, as base.png and base.svg.
 func PlotFleet(base string, r *results.Run) error {
-	if r.Fleet == nil {
-		return fmt.Errorf("suite: %s is no fleet's run", r.Meta.Policy)
-	}
-	reps := newPlot(fmt.Sprintf("%s: replicas (%s router)", r.Meta.Policy, r.Fleet.Router), "time (s)", "replicas")
-	queue := newPlot("requests waiting for their first step", "time (s)", "requests")
-	var serving, prov, waiting plotter.XYs
-	for _, p := range r.Fleet.Size {
-		serving = append(serving, plotter.XY{X: p.T, Y: float64(p.Serving)})
-		prov = append(prov, plotter.XY{X: p.T, Y: float64(p.Provisioning)})
-		waiting = append(waiting, plotter.XY{X: p.T, Y: float64(p.Waiting)})
-	}
-	if err := addLine(reps, "serving", 0, serving, false); err != nil {
-		return err
-	}
-	if err := addLine(reps, "provisioning", 1, prov, true); err != nil {
-		return err
-	}
-	if err := addLine(queue, "waiting", 2, waiting, false); err != nil {
+	plots, err := fleetPlots(r)
+	if err != nil {
 		return err
 	}
 	if err := os.MkdirAll(filepath.Dir(base), 0o755); err != nil {
 		return err
 	}
-	return save(base, reps, queue)
+	return save(base, plots...)
+}
+
+// fleetPlots are PlotFleet's plots: the fleet's samples (results.Fleet.Size) as step functions, each value held
+// until the next sample.
+func fleetPlots(r *results.Run) ([]*plot.Plot, error) {
+	if r.Fleet == nil {
+		return nil, fmt.Errorf("suite: %s is no fleet's run", r.Meta.Policy)
+	}
+	reps := newPlot(fmt.Sprintf("%s: replicas (%s router)", r.Meta.Policy, r.Fleet.Router), "time (s)", "replicas")
+	queue := newPlot("requests: waiting for their first step, and running", "time (s)", "requests")
+	var serving, prov, waiting, running plotter.XYs
+	for _, p := range r.Fleet.Size {
+		serving = append(serving, plotter.XY{X: p.T, Y: float64(p.Serving)})
+		prov = append(prov, plotter.XY{X: p.T, Y: float64(p.Provisioning)})
+		waiting = append(waiting, plotter.XY{X: p.T, Y: float64(p.Waiting)})
+		running = append(running, plotter.XY{X: p.T, Y: float64(p.Running)})
+	}
+	for i, s := range []struct {
+		p      *plot.Plot
+		name   string
+		xys    plotter.XYs
+		dashed bool
+	}{{reps, "serving", serving, false}, {reps, "provisioning", prov, true}, {queue, "waiting", waiting, false}, {queue, "running", running, true}} {
+		if err := addSteps(s.p, s.name, i, s.xys, s.dashed); err != nil {
+			return nil, err
+		}
+	}
+	for _, p := range []*plot.Plot{reps, queue} {
+		p.Y.Min, p.Y.Max = 0, max(1, p.Y.Max)*(1+markerPad) // a line at the most is not drawn on the frame
+	}
+	return []*plot.Plot{reps, queue}, nil
 }
 
 // The fleet study: for each of the paper's setups and the whole hour of the Azure 2023 conversation and code
@@ -518,5 +534,6 @@ func (r *FleetReport) plotCost(base string) error {
 			return err
 		}
 	}
+	padAxes(p, markerPad)
 	return save(base, p)
 }

@@ -21,9 +21,15 @@ import (
 // timePolicies are the policies the over-time plots show.
 var timePolicies = []string{"fp16", "static:int4", "morph:default"}
 
-// save writes plots stacked in one column as base.png and base.svg.
+// The page of a saved figure: this wide, each plot this tall.
+const (
+	pageWidth  = 8 * vg.Inch
+	plotHeight = 3 * vg.Inch
+)
+
+// save writes plots stacked in one column as base.png and base.svg (layout).
 func save(base string, plots ...*plot.Plot) error {
-	width, height := 8*vg.Inch, vg.Length(len(plots))*3*vg.Inch
+	width, height := pageWidth, vg.Length(len(plots))*plotHeight
 	for _, ext := range []string{"png", "svg"} {
 		var c vg.CanvasWriterTo
 		if ext == "png" {
@@ -31,14 +37,8 @@ func save(base string, plots ...*plot.Plot) error {
 		} else {
 			c = vgsvg.New(width, height)
 		}
-		col := make([][]*plot.Plot, len(plots))
-		for i, p := range plots {
-			col[i] = []*plot.Plot{p}
-		}
-		tiles := draw.Tiles{Rows: len(plots), Cols: 1, PadTop: vg.Points(4), PadBottom: vg.Points(4), PadX: vg.Points(4), PadY: vg.Points(14)}
-		canvases := plot.Align(col, tiles, draw.New(c))
-		for i, p := range plots {
-			p.Draw(canvases[i][0])
+		for i, pc := range layout(draw.New(c), plots) {
+			plots[i].Draw(pc)
 		}
 		f, err := os.Create(base + "." + ext)
 		if err != nil {
@@ -55,19 +55,49 @@ func save(base string, plots ...*plot.Plot) error {
 	return nil
 }
 
+// legendGap is the space between the data areas and the legends to their right.
+const legendGap vg.Length = 12 // points
+
+// layout places plots stacked in one column on c, their data areas aligned, with a strip on the right of them
+// all for their legends: outside every data area, where no legend hides a point or a line. It returns each
+// plot's canvas.
+func layout(c draw.Canvas, plots []*plot.Plot) []draw.Canvas {
+	var strip vg.Length
+	for _, p := range plots {
+		strip = max(strip, p.Legend.Rectangle(c).Size().X)
+	}
+	if strip > 0 {
+		strip += legendGap
+	}
+	const pad vg.Length = 4
+	for _, p := range plots {
+		p.Legend.Top, p.Legend.Left, p.Legend.XOffs = true, false, strip
+	}
+	col := make([][]*plot.Plot, len(plots))
+	for i, p := range plots {
+		col[i] = []*plot.Plot{p}
+	}
+	tiles := draw.Tiles{Rows: len(plots), Cols: 1, PadTop: pad, PadBottom: pad, PadX: pad, PadY: 14, PadRight: pad}
+	aligned := plot.Align(col, tiles, draw.Crop(c, 0, -strip, 0, 0))
+	out := make([]draw.Canvas, len(plots))
+	for i := range plots {
+		out[i] = aligned[i][0]
+	}
+	return out
+}
+
 func newPlot(title, x, y string) *plot.Plot {
 	p := plot.New()
 	p.Title.Text, p.X.Label.Text, p.Y.Label.Text = title, x, y
-	p.Legend.Top = true
 	p.Add(plotter.NewGrid())
 	return p
 }
 
 // addLine adds a line (and its legend entry) in the i-th color.
-func addLine(p *plot.Plot, name string, i int, xys plotter.XYs, dashed bool) error {
+func addLine(p *plot.Plot, name string, i int, xys plotter.XYs, dashed bool) (*plotter.Line, error) {
 	l, err := plotter.NewLine(xys)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	l.Color = plotutil.Color(i)
 	if dashed {
@@ -75,7 +105,31 @@ func addLine(p *plot.Plot, name string, i int, xys plotter.XYs, dashed bool) err
 	}
 	p.Add(l)
 	p.Legend.Add(name, l)
+	return l, nil
+}
+
+// addSteps adds a step function (and its legend entry) in the i-th color: each sample's value held until the
+// next sample's time, as a fleet's size is.
+func addSteps(p *plot.Plot, name string, i int, xys plotter.XYs, dashed bool) error {
+	l, err := addLine(p, name, i, xys, dashed)
+	if err != nil {
+		return err
+	}
+	l.StepStyle = plotter.PostStep
 	return nil
+}
+
+// padAxes widens p's axes beyond its data by share of their span on each side (or by share of the value, or 1,
+// where the data span nothing), so that no marker at the data's edge touches the frame.
+func padAxes(p *plot.Plot, share float64) {
+	for _, a := range []*plot.Axis{&p.X, &p.Y} {
+		span := a.Max - a.Min
+		if span == 0 {
+			span = max(math.Abs(a.Max), 1)
+		}
+		a.Min -= share * span
+		a.Max += share * span
+	}
 }
 
 // addScatter adds a scatter of xys in series i's color and shape, its glyphs of radius points, named in the
@@ -131,13 +185,13 @@ func plotRuns(dir string, s Setup, workload string, runs []*results.Run) error {
 			used = append(used, plotter.XY{X: p.Seconds, Y: float64(p.KVUsed)})
 			total = append(total, plotter.XY{X: p.Seconds, Y: float64(p.KVTotal)})
 		}
-		if err := addLine(layers, r.Meta.Policy, i, q, false); err != nil {
+		if _, err := addLine(layers, r.Meta.Policy, i, q, false); err != nil {
 			return err
 		}
-		if err := addLine(kv, r.Meta.Policy, i, used, false); err != nil {
+		if _, err := addLine(kv, r.Meta.Policy, i, used, false); err != nil {
 			return err
 		}
-		if err := addLine(kv, r.Meta.Policy+" attached", i, total, true); err != nil {
+		if _, err := addLine(kv, r.Meta.Policy+" attached", i, total, true); err != nil {
 			return err
 		}
 	}
@@ -169,12 +223,25 @@ func addCDF(p *plot.Plot, name string, i int, xs plotter.XYs) error {
 	for j, x := range v {
 		cdf[j] = plotter.XY{X: x, Y: float64(j+1) / float64(len(v))}
 	}
-	return addLine(p, name, i, cdf, false)
+	_, err := addLine(p, name, i, cdf, false)
+	return err
 }
 
 // plotPareto draws each policy's TTFT-SLO violation rate against its quality loss, averaged over the setups and
 // workloads (the paper's Fig. 1d).
 func plotPareto(base string, r *Report) error {
+	p, err := paretoPlot(r)
+	if err != nil {
+		return err
+	}
+	return save(base, p)
+}
+
+// markerPad is the share of an axis' span that scatter plots leave beyond their outermost markers.
+const markerPad = 0.08
+
+// paretoPlot is plotPareto's plot.
+func paretoPlot(r *Report) (*plot.Plot, error) {
 	p := newPlot("SLO violations against quality loss (mean over setups and workloads)", "token-weighted perplexity increase (%)", "TTFT-SLO violations (%)")
 	for i, pol := range r.Options.Policies {
 		v, l := r.mean(pol, func(c *Cell) float64 { return c.Run.Aggregates.SLOViolationRate }), r.mean(pol, func(c *Cell) float64 { return c.Loss })
@@ -182,10 +249,11 @@ func plotPareto(base string, r *Report) error {
 			continue // a model without a quality curve for the policy's formats
 		}
 		if err := addScatter(p, pol, i, plotter.XYs{{X: 100 * l, Y: 100 * v}}, 4); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	return save(base, p)
+	padAxes(p, markerPad)
+	return p, nil
 }
 
 // plotSweep draws request throughput and goodput against the request rate for the sweep's policies.
@@ -202,10 +270,10 @@ func plotSweep(base string, pts []SweepPoint) error {
 		if len(thr) == 0 {
 			continue
 		}
-		if err := addLine(tp, pol, i, thr, false); err != nil {
+		if _, err := addLine(tp, pol, i, thr, false); err != nil {
 			return err
 		}
-		if err := addLine(tp, pol+" goodput", i, good, true); err != nil {
+		if _, err := addLine(tp, pol+" goodput", i, good, true); err != nil {
 			return err
 		}
 	}
