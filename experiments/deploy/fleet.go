@@ -188,7 +188,7 @@ func (f Fleet) Replay(ctx context.Context, t *trace.Trace, o ReplayOptions) (*re
 	first := r.replicas[0]
 	r.layers = first.in.Config.NLayers
 	meta := results.Meta{Command: "simulate", Executor: first.in.Deployment.Executor, Clock: first.in.Deployment.Clock,
-		Model: first.in.Name, Hardware: first.in.Deployment.Device, Policy: fleetPolicy(f), BlockSize: first.in.Engine.Geometry().BlockSize,
+		Model: first.in.Name, Device: first.in.Deployment.Device, Policy: fleetPolicy(f), BlockSize: first.in.Engine.Geometry().BlockSize,
 		SLO: o.SLO, Trace: traceInfo(t)}
 	if meta.Executor != "sim" {
 		meta.Command = "run"

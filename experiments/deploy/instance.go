@@ -148,9 +148,9 @@ func (in *Instance) Replay(ctx context.Context, t *trace.Trace, o ReplayOptions)
 		Trace: traceInfo(t)}
 	switch d.Executor {
 	case "sim":
-		meta.Command, meta.Hardware = "simulate", d.Device
+		meta.Command, meta.Device = "simulate", d.Device
 	case "cuda":
-		meta.Hardware = d.Device
+		meta.Device = d.Device
 	}
 	r := results.Build(meta, reqs, res, in.Controller, o.KeepTokens)
 	r.Steps = steps
