@@ -187,9 +187,10 @@ func (f Fleet) Replay(ctx context.Context, t *trace.Trace, o ReplayOptions) (*re
 	}
 	first := r.replicas[0]
 	r.layers = first.in.Config.NLayers
-	meta := results.Meta{Command: "simulate", Executor: first.in.Deployment.Executor, Clock: first.in.Deployment.Clock,
-		Model: first.in.Name, Device: first.in.Deployment.Device, Policy: fleetPolicy(f), BlockSize: first.in.Engine.Geometry().BlockSize,
-		SLO: o.SLO, Trace: traceInfo(t)}
+	meta := replayMeta(t, o)
+	meta.Command, meta.Executor, meta.Clock = "simulate", first.in.Deployment.Executor, first.in.Deployment.Clock
+	meta.Model, meta.Device, meta.Policy = first.in.Name, first.in.Deployment.Device, fleetPolicy(f)
+	meta.BlockSize = first.in.Engine.Geometry().BlockSize
 	if meta.Executor != "sim" {
 		meta.Command = "run"
 	}
@@ -197,6 +198,9 @@ func (f Fleet) Replay(ctx context.Context, t *trace.Trace, o ReplayOptions) (*re
 		mem := rep.in.Executor.Memory()
 		meta.Memory += mem.Budget
 		meta.KVBlocksFull += mem.FullBlocks
+	}
+	if meta.Fleet, err = r.fleetRecord(); err != nil {
+		return nil, err
 	}
 	r.acc = results.NewAccumulator(meta, r.layers)
 	r.acc.Grow(len(t.Requests))
