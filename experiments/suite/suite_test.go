@@ -166,7 +166,8 @@ func TestHeadlineBound(t *testing.T) {
 // TestPrefixStudy: on a user's trace with Mooncake hash ids (conversations behind a shared system prompt, at
 // more requests than the setup serves), the suite runs fp16 and morph:default again without the prefix cache:
 // with it, fp16 finds most prompt tokens cached (no more than an unbounded cache would) and misses the SLO less
-// often than without it; summary.md carries the table and what it means for the headline.
+// often than without it; summary.md carries the table and what it means for the headline. Every run of the study
+// runs again from its results.json to the same bytes.
 func TestPrefixStudy(t *testing.T) {
 	rng := rand.New(rand.NewPCG(4, 4))
 	tr := &trace.Trace{Source: "conversations", Format: trace.Mooncake, HashBlock: trace.MooncakeBlock}
@@ -221,5 +222,8 @@ func TestPrefixStudy(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(out, "llama-3-8b-l4", "user", "morph_default_no-prefix-caching", "results.json")); err != nil {
 		t.Error(err)
+	}
+	if n := rerunAll(t, out); n != 4 { // the runs with the cache off too, their tokens kept, run again to the same bytes
+		t.Errorf("%d results run again, want 4", n)
 	}
 }
