@@ -237,7 +237,7 @@ func TestRerunCPU(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr := burst(t, 30, 120, 30)
+	tr := burst(t, 12, 80, 16)
 	r, events, err := in.Replay(context.Background(), tr, ReplayOptions{SLO: loadtest.SLO{TTFT: time.Second}, PromptSeed: 4})
 	if err != nil {
 		t.Fatal(err)
@@ -252,8 +252,8 @@ func TestRerunCPU(t *testing.T) {
 	if !bytes.Equal(a, b) || old.run.Meta.Deployment.WeightsSeed != 3 || old.run.Meta.Deployment.Threads != 1 {
 		t.Errorf("meta run again:\n%s\nwas\n%s", b, a)
 	}
-	if again.Aggregates.Completed != 30 || old.run.Aggregates.Completed != 30 || len(again.Requests) != 30 {
-		t.Fatalf("%d and %d of 30 completed", old.run.Aggregates.Completed, again.Aggregates.Completed)
+	if again.Aggregates.Completed != 12 || old.run.Aggregates.Completed != 12 || len(again.Requests) != 12 {
+		t.Fatalf("%d and %d of 12 completed", old.run.Aggregates.Completed, again.Aggregates.Completed)
 	}
 	for i, q := range again.Requests {
 		p := old.run.Requests[i]

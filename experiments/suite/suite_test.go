@@ -17,9 +17,9 @@ import (
 	"github.com/morphlab/morphlab/experiments/trace"
 )
 
-// TestSuite runs a reduced suite twice (one setup, three policies, the quick workloads and sweep, stand-in traces):
-// every simulated file is the same byte for byte, the plots decode as PNG, summary.md carries the headline, and
-// morphing cuts fp16's violations on the burst.
+// TestSuite runs a reduced suite twice (one setup, four policies, the quick workloads and sweep, stand-in traces):
+// every simulated file is the same byte for byte, and the same when each run runs again from its results.json;
+// the plots decode as PNG, summary.md carries the headline, and morphing cuts fp16's violations on the burst.
 func TestSuite(t *testing.T) {
 	run := func(out string) *Report {
 		r, err := Run(context.Background(), Options{Out: out, Quick: true, Setups: []Setup{PaperSetups[1]},
@@ -59,6 +59,9 @@ func TestSuite(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if n := rerunAll(t, a); n != len(r.Cells) {
+		t.Errorf("%d results run again, the suite wrote %d", n, len(r.Cells))
 	}
 	summary, err := os.ReadFile(filepath.Join(a, "summary.md"))
 	if err != nil {
