@@ -27,6 +27,10 @@
 // Flags fills a Deployment from the command line with the same names, defaults and units in every command (vLLM's
 // names where vLLM has the knob).
 //
+// A replay's results record everything it ran (results.Meta): the deployment after its defaults (or the Fleet),
+// the trace's recipe (experiments/trace.Recipe), the prompt seed and the build. Rerun runs such a record again:
+// a simulation to the same results.json, byte for byte.
+//
 // # Defaults
 //
 // Zero fields take these: executor cpu; the layers as stored (the sim: f16, or f32 under a CPU calibration without

@@ -237,7 +237,7 @@ func TestReplay(t *testing.T) {
 	}
 	s := Deployment{Model: "llama-2-7b", Executor: "sim", Device: "l4", KV: KV{Blocks: 958}, Policy: mustPolicy(t, "morph:default")}
 	a, b := replaySim(t, s, tr), replaySim(t, s, tr)
-	if a.Aggregates.Completed != 60 || a.Meta.Command != "simulate" || a.Meta.Hardware != "l4" || a.Meta.Clock != "virtual" ||
+	if a.Aggregates.Completed != 60 || a.Meta.Command != "simulate" || a.Meta.Device != "l4" || a.Meta.Clock != "virtual" ||
 		a.Aggregates.TTFT != b.Aggregates.TTFT || a.Aggregates.TPOT != b.Aggregates.TPOT {
 		t.Errorf("sim replays: %+v then %+v", a.Aggregates, b.Aggregates)
 	}

@@ -120,7 +120,11 @@ func (f Fleet) Replay(ctx context.Context, t *trace.Trace, o ReplayOptions) (*re
 		return nil, err
 	}
 	r.layers = r.replicas[0].in.Config.NLayers
-	r.acc = results.NewAccumulator(r.meta(t), r.layers)
+	meta, err := r.meta(t)
+	if err != nil {
+		return nil, err
+	}
+	r.acc = results.NewAccumulator(meta, r.layers)
 	r.acc.Grow(len(t.Requests))
 	r.assigned = make([]int, 0, len(t.Requests))
 	if err := r.run(ctx, t); err != nil {
@@ -130,11 +134,12 @@ func (f Fleet) Replay(ctx context.Context, t *trace.Trace, o ReplayOptions) (*re
 }
 
 // meta is what the results record of the fleet's run of t.
-func (r *fleetRun) meta(t *trace.Trace) results.Meta {
-	f, o, first := r.f, r.opt, r.replicas[0]
-	meta := results.Meta{Command: "simulate", Executor: first.in.Deployment.Executor, Clock: first.in.Deployment.Clock,
-		Model: first.in.Name, Hardware: first.in.Deployment.Device, Policy: fleetPolicy(f), BlockSize: first.in.Engine.Geometry().BlockSize,
-		SLO: o.SLO, Trace: traceInfo(t)}
+func (r *fleetRun) meta(t *trace.Trace) (results.Meta, error) {
+	f, first := r.f, r.replicas[0]
+	meta := replayMeta(t, r.opt)
+	meta.Command, meta.Executor, meta.Clock = "simulate", first.in.Deployment.Executor, first.in.Deployment.Clock
+	meta.Model, meta.Device, meta.Policy = first.in.Name, first.in.Deployment.Device, fleetPolicy(f)
+	meta.BlockSize = first.in.Engine.Geometry().BlockSize
 	if meta.Executor != "sim" {
 		meta.Command = "run"
 	}
@@ -143,7 +148,9 @@ func (r *fleetRun) meta(t *trace.Trace) results.Meta {
 		meta.Memory += mem.Budget
 		meta.KVBlocksFull += mem.FullBlocks
 	}
-	return meta
+	var err error
+	meta.Fleet, err = r.fleetRecord()
+	return meta, err
 }
 
 // fleetPolicy names the fleet's policy: the replicas' one, or theirs joined by '+' where they differ.

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"runtime"
-	"slices"
 	"syscall"
 	"time"
 
@@ -146,23 +145,23 @@ func (in *Instance) Replay(ctx context.Context, t *trace.Trace, o ReplayOptions)
 	}
 	collect()
 	d, mem := in.Deployment, in.Executor.Memory()
-	meta := results.Meta{Command: "run", Executor: d.Executor, Clock: d.Clock, Model: in.Name, Policy: d.Policy.String(),
-		Params: morph.Params(d.Policy), Memory: mem.Budget, KVBlocksFull: mem.FullBlocks, BlockSize: g.BlockSize, SLO: o.SLO,
-		Trace: traceInfo(t)}
+	rec, err := d.record()
+	if err != nil {
+		return nil, nil, err
+	}
+	meta := replayMeta(t, o)
+	meta.Command, meta.Executor, meta.Clock, meta.Model = "run", d.Executor, d.Clock, in.Name
+	meta.Policy, meta.Params, meta.Deployment = d.Policy.String(), morph.Params(d.Policy), &rec
+	meta.Memory, meta.KVBlocksFull, meta.BlockSize = mem.Budget, mem.FullBlocks, g.BlockSize
 	switch d.Executor {
 	case "sim":
-		meta.Command, meta.Hardware = "simulate", d.Device
+		meta.Command, meta.Device = "simulate", d.Device
 	case "cuda":
-		meta.Hardware = d.Device
+		meta.Device = d.Device
 	}
 	r := results.Build(meta, reqs, res, in.Controller, o.KeepTokens)
 	r.Steps = steps
 	return r, events, nil
-}
-
-// traceInfo is what results record of the trace a run replayed.
-func traceInfo(t *trace.Trace) results.TraceInfo {
-	return results.TraceInfo{Source: t.Source, Format: t.Format, Transforms: slices.Clone(t.Transforms), Requests: len(t.Requests)}
 }
 
 // Requests turns a trace into requests with prompts of its lengths, in trace order, their tokens drawn uniformly

@@ -44,8 +44,8 @@ func TestRunDevice(t *testing.T) {
 			t.Fatalf("%s: %d, %d, %d requests, the trace has %d", run.Policy, run.Real.Aggregates.Requests,
 				run.Catalog.Aggregates.Requests, run.Fitted.Aggregates.Requests, n)
 		}
-		if run.Real.Meta.Executor != "cpu" || run.Catalog.Meta.Hardware != "h200" || run.Fitted.Meta.Hardware != "h200" {
-			t.Fatalf("%s: executor %q, predictions on %q and %q", run.Policy, run.Real.Meta.Executor, run.Catalog.Meta.Hardware, run.Fitted.Meta.Hardware)
+		if run.Real.Meta.Executor != "cpu" || run.Catalog.Meta.Device != "h200" || run.Fitted.Meta.Device != "h200" {
+			t.Fatalf("%s: executor %q, predictions on %q and %q", run.Policy, run.Real.Meta.Executor, run.Catalog.Meta.Device, run.Fitted.Meta.Device)
 		}
 	}
 	dir := t.TempDir()

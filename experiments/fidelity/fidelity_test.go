@@ -55,7 +55,7 @@ func TestRun(t *testing.T) {
 	for _, p := range r.Pairs {
 		ra, sa := p.Real.Aggregates, p.Sim.Aggregates
 		if ra.Completed == 0 || ra.Completed != sa.Completed || ra.TotalOutputTokens != sa.TotalOutputTokens ||
-			p.Real.Meta.Clock != "thread" || p.Sim.Meta.Executor != "sim" || p.Sim.Meta.Hardware != "cpu" {
+			p.Real.Meta.Clock != "thread" || p.Sim.Meta.Executor != "sim" || p.Sim.Meta.Device != "cpu" {
 			t.Errorf("%s: real %d completed, %d tokens, %+v; sim %d, %d, %+v", p.Policy, ra.Completed, ra.TotalOutputTokens, p.Real.Meta,
 				sa.Completed, sa.TotalOutputTokens, p.Sim.Meta)
 		}

@@ -1,6 +1,8 @@
 // Package results is the output of a trace replay, the same for `morphlab run` (the real engine) and `morphlab
-// simulate` (the sim executor): results.json holds what was run (model, policy and its parameters, memory, trace
-// and its transforms, SLO), the aggregates with vLLM's benchmark definitions (through experiments/loadtest's
+// simulate` (the sim executor): results.json holds what was run (Meta: the model, device, policy and its
+// parameters, memory, trace and its transforms, SLO, and the whole record that `morphlab rerun` runs it again
+// from: the deployment or fleet after its defaults, the trace source's sha256, the replay's seed and the morphlab
+// build), the aggregates with vLLM's benchmark definitions (through experiments/loadtest's
 // Compute), the TTFT-SLO violation rate, preemptions, KV blocks against the full-precision pool, the share of
 // output tokens generated with each count of quantized layers (and, under a policy with several quantized formats,
 // with each swap position in each format), the prompt tokens the prefix cache held (in all and per request: vLLM's
@@ -31,16 +33,20 @@ import (
 	"github.com/morphlab/morphlab/quant"
 )
 
-// Schema is the version of results.json.
-const Schema = 1
+// Schema is the version of results.json: 2 records the whole run (Meta's Deployment or Fleet, Replay and
+// Morphlab) and names the device "device"; Load reads 1 too, whose meta named it "hardware".
+const Schema = 2
 
-// Meta says what was run.
+// Meta says what was run: first what reports read (the command, executor, clock, model, device, policy, budget and
+// pool), then the whole record a run is made again from (`morphlab rerun`): the deployment after its defaults, or
+// the fleet; the trace with the sha256 of its source and each transform in order; the replay's prompt seed and
+// options; the SLO; and the morphlab build that ran it.
 type Meta struct {
 	Command      string          `json:"command"`  // run or simulate
 	Executor     string          `json:"executor"` // cpu, cuda or sim
 	Clock        string          `json:"clock"`    // wall, cpu (virtual, advanced by each step's CPU time) or virtual
 	Model        string          `json:"model"`
-	Hardware     string          `json:"hardware,omitempty"` // simulate: the GPU
+	Device       string          `json:"device,omitempty"` // the sim's device, or the cuda executor's GPU
 	Policy       string          `json:"policy"`
 	Params       json.RawMessage `json:"params,omitempty"` // a morphing policy's parameters (morph.Params)
 	Memory       int64           `json:"memory_bytes"`
@@ -48,11 +54,19 @@ type Meta struct {
 	BlockSize    int             `json:"block_size"`
 	Trace        TraceInfo       `json:"trace"`
 	SLO          loadtest.SLO    `json:"slo"`
+	// Deployment is the one deployment replayed, Fleet the fleet (one of them is set; neither in schema 1).
+	Deployment *Deployment `json:"deployment,omitempty"`
+	Fleet      *FleetSpec  `json:"fleet,omitempty"`
+	Replay     Replay      `json:"replay"`
+	Morphlab   BuildInfo   `json:"morphlab"`
 }
 
-// TraceInfo names the trace replayed and the transforms applied to it.
+// TraceInfo names the trace replayed, the sha256 of the bytes it was read from (its file, or a generator's length
+// table; "" for a trace drawn from distributions alone, whose source is its generator and seed) and the
+// transforms applied to it, in order (experiments/trace.Recipe).
 type TraceInfo struct {
 	Source     string   `json:"source"`
+	SHA256     string   `json:"sha256,omitempty"`
 	Format     string   `json:"format"`
 	Transforms []string `json:"transforms"`
 	Requests   int      `json:"requests"`
@@ -402,7 +416,7 @@ func writeEvents(path string, events []engine.Event) error {
 	return f.Close()
 }
 
-// Load reads a results.json.
+// Load reads a results.json, of this schema or the one before.
 func Load(path string) (*Run, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -412,8 +426,8 @@ func Load(path string) (*Run, error) {
 	if err := json.Unmarshal(b, &r); err != nil {
 		return nil, fmt.Errorf("%s: %v", path, err)
 	}
-	if r.Schema != Schema {
-		return nil, fmt.Errorf("%s: results schema %d, want %d", path, r.Schema, Schema)
+	if r.Schema != Schema && r.Schema != 1 {
+		return nil, fmt.Errorf("%s: results schema %d, want 1 or %d", path, r.Schema, Schema)
 	}
 	return &r, nil
 }

@@ -17,9 +17,9 @@ import (
 	"github.com/morphlab/morphlab/experiments/trace"
 )
 
-// TestSuite runs a reduced suite twice (one setup, three policies, the quick workloads and sweep, stand-in traces):
-// every simulated file is the same byte for byte, the plots decode as PNG, summary.md carries the headline, and
-// morphing cuts fp16's violations on the burst.
+// TestSuite runs a reduced suite twice (one setup, four policies, the quick workloads and sweep, stand-in traces):
+// every simulated file is the same byte for byte, and the same when each run runs again from its results.json;
+// the plots decode as PNG, summary.md carries the headline, and morphing cuts fp16's violations on the burst.
 func TestSuite(t *testing.T) {
 	run := func(out string) *Report {
 		r, err := Run(context.Background(), Options{Out: out, Quick: true, Setups: []Setup{PaperSetups[1]},
@@ -59,6 +59,9 @@ func TestSuite(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if n := rerunAll(t, a); n != len(r.Cells) {
+		t.Errorf("%d results run again, the suite wrote %d", n, len(r.Cells))
 	}
 	summary, err := os.ReadFile(filepath.Join(a, "summary.md"))
 	if err != nil {
@@ -166,7 +169,8 @@ func TestHeadlineBound(t *testing.T) {
 // TestPrefixStudy: on a user's trace with Mooncake hash ids (conversations behind a shared system prompt, at
 // more requests than the setup serves), the suite runs fp16 and morph:default again without the prefix cache:
 // with it, fp16 finds most prompt tokens cached (no more than an unbounded cache would) and misses the SLO less
-// often than without it; summary.md carries the table and what it means for the headline.
+// often than without it; summary.md carries the table and what it means for the headline. Every run of the study
+// runs again from its results.json to the same bytes.
 func TestPrefixStudy(t *testing.T) {
 	rng := rand.New(rand.NewPCG(4, 4))
 	tr := &trace.Trace{Source: "conversations", Format: trace.Mooncake, HashBlock: trace.MooncakeBlock}
@@ -221,5 +225,8 @@ func TestPrefixStudy(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(out, "llama-3-8b-l4", "user", "morph_default_no-prefix-caching", "results.json")); err != nil {
 		t.Error(err)
+	}
+	if n := rerunAll(t, out); n != 4 { // the runs with the cache off too, their tokens kept, run again to the same bytes
+		t.Errorf("%d results run again, want 4", n)
 	}
 }

@@ -74,7 +74,17 @@
 // downscaled 4.75x" is stretching the inter-arrival times by 4.75, TimeScale(t, 4.75), which divides the rate by
 // 4.75 and keeps the shape of the bursts (Thin keeps each request with a probability instead, which lowers the
 // rate too but changes the shape). Flags gives commands these transforms as command-line flags, applied in one
-// documented order.
+// documented order. A clip right after another is recorded as the one clip that cuts as both did, where one does
+// (a replay's clip to its model's context after an experiment's clip to its limits).
+//
+// # Rebuilding a trace
+//
+// A trace records how it was made: its source (a file, or Generate's description of its process, lengths and
+// seed), the sha256 of the bytes read (Trace.SHA256: the file, or a generator's length table), its format and each
+// transform in order (with the load options that change what is read: "sorted=N" for SortArrivals,
+// "kept-failed=N" for KeepFailed). Recipe.Rebuild makes it again from that record — the file read again and
+// checked against its sha256, or the generator drawn again (Regenerate), then every transform reapplied
+// (Reapply) — so that a result can be re-run from its own record.
 //
 // # Statistics
 //

@@ -339,7 +339,11 @@ func Generate(spec Spec, seed uint64) (*Trace, error) {
 	if spec.Duration > 0 {
 		src += " duration=" + ftoa(spec.Duration) + "s"
 	}
-	return &Trace{Source: src, Format: Synthetic, Requests: reqs}, nil
+	t := &Trace{Source: src, Format: Synthetic, Requests: reqs}
+	if tab, ok := spec.Lengths.(Table); ok {
+		t.SHA256 = tab.From.SHA256
+	}
+	return t, nil
 }
 
 // WithArrivals gives t's requests, in order, the arrival times that p draws with seed: the way a length-only

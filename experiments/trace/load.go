@@ -2,6 +2,8 @@ package trace
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -33,6 +35,7 @@ const maxTokens = 1 << 30
 
 // Parse reads a trace from data; name is the file name that errors and Trace.Source give.
 func Parse(name string, data []byte, opt LoadOptions) (*Trace, error) {
+	sum := sha256.Sum256(data)
 	data = bytes.TrimPrefix(data, []byte("\xef\xbb\xbf"))
 	format := opt.Format
 	if format == "" {
@@ -42,7 +45,7 @@ func Parse(name string, data []byte, opt LoadOptions) (*Trace, error) {
 		}
 	}
 	p := &parser{file: name, lines: lineReader{data: data}, opt: opt}
-	t := &Trace{Source: name, Format: format}
+	t := &Trace{Source: name, SHA256: hex.EncodeToString(sum[:]), Format: format}
 	var err error
 	switch format {
 	case Azure:
@@ -525,6 +528,9 @@ func (p *parser) burstGPT(t *Trace) error {
 			}
 		}
 		reqs = append(reqs, r)
+	}
+	if p.opt.KeepFailed && t.Failed > 0 {
+		t.Transforms = append(t.Transforms, fmt.Sprintf("kept-failed=%d", t.Failed))
 	}
 	return p.arrange(t, reqs, "Timestamp")
 }

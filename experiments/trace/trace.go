@@ -34,7 +34,10 @@ type Request struct {
 
 // Trace is a list of requests in arrival order with where they came from and what was done to them.
 type Trace struct {
-	Source     string   // file path or generator description
+	Source string // file path or generator description (as Generate writes it, which Regenerate reads)
+	// SHA256 is the hex sha256 of the bytes the trace was read from, or of the length table a generator sampled;
+	// "" for a trace drawn from distributions alone.
+	SHA256     string
 	Format     string   // "azure", "mooncake", "vidur", "lengths", "burstgpt", "synthetic"
 	Transforms []string // each transform applied, in order, as a flag-like string ("window=10s+72s", "scale=4.75")
 	Requests   []Request

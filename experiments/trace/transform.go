@@ -117,7 +117,9 @@ type Limits struct {
 
 // Clip cuts each request's lengths to the limits: prompt and output to their own bounds first, then, if the two
 // together exceed the context, the prompt to context-1 at most and the output to what the context has left, so
-// every request still fits a model with that context and asks for at least one token.
+// every request still fits a model with that context and asks for at least one token. A clip right after another
+// is recorded as the one clip that does both, where one does (the first without a context, or the second with
+// only one): a replay's clip to its model's context joins the clip to the experiment's limits before it.
 func Clip(t *Trace, l Limits) (*Trace, error) {
 	if l.Prompt < 0 || l.Output < 0 || l.Context < 0 || l.Context == 1 {
 		return nil, fmt.Errorf("clip prompt=%d output=%d context=%d: want limits >= 0 (0 for none) and a context of at least 2", l.Prompt, l.Output, l.Context)
@@ -136,7 +138,45 @@ func Clip(t *Trace, l Limits) (*Trace, error) {
 		}
 		reqs[i] = r
 	}
-	return t.derive(fmt.Sprintf("clip=prompt:%d,output:%d,context:%d", l.Prompt, l.Output, l.Context), reqs), nil
+	if n := len(t.Transforms); n > 0 {
+		if before, ok := parseClip(t.Transforms[n-1]); ok {
+			if both, ok := joinClips(before, l); ok {
+				out := t.derive(clipRecord(both), reqs)
+				out.Transforms = slices.Delete(out.Transforms, n-1, n)
+				return out, nil
+			}
+		}
+	}
+	return t.derive(clipRecord(l), reqs), nil
+}
+
+func clipRecord(l Limits) string {
+	return fmt.Sprintf("clip=prompt:%d,output:%d,context:%d", l.Prompt, l.Output, l.Context)
+}
+
+// parseClip reads a clip's record.
+func parseClip(record string) (Limits, bool) {
+	var l Limits
+	_, err := fmt.Sscanf(record, "clip=prompt:%d,output:%d,context:%d", &l.Prompt, &l.Output, &l.Context)
+	return l, err == nil && record == clipRecord(l)
+}
+
+// joinClips is the one clip that cuts as a then b do, where there is one: when a has no context (the bounds
+// combine, then b's context cuts), or when b has only a context (the smaller context cuts what a's bounds left).
+func joinClips(a, b Limits) (Limits, bool) {
+	bound := func(x, y int) int { // the tighter of two bounds, 0 being none
+		if x == 0 || y == 0 {
+			return max(x, y)
+		}
+		return min(x, y)
+	}
+	switch {
+	case a.Context == 0:
+		return Limits{Prompt: bound(a.Prompt, b.Prompt), Output: bound(a.Output, b.Output), Context: b.Context}, true
+	case b.Prompt == 0 && b.Output == 0:
+		return Limits{Prompt: a.Prompt, Output: a.Output, Context: bound(a.Context, b.Context)}, true
+	}
+	return Limits{}, false
 }
 
 // LengthScale multiplies each prompt length by prompt and each output length by output, rounding to the nearest
