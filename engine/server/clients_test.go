@@ -2,6 +2,7 @@ package server
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -396,5 +397,58 @@ func TestSlowClients(t *testing.T) {
 		t.Errorf("a connection once one of two has closed: %v, %v; want 200", resp, err)
 	} else {
 		resp.Body.Close()
+	}
+}
+
+// TestErrorsEchoBounded: an error quotes at most 40 characters of any name or value the client sent (a key, the
+// model, a role, a nested or duplicate key, a token id, a Content-Type, a path, a method), so that an answer stays small
+// whatever the request's size: 1.4 M characters of U+2028, which JSON writes as six bytes each, once made an
+// 18 MB answer to a 4 MB request.
+func TestErrorsEchoBounded(t *testing.T) {
+	ts := newTestServer(t, nil)
+	long := strings.Repeat("\u2028", 100_000)
+	clipped := strings.Repeat("\u2028", 40) + "..."
+	quoted := fmt.Sprintf("%q", clipped)
+	prompt := fmt.Sprintf(`"model": %q, "prompt": "Once"`, testModel)
+	chat := fmt.Sprintf(`"model": %q, "messages": [{"role": "user", "content": "Once"}]`, testModel)
+	for _, c := range []struct {
+		name, method, path, contentType, body string
+		status                                int
+		param, msg                            string // param "-" for null
+	}{
+		{"a key", "POST", "/v1/completions", "", `{` + prompt + `, "` + long + `": 1}`, 400, clipped, "unsupported parameter " + quoted},
+		{"the model", "POST", "/v1/completions", "", `{"model": "` + long + `", "prompt": "Once"}`, 404, "model",
+			fmt.Sprintf("model %s does not exist; this server serves %q", quoted, testModel)},
+		{"a role", "POST", "/v1/chat/completions", "", `{"model": "m", "messages": [{"role": "` + long + `", "content": ""}]}`, 400, "messages[0].role",
+			"messages[0].role=" + quoted + ", want system, developer, user or assistant"},
+		{"a message's key", "POST", "/v1/chat/completions", "", `{"model": "m", "messages": [{"role": "user", "` + long + `": ""}]}`, 400,
+			"messages[0]." + clipped, "unsupported parameter messages[0]." + clipped},
+		{"a stream option", "POST", "/v1/completions", "", `{` + prompt + `, "stream": true, "stream_options": {"` + long + `": 1}}`, 400,
+			"stream_options." + clipped, "unsupported parameter stream_options." + clipped},
+		{"a duplicate key", "POST", "/v1/completions", "", `{` + prompt + `, "` + long + `": 1, "` + long + `": 2}`, 400, "-",
+			`malformed JSON body: duplicate object member name ` + quoted + ` within ""`},
+		{"a duplicate nested key", "POST", "/v1/chat/completions", "", `{` + chat + `, "stream": true, "stream_options": {"` + long + `": 1, "` + long + `": 2}}`, 400, "-",
+			`malformed JSON body: duplicate object member name ` + quoted + ` within "/stream_options"`},
+		{"a token id", "POST", "/v1/completions", "", `{"model": "m", "prompt": [0.5` + strings.Repeat("0", 100_000) + `1]}`, 400, "prompt",
+			"prompt[0]=0.5" + strings.Repeat("0", 37) + "...: a token id must be an integer"},
+		{"a Content-Type", "POST", "/v1/completions", "text/" + strings.Repeat("x", 100_000), `{` + prompt + `}`, 415, "-",
+			`Content-Type: want application/json, got "text/` + strings.Repeat("x", 35) + `..."`},
+		{"a path", "GET", "/" + strings.Repeat("p", 100_000), "", "", 404, "-",
+			"no endpoint GET /" + strings.Repeat("p", 39) + "... (endpoints: /v1/completions, /v1/chat/completions, /v1/models, /health, /metrics)"},
+		{"a method", strings.Repeat("M", 100_000), "/v1/models", "", "", 405, "-",
+			strings.Repeat("M", 40) + "... /v1/models: method not allowed, want GET"},
+	} {
+		body := strings.Replace(c.body, `"model": "m"`, `"model": "`+testModel+`"`, 1)
+		ct := cmp.Or(c.contentType, "application/json")
+		code, _, b := do(t, c.method, ts.url+c.path, body, "Content-Type", ct)
+		e := errorBody(t, b)
+		param := "-"
+		if e.Param != nil {
+			param = *e.Param
+		}
+		if code != c.status || param != c.param || e.Message != c.msg || len(b) > 1024 {
+			t.Errorf("%s of 100,000 characters: %d, %d bytes, param %.100q, %.300q; want %d, at most 1 KiB, param %.100q, %.300q",
+				c.name, code, len(b), param, e.Message, c.status, c.param, c.msg)
+		}
 	}
 }

@@ -163,7 +163,7 @@ func parseRequest(body []byte, chat bool, lim limits) (*apiRequest, *apiError) {
 		}
 		ok, known := noops[k]
 		if !known {
-			return nil, badRequest(k, "unsupported parameter %q", k)
+			return nil, badRequest(clip(k), "unsupported parameter %q", clip(k))
 		}
 		if !slices.ContainsFunc(ok, func(v string) bool { return sameJSON(v, obj[k]) }) {
 			return nil, badRequest(k, "parameter %q is not supported except as %s", k, strings.Join(ok, " or "))
@@ -258,7 +258,7 @@ func parseRequest(body []byte, chat bool, lim limits) (*apiRequest, *apiError) {
 				}
 			case k == "continuous_usage_stats" && compact(v) == "false":
 			default:
-				return nil, badRequest("stream_options."+k, "unsupported parameter stream_options.%s", k)
+				return nil, badRequest("stream_options."+clip(k), "unsupported parameter stream_options.%s", clip(k))
 			}
 		}
 	}
@@ -268,8 +268,12 @@ func parseRequest(body []byte, chat bool, lim limits) (*apiRequest, *apiError) {
 // malformed is the 400 for a body that is not valid JSON (RFC 8259, which includes valid UTF-8).
 func malformed(err error) *apiError {
 	what := strings.TrimPrefix(err.Error(), "jsontext: ")
-	if errors.Is(err, io.EOF) {
+	var syn *jsontext.SyntacticError
+	switch {
+	case errors.Is(err, io.EOF):
 		what = "empty, want a JSON object"
+	case errors.As(err, &syn) && syn.Err == jsontext.ErrDuplicateName: // its message quotes the whole name
+		what = fmt.Sprintf("duplicate object member name %q within %q", clip(syn.JSONPointer.LastToken()), clip(string(syn.JSONPointer.Parent())))
 	}
 	return badRequest("", "malformed JSON body: %s", what)
 }
@@ -361,10 +365,20 @@ func compact(raw jsontext.Value) string {
 }
 
 // abbrev quotes the start of a raw value for an error message.
-func abbrev(raw jsontext.Value) string {
-	s := compact(raw)
-	if len(s) > 40 {
-		s = s[:40] + "..."
+func abbrev(raw jsontext.Value) string { return clip(compact(raw)) }
+
+// maxEcho is the most characters of a name or value the client sent that an error message quotes: enough to
+// recognise it, and an answer never grows with the request.
+const maxEcho = 40
+
+// clip is s cut to its first maxEcho characters, "..." marking a cut.
+func clip(s string) string {
+	n := 0
+	for i := range s {
+		if n == maxEcho {
+			return s[:i] + "..."
+		}
+		n++
 	}
 	return s
 }
@@ -448,11 +462,11 @@ func readTokens(dec *jsontext.Decoder, r *apiRequest, at string, lim limits) *ap
 		id, _ := tok.Float() // ±Inf when out of range
 		switch {
 		case id != math.Trunc(id):
-			return badRequest("prompt", "%s[%d]=%s: a token id must be an integer", at, i, tok.String())
+			return badRequest("prompt", "%s[%d]=%s: a token id must be an integer", at, i, clip(tok.String()))
 		case id < 0:
-			return badRequest("prompt", "%s[%d]=%s, want a token id >= 0", at, i, tok.String())
+			return badRequest("prompt", "%s[%d]=%s, want a token id >= 0", at, i, clip(tok.String()))
 		case id >= float64(lim.vocab.Len()):
-			return badRequest("prompt", "%s[%d]=%s is outside the vocabulary of %d tokens", at, i, tok.String(), lim.vocab.Len())
+			return badRequest("prompt", "%s[%d]=%s is outside the vocabulary of %d tokens", at, i, clip(tok.String()), lim.vocab.Len())
 		}
 		r.PromptTokens = append(r.PromptTokens, int32(id))
 		if len(r.PromptTokens) == lim.context {
@@ -554,7 +568,7 @@ func readMessages(dec *jsontext.Decoder, r *apiRequest, lim limits) *apiError {
 				case "system", "developer", "user", "assistant":
 					return nil
 				}
-				return badRequest(at+".role", "%s.role=%q, want system, developer, user or assistant", at, t.role)
+				return badRequest(at+".role", "%s.role=%q, want system, developer, user or assistant", at, clip(t.role))
 			case "content":
 				hasContent = true
 				if dec.PeekKind() == '"' {
@@ -573,7 +587,7 @@ func readMessages(dec *jsontext.Decoder, r *apiRequest, lim limits) *apiError {
 				}
 				return nil
 			}
-			return badRequest(at+"."+name, "unsupported parameter %s.%s", at, name)
+			return badRequest(at+"."+clip(name), "unsupported parameter %s.%s", at, clip(name))
 		})
 		switch {
 		case e != nil:

@@ -206,7 +206,7 @@ func New(cfg Config) (*Server, error) {
 	mux.Handle("/metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &apiError{Status: http.StatusNotFound, Type: "invalid_request_error",
-			Message: fmt.Sprintf("no endpoint %s %s (endpoints: /v1/completions, /v1/chat/completions, /v1/models, /health, /metrics)", r.Method, r.URL.Path)})
+			Message: fmt.Sprintf("no endpoint %s %s (endpoints: /v1/completions, /v1/chat/completions, /v1/models, /health, /metrics)", clip(r.Method), clip(r.URL.Path))})
 	})
 	s.handler = mux
 	if cfg.APIKey != "" {
@@ -352,7 +352,7 @@ func (s *Server) models(w http.ResponseWriter, r *http.Request) {
 func methodNotAllowed(w http.ResponseWriter, r *http.Request, allowed string) {
 	w.Header().Set("Allow", allowed)
 	writeError(w, &apiError{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error",
-		Message: fmt.Sprintf("%s %s: method not allowed, want %s", r.Method, r.URL.Path, allowed)})
+		Message: fmt.Sprintf("%s %s: method not allowed, want %s", clip(r.Method), clip(r.URL.Path), allowed)})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -394,7 +394,7 @@ type job struct {
 func (s *Server) prepare(r *apiRequest) (*job, *apiError) {
 	if r.Model != s.cfg.Model {
 		return nil, &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Param: "model", Code: "model_not_found",
-			Message: fmt.Sprintf("model %q does not exist; this server serves %q", r.Model, s.cfg.Model)}
+			Message: fmt.Sprintf("model %q does not exist; this server serves %q", clip(r.Model), s.cfg.Model)}
 	}
 	prompt := r.PromptTokens
 	if !r.IsTokens { // a text parseRequest has bounded by the context
@@ -511,7 +511,7 @@ func jsonContent(r *http.Request) *apiError {
 	if t, _, err := mime.ParseMediaType(ct); err == nil && t == "application/json" {
 		return nil
 	}
-	e := &apiError{Status: http.StatusUnsupportedMediaType, Type: "invalid_request_error", Message: fmt.Sprintf("Content-Type: want application/json, got %q", ct)}
+	e := &apiError{Status: http.StatusUnsupportedMediaType, Type: "invalid_request_error", Message: fmt.Sprintf("Content-Type: want application/json, got %q", clip(ct))}
 	if ct == "" {
 		e.Message = "Content-Type: missing, want application/json"
 	}
