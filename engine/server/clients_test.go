@@ -52,13 +52,18 @@ func do(t testing.TB, method, url, body string, headers ...string) (int, http.He
 }
 
 // TestLongPromptBoundedWork: a 4 MB text prompt, or chat message, far beyond the context is refused with a 400
-// naming the context, from its length: the server allocates the body and little more.
+// naming the context, from its length (a message's with the text the template adds: "User: ", "\n",
+// "Assistant:"): the server allocates the body and little more.
 func TestLongPromptBoundedWork(t *testing.T) {
 	ts := newTestServer(t, nil)
 	text := strings.Repeat("a ", 2_097_052)
-	for _, c := range []struct{ path, body, param string }{
-		{"/v1/completions", fmt.Sprintf(`{"model": %q, "prompt": %q, "max_tokens": 1}`, testModel, text), "prompt"},
-		{"/v1/chat/completions", fmt.Sprintf(`{"model": %q, "messages": [{"role": "user", "content": %q}], "max_tokens": 1}`, testModel, text), "messages"},
+	for _, c := range []struct {
+		path, body, param string
+		bytes             int
+	}{
+		{"/v1/completions", fmt.Sprintf(`{"model": %q, "prompt": %q, "max_tokens": 1}`, testModel, text), "prompt", len(text)},
+		{"/v1/chat/completions", fmt.Sprintf(`{"model": %q, "messages": [{"role": "user", "content": %q}], "max_tokens": 1}`, testModel, text), "messages",
+			len("User: ") + len(text) + len("\nAssistant:")},
 	} {
 		var before, after runtime.MemStats
 		runtime.GC()
@@ -67,7 +72,7 @@ func TestLongPromptBoundedWork(t *testing.T) {
 		runtime.ReadMemStats(&after)
 		e := errorBody(t, b)
 		want := fmt.Sprintf("%s has at least %d tokens (%d bytes of text), the model's context is 512 tokens (a prompt may have at most 511, leaving one for the output)",
-			c.param, ts.vocab.MinTokens(len(text))+1, len(text))
+			c.param, ts.vocab.MinTokens(c.bytes)+1, c.bytes)
 		if code != 400 || e.Param == nil || *e.Param != c.param || e.Message != want {
 			t.Errorf("%s with a 4 MB prompt: %d %s; want 400 on %s: %q", c.path, code, b, c.param, want)
 		}
@@ -75,6 +80,35 @@ func TestLongPromptBoundedWork(t *testing.T) {
 		if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 12<<20 {
 			t.Errorf("%s with a 4 MB prompt: %.1f MiB allocated, want at most 12", c.path, float64(alloc)/(1<<20))
 		}
+	}
+}
+
+// TestEmptyMessagesBoundedWork: a chat of 144,000 empty messages (4 MB) is refused from the length of the text its
+// messages render to ("User: \n" each, then "Assistant:"), not from their content, which is empty: as soon as
+// that text cannot fit in the context, before the rest is read or any of it tokenized.
+func TestEmptyMessagesBoundedWork(t *testing.T) {
+	ts := newTestServer(t, nil)
+	const n = 144_000
+	body := fmt.Sprintf(`{"model": %q, "messages": [%s], "max_tokens": 1}`, testModel,
+		strings.TrimSuffix(strings.Repeat(`{"role":"user","content":""},`, n), ","))
+	// The first count of messages whose text, BOS included, certainly exceeds the context.
+	k, rendered := 0, 0
+	for k = 1; ts.vocab.MinTokens(7*k+len("Assistant:"))+1 < 512; k++ {
+	}
+	rendered = 7*k + len("Assistant:")
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	code, _, b := post(t, ts.url+"/v1/chat/completions", body)
+	runtime.ReadMemStats(&after)
+	e := errorBody(t, b)
+	want := fmt.Sprintf("messages has at least %d tokens (%d bytes of text), the model's context is 512 tokens (a prompt may have at most 511, leaving one for the output)",
+		ts.vocab.MinTokens(rendered)+1, rendered)
+	if code != 400 || e.Param == nil || *e.Param != "messages" || e.Message != want {
+		t.Errorf("%d empty messages (%d bytes): %d %s; want 400 on messages: %q (refused at message %d)", n, len(body), code, b, want, k)
+	}
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 12<<20 {
+		t.Errorf("%d empty messages: %.1f MiB allocated, want at most 12", n, float64(alloc)/(1<<20))
 	}
 }
 

@@ -524,8 +524,9 @@ func parseStop(raw jsontext.Value, r *apiRequest) *apiError {
 	return nil
 }
 
-// readMessages reads a chat's messages from dec and renders them with the plain template (see renderChat); their
-// content is checked against the context as it is read.
+// readMessages reads a chat's messages from dec and renders them with the plain template (see renderChat). The
+// text they render to is checked against the context as it is read: each message's content, and each whole
+// message's line, which counts even when its content is empty.
 func readMessages(dec *jsontext.Decoder, r *apiRequest, lim limits) *apiError {
 	shape := badRequest("messages", "messages: want a non-empty array of {role, content} objects")
 	if dec.PeekKind() != '[' {
@@ -542,7 +543,7 @@ func readMessages(dec *jsontext.Decoder, r *apiRequest, lim limits) *apiError {
 		return malformed(err)
 	}
 	var turns []turn
-	text := 0 // bytes of content so far
+	text := len(chatEnd) // bytes of the rendered text so far, counting the end it will have
 	for i := 0; dec.PeekKind() != ']'; i++ {
 		if dec.PeekKind() != '{' {
 			if _, err := dec.ReadValue(); err != nil {
@@ -571,16 +572,17 @@ func readMessages(dec *jsontext.Decoder, r *apiRequest, lim limits) *apiError {
 				return badRequest(at+".role", "%s.role=%q, want system, developer, user or assistant", at, clip(t.role))
 			case "content":
 				hasContent = true
+				before := text
+				if hasRole {
+					before += t.rendered()
+				}
 				if dec.PeekKind() == '"' {
-					e := readText(dec, &t.content, "messages", text, lim)
-					text += len(t.content)
-					return e
+					return readText(dec, &t.content, "messages", before, lim)
 				}
 				if e := readParts(dec, &t.content, at+".content"); e != nil {
 					return e
 				}
-				text += len(t.content)
-				return lim.textTooLong("messages", text)
+				return lim.textTooLong("messages", before+len(t.content))
 			case "name":
 				if err := dec.SkipValue(); err != nil {
 					return malformed(err)
@@ -598,6 +600,10 @@ func readMessages(dec *jsontext.Decoder, r *apiRequest, lim limits) *apiError {
 			return badRequest(at+".content", "%s.content: want a string or an array of text parts", at)
 		}
 		turns = append(turns, t)
+		text += t.rendered()
+		if e := lim.textTooLong("messages", text); e != nil {
+			return e
+		}
 	}
 	if _, err := dec.ReadToken(); err != nil {
 		return malformed(err)
@@ -636,17 +642,28 @@ func readParts(dec *jsontext.Decoder, dst *string, at string) *apiError {
 
 type turn struct{ role, content string }
 
+// chatEnd ends the plain chat template, for the model to continue.
+const chatEnd = "Assistant:"
+
 // renderChat is the plain chat template for models without one of their own: each message on a line of its own
 // as "Role: content", then "Assistant:" for the model to continue.
 func renderChat(turns []turn) string {
 	var sb strings.Builder
 	for _, t := range turns {
-		role := t.role
-		if role == "developer" {
-			role = "system"
-		}
-		sb.WriteString(strings.ToUpper(role[:1]) + role[1:] + ": " + t.content + "\n")
+		sb.WriteString(t.speaker() + ": " + t.content + "\n")
 	}
-	sb.WriteString("Assistant:")
+	sb.WriteString(chatEnd)
 	return sb.String()
 }
+
+// speaker is the name a message's line starts with: its role, capitalised, a developer's as the system's.
+func (t turn) speaker() string {
+	role := t.role
+	if role == "developer" {
+		role = "system"
+	}
+	return strings.ToUpper(role[:1]) + role[1:]
+}
+
+// rendered is the length in bytes of the message's line in renderChat's text.
+func (t turn) rendered() int { return len(t.speaker()) + len(": ") + len(t.content) + len("\n") }

@@ -40,7 +40,8 @@
 // Content-Length or while it is read). The body is parsed as a stream, and a prompt that cannot fit in the
 // context is refused as soon as that is certain: a text from its length in bytes before it is decoded or
 // tokenized (no token spells more bytes than the vocabulary's longest piece, tokenizer.Vocab.MinTokens), token
-// ids at the context's count, chat content as its total grows. A client has Config.HeaderTimeout (10 s) for its
+// ids at the context's count, chat messages from the text the template renders them to as it grows (each
+// message's "Role: " and line end count, so that many empty messages are refused as one long one is). A client has Config.HeaderTimeout (10 s) for its
 // headers and Config.BodyTimeout (30 s) for its body, 408 after; a kept-alive connection idle for
 // Config.IdleTimeout (60 s) is closed, and at most Config.MaxConnections (1024) are open, the rest waiting to be
 // accepted.
