@@ -2,7 +2,9 @@ package server
 
 import (
 	"bufio"
+	"bytes"
 	"cmp"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -484,5 +486,81 @@ func TestErrorsEchoBounded(t *testing.T) {
 			t.Errorf("%s of 100,000 characters: %d, %d bytes, param %.100q, %.300q; want %d, at most 1 KiB, param %.100q, %.300q",
 				c.name, code, len(b), param, e.Message, c.status, c.param, c.msg)
 		}
+	}
+}
+
+// pipeStream sends a streamed completion of n tokens over a connection of l and returns the connection, unread.
+func pipeStream(t *testing.T, l *pipeListener, n int) net.Conn {
+	t.Helper()
+	conn, err := l.Dial(context.Background(), "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	body := fmt.Sprintf(`{"model": %q, "prompt": %s, "max_tokens": %d, "ignore_eos": true, "stream": true}`, testModel, tokenJSON(testPrompt), n)
+	go fmt.Fprintf(conn, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	return conn
+}
+
+// TestStalledReaders: streams whose clients stop reading are cut off once a write has waited WriteTimeout,
+// their requests cancelled and their connections closed; so with MaxConnections 2, two such clients do not
+// hold the server.
+func TestStalledReaders(t *testing.T) {
+	l := newPipeListener()
+	ts := newTestServer(t, func(_ *testExec, c *testConfig) {
+		c.MaxConnections, c.WriteTimeout, c.Listener = 2, 300*time.Millisecond, l
+	})
+	for range 2 {
+		pipeStream(t, l, 500)
+	}
+	client := &http.Client{Transport: &http.Transport{DialContext: l.Dial}, Timeout: 10 * time.Second}
+	resp, err := client.Get("http://server/health")
+	if err != nil {
+		t.Fatalf("GET /health with two stalled readers on the two connections: %v, want 200 once they are cut off", err)
+	}
+	resp.Body.Close()
+	waitFor(t, func() bool { return ts.Engine().Pending() == 0 })
+	cancelled := 0
+	for _, ev := range ts.Engine().Log() {
+		if ev.Kind == engine.Cancelled {
+			cancelled++
+		}
+	}
+	if cancelled != 2 {
+		t.Errorf("%d requests cancelled, want the two stalled readers'", cancelled)
+	}
+}
+
+// TestSlowReader: a client that reads a stream slowly but steadily gets all of it, though the stream takes
+// several times WriteTimeout: the deadline is on each write, not on the answer.
+func TestSlowReader(t *testing.T) {
+	const writeTimeout = time.Second
+	l := newPipeListener()
+	newTestServer(t, func(_ *testExec, c *testConfig) { c.WriteTimeout, c.Listener = writeTimeout, l })
+	conn := pipeStream(t, l, 500)
+	start := time.Now()
+	resp, err := http.ReadResponse(bufio.NewReaderSize(conn, 256), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []byte
+	buf := make([]byte, 256)
+	for {
+		n, err := resp.Body.Read(buf)
+		got = append(got, buf[:n]...)
+		if err != nil {
+			if err != io.EOF {
+				t.Errorf("reading the stream after %v: %v", time.Since(start), err)
+			}
+			break
+		}
+		time.Sleep(10 * time.Millisecond) // at most 25.6 KB/s
+	}
+	took := time.Since(start)
+	if resp.StatusCode != 200 || !bytes.Contains(got, []byte(`"finish_reason":"length"`)) || !bytes.HasSuffix(got, []byte("data: [DONE]\n\n")) {
+		t.Errorf("a slow reader's stream (%d, %d bytes in %v): ...%q, want all of it, ending with [DONE]", resp.StatusCode, len(got), took, got[max(0, len(got)-200):])
+	}
+	if took < 2*writeTimeout {
+		t.Fatalf("the stream took %v, want a reader slower than twice the write timeout %v", took, writeTimeout)
 	}
 }

@@ -44,7 +44,9 @@
 // message's "Role: " and line end count, so that many empty messages are refused as one long one is). A client has Config.HeaderTimeout (10 s) for its
 // headers and Config.BodyTimeout (30 s) for its body, 408 after; a kept-alive connection idle for
 // Config.IdleTimeout (60 s) is closed, and at most Config.MaxConnections (1024) are open, the rest waiting to be
-// accepted.
+// accepted. Each write of an answer has Config.WriteTimeout (60 s, nginx's send_timeout): a client that reads
+// nothing for that long while the connection's buffers are full is cut off, its request cancelled, while a
+// stream to a slow client that keeps reading runs as long as it takes.
 //
 // # Parameters
 //
@@ -137,6 +139,10 @@ type Config struct {
 	// HeaderTimeout and BodyTimeout bound the time a client takes to send a request's headers and its body;
 	// IdleTimeout closes a kept-alive connection that sends no request for that long. Defaults 10 s, 30 s, 60 s.
 	HeaderTimeout, BodyTimeout, IdleTimeout time.Duration
+	// WriteTimeout bounds each write of an answer: a client that reads nothing for that long while the
+	// connection's buffers are full is cut off and its request cancelled; one that reads, however slowly, is not.
+	// Default 60 s (nginx's send_timeout).
+	WriteTimeout time.Duration
 }
 
 // maxBody bounds a request body (OpenAI's and vLLM's answer to a larger one is 413).
@@ -169,16 +175,16 @@ func New(cfg Config) (*Server, error) {
 		return nil, errors.New("server: Config.Model is empty, want the name clients ask for")
 	case cfg.Vocab == nil || cfg.Engine == nil:
 		return nil, errors.New("server: Config.Vocab and Config.Engine are required")
-	case cfg.MaxQueue < 0 || cfg.Grace < 0 || cfg.MaxConnections < 0 || cfg.HeaderTimeout < 0 || cfg.BodyTimeout < 0 || cfg.IdleTimeout < 0:
-		return nil, fmt.Errorf("server: MaxQueue %d, Grace %v, MaxConnections %d, HeaderTimeout %v, BodyTimeout %v, IdleTimeout %v: want none negative",
-			cfg.MaxQueue, cfg.Grace, cfg.MaxConnections, cfg.HeaderTimeout, cfg.BodyTimeout, cfg.IdleTimeout)
+	case cfg.MaxQueue < 0 || cfg.Grace < 0 || cfg.MaxConnections < 0 || cfg.HeaderTimeout < 0 || cfg.BodyTimeout < 0 || cfg.IdleTimeout < 0 || cfg.WriteTimeout < 0:
+		return nil, fmt.Errorf("server: MaxQueue %d, Grace %v, MaxConnections %d, HeaderTimeout %v, BodyTimeout %v, IdleTimeout %v, WriteTimeout %v: want none negative",
+			cfg.MaxQueue, cfg.Grace, cfg.MaxConnections, cfg.HeaderTimeout, cfg.BodyTimeout, cfg.IdleTimeout, cfg.WriteTimeout)
 	}
 	geo := cfg.Engine.Geometry()
 	if cfg.Vocab.Len() != geo.Vocab {
 		return nil, fmt.Errorf("server: the tokenizer has %d tokens, the model %d", cfg.Vocab.Len(), geo.Vocab)
 	}
 	for d, def := range map[*time.Duration]time.Duration{&cfg.Grace: 30 * time.Second, &cfg.HeaderTimeout: 10 * time.Second,
-		&cfg.BodyTimeout: 30 * time.Second, &cfg.IdleTimeout: 60 * time.Second} {
+		&cfg.BodyTimeout: 30 * time.Second, &cfg.IdleTimeout: 60 * time.Second, &cfg.WriteTimeout: 60 * time.Second} {
 		if *d == 0 {
 			*d = def
 		}
@@ -217,7 +223,7 @@ func New(cfg Config) (*Server, error) {
 		s.handler = cors.New(cors.Options{AllowedOrigins: cfg.AllowedOrigins, AllowedMethods: []string{http.MethodGet, http.MethodPost},
 			AllowedHeaders: []string{"Authorization", "Content-Type"}, MaxAge: 600}).Handler(s.handler)
 	}
-	s.handler = s.readDeadline(s.handler)
+	s.handler = s.deadlines(s.handler)
 	return s, nil
 }
 
@@ -246,15 +252,40 @@ func authorize(next http.Handler, key string) http.Handler {
 	})
 }
 
-// readDeadline gives a request Config.BodyTimeout to arrive in full: the handler that reads a body lifts the
-// deadline once it has (see readBody); any other request keeps it, so that the server never waits longer than
-// that for a body it does not read.
-func (s *Server) readDeadline(next http.Handler) http.Handler {
+// deadlines gives a request Config.BodyTimeout to arrive in full, and each write of its answer
+// Config.WriteTimeout. The handler that reads a body lifts the read deadline once it has (see readBody); any
+// other request keeps it, so that the server never waits longer than that for a body it does not read.
+func (s *Server) deadlines(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout))
-		next.ServeHTTP(w, r)
+		rc := http.NewResponseController(w)
+		rc.SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout))
+		rc.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
+		next.ServeHTTP(&writeDeadline{ResponseWriter: w, rc: rc, timeout: s.cfg.WriteTimeout}, r)
 	})
 }
+
+// writeDeadline moves the connection's write deadline to timeout from now before each write and flush: a write
+// that finds the buffers full fails once the client has read nothing for that long (a deadline on the whole
+// answer would cut off a long stream to a client that reads).
+type writeDeadline struct {
+	http.ResponseWriter
+	rc      *http.ResponseController
+	timeout time.Duration
+}
+
+func (w *writeDeadline) Write(b []byte) (int, error) {
+	w.rc.SetWriteDeadline(time.Now().Add(w.timeout))
+	return w.ResponseWriter.Write(b)
+}
+
+// FlushError is what http.ResponseController.Flush calls.
+func (w *writeDeadline) FlushError() error {
+	w.rc.SetWriteDeadline(time.Now().Add(w.timeout))
+	return w.rc.Flush()
+}
+
+// Unwrap lets http.ResponseController reach the connection's other controls.
+func (w *writeDeadline) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // Engine is the engine the server runs.
 func (s *Server) Engine() *engine.Engine { return s.eng }

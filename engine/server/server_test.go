@@ -87,6 +87,8 @@ type testConfig struct {
 	Config
 	Engine engine.Options
 	OnStep func(e *engine.Engine, info engine.StepInfo)
+	// Listener, when set, is where the server accepts connections instead of a loopback port.
+	Listener net.Listener
 }
 
 // newTestServer serves the synthetic model on a loopback port until the test ends; edit adjusts the executor and
@@ -115,18 +117,23 @@ func newTestServer(t testing.TB, edit func(*testExec, *testConfig)) *testServer 
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := start(t, s)
+	ts := startOn(t, s, cfg.Listener)
 	ts.x, ts.vocab, ts.m = x, vocab, m
 	t.Cleanup(x.release) // before start's cleanup stops the server
 	return ts
 }
 
 // start serves s on a loopback port until the test ends.
-func start(t testing.TB, s *Server) *testServer {
+func start(t testing.TB, s *Server) *testServer { return startOn(t, s, nil) }
+
+// startOn serves s on ln, or on a loopback port when ln is nil, until the test ends.
+func startOn(t testing.TB, s *Server, ln net.Listener) *testServer {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	if ln == nil {
+		var err error
+		if ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	ts := &testServer{Server: s, url: "http://" + ln.Addr().String(), stop: stop, served: make(chan error, 1)}
@@ -134,6 +141,50 @@ func start(t testing.TB, s *Server) *testServer {
 	t.Cleanup(func() { ts.close(t) })
 	return ts
 }
+
+// pipeListener accepts the server's ends of in-memory connections (net.Pipe) that Dial makes: a write on one
+// waits until the other end reads it, with no socket buffer between, so that a client that stops reading blocks
+// the server's next write at once.
+type pipeListener struct {
+	conns  chan net.Conn
+	closed chan struct{}
+	once   sync.Once
+}
+
+func newPipeListener() *pipeListener {
+	return &pipeListener{conns: make(chan net.Conn), closed: make(chan struct{})}
+}
+
+func (l *pipeListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.closed:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *pipeListener) Close() error { l.once.Do(func() { close(l.closed) }); return nil }
+
+func (l *pipeListener) Addr() net.Addr { return pipeAddr{} }
+
+// Dial connects to the server, waiting until it accepts.
+func (l *pipeListener) Dial(ctx context.Context, _, _ string) (net.Conn, error) {
+	client, server := net.Pipe()
+	select {
+	case l.conns <- server:
+		return client, nil
+	case <-l.closed:
+		return nil, net.ErrClosed
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+type pipeAddr struct{}
+
+func (pipeAddr) Network() string { return "pipe" }
+func (pipeAddr) String() string  { return "pipe" }
 
 // close stops the server and waits for Serve to return (once).
 func (ts *testServer) close(t testing.TB) {
