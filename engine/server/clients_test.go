@@ -136,6 +136,50 @@ func TestParsingCountsAgainstQueue(t *testing.T) {
 	}
 }
 
+// TestStalledBodiesHoldNoPlace: a request takes its place in the bounded queue once its body has begun, so
+// connections that send headers announcing a body and then nothing hold no place: with MaxQueue 4, four of them
+// (each told "100 Continue", so each is in the handler, waiting for its body) do not turn a valid request away.
+func TestStalledBodiesHoldNoPlace(t *testing.T) {
+	ts := newTestServer(t, func(_ *testExec, c *testConfig) { c.MaxQueue = 4 })
+	for range 4 {
+		conn, err := net.Dial("tcp", strings.TrimPrefix(ts.url, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		fmt.Fprintf(conn, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\nExpect: 100-continue\r\n\r\n")
+		if line, err := bufio.NewReader(conn).ReadString('\n'); line != "HTTP/1.1 100 Continue\r\n" {
+			t.Fatalf("headers with Expect: 100-continue: %q, %v; want 100 Continue", line, err)
+		}
+	}
+	body := fmt.Sprintf(`{"model": %q, "prompt": "Once", "max_tokens": 2}`, testModel)
+	if code, hdr, b := post(t, ts.url+"/v1/completions", body); code != 200 {
+		t.Errorf("a request while four bodies have not begun, MaxQueue 4: %d (Retry-After %q) %s, want 200", code, hdr.Get("Retry-After"), b)
+	}
+}
+
+// TestRetryAfter: a 429's Retry-After is the mean time a request held its place in the queue over the places,
+// in whole seconds and at least 1 (at MaxQueue places held that long each, one frees that often).
+func TestRetryAfter(t *testing.T) {
+	var h holdTime
+	if got := h.retryAfter(4); got != 1 {
+		t.Errorf("no hold yet: Retry-After %d, want 1", got)
+	}
+	h.add(30 * time.Second) // the first hold is the mean
+	if got := h.retryAfter(4); got != 8 {
+		t.Errorf("a hold of 30 s over 4 places: Retry-After %d, want 8 (7.5 s up)", got)
+	}
+	for range 100 {
+		h.add(2 * time.Second)
+	}
+	if got := h.retryAfter(1); got != 2 {
+		t.Errorf("100 holds of 2 s after one of 30, 1 place: Retry-After %d, want 2", got)
+	}
+	if got := h.retryAfter(16); got != 1 {
+		t.Errorf("holds of 2 s over 16 places: Retry-After %d, want 1", got)
+	}
+}
+
 // TestContentType: a POST must say its body is JSON; any other Content-Type, or none, is a 415 (a web page can
 // send text/plain across origins without a preflight).
 func TestContentType(t *testing.T) {

@@ -17,8 +17,8 @@ import (
 )
 
 // generate submits a prepared request, cancelled with ctx (the client's connection), and writes its tokens to
-// out as they come. It calls leave, the end of the request's place in the bounded queue, at its first batch.
-func (s *Server) generate(ctx context.Context, j *job, out output, leave func()) {
+// out as they come. It gives up the request's place in the bounded queue at its first batch.
+func (s *Server) generate(ctx context.Context, j *job, out output, p *place) {
 	st := s.eng.SubmitContext(ctx, j.req)
 	d := decoder{vocab: s.cfg.Vocab, prev: int(j.req.Prompt[len(j.req.Prompt)-1]), stops: j.Stop}
 	started := false
@@ -28,7 +28,7 @@ func (s *Server) generate(ctx context.Context, j *job, out output, leave func())
 			started = true
 			out.start()
 		case engine.Scheduled:
-			leave()
+			p.leave()
 		case engine.Token:
 			if slices.Contains(j.req.Stop, ev.Token) {
 				continue // a stop token has no text; the engine ends the request with it
@@ -41,7 +41,7 @@ func (s *Server) generate(ctx context.Context, j *job, out output, leave func())
 		}
 	}
 	res := st.Wait()
-	leave()
+	p.leave()
 	u := openai.Usage{PromptTokens: len(j.req.Prompt), CompletionTokens: len(res.Output), TotalTokens: len(j.req.Prompt) + len(res.Output)}
 	switch res.Finish {
 	case engine.FinishStop, engine.FinishLength:

@@ -41,11 +41,12 @@ type apiRequest struct {
 
 // apiError is an error answered in OpenAI's shape: {"error": {"message", "type", "param", "code"}}.
 type apiError struct {
-	Status  int
-	Message string
-	Type    string
-	Param   string // the request field at fault, "" for none
-	Code    string
+	Status     int
+	Message    string
+	Type       string
+	Param      string // the request field at fault, "" for none
+	Code       string
+	RetryAfter int // seconds, for a Retry-After header; 0 for none
 }
 
 func (e *apiError) Error() string { return e.Message }

@@ -35,8 +35,10 @@
 //
 // # Limits
 //
-// A request takes its place in the Config.MaxQueue count before its body is read and keeps it until its first
-// batch, so that requests being read and parsed are bounded too. A body is at most 4 MiB (413 beyond, from its
+// A request takes its place in the Config.MaxQueue count once its body begins and keeps it until its first
+// batch, so that requests being read and parsed are bounded too; a client that sends headers and no body holds
+// only its connection, no place that others wait for. A 429's Retry-After is how long places were held of late
+// (an exponentially weighted mean) over MaxQueue, the time in which one frees on average. A body is at most 4 MiB (413 beyond, from its
 // Content-Length or while it is read). The body is parsed as a stream, and a prompt that cannot fit in the
 // context is refused as soon as that is certain: a text from its length in bytes before it is decoded or
 // tokenized (no token spells more bytes than the vocabulary's longest piece, tokenizer.Vocab.MinTokens), token
@@ -73,7 +75,7 @@
 // does), or a request the KV pool can never hold; 401 without the API key; 404 model_not_found for another model
 // and 404 for another path; 405 with Allow for another method; 408 for a body not received in time; 413 for a body
 // over 4 MiB; 415 for a body that is not application/json; 429 with Retry-After when Config.MaxQueue requests
-// are already admitted and not yet in a batch; 503 while shutting down or after the engine failed; 500 when a step
+// are already admitted and not yet in a batch (see Limits); 503 while shutting down or after the engine failed; 500 when a step
 // fails under a request. A client that disconnects cancels its request (the engine frees its KV blocks at the
 // next iteration).
 //
@@ -92,6 +94,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"math"
 	"math/rand/v2"
 	"mime"
 	"net"
@@ -121,8 +125,8 @@ type Config struct {
 	// Engine is the engine served, with its hooks (a morphing controller's) already added; the server adds its
 	// metrics' hook after them, and runs the engine's loop in Serve.
 	Engine *engine.Engine
-	// MaxQueue bounds the requests admitted and not yet in their first batch, counted from before their body is
-	// read; a request beyond it is answered 429. 0: no bound.
+	// MaxQueue bounds the requests admitted and not yet in their first batch, counted from when their body
+	// begins; a request beyond it is answered 429. 0: no bound.
 	MaxQueue int
 	// Grace is how long Serve lets running requests finish after its context ends; default 30 s.
 	Grace time.Duration
@@ -148,9 +152,6 @@ type Config struct {
 // maxBody bounds a request body (OpenAI's and vLLM's answer to a larger one is 413).
 const maxBody = 4 << 20
 
-// retryAfter is what a 429 tells the client to wait, in seconds.
-const retryAfter = 1
-
 // Server is an OpenAI-compatible HTTP front end of an engine.
 type Server struct {
 	cfg     Config
@@ -161,7 +162,8 @@ type Server struct {
 	handler http.Handler
 	ends    []int32 // tokens that end every request: EOS and BOS
 
-	queued  atomic.Int64 // requests admitted, from before their body is read, and not yet in a batch (MaxQueue's count)
+	queued  atomic.Int64 // requests admitted, from when their body begins, and not yet in a batch (MaxQueue's count)
+	holds   holdTime     // how long they hold their places
 	closing atomic.Bool
 	nextID  atomic.Uint64
 	failMu  sync.Mutex
@@ -408,8 +410,8 @@ func (e *apiError) body() openai.ErrorResponse {
 }
 
 func writeError(w http.ResponseWriter, e *apiError) {
-	if e.Status == http.StatusTooManyRequests {
-		w.Header().Set("Retry-After", strconv.Itoa(retryAfter))
+	if e.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(e.RetryAfter))
 	}
 	writeJSON(w, e.Status, e.body())
 }
@@ -475,16 +477,34 @@ func (s *Server) prepare(r *apiRequest) (*job, *apiError) {
 		req: engine.Request{Prompt: prompt, MaxTokens: maxTokens, Stop: stops, StopWhen: stopWhen, Sampling: p}}, nil
 }
 
-// admit takes a place in the bounded queue, or reports that it is full.
-func (s *Server) admit() bool {
+// admit takes a place in the bounded queue, or answers the 429 of a full one.
+func (s *Server) admit() (*place, *apiError) {
 	for {
 		n := s.queued.Load()
 		if s.cfg.MaxQueue > 0 && n >= int64(s.cfg.MaxQueue) {
-			return false
+			wait := s.holds.retryAfter(s.cfg.MaxQueue)
+			return nil, &apiError{Status: http.StatusTooManyRequests, Type: "rate_limit_error", Code: "queue_full", RetryAfter: wait,
+				Message: fmt.Sprintf("%d requests are waiting, the most this server queues; retry after %d s", s.cfg.MaxQueue, wait)}
 		}
 		if s.queued.CompareAndSwap(n, n+1) {
-			return true
+			return &place{s: s, since: time.Now(), held: true}, nil
 		}
+	}
+}
+
+// place is a request's place in the bounded queue, held from when its body begins until its first batch.
+type place struct {
+	s     *Server
+	since time.Time
+	held  bool
+}
+
+// leave gives the place up, if it is held.
+func (p *place) leave() {
+	if p.held {
+		p.held = false
+		p.s.queued.Add(-1)
+		p.s.holds.add(time.Since(p.since))
 	}
 }
 
@@ -498,25 +518,26 @@ func (s *Server) complete(chat bool) http.HandlerFunc {
 			writeError(w, e)
 			return
 		}
-		if !s.admit() {
-			writeError(w, &apiError{Status: http.StatusTooManyRequests, Type: "rate_limit_error", Code: "queue_full",
-				Message: fmt.Sprintf("%d requests are waiting, the most this server queues; retry after %d s", s.cfg.MaxQueue, retryAfter)})
+		// The request takes its place once its body begins: a client that sends headers and no body holds a
+		// connection for BodyTimeout, but no place that others wait for.
+		body := &requestBody{r: http.MaxBytesReader(w, r.Body, maxBody), size: r.ContentLength}
+		if err := body.begin(); err != nil {
+			writeError(w, s.bodyError(err))
 			return
 		}
-		waiting := true
-		leave := func() { // the request's place in the queue, held until its first batch
-			if waiting {
-				waiting = false
-				s.queued.Add(-1)
-			}
-		}
-		defer leave()
-		body, aerr := s.readBody(w, r)
+		p, aerr := s.admit()
 		if aerr != nil {
 			writeError(w, aerr)
 			return
 		}
-		req, aerr := parseRequest(body, chat, s.limits)
+		defer p.leave()
+		b, err := body.rest()
+		if err != nil {
+			writeError(w, s.bodyError(err))
+			return
+		}
+		http.NewResponseController(w).SetReadDeadline(time.Time{}) // from now on reads only watch for the client going away
+		req, aerr := parseRequest(b, chat, s.limits)
 		if aerr != nil {
 			writeError(w, aerr)
 			return
@@ -532,7 +553,7 @@ func (s *Server) complete(chat bool) http.HandlerFunc {
 		} else {
 			out = &jsonOutput{w: w, j: j, model: s.cfg.Model}
 		}
-		s.generate(r.Context(), j, out, leave)
+		s.generate(r.Context(), j, out, p)
 	}
 }
 
@@ -562,25 +583,76 @@ func declaredSize(r *http.Request) *apiError {
 	return nil
 }
 
-// readBody reads a request's body, at most maxBody bytes within Config.BodyTimeout, then lifts the read
-// deadline: from then on the server's reads only watch for the client going away.
-func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
-	var buf bytes.Buffer
-	if r.ContentLength > 0 {
-		buf.Grow(int(r.ContentLength) + bytes.MinRead) // room to read the end of the body without growing again
+// requestBody reads a request's body (at most maxBody bytes, through http.MaxBytesReader) in two parts: its first
+// byte, which may be long in coming, and the rest.
+type requestBody struct {
+	r     io.Reader
+	size  int64 // Content-Length, -1 when unknown
+	first [1]byte
+	n     int // bytes in first
+}
+
+// begin waits for the body's first byte, or its end when it is empty.
+func (b *requestBody) begin() error {
+	var err error
+	b.n, err = io.ReadFull(b.r, b.first[:])
+	if err == io.EOF {
+		return nil
 	}
-	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, maxBody))
+	return err
+}
+
+// rest reads the rest of the body and returns the whole of it.
+func (b *requestBody) rest() ([]byte, error) {
+	var buf bytes.Buffer
+	if b.size > 0 {
+		buf.Grow(int(b.size) + bytes.MinRead) // room to read the end of the body without growing again
+	}
+	buf.Write(b.first[:b.n])
+	if b.n == 0 {
+		return buf.Bytes(), nil
+	}
+	_, err := buf.ReadFrom(b.r)
+	return buf.Bytes(), err
+}
+
+// bodyError is the answer to an error reading a body: 413 beyond maxBody, 408 after Config.BodyTimeout.
+func (s *Server) bodyError(err error) *apiError {
 	var tooLarge *http.MaxBytesError
 	var ne net.Error
 	switch {
 	case errors.As(err, &tooLarge):
-		return nil, errBodyTooLarge
+		return errBodyTooLarge
 	case errors.As(err, &ne) && ne.Timeout():
-		return nil, &apiError{Status: http.StatusRequestTimeout, Type: "invalid_request_error",
+		return &apiError{Status: http.StatusRequestTimeout, Type: "invalid_request_error",
 			Message: fmt.Sprintf("request body not received within %v", s.cfg.BodyTimeout)}
-	case err != nil:
-		return nil, badRequest("", "reading the request body: %v", err)
 	}
-	http.NewResponseController(w).SetReadDeadline(time.Time{})
-	return buf.Bytes(), nil
+	return badRequest("", "reading the request body: %v", err)
+}
+
+// holdTime is an exponentially weighted mean of how long requests held their places in the queue. With MaxQueue
+// places each held that long, one frees every hold/MaxQueue on average (Little's law): what a 429's Retry-After
+// says.
+type holdTime struct {
+	mu   sync.Mutex
+	mean time.Duration
+	n    int
+}
+
+// add counts a place held for d.
+func (h *holdTime) add(d time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.n == 0 {
+		h.mean = d
+	}
+	h.mean += (d - h.mean) / 8
+	h.n++
+}
+
+// retryAfter is the seconds, at least 1, until the next of places frees at the mean hold.
+func (h *holdTime) retryAfter(places int) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return max(1, int(math.Round(h.mean.Seconds()/float64(places))))
 }

@@ -43,7 +43,7 @@ the budget instead of growing to twice what is live before each collection.
 With --api-key (or $MORPHLAB_API_KEY) every request but GET /health and GET /metrics must send
 "Authorization: Bearer KEY" (401 otherwise). POST bodies must be application/json (415 otherwise), at most 4 MiB
 (413). No web page of another origin may call the server unless --allowed-origins lists its origin. A request
-counts against --max-queue from before its body is read, and a prompt too long for the context is refused from
+counts against --max-queue from when its body begins, and a prompt too long for the context is refused from
 its length before it is tokenized. A client has 10 s for its headers and 30 s for its body; an idle kept-alive
 connection is closed after 60 s; a write that waits --write-timeout for a client that reads nothing cancels the
 request and closes the connection; --max-connections bounds the open connections. The package doc of
