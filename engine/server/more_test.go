@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -32,24 +33,44 @@ func TestSchedulers(t *testing.T) {
 	}
 }
 
-// TestPoolTooSmall: a request the KV pool can never hold is a 400 naming max_tokens, with the engine's reason.
-func TestPoolTooSmall(t *testing.T) {
-	ts := newTestServer(t, func(x *testExec, _ *testConfig) {
-		m, _ := synthModel(t)
-		cx, err := executor.NewCPU(m, executor.CPUOptions{Pool: executor.Pool{Blocks: 4}, BlockSize: 16, MaxBatchedTokens: 64})
+// TestPoolBelowContext: a server whose KV pool cannot hold a request of the whole context is refused at the
+// start, naming the pool and the context (such a request would otherwise be refused when it came, with a 400
+// about a max_tokens it may never have sent); the smallest pool it accepts serves a request that fills the
+// context.
+func TestPoolBelowContext(t *testing.T) {
+	m, vocab := synthModel(t)
+	newServer := func(blocks int) (*Server, error) {
+		x, err := executor.NewCPU(m, executor.CPUOptions{Pool: executor.Pool{Blocks: blocks}, BlockSize: 16, MaxBatchedTokens: 64})
 		if err != nil {
 			t.Fatal(err)
 		}
-		x.Executor = cx
-	})
-	code, _, b := post(t, ts.url+"/v1/completions", fmt.Sprintf(`{"model": %q, "prompt": %s, "max_tokens": 100}`, testModel, tokenJSON(testPrompt)))
-	var e openai.ErrorResponse
-	if err := json.Unmarshal(b, &e); code != 400 || err != nil || e.Error.Param == nil || *e.Error.Param != "max_tokens" ||
-		!strings.Contains(e.Error.Message, "KV blocks, the pool has") {
-		t.Errorf("a request of 108 tokens over a pool of 4 blocks of 16: %d %s, want a 400 on max_tokens with the pool's size", code, b)
+		eng, err := engine.New(x, engine.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return New(Config{Model: testModel, Vocab: vocab, Engine: eng})
 	}
-	if got, _, _ := complete(t, ts.url, fmt.Sprintf(`{"model": %q, "prompt": %s, "max_tokens": 8}`, testModel, tokenJSON(testPrompt)), false); got == "" {
-		t.Errorf("a request that fits: empty text")
+	_, err := newServer(8)
+	var small *PoolError
+	if want := "server: the KV pool of 8 blocks of 16 tokens holds requests of at most 112 tokens, less than the model's context of 512 tokens"; err == nil ||
+		err.Error() != want || !errors.As(err, &small) || small.Blocks != 8 || small.Tokens != 112 || small.Context != 512 {
+		t.Errorf("a pool of 8 blocks of 16 tokens: %v, want a *PoolError %q", err, want)
+	}
+	blocks := 32 // one context's worth
+	var s *Server
+	for ; s == nil && blocks < 64; blocks++ {
+		if s, err = newServer(blocks); err != nil && !errors.As(err, &small) {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("the smallest pool accepted: %d blocks", blocks-1)
+	if s == nil {
+		t.Fatal("no pool of 32 to 63 blocks accepted")
+	}
+	url := start(t, s).url
+	body := fmt.Sprintf(`{"model": %q, "prompt": %s, "ignore_eos": true}`, testModel, tokenJSON(testPrompt))
+	if _, reason, u := complete(t, url, body, false); reason != "length" || u.TotalTokens != 512 {
+		t.Errorf("a request of the whole context on the smallest pool accepted: %s, %+v; want length and 512 tokens", reason, u)
 	}
 }
 

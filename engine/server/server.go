@@ -81,7 +81,9 @@
 //
 // # Lifecycle
 //
-// Serve runs the engine's loop and the HTTP server until its context ends, then stops admitting (the listener
+// New refuses an engine whose KV pool cannot hold a request of the whole context (PoolError), as vLLM refuses to
+// start when its KV cache cannot hold max_model_len. Serve runs the engine's loop and the HTTP server until its
+// context ends, then stops admitting (the listener
 // closes), lets the running requests finish within Config.Grace (engine.Shutdown), cancels what is left, and
 // returns nil. A controller plugs into the engine itself (engine.Engine.OnStep) before the server is made.
 package server
@@ -149,6 +151,19 @@ type Config struct {
 	WriteTimeout time.Duration
 }
 
+// PoolError is New's error for a KV pool that cannot hold a request of the whole context, which would then be
+// refused when it came (vLLM, too, refuses to start when its KV cache cannot hold max_model_len).
+type PoolError struct {
+	Blocks, BlockSize int // the pool
+	Tokens            int // the longest request it holds (engine.Engine.MaxRequestTokens)
+	Context           int // the model's context in tokens
+}
+
+func (e *PoolError) Error() string {
+	return fmt.Sprintf("server: the KV pool of %d blocks of %d tokens holds requests of at most %d tokens, less than the model's context of %d tokens",
+		e.Blocks, e.BlockSize, e.Tokens, e.Context)
+}
+
 // maxBody bounds a request body (OpenAI's and vLLM's answer to a larger one is 413).
 const maxBody = 4 << 20
 
@@ -184,6 +199,9 @@ func New(cfg Config) (*Server, error) {
 	geo := cfg.Engine.Geometry()
 	if cfg.Vocab.Len() != geo.Vocab {
 		return nil, fmt.Errorf("server: the tokenizer has %d tokens, the model %d", cfg.Vocab.Len(), geo.Vocab)
+	}
+	if n := cfg.Engine.MaxRequestTokens(); n < geo.Context {
+		return nil, &PoolError{Blocks: cfg.Engine.Memory().Blocks, BlockSize: geo.BlockSize, Tokens: n, Context: geo.Context}
 	}
 	for d, def := range map[*time.Duration]time.Duration{&cfg.Grace: 30 * time.Second, &cfg.HeaderTimeout: 10 * time.Second,
 		&cfg.BodyTimeout: 30 * time.Second, &cfg.IdleTimeout: 60 * time.Second, &cfg.WriteTimeout: 60 * time.Second} {

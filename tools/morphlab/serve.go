@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -115,6 +116,10 @@ func runServe(e *env, args []string) (err error) {
 	}
 	cfg.Model, cfg.Vocab, cfg.Engine, cfg.MaxQueue, cfg.Grace = *name, l.Vocab, in.Engine, *maxQueue, *grace
 	srv, err := server.New(cfg)
+	var small *server.PoolError
+	if errors.As(err, &small) {
+		return usagef("%v: give it more blocks (--kv-blocks, or a larger --memory)", err)
+	}
 	if err != nil {
 		return err
 	}

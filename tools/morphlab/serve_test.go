@@ -185,6 +185,8 @@ func TestServeUsage(t *testing.T) {
 			"(models: llama-2-7b, vicuna-7b-v1.5, llama-2-13b, llama-3-8b, codellama-34b, stories260K, stories15M, stories42M, stories110M)\n"},
 		{[]string{"serve", "--model", "x", "--max-connections", "0"}, "morphlab serve: --max-connections=0, want at least 1\n"},
 		{[]string{"serve", "--model", "x", "--write-timeout", "0"}, "morphlab serve: --write-timeout=0s, want more than 0\n"},
+		{[]string{"serve", "--model", "stories260K", "--kv-blocks", "8"}, "morphlab serve: server: the KV pool of 8 blocks of 16 tokens holds requests of at most " +
+			"112 tokens, less than the model's context of 512 tokens: give it more blocks (--kv-blocks, or a larger --memory)\n"},
 		{[]string{"serve", "--model", "x", "--allowed-origins", "https://a.example, app.example.com"},
 			"morphlab serve: --allowed-origins: \"app.example.com\", want origins such as https://app.example.com or http://localhost:3000 (or *)\n"},
 		{[]string{"serve", "--model", "x", "--allowed-origins", "https://a.example/path"},
