@@ -83,9 +83,8 @@
 //
 // New refuses an engine whose KV pool cannot hold a request of the whole context (PoolError), as vLLM refuses to
 // start when its KV cache cannot hold max_model_len. Serve runs the engine's loop and the HTTP server until its
-// context ends, then stops admitting (the listener
-// closes), lets the running requests finish within Config.Grace (engine.Shutdown), cancels what is left, and
-// returns nil. A controller plugs into the engine itself (engine.Engine.OnStep) before the server is made.
+// context ends, then stops admitting (the listener closes), lets the running requests finish within Config.Grace
+// (engine.Shutdown), cancels what is left, and returns nil. A controller plugs into the engine itself (engine.Engine.OnStep) before the server is made.
 package server
 
 import (
