@@ -62,9 +62,10 @@
 // server does not implement are a 400 naming them, except at their no-op values (presence_penalty 0, logprobs
 // null, ...), which clients send by default. Generation ends at EOS or BOS (the llama2.c models end a story with
 // BOS), at max_tokens or at the context (finish_reason "length"), or at a stop string (finish_reason "stop", the
-// stop string not part of the text). Stop strings are found in the decoded text, where they may span tokens or
-// sit inside one, by a decoder that runs in the engine's loop (engine.Request.StopWhen): the request ends in the
-// step that completes one, its KV blocks freed then. Usage counts the prompt's tokens and the tokens generated up
+// stop string not part of the text). Stop strings are found in the text as the client reads it (valid UTF-8:
+// each output byte that starts no character is U+FFFD, as JSON writes it, so that stop "\ufffd" matches one),
+// where they may span tokens or sit inside one, by a decoder that runs in the engine's loop
+// (engine.Request.StopWhen): the request ends in the step that completes one, its KV blocks freed then. Usage counts the prompt's tokens and the tokens generated up
 // to the one that ended the request, a stop token included; generation_tokens_total counts the same.
 //
 // # Errors

@@ -567,7 +567,8 @@ func TestSampling(t *testing.T) {
 }
 
 // TestDecoderHoldsBack: the decoder hands out no text that may begin a stop string or a UTF-8 character, finds a
-// stop string across pieces, and flushes what it held at the end.
+// stop string across pieces, and at the end hands out what it held. Its text is the text as returned, each byte
+// that starts no character written as U+FFFD as JSON writes it, so a stop string "\ufffd" matches one.
 func TestDecoderHoldsBack(t *testing.T) {
 	pieces := []string{"<unk>", "<s>", "</s>", "Hel", "lo", " wor", "ld", "\xe2\x82", "\xac", "END", "E", "ND!"}
 	v, err := tokenizer.New(pieces, make([]float32, len(pieces)), nil, 1, 2, 0)
@@ -580,16 +581,22 @@ func TestDecoderHoldsBack(t *testing.T) {
 		stopped bool
 	}
 	for _, c := range []struct {
-		stops []string
-		steps []step
-		rest  string
+		stops   []string
+		steps   []step
+		rest    string
+		endStop bool // the rest ends at a stop string
 	}{
-		{nil, []step{{3, "Hel", false}, {4, "lo", false}, {7, "", false}, {8, "\u20ac", false}}, ""},
-		{[]string{"lo wo"}, []step{{3, "He", false}, {4, "l", false}, {5, "", true}}, ""},
-		{[]string{"lo wo"}, []step{{3, "He", false}, {4, "l", false}, {6, "lold", false}}, ""},
-		{[]string{"END"}, []step{{3, "Hel", false}, {10, "", false}, {11, "", true}}, ""},
-		{[]string{"ENDX"}, []step{{3, "Hel", false}, {9, "", false}}, "END"},
-		{nil, []step{{3, "Hel", false}, {7, "", false}}, "\xe2\x82"},
+		{nil, []step{{3, "Hel", false}, {4, "lo", false}, {7, "", false}, {8, "\u20ac", false}}, "", false},
+		{[]string{"lo wo"}, []step{{3, "He", false}, {4, "l", false}, {5, "", true}}, "", false},
+		{[]string{"lo wo"}, []step{{3, "He", false}, {4, "l", false}, {6, "lold", false}}, "", false},
+		{[]string{"END"}, []step{{3, "Hel", false}, {10, "", false}, {11, "", true}}, "", false},
+		{[]string{"ENDX"}, []step{{3, "Hel", false}, {9, "", false}}, "END", false},
+		{nil, []step{{3, "Hel", false}, {7, "", false}}, "\ufffd\ufffd", false},
+		{nil, []step{{3, "Hel", false}, {7, "", false}, {4, "\ufffd\ufffdlo", false}}, "", false},
+		{[]string{"\ufffd"}, []step{{3, "Hel", false}, {7, "", false}, {4, "", true}}, "", false},
+		{[]string{"\ufffdl"}, []step{{3, "Hel", false}, {7, "", false}, {4, "\ufffd", true}}, "", false},
+		{[]string{"\ufffd"}, []step{{3, "Hel", false}, {7, "", false}}, "", true},
+		{[]string{"\u20ac"}, []step{{3, "Hel", false}, {7, "", false}, {8, "", true}}, "", false},
 	} {
 		d := decoder{vocab: v, prev: 1, stops: c.stops}
 		for i, s := range c.steps {
@@ -598,8 +605,38 @@ func TestDecoderHoldsBack(t *testing.T) {
 				t.Errorf("stops %q, step %d (%q): %q, %v; want %q, %v", c.stops, i, pieces[s.tok], delta, stopped, s.delta, s.stopped)
 			}
 		}
-		if rest := d.flush(); rest != c.rest {
-			t.Errorf("stops %q: flush %q, want %q", c.stops, rest, c.rest)
+		if rest, stopped := d.end(); rest != c.rest || stopped != c.endStop {
+			t.Errorf("stops %q: end %q, %v; want %q, %v", c.stops, rest, stopped, c.rest, c.endStop)
+		}
+	}
+}
+
+// TestStopReplacementCharacter: a stop string is found in the text as the client reads it, in which each byte of
+// the output that starts no UTF-8 character is U+FFFD (the random weights' output has such bytes): stop "\ufffd"
+// ends the text before the first one, with finish_reason stop.
+func TestStopReplacementCharacter(t *testing.T) {
+	ts := newTestServer(t, nil)
+	const n = 40
+	var prompt, out []int32
+	first := -1
+	for a := int32(3); a < 512 && first < 0; a++ {
+		prompt = []int32{1, a}
+		out = greedyTo(t, ts.m, ts.vocab, prompt, n, true)
+		first = strings.Index(text(ts.vocab, prompt, out), "\ufffd")
+		if first == 0 {
+			first = -1 // one that has text before it
+		}
+	}
+	if first < 0 {
+		t.Fatal("no two-token prompt whose greedy output has a U+FFFD after some text")
+	}
+	want := text(ts.vocab, prompt, out)[:first]
+	for _, stream := range []bool{false, true} {
+		body := fmt.Sprintf(`{"model": %q, "prompt": %s, "max_tokens": %d, "temperature": 0, "ignore_eos": true, "stop": ["\ufffd"], "stream": %v}`,
+			testModel, tokenJSON(prompt), n, stream)
+		got, reason, u := complete(t, ts.url, body, stream)
+		if got != want || reason != "stop" || u != nil && u.CompletionTokens >= n {
+			t.Errorf("stream %v, prompt %v, stop U+FFFD: %q, %s, usage %+v; want %q, stop, fewer than %d tokens", stream, prompt, got, reason, u, want, n)
 		}
 	}
 }
