@@ -241,6 +241,7 @@ func TestStatusCodes(t *testing.T) {
 
 	for _, c := range []struct{ method, path, allow string }{
 		{"GET", "/v1/completions", "POST"}, {"PUT", "/v1/chat/completions", "POST"}, {"POST", "/v1/models", "GET"}, {"DELETE", "/health", "GET"},
+		{"POST", "/metrics", "GET"}, {"PUT", "/metrics", "GET"}, {"DELETE", "/metrics", "GET"},
 	} {
 		code, hdr, b := do(t, c.method, ts.url+c.path, "")
 		want := fmt.Sprintf("%s %s: method not allowed, want %s", c.method, c.path, c.allow)

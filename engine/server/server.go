@@ -230,7 +230,14 @@ func New(cfg Config) (*Server, error) {
 	mux.HandleFunc("/v1/chat/completions", s.complete(true))
 	mux.HandleFunc("/v1/models", s.models)
 	mux.HandleFunc("/health", s.health)
-	mux.Handle("/metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{}))
+	metrics := promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{})
+	mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet {
+			methodNotAllowed(w, r, http.MethodGet)
+			return
+		}
+		metrics.ServeHTTP(w, r)
+	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &apiError{Status: http.StatusNotFound, Type: "invalid_request_error",
 			Message: fmt.Sprintf("no endpoint %s %s (endpoints: /v1/completions, /v1/chat/completions, /v1/models, /health, /metrics)", clip(r.Method), clip(r.URL.Path))})
