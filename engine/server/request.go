@@ -197,8 +197,11 @@ func parseRequest(body []byte, chat bool, lim limits) (*apiRequest, *apiError) {
 		r.MaxTokens = int(*maxTokens)
 	}
 	var temp, topP *float64
-	var seed *int64
-	if err := firstErr(field(obj, "temperature", &temp), field(obj, "top_p", &topP), field(obj, "seed", &seed)); err != nil {
+	if err := firstErr(field(obj, "temperature", &temp), field(obj, "top_p", &topP)); err != nil {
+		return nil, err
+	}
+	seed, err := readSeed(obj["seed"])
+	if err != nil {
 		return nil, err
 	}
 	if temp != nil {
@@ -322,6 +325,37 @@ func wholeNumber(obj map[string]jsontext.Value, name string) (*float64, *apiErro
 	return f, nil
 }
 
+// readSeed reads seed: an integer within int64's range (vLLM's bounds), written as one or as a whole number
+// (1.0, 1e3) as counts may be; nil when absent or null. An integer is read exactly, as Python reads it; any
+// other number as a float64, as Python reads it too.
+func readSeed(raw jsontext.Value) (*int64, *apiError) {
+	if isNull(raw) {
+		return nil, nil
+	}
+	lit := compact(raw)
+	notInteger := badRequest("seed", "seed: want an integer, got %s", abbrev(raw))
+	outOfRange := badRequest("seed", "seed=%s is out of range: want %d to %d (int64, as vLLM's)", clip(lit), math.MinInt64, math.MaxInt64)
+	if raw.Kind() != '0' {
+		return nil, notInteger
+	}
+	if !strings.ContainsAny(lit, ".eE") {
+		v, err := strconv.ParseInt(lit, 10, 64)
+		if err != nil {
+			return nil, outOfRange
+		}
+		return &v, nil
+	}
+	f, _ := strconv.ParseFloat(lit, 64) // ±Inf beyond float64's range
+	switch {
+	case f != math.Trunc(f):
+		return nil, notInteger
+	case f < math.MinInt64 || f >= -math.MinInt64:
+		return nil, outOfRange
+	}
+	v := int64(f)
+	return &v, nil
+}
+
 // number writes a whole number as digits (1e12 as 1000000000000).
 func number(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
 
@@ -331,8 +365,6 @@ func typeName(v any) string {
 		return "a string"
 	case *bool:
 		return "true or false"
-	case **int64:
-		return "an integer"
 	case **float64:
 		return "a number"
 	}

@@ -57,8 +57,9 @@
 // (default 1; 0 is greedy), top_p, top_k (-1 or 0: all), seed (default: random when sampling; a draw depends only
 // on the seed and the token's position, so a seeded request's text does not change with batching or preemption),
 // stop (up to 4 strings), n (1 only), stream, stream_options.include_usage, user (ignored), and vLLM's ignore_eos
-// (EOS and BOS do not end the request, which then runs to max_tokens or a stop string, as load tests ask). Counts
-// and token ids are whole numbers, written as integers or not (2, 2.0, 2e0), as vLLM reads them. Parameters the
+// (EOS and BOS do not end the request, which then runs to max_tokens or a stop string, as load tests ask). Counts,
+// token ids and the seed are whole numbers, written as integers or not (2, 2.0, 2e0), as vLLM reads them; a seed
+// is within int64's range, as vLLM's is. Parameters the
 // server does not implement are a 400 naming them, except at their no-op values (presence_penalty 0, logprobs
 // null, ...), which clients send by default. Generation ends at EOS or BOS (the llama2.c models end a story with
 // BOS), at max_tokens or at the context (finish_reason "length"), or at a stop string (finish_reason "stop", the

@@ -552,17 +552,21 @@ func complete(t *testing.T, url, body string, stream bool) (string, string, *ope
 	return sb.String(), reason, nil
 }
 
-// TestSampling: a seeded sampled completion repeats with the same seed; another seed gives another text.
+// TestSampling: a seeded sampled completion repeats with the same seed, written as an integer or not (1, 1.0,
+// 1e0, as counts are); another seed gives another text; int64's extremes are seeds.
 func TestSampling(t *testing.T) {
 	ts := newTestServer(t, nil)
-	run := func(seed int) string {
-		body := fmt.Sprintf(`{"model": %q, "prompt": "Once", "max_tokens": 32, "temperature": 1.0, "top_p": 0.95, "top_k": 50, "seed": %d}`, testModel, seed)
+	run := func(seed string) string {
+		body := fmt.Sprintf(`{"model": %q, "prompt": "Once", "max_tokens": 32, "temperature": 1.0, "top_p": 0.95, "top_k": 50, "seed": %s}`, testModel, seed)
 		got, _, _ := complete(t, ts.url, body, false)
 		return got
 	}
-	a, b, c := run(1), run(1), run(2)
-	if a != b || a == c {
-		t.Errorf("seed 1 twice: %q and %q (want equal); seed 2: %q (want different)", a, b, c)
+	a, b, c, d, e := run("1"), run("1"), run("2"), run("1.0"), run("1e0")
+	if a != b || a == c || d != a || e != a {
+		t.Errorf("seed 1 twice: %q and %q (want equal); 1.0 and 1e0: %q, %q (want the same); seed 2: %q (want different)", a, b, d, e, c)
+	}
+	if run("9223372036854775807") == run("-9223372036854775808") {
+		t.Errorf("seeds 2^63-1 and -2^63 gave the same text")
 	}
 }
 
@@ -678,6 +682,14 @@ func TestErrors(t *testing.T) {
 		{"/v1/completions", `{"model": "M", "prompt": "hi", "top_p": 0}`, 400, "top_p", "top_p=0"},
 		{"/v1/completions", `{"model": "M", "prompt": "hi", "top_k": -3}`, 400, "top_k", "top_k=-3"},
 		{"/v1/completions", `{"model": "M", "prompt": "hi", "n": 2}`, 400, "n", "only n=1 is supported"},
+		{"/v1/completions", `{"model": "M", "prompt": "hi", "seed": 1.5}`, 400, "seed", "seed: want an integer, got 1.5"},
+		{"/v1/completions", `{"model": "M", "prompt": "hi", "seed": "1"}`, 400, "seed", `seed: want an integer, got "1"`},
+		{"/v1/completions", `{"model": "M", "prompt": "hi", "seed": 9223372036854775808}`, 400, "seed",
+			"seed=9223372036854775808 is out of range: want -9223372036854775808 to 9223372036854775807 (int64, as vLLM's)"},
+		{"/v1/completions", `{"model": "M", "prompt": "hi", "seed": -9223372036854775809}`, 400, "seed",
+			"seed=-9223372036854775809 is out of range: want -9223372036854775808 to 9223372036854775807 (int64, as vLLM's)"},
+		{"/v1/completions", `{"model": "M", "prompt": "hi", "seed": 9.3e18}`, 400, "seed",
+			"seed=9.3e18 is out of range: want -9223372036854775808 to 9223372036854775807 (int64, as vLLM's)"},
 		{"/v1/completions", `{"model": "M", "prompt": "hi", "stop": ["a", ""]}`, 400, "stop", "stop[1] is empty"},
 		{"/v1/completions", `{"model": "M", "prompt": "hi", "stop": ["a", "b", "c", "d", "e"]}`, 400, "stop", "5 strings, at most 4"},
 		{"/v1/completions", `{"model": "M", "prompt": "hi", "stop": 7}`, 400, "stop", "stop: want a string or an array of strings"},
