@@ -541,18 +541,26 @@ func parseStop(raw jsontext.Value, r *apiRequest) *apiError {
 		return nil
 	}
 	var one string
-	if json.Unmarshal(raw, &one) == nil {
-		r.Stop = []string{one}
-	} else if json.Unmarshal(raw, &r.Stop) != nil {
+	var many []jsontext.Value
+	switch {
+	case json.Unmarshal(raw, &one) == nil:
+		many = []jsontext.Value{raw}
+	case json.Unmarshal(raw, &many) != nil:
 		return badRequest("stop", "stop: want a string or an array of strings, got %s", abbrev(raw))
+	case len(many) > maxStops:
+		return badRequest("stop", "stop: %d strings, at most %d", len(many), maxStops)
 	}
-	if len(r.Stop) > maxStops {
-		return badRequest("stop", "stop: %d strings, at most %d", len(r.Stop), maxStops)
-	}
-	for i, s := range r.Stop {
-		if s == "" {
+	for i, v := range many {
+		var s string
+		switch {
+		case isNull(v):
+			return badRequest("stop", "stop[%d] is null, want a string", i)
+		case json.Unmarshal(v, &s) != nil:
+			return badRequest("stop", "stop[%d]: want a string, got %s", i, abbrev(v))
+		case s == "":
 			return badRequest("stop", "stop[%d] is empty", i)
 		}
+		r.Stop = append(r.Stop, s)
 	}
 	return nil
 }

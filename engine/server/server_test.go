@@ -693,6 +693,8 @@ func TestErrors(t *testing.T) {
 		{"/v1/completions", `{"model": "M", "prompt": "hi", "stop": ["a", ""]}`, 400, "stop", "stop[1] is empty"},
 		{"/v1/completions", `{"model": "M", "prompt": "hi", "stop": ["a", "b", "c", "d", "e"]}`, 400, "stop", "5 strings, at most 4"},
 		{"/v1/completions", `{"model": "M", "prompt": "hi", "stop": 7}`, 400, "stop", "stop: want a string or an array of strings"},
+		{"/v1/completions", `{"model": "M", "prompt": "hi", "stop": ["a", null]}`, 400, "stop", "stop[1] is null, want a string"},
+		{"/v1/completions", `{"model": "M", "prompt": "hi", "stop": ["a", 7]}`, 400, "stop", "stop[1]: want a string, got 7"},
 		{"/v1/completions", `{"model": "M", "prompt": "hi", "logit_bias": {"5": 100}}`, 400, "logit_bias", `parameter "logit_bias" is not supported`},
 		{"/v1/completions", `{"model": "M", "prompt": "hi", "presence_penalty": 0.5}`, 400, "presence_penalty", `parameter "presence_penalty" is not supported except as 0`},
 		{"/v1/completions", `{"model": "M", "prompt": "hi", "bogus": 1}`, 400, "bogus", `unsupported parameter "bogus"`},
