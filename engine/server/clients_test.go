@@ -85,6 +85,31 @@ func TestLongPromptBoundedWork(t *testing.T) {
 	}
 }
 
+// TestConnect: CONNECT, to a host (a proxy's request) or to a path, gets a 405 in OpenAI's JSON error shape with
+// Allow, as every other method the server does not serve does.
+func TestConnect(t *testing.T) {
+	ts := newTestServer(t, nil)
+	for _, c := range []struct{ target, allow, msg string }{
+		{"example.com:443", "GET, POST", "CONNECT example.com:443: method not allowed, want GET, POST"},
+		{"/v1/models", "GET", "CONNECT /v1/models: method not allowed, want GET"},
+	} {
+		conn, err := net.Dial("tcp", strings.TrimPrefix(ts.url, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(conn, "CONNECT %s HTTP/1.1\r\nHost: example.com:443\r\n\r\n", c.target)
+		resp, err := http.ReadResponse(bufio.NewReader(conn), &http.Request{Method: http.MethodConnect})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		conn.Close()
+		if e := errorBody(t, b); resp.StatusCode != 405 || resp.Header.Get("Allow") != c.allow || e.Message != c.msg {
+			t.Errorf("CONNECT %s: %d, Allow %q, %s; want 405, Allow %q and %q", c.target, resp.StatusCode, resp.Header.Get("Allow"), b, c.allow, c.msg)
+		}
+	}
+}
+
 // TestEmptyMessagesBoundedWork: a chat of 144,000 empty messages (4 MB) is refused from the length of the text its
 // messages render to ("User: \n" each, then "Assistant:"), not from their content, which is empty: as soon as
 // that text cannot fit in the context, before the rest is read or any of it tokenized.

@@ -91,6 +91,7 @@ package server
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -243,7 +244,14 @@ func New(cfg Config) (*Server, error) {
 		writeError(w, &apiError{Status: http.StatusNotFound, Type: "invalid_request_error",
 			Message: fmt.Sprintf("no endpoint %s %s (endpoints: /v1/completions, /v1/chat/completions, /v1/models, /health, /metrics)", clip(r.Method), clip(r.URL.Path))})
 	})
-	s.handler = mux
+	// A CONNECT to a host (a proxy's request) has no path for the mux to route, which would answer it in plain text.
+	s.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodConnect && r.URL.Path == "" {
+			methodNotAllowed(w, r, "GET, POST")
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
 	if cfg.APIKey != "" {
 		s.handler = authorize(s.handler, cfg.APIKey)
 	}
@@ -408,11 +416,12 @@ func (s *Server) models(w http.ResponseWriter, r *http.Request) {
 		"data": []model{{ID: s.cfg.Model, Object: "model", Created: time.Now().Unix(), OwnedBy: "morphlab", MaxModelLen: s.geo.Context}}})
 }
 
-// methodNotAllowed answers 405 with the method allowed.
+// methodNotAllowed answers 405 with the methods allowed.
 func methodNotAllowed(w http.ResponseWriter, r *http.Request, allowed string) {
+	target := cmp.Or(r.URL.Path, r.RequestURI) // CONNECT's is a host
 	w.Header().Set("Allow", allowed)
 	writeError(w, &apiError{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error",
-		Message: fmt.Sprintf("%s %s: method not allowed, want %s", clip(r.Method), clip(r.URL.Path), allowed)})
+		Message: fmt.Sprintf("%s %s: method not allowed, want %s", clip(r.Method), clip(target), allowed)})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
