@@ -29,6 +29,8 @@ func (s *Server) generate(ctx context.Context, j *job, out output, p *place) {
 			out.start()
 		case engine.Scheduled:
 			p.leave()
+		case engine.Preempted:
+			p.reenter() // waiting for a batch again
 		case engine.Token:
 			if slices.Contains(j.req.Stop, ev.Token) {
 				continue // a stop token has no text; the engine ends the request with it

@@ -74,6 +74,56 @@ func TestPoolBelowContext(t *testing.T) {
 	}
 }
 
+// TestPreemptedCountAgainstQueue: a request preempted (its KV blocks taken for an older one's) waits for a batch
+// again, and holds a place in the bounded queue while it does: with MaxQueue 1, a request that arrives then is
+// answered 429. Two requests of 508 tokens on a pool of 33 blocks of 16 cannot both run to their ends, so the
+// newer one is preempted; the engine is held right after that step while the test looks.
+func TestPreemptedCountAgainstQueue(t *testing.T) {
+	preempted, resume := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	ts := newTestServer(t, func(x *testExec, c *testConfig) {
+		m, _ := synthModel(t)
+		cx, err := executor.NewCPU(m, executor.CPUOptions{Pool: executor.Pool{Blocks: 33}, BlockSize: 16, MaxBatchedTokens: 64})
+		if err != nil {
+			t.Fatal(err)
+		}
+		x.Executor, x.delay, c.MaxQueue = cx, time.Millisecond, 1
+		c.OnStep = func(_ *engine.Engine, info engine.StepInfo) {
+			if info.Preempted > 0 {
+				once.Do(func() {
+					close(preempted)
+					<-resume
+				})
+			}
+		}
+	})
+	var resumed sync.Once
+	release := func() { resumed.Do(func() { close(resume) }) }
+	t.Cleanup(release) // before the server stops, however the test ends
+	body := fmt.Sprintf(`{"model": %q, "prompt": %s, "max_tokens": 500, "temperature": 0, "ignore_eos": true}`, testModel, tokenJSON(testPrompt))
+	var wg sync.WaitGroup
+	codes := make([]int, 2)
+	for i := range codes {
+		wg.Go(func() { codes[i], _, _ = post(t, ts.url+"/v1/completions", body) })
+		waitFor(t, func() bool { return ts.Engine().Pending() == i+1 && ts.queued.Load() == 0 }) // running
+	}
+	select {
+	case <-preempted:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no preemption in 30 s")
+	}
+	waitFor(t, func() bool { return ts.queued.Load() == 1 })
+	code, hdr, b := post(t, ts.url+"/v1/completions", body)
+	if e := errorBody(t, b); code != 429 || hdr.Get("Retry-After") == "" || e.Code != "queue_full" {
+		t.Errorf("a request while a preempted one waits, MaxQueue 1: %d %s, want 429 queue_full with Retry-After", code, b)
+	}
+	release()
+	wg.Wait()
+	if codes[0] != 200 || codes[1] != 200 || ts.queued.Load() != 0 {
+		t.Errorf("the two requests: %v, %d places held after them; want 200 200 and none", codes, ts.queued.Load())
+	}
+}
+
 // TestEngineFailure: a step that fails under a request answers 500 (or an error event when streaming); from then
 // on /health and new requests answer 503.
 func TestEngineFailure(t *testing.T) {

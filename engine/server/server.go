@@ -35,20 +35,21 @@
 //
 // # Limits
 //
-// A request takes its place in the Config.MaxQueue count once its body begins and keeps it until its first
-// batch, so that requests being read and parsed are bounded too; a client that sends headers and no body holds
-// only its connection, no place that others wait for. A 429's Retry-After is how long places were held of late
-// (an exponentially weighted mean) over MaxQueue, the time in which one frees on average. A body is at most 4 MiB (413 beyond, from its
-// Content-Length or while it is read). The body is parsed as a stream, and a prompt that cannot fit in the
-// context is refused as soon as that is certain: a text from its length in bytes before it is decoded or
-// tokenized (no token spells more bytes than the vocabulary's longest piece, tokenizer.Vocab.MinTokens), token
-// ids at the context's count, chat messages from the text the template renders them to as it grows (each
-// message's "Role: " and line end count, so that many empty messages are refused as one long one is). A client has Config.HeaderTimeout (10 s) for its
-// headers and Config.BodyTimeout (30 s) for its body, 408 after; a kept-alive connection idle for
-// Config.IdleTimeout (60 s) is closed, and at most Config.MaxConnections (1024) are open, the rest waiting to be
-// accepted. Each write of an answer has Config.WriteTimeout (60 s, nginx's send_timeout): a client that reads
-// nothing for that long while the connection's buffers are full is cut off, its request cancelled, while a
-// stream to a slow client that keeps reading runs as long as it takes.
+// A request takes its place in the Config.MaxQueue count once its body begins and keeps it until its first batch,
+// so that requests being read and parsed are bounded too, and takes it again while it waits for a batch after a
+// preemption, so that the bound holds for all the requests waiting; a client that sends headers and no body holds
+// only its connection, no place that others wait for. A 429's Retry-After is how long places were held of late (an
+// exponentially weighted mean) over MaxQueue, the time in which one frees on average. A body is at most 4 MiB (413
+// beyond, from its Content-Length or while it is read). The body is parsed as a stream, and a prompt that cannot
+// fit in the context is refused as soon as that is certain: a text from its length in bytes before it is decoded or
+// tokenized (no token spells more bytes than the vocabulary's longest piece, tokenizer.Vocab.MinTokens), token ids
+// at the context's count, chat messages from the text the template renders them to as it grows (each message's
+// "Role: " and line end count, so that many empty messages are refused as one long one is). A client has
+// Config.HeaderTimeout (10 s) for its headers and Config.BodyTimeout (30 s) for its body, 408 after; a kept-alive
+// connection idle for Config.IdleTimeout (60 s) is closed, and at most Config.MaxConnections (1024) are open, the
+// rest waiting to be accepted. Each write of an answer has Config.WriteTimeout (60 s, nginx's send_timeout): a
+// client that reads nothing for that long while the connection's buffers are full is cut off, its request
+// cancelled, while a stream to a slow client that keeps reading runs as long as it takes.
 //
 // # Parameters
 //
@@ -129,8 +130,9 @@ type Config struct {
 	// Engine is the engine served, with its hooks (a morphing controller's) already added; the server adds its
 	// metrics' hook after them, and runs the engine's loop in Serve.
 	Engine *engine.Engine
-	// MaxQueue bounds the requests admitted and not yet in their first batch, counted from when their body
-	// begins; a request beyond it is answered 429. 0: no bound.
+	// MaxQueue bounds the requests admitted and waiting for a batch, counted from when their body begins until
+	// their first batch and from each preemption until they are back in one; a request beyond it is answered
+	// 429. 0: no bound.
 	MaxQueue int
 	// Grace is how long Serve lets running requests finish after its context ends; default 30 s.
 	Grace time.Duration
@@ -179,7 +181,7 @@ type Server struct {
 	handler http.Handler
 	ends    []int32 // tokens that end every request: EOS and BOS
 
-	queued  atomic.Int64 // requests admitted, from when their body begins, and not yet in a batch (MaxQueue's count)
+	queued  atomic.Int64 // requests admitted and waiting for a batch, from when their body begins (MaxQueue's count)
 	holds   holdTime     // how long they hold their places
 	closing atomic.Bool
 	nextID  atomic.Uint64
@@ -527,11 +529,21 @@ func (s *Server) admit() (*place, *apiError) {
 	}
 }
 
-// place is a request's place in the bounded queue, held from when its body begins until its first batch.
+// place is a request's place in the bounded queue, held from when its body begins until its first batch, and
+// again from each preemption until it is back in a batch. A preempted request takes its place back even beyond
+// MaxQueue (it was admitted): the requests that arrive then are refused until the queue is below it again.
 type place struct {
 	s     *Server
 	since time.Time
 	held  bool
+}
+
+// reenter takes the place again, if it is not held.
+func (p *place) reenter() {
+	if !p.held {
+		p.held, p.since = true, time.Now()
+		p.s.queued.Add(1)
+	}
 }
 
 // leave gives the place up, if it is held.
