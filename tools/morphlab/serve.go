@@ -57,7 +57,7 @@ func runServe(e *env, args []string) (err error) {
 	name := fs.String("served-model-name", "", "the model `name` clients ask for (default: the checkpoint's file name without extension)")
 	maxQueue := fs.Int("max-queue", 0, "requests waiting for their first batch at most; more get 429 (0: no bound)")
 	addr := fs.String("addr", "127.0.0.1:8000", "listen `address`")
-	grace := fs.Duration("grace", 30*time.Second, "on SIGINT/SIGTERM, how long running requests may take to finish")
+	grace := fs.Duration("grace", 30*time.Second, "on SIGINT/SIGTERM/SIGHUP, how long running requests may take to finish")
 	stepsFile := fs.String("steps", "", "write every step the engine runs (its work, layer formats and wall time) to `file`, JSON lines, the input of 'morphlab calibrate --steps'; written out as the server stops")
 	var access accessFlags
 	access.register(fs)
@@ -133,7 +133,9 @@ func runServe(e *env, args []string) (err error) {
 	}
 	fmt.Fprintf(e.stderr, "serving %s on http://%s: %s batching, policy %s, %d KV blocks of %d tokens, budget %s (weights %s)\n",
 		*name, ln.Addr(), d.Scheduler.Kind, d.Policy, mem.Blocks, d.KV.BlockSize, formatBytes(mem.Budget), formatBytes(mem.Weights))
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	// SIGHUP too: a closed terminal or a dropped SSH session drains the server as SIGTERM does, so that no
+	// stream ends without its [DONE].
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
 	announced := make(chan struct{})
 	go func() {
