@@ -57,11 +57,17 @@ func (x *testExec) Step(b *executor.Batch) (executor.Result, error) {
 }
 
 // synthModel is stories260K's shape with seeded random weights, and its byte-level synthetic vocabulary.
-func synthModel(t testing.TB) (*model.Model, *tokenizer.Vocab) {
+func synthModel(t testing.TB) (*model.Model, *tokenizer.Vocab) { return synthModelContext(t, 0) }
+
+// synthModelContext is synthModel with a context of n tokens (0: stories260K's 512).
+func synthModelContext(t testing.TB, n int) (*model.Model, *tokenizer.Vocab) {
 	t.Helper()
 	cfg, err := model.ShapeByName("stories260K")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if n > 0 {
+		cfg.SeqLen = n
 	}
 	ck := model.Synthesize(cfg, 7)
 	m, err := model.FromCheckpoint(ck)
