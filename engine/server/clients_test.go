@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/morphlab/morphlab/engine"
 	"github.com/morphlab/morphlab/internal/openai"
 )
@@ -106,6 +107,77 @@ func TestConnect(t *testing.T) {
 		conn.Close()
 		if e := errorBody(t, b); resp.StatusCode != 405 || resp.Header.Get("Allow") != c.allow || e.Message != c.msg {
 			t.Errorf("CONNECT %s: %d, Allow %q, %s; want 405, Allow %q and %q", c.target, resp.StatusCode, resp.Header.Get("Allow"), b, c.allow, c.msg)
+		}
+	}
+}
+
+// TestLongNamesBoundedWork: a 4 MB name, of a parameter, a message's member or a stream option, or of the model,
+// is refused from its length in the body, before it is decoded: the server allocates the body and little more.
+func TestLongNamesBoundedWork(t *testing.T) {
+	ts := newTestServer(t, nil)
+	const size = 4 << 20
+	fill := func(before, after string) string {
+		before = strings.Replace(before, `"model": "m"`, `"model": "`+testModel+`"`, 1)
+		return before + strings.Repeat("\u2028", (size-len(before)-len(after))/3) + after
+	}
+	clipped := strings.Repeat("\u2028", 40) + "..."
+	start := fmt.Sprintf("%q", clipped)
+	for _, c := range []struct {
+		path, body string
+		status     int
+		msg        string
+	}{
+		{"/v1/completions", fill(`{"model": "m", "prompt": "Once", "`, `": 1}`), 400, "unsupported parameter " + start},
+		{"/v1/chat/completions", fill(`{"model": "m", "messages": [{"role": "user", "`, `": 1}]}`), 400, fmt.Sprintf("unsupported parameter %q", "messages[0]."+clipped)},
+		{"/v1/completions", fill(`{"model": "m", "prompt": "Once", "stream": true, "stream_options": {"`, `": 1}}`), 400,
+			fmt.Sprintf("unsupported parameter %q", "stream_options."+clipped)},
+		{"/v1/completions", fill(`{"model": "`, `", "prompt": "Once"}`), 404, fmt.Sprintf("model %s does not exist; this server serves %q", start, testModel)},
+	} {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		code, _, b := post(t, ts.url+c.path, c.body)
+		runtime.ReadMemStats(&after)
+		if e := errorBody(t, b); code != c.status || e.Message != c.msg {
+			t.Errorf("%.60s... (%d bytes): %d %.300s; want %d: %.300q", c.body, len(c.body), code, b, c.status, c.msg)
+		}
+		// About the body (4 MiB; twice that under the race detector).
+		if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 12<<20 {
+			t.Errorf("%.60s... (%d bytes): %.1f MiB allocated, want at most 12", c.body, len(c.body), float64(alloc)/(1<<20))
+		}
+	}
+}
+
+// TestLongString: longString tells a string longer than its limit in the body, quotes included, from one that is
+// not, after a comma or a colon and white space, escapes counted as written; it decodes the first 40 characters.
+func TestLongString(t *testing.T) {
+	a := strings.Repeat("a", 60)
+	for _, c := range []struct {
+		body   string
+		tokens int // tokens to read first
+		start  string
+		long   bool
+	}{
+		{`{"` + strings.Repeat("a", 254) + `": 1}`, 1, "", false}, // 256 bytes with its quotes
+		{`{"` + strings.Repeat("a", 255) + `": 1}`, 1, a[:40] + "...", true},
+		{`{"` + strings.Repeat(`\"`, 127) + `": 1}`, 1, "", false},
+		{`{"` + strings.Repeat(`\"`, 128) + `": 1}`, 1, strings.Repeat(`"`, 40) + "...", true},
+		{`{"` + strings.Repeat(`\u2028`, 50) + `": 1}`, 1, strings.Repeat("\u2028", 40) + "...", true},
+		{`{"` + strings.Repeat(`\ud83d\ude00`, 30) + `": 1}`, 1, strings.Repeat("\U0001F600", 20) + "...", true},
+		{`{"model": 1 ,` + "\n\t" + ` "` + strings.Repeat("b", 300) + `": 1}`, 3, strings.Repeat("b", 40) + "...", true},
+		{`{"model" :  "` + strings.Repeat("c", 300) + `"}`, 2, strings.Repeat("c", 40) + "...", true},
+		{`{"model": "` + strings.Repeat("c", 300), 2, strings.Repeat("c", 40) + "...", true},
+		{`{"model": "` + strings.Repeat("c", 200), 2, "", false}, // ends inside the string
+		{`{"model": 7}`, 2, "", false},
+	} {
+		dec := jsontext.NewDecoder(bytes.NewBufferString(c.body))
+		for range c.tokens {
+			if _, err := dec.ReadToken(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if start, long := longString(dec, 256); start != c.start || long != c.long {
+			t.Errorf("%.80q after %d tokens: %q, %v; want %q, %v", c.body, c.tokens, start, long, c.start, c.long)
 		}
 	}
 }
@@ -516,7 +588,6 @@ func TestErrorsEchoBounded(t *testing.T) {
 	clipped := strings.Repeat("\u2028", 40) + "..."
 	quoted := fmt.Sprintf("%q", clipped)
 	prompt := fmt.Sprintf(`"model": %q, "prompt": "Once"`, testModel)
-	chat := fmt.Sprintf(`"model": %q, "messages": [{"role": "user", "content": "Once"}]`, testModel)
 	for _, c := range []struct {
 		name, method, path, contentType, body string
 		status                                int
@@ -528,13 +599,14 @@ func TestErrorsEchoBounded(t *testing.T) {
 		{"a role", "POST", "/v1/chat/completions", "", `{"model": "m", "messages": [{"role": "` + long + `", "content": ""}]}`, 400, "messages[0].role",
 			"messages[0].role=" + quoted + ", want system, developer, user or assistant"},
 		{"a message's key", "POST", "/v1/chat/completions", "", `{"model": "m", "messages": [{"role": "user", "` + long + `": ""}]}`, 400,
-			"messages[0]." + clipped, "unsupported parameter messages[0]." + clipped},
+			"messages[0]." + clipped, fmt.Sprintf("unsupported parameter %q", "messages[0]."+clipped)},
 		{"a stream option", "POST", "/v1/completions", "", `{` + prompt + `, "stream": true, "stream_options": {"` + long + `": 1}}`, 400,
-			"stream_options." + clipped, "unsupported parameter stream_options." + clipped},
-		{"a duplicate key", "POST", "/v1/completions", "", `{` + prompt + `, "` + long + `": 1, "` + long + `": 2}`, 400, "-",
-			`malformed JSON body: duplicate object member name ` + quoted + ` within ""`},
-		{"a duplicate nested key", "POST", "/v1/chat/completions", "", `{` + chat + `, "stream": true, "stream_options": {"` + long + `": 1, "` + long + `": 2}}`, 400, "-",
-			`malformed JSON body: duplicate object member name ` + quoted + ` within "/stream_options"`},
+			"stream_options." + clipped, fmt.Sprintf("unsupported parameter %q", "stream_options."+clipped)},
+		{"a duplicate key", "POST", "/v1/completions", "", `{` + prompt + `, "logit_bias": {"` + long + `": 1, "` + long + `": 2}}`, 400, "-",
+			`malformed JSON body: duplicate object member name ` + quoted + ` within "/logit_bias"`},
+		{"a duplicate nested key", "POST", "/v1/chat/completions", "",
+			`{"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "` + long + `": 1, "` + long + `": 2}]}]}`, 400, "-",
+			`malformed JSON body: duplicate object member name ` + quoted + ` within "/messages/0/content/0"`},
 		{"a token id", "POST", "/v1/completions", "", `{"model": "m", "prompt": [0.5` + strings.Repeat("0", 100_000) + `1]}`, 400, "prompt",
 			"prompt[0]=0.5" + strings.Repeat("0", 37) + "...: a token id must be an integer"},
 		{"a Content-Type", "POST", "/v1/completions", "text/" + strings.Repeat("x", 100_000), `{` + prompt + `}`, 415, "-",

@@ -44,12 +44,15 @@
 // fit in the context is refused as soon as that is certain: a text from its length in bytes before it is decoded or
 // tokenized (no token spells more bytes than the vocabulary's longest piece, tokenizer.Vocab.MinTokens), token ids
 // at the context's count, chat messages from the text the template renders them to as it grows (each message's
-// "Role: " and line end count, so that many empty messages are refused as one long one is). A client has
-// Config.HeaderTimeout (10 s) for its headers and Config.BodyTimeout (30 s) for its body, 408 after; a kept-alive
-// connection idle for Config.IdleTimeout (60 s) is closed, and at most Config.MaxConnections (1024) are open, the
-// rest waiting to be accepted. Each write of an answer has Config.WriteTimeout (60 s, nginx's send_timeout): a
-// client that reads nothing for that long while the connection's buffers are full is cut off, its request
-// cancelled, while a stream to a slow client that keeps reading runs as long as it takes.
+// "Role: " and line end count, so that many empty messages are refused as one long one is). A member the server
+// does not know is refused when its name is read, before its value; a name longer than 256 bytes in the body (none
+// it knows is), and a model's name longer than the served one's could be, are refused from their first characters,
+// never decoded in full. A client has Config.HeaderTimeout (10 s) for its headers and Config.BodyTimeout (30 s) for
+// its body, 408 after; a kept-alive connection idle for Config.IdleTimeout (60 s) is closed, and at most
+// Config.MaxConnections (1024) are open, the rest waiting to be accepted. Each write of an answer has
+// Config.WriteTimeout (60 s, nginx's send_timeout): a client that reads nothing for that long while the
+// connection's buffers are full is cut off, its request cancelled, while a stream to a slow client that keeps
+// reading runs as long as it takes.
 //
 // # Parameters
 //
@@ -219,7 +222,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
 	}
-	s := &Server{cfg: cfg, geo: geo, limits: limits{context: geo.Context, vocab: cfg.Vocab},
+	s := &Server{cfg: cfg, geo: geo, limits: limits{model: cfg.Model, context: geo.Context, vocab: cfg.Vocab},
 		metrics: newMetrics(cfg.Registry, cfg.Model, geo.BlockSize, cfg.Engine.Memory().Blocks)}
 	v := cfg.Vocab
 	for _, id := range []int{v.EOS, v.BOS} {
@@ -463,10 +466,6 @@ type job struct {
 
 // prepare checks a parsed request against the served model and turns it into an engine request.
 func (s *Server) prepare(r *apiRequest) (*job, *apiError) {
-	if r.Model != s.cfg.Model {
-		return nil, &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Param: "model", Code: "model_not_found",
-			Message: fmt.Sprintf("model %q does not exist; this server serves %q", clip(r.Model), s.cfg.Model)}
-	}
 	prompt := r.PromptTokens
 	if !r.IsTokens { // a text parseRequest has bounded by the context
 		ids := s.cfg.Vocab.Encode(r.PromptText, true, false)

@@ -706,13 +706,13 @@ func TestErrors(t *testing.T) {
 		{"/v1/completions", `{"model": "M", "prompt": "hi", "bogus": 1}`, 400, "bogus", `unsupported parameter "bogus"`},
 		{"/v1/completions", `{"model": "M", "prompt": "hi", "messages": []}`, 400, "messages", `unsupported parameter "messages"`},
 		{"/v1/completions", `{"model": "M", "prompt": "hi", "stream_options": {"include_usage": true}}`, 400, "stream_options", "only allowed with stream: true"},
-		{"/v1/completions", `{"model": "M", "prompt": "hi", "stream": true, "stream_options": {"extra": 1}}`, 400, "stream_options.extra", "unsupported parameter stream_options.extra"},
+		{"/v1/completions", `{"model": "M", "prompt": "hi", "stream": true, "stream_options": {"extra": 1}}`, 400, "stream_options.extra", `unsupported parameter "stream_options.extra"`},
 		{"/v1/completions", `{"model": "M", "prompt": "hi", "stream": "yes"}`, 400, "stream", "stream: want true or false"},
 		{"/v1/chat/completions", `{"model": "M"}`, 400, "messages", "messages: required"},
 		{"/v1/chat/completions", `{"model": "M", "messages": []}`, 400, "messages", "non-empty array"},
 		{"/v1/chat/completions", `{"model": "M", "messages": [{"role": "tool", "content": "x"}]}`, 400, "messages[0].role", `messages[0].role="tool"`},
 		{"/v1/chat/completions", `{"model": "M", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]}`, 400, "messages[0].content[0]", "only {\"type\": \"text\""},
-		{"/v1/chat/completions", `{"model": "M", "messages": [{"role": "user", "content": "x", "tool_calls": []}]}`, 400, "messages[0].tool_calls", "unsupported parameter"},
+		{"/v1/chat/completions", `{"model": "M", "messages": [{"role": "user", "content": "x", "tool_calls": []}]}`, 400, "messages[0].tool_calls", `unsupported parameter "messages[0].tool_calls"`},
 		{"/v1/chat/completions", `{"model": "M", "prompt": "hi", "messages": [{"role": "user", "content": "x"}]}`, 400, "prompt", `unsupported parameter "prompt"`},
 	} {
 		body := strings.Replace(c.body, `"model": "M"`, `"model": "`+testModel+`"`, 1)
