@@ -111,8 +111,9 @@ func TestConnect(t *testing.T) {
 	}
 }
 
-// TestLongNamesBoundedWork: a 4 MB name, of a parameter, a message's member or a stream option, or of the model,
-// is refused from its length in the body, before it is decoded: the server allocates the body and little more.
+// TestLongNamesBoundedWork: a 4 MB name, of a parameter, a message's member or a stream option, of the model or
+// of a role, is refused from its length in the body, before it is decoded: the server allocates the body and
+// little more.
 func TestLongNamesBoundedWork(t *testing.T) {
 	ts := newTestServer(t, nil)
 	const size = 4 << 20
@@ -132,6 +133,8 @@ func TestLongNamesBoundedWork(t *testing.T) {
 		{"/v1/completions", fill(`{"model": "m", "prompt": "Once", "stream": true, "stream_options": {"`, `": 1}}`), 400,
 			fmt.Sprintf("unsupported parameter %q", "stream_options."+clipped)},
 		{"/v1/completions", fill(`{"model": "`, `", "prompt": "Once"}`), 404, fmt.Sprintf("model %s does not exist; this server serves %q", start, testModel)},
+		{"/v1/chat/completions", fill(`{"model": "m", "messages": [{"role": "`, `", "content": ""}]}`), 400,
+			"messages[0].role=" + start + ", want system, developer, user or assistant"},
 	} {
 		var before, after runtime.MemStats
 		runtime.GC()

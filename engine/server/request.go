@@ -701,6 +701,9 @@ func readMessages(dec *jsontext.Decoder, r *apiRequest, lim limits) *apiError {
 			switch name {
 			case "role":
 				hasRole = true
+				if start, long := longString(dec, maxName); long { // no role's name is
+					return badRequest(at+".role", "%s.role=%q, want system, developer, user or assistant", at, start)
+				}
 				v, err := dec.ReadValue()
 				if err != nil {
 					return malformed(err)

@@ -62,27 +62,27 @@
 // on the seed and the token's position, so a seeded request's text does not change with batching or preemption),
 // stop (up to 4 strings), n (1 only), stream, stream_options.include_usage, user (ignored), and vLLM's ignore_eos
 // (EOS and BOS do not end the request, which then runs to max_tokens or a stop string, as load tests ask). Counts,
-// token ids and the seed are whole numbers, written as integers or not (2, 2.0, 2e0), as vLLM reads them; a seed
-// is within int64's range, as vLLM's is. Parameters the
-// server does not implement are a 400 naming them, except at their no-op values (presence_penalty 0, logprobs
-// null, ...), which clients send by default. Generation ends at EOS or BOS (the llama2.c models end a story with
-// BOS), at max_tokens or at the context (finish_reason "length"), or at a stop string (finish_reason "stop", the
-// stop string not part of the text). Stop strings are found in the text as the client reads it (valid UTF-8:
-// each output byte that starts no character is U+FFFD, as JSON writes it, so that stop "\ufffd" matches one),
-// where they may span tokens or sit inside one, by a decoder that runs in the engine's loop
-// (engine.Request.StopWhen): the request ends in the step that completes one, its KV blocks freed then. Usage counts the prompt's tokens and the tokens generated up
-// to the one that ended the request, a stop token included; generation_tokens_total counts the same.
+// token ids and the seed are whole numbers, written as integers or not (2, 2.0, 2e0), as vLLM reads them; a seed is
+// within int64's range, as vLLM's is. Parameters the server does not implement are a 400 naming them, except at
+// their no-op values (presence_penalty 0, logprobs null, ...), which clients send by default. Generation ends at
+// EOS or BOS (the llama2.c models end a story with BOS), at max_tokens or at the context (finish_reason "length"),
+// or at a stop string (finish_reason "stop", the stop string not part of the text). Stop strings are found in the
+// text as the client reads it (valid UTF-8: each output byte that starts no character is U+FFFD, as JSON writes it,
+// so that stop "\ufffd" matches one), where they may span tokens or sit inside one, by a decoder that runs in the
+// engine's loop (engine.Request.StopWhen): the request ends in the step that completes one, its KV blocks freed
+// then. Usage counts the prompt's tokens and the tokens generated up to the one that ended the request, a stop
+// token included; generation_tokens_total counts the same.
 //
 // # Errors
 //
 // Errors are OpenAI's JSON shape, {"error": {"message", "type", "param", "code"}}, with a one-line message naming
 // the field or limit at fault: 400 for a malformed body (not JSON, not UTF-8, a duplicate member), a parameter out
-// of range, a prompt that leaves no room in the context, a max_tokens below 1 or beyond the context (as vLLM
-// does), or a request the KV pool can never hold; 401 without the API key; 404 model_not_found for another model
-// and 404 for another path; 405 with Allow for another method; 408 for a body not received in time; 413 for a body
-// over 4 MiB; 415 for a body that is not application/json; 429 with Retry-After when Config.MaxQueue requests
-// are already admitted and not yet in a batch (see Limits); 503 while shutting down or after the engine failed; 500 when a step
-// fails under a request. A client that disconnects cancels its request (the engine frees its KV blocks at the
+// of range, a prompt that leaves no room in the context, a max_tokens below 1 or beyond the context (as vLLM does),
+// or a request the KV pool can never hold; 401 without the API key; 404 model_not_found for another model and 404
+// for another path; 405 with Allow for another method; 408 for a body not received in time; 413 for a body over 4
+// MiB; 415 for a body that is not application/json; 429 with Retry-After when Config.MaxQueue requests are already
+// admitted and waiting for a batch (see Limits); 503 while shutting down or after the engine failed; 500 when a
+// step fails under a request. A client that disconnects cancels its request (the engine frees its KV blocks at the
 // next iteration).
 //
 // # Lifecycle
@@ -90,7 +90,8 @@
 // New refuses an engine whose KV pool cannot hold a request of the whole context (PoolError), as vLLM refuses to
 // start when its KV cache cannot hold max_model_len. Serve runs the engine's loop and the HTTP server until its
 // context ends, then stops admitting (the listener closes), lets the running requests finish within Config.Grace
-// (engine.Shutdown), cancels what is left, and returns nil. A controller plugs into the engine itself (engine.Engine.OnStep) before the server is made.
+// (engine.Shutdown), cancels what is left, and returns nil. A controller plugs into the engine itself
+// (engine.Engine.OnStep) before the server is made.
 package server
 
 import (
@@ -294,7 +295,7 @@ func authorize(next http.Handler, key string) http.Handler {
 }
 
 // deadlines gives a request Config.BodyTimeout to arrive in full, and each write of its answer
-// Config.WriteTimeout. The handler that reads a body lifts the read deadline once it has (see readBody); any
+// Config.WriteTimeout. The handler that reads a body lifts the read deadline once it has (see complete); any
 // other request keeps it, so that the server never waits longer than that for a body it does not read.
 func (s *Server) deadlines(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
