@@ -610,6 +610,11 @@ func (e *Engine) need(s *sched.Seq) int { return e.kv.BlocksFor(s.Limit()) + 1 }
 // room is the most blocks one request can ever be given: the pool's capacity less the watermark.
 func (e *Engine) room() int { return e.kv.Capacity() - e.kv.WatermarkBlocks() }
 
+// MaxRequestTokens is the longest request, prompt and output in tokens, that the KV pool as it stands can ever
+// hold: the room a request can be given (the capacity less the watermark) less the block need adds. A server
+// refuses to start when it is below the context. Call it before Run or from an OnStep hook.
+func (e *Engine) MaxRequestTokens() int { return max(0, e.room()-1) * e.geo.BlockSize }
+
 func (e *Engine) command(f func()) {
 	e.mu.Lock()
 	e.cmds = append(e.cmds, f)

@@ -61,7 +61,8 @@ func benchOverhead(b *testing.B, shape string, promptLen int) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		x, err := executor.NewCPU(m, executor.CPUOptions{Pool: executor.Pool{Blocks: 64},
+		// A pool that holds a request of the whole context, as the server asks.
+		x, err := executor.NewCPU(m, executor.CPUOptions{Pool: executor.Pool{Blocks: cfg.SeqLen/16 + 2},
 			BlockSize: 16, MaxBatchedTokens: 256})
 		if err != nil {
 			b.Fatal(err)

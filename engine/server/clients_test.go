@@ -2,6 +2,9 @@ package server
 
 import (
 	"bufio"
+	"bytes"
+	"cmp"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/morphlab/morphlab/engine"
 	"github.com/morphlab/morphlab/internal/openai"
 )
@@ -51,13 +55,18 @@ func do(t testing.TB, method, url, body string, headers ...string) (int, http.He
 }
 
 // TestLongPromptBoundedWork: a 4 MB text prompt, or chat message, far beyond the context is refused with a 400
-// naming the context, from its length: the server allocates the body and little more.
+// naming the context, from its length (a message's with the text the template adds: "User: ", "\n",
+// "Assistant:"): the server allocates the body and little more.
 func TestLongPromptBoundedWork(t *testing.T) {
 	ts := newTestServer(t, nil)
 	text := strings.Repeat("a ", 2_097_052)
-	for _, c := range []struct{ path, body, param string }{
-		{"/v1/completions", fmt.Sprintf(`{"model": %q, "prompt": %q, "max_tokens": 1}`, testModel, text), "prompt"},
-		{"/v1/chat/completions", fmt.Sprintf(`{"model": %q, "messages": [{"role": "user", "content": %q}], "max_tokens": 1}`, testModel, text), "messages"},
+	for _, c := range []struct {
+		path, body, param string
+		bytes             int
+	}{
+		{"/v1/completions", fmt.Sprintf(`{"model": %q, "prompt": %q, "max_tokens": 1}`, testModel, text), "prompt", len(text)},
+		{"/v1/chat/completions", fmt.Sprintf(`{"model": %q, "messages": [{"role": "user", "content": %q}], "max_tokens": 1}`, testModel, text), "messages",
+			len("User: ") + len(text) + len("\nAssistant:")},
 	} {
 		var before, after runtime.MemStats
 		runtime.GC()
@@ -66,7 +75,7 @@ func TestLongPromptBoundedWork(t *testing.T) {
 		runtime.ReadMemStats(&after)
 		e := errorBody(t, b)
 		want := fmt.Sprintf("%s has at least %d tokens (%d bytes of text), the model's context is 512 tokens (a prompt may have at most 511, leaving one for the output)",
-			c.param, ts.vocab.MinTokens(len(text))+1, len(text))
+			c.param, ts.vocab.MinTokens(c.bytes)+1, c.bytes)
 		if code != 400 || e.Param == nil || *e.Param != c.param || e.Message != want {
 			t.Errorf("%s with a 4 MB prompt: %d %s; want 400 on %s: %q", c.path, code, b, c.param, want)
 		}
@@ -74,6 +83,134 @@ func TestLongPromptBoundedWork(t *testing.T) {
 		if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 12<<20 {
 			t.Errorf("%s with a 4 MB prompt: %.1f MiB allocated, want at most 12", c.path, float64(alloc)/(1<<20))
 		}
+	}
+}
+
+// TestConnect: CONNECT, to a host (a proxy's request) or to a path, gets a 405 in OpenAI's JSON error shape with
+// Allow, as every other method the server does not serve does.
+func TestConnect(t *testing.T) {
+	ts := newTestServer(t, nil)
+	for _, c := range []struct{ target, allow, msg string }{
+		{"example.com:443", "GET, POST", "CONNECT example.com:443: method not allowed, want GET, POST"},
+		{"/v1/models", "GET", "CONNECT /v1/models: method not allowed, want GET"},
+	} {
+		conn, err := net.Dial("tcp", strings.TrimPrefix(ts.url, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(conn, "CONNECT %s HTTP/1.1\r\nHost: example.com:443\r\n\r\n", c.target)
+		resp, err := http.ReadResponse(bufio.NewReader(conn), &http.Request{Method: http.MethodConnect})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		conn.Close()
+		if e := errorBody(t, b); resp.StatusCode != 405 || resp.Header.Get("Allow") != c.allow || e.Message != c.msg {
+			t.Errorf("CONNECT %s: %d, Allow %q, %s; want 405, Allow %q and %q", c.target, resp.StatusCode, resp.Header.Get("Allow"), b, c.allow, c.msg)
+		}
+	}
+}
+
+// TestLongNamesBoundedWork: a 4 MB name, of a parameter, a message's member or a stream option, of the model or
+// of a role, is refused from its length in the body, before it is decoded: the server allocates the body and
+// little more.
+func TestLongNamesBoundedWork(t *testing.T) {
+	ts := newTestServer(t, nil)
+	const size = 4 << 20
+	fill := func(before, after string) string {
+		before = strings.Replace(before, `"model": "m"`, `"model": "`+testModel+`"`, 1)
+		return before + strings.Repeat("\u2028", (size-len(before)-len(after))/3) + after
+	}
+	clipped := strings.Repeat("\u2028", 40) + "..."
+	start := fmt.Sprintf("%q", clipped)
+	for _, c := range []struct {
+		path, body string
+		status     int
+		msg        string
+	}{
+		{"/v1/completions", fill(`{"model": "m", "prompt": "Once", "`, `": 1}`), 400, "unsupported parameter " + start},
+		{"/v1/chat/completions", fill(`{"model": "m", "messages": [{"role": "user", "`, `": 1}]}`), 400, fmt.Sprintf("unsupported parameter %q", "messages[0]."+clipped)},
+		{"/v1/completions", fill(`{"model": "m", "prompt": "Once", "stream": true, "stream_options": {"`, `": 1}}`), 400,
+			fmt.Sprintf("unsupported parameter %q", "stream_options."+clipped)},
+		{"/v1/completions", fill(`{"model": "`, `", "prompt": "Once"}`), 404, fmt.Sprintf("model %s does not exist; this server serves %q", start, testModel)},
+		{"/v1/chat/completions", fill(`{"model": "m", "messages": [{"role": "`, `", "content": ""}]}`), 400,
+			"messages[0].role=" + start + ", want system, developer, user or assistant"},
+	} {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		code, _, b := post(t, ts.url+c.path, c.body)
+		runtime.ReadMemStats(&after)
+		if e := errorBody(t, b); code != c.status || e.Message != c.msg {
+			t.Errorf("%.60s... (%d bytes): %d %.300s; want %d: %.300q", c.body, len(c.body), code, b, c.status, c.msg)
+		}
+		// About the body (4 MiB; twice that under the race detector).
+		if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 12<<20 {
+			t.Errorf("%.60s... (%d bytes): %.1f MiB allocated, want at most 12", c.body, len(c.body), float64(alloc)/(1<<20))
+		}
+	}
+}
+
+// TestLongString: longString tells a string longer than its limit in the body, quotes included, from one that is
+// not, after a comma or a colon and white space, escapes counted as written; it decodes the first 40 characters.
+func TestLongString(t *testing.T) {
+	a := strings.Repeat("a", 60)
+	for _, c := range []struct {
+		body   string
+		tokens int // tokens to read first
+		start  string
+		long   bool
+	}{
+		{`{"` + strings.Repeat("a", 254) + `": 1}`, 1, "", false}, // 256 bytes with its quotes
+		{`{"` + strings.Repeat("a", 255) + `": 1}`, 1, a[:40] + "...", true},
+		{`{"` + strings.Repeat(`\"`, 127) + `": 1}`, 1, "", false},
+		{`{"` + strings.Repeat(`\"`, 128) + `": 1}`, 1, strings.Repeat(`"`, 40) + "...", true},
+		{`{"` + strings.Repeat(`\u2028`, 50) + `": 1}`, 1, strings.Repeat("\u2028", 40) + "...", true},
+		{`{"` + strings.Repeat(`\ud83d\ude00`, 30) + `": 1}`, 1, strings.Repeat("\U0001F600", 20) + "...", true},
+		{`{"model": 1 ,` + "\n\t" + ` "` + strings.Repeat("b", 300) + `": 1}`, 3, strings.Repeat("b", 40) + "...", true},
+		{`{"model" :  "` + strings.Repeat("c", 300) + `"}`, 2, strings.Repeat("c", 40) + "...", true},
+		{`{"model": "` + strings.Repeat("c", 300), 2, strings.Repeat("c", 40) + "...", true},
+		{`{"model": "` + strings.Repeat("c", 200), 2, "", false}, // ends inside the string
+		{`{"model": 7}`, 2, "", false},
+	} {
+		dec := jsontext.NewDecoder(bytes.NewBufferString(c.body))
+		for range c.tokens {
+			if _, err := dec.ReadToken(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if start, long := longString(dec, 256); start != c.start || long != c.long {
+			t.Errorf("%.80q after %d tokens: %q, %v; want %q, %v", c.body, c.tokens, start, long, c.start, c.long)
+		}
+	}
+}
+
+// TestEmptyMessagesBoundedWork: a chat of 144,000 empty messages (4 MB) is refused from the length of the text its
+// messages render to ("User: \n" each, then "Assistant:"), not from their content, which is empty: as soon as
+// that text cannot fit in the context, before the rest is read or any of it tokenized.
+func TestEmptyMessagesBoundedWork(t *testing.T) {
+	ts := newTestServer(t, nil)
+	const n = 144_000
+	body := fmt.Sprintf(`{"model": %q, "messages": [%s], "max_tokens": 1}`, testModel,
+		strings.TrimSuffix(strings.Repeat(`{"role":"user","content":""},`, n), ","))
+	// The first count of messages whose text, BOS included, certainly exceeds the context.
+	k, rendered := 0, 0
+	for k = 1; ts.vocab.MinTokens(7*k+len("Assistant:"))+1 < 512; k++ {
+	}
+	rendered = 7*k + len("Assistant:")
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	code, _, b := post(t, ts.url+"/v1/chat/completions", body)
+	runtime.ReadMemStats(&after)
+	e := errorBody(t, b)
+	want := fmt.Sprintf("messages has at least %d tokens (%d bytes of text), the model's context is 512 tokens (a prompt may have at most 511, leaving one for the output)",
+		ts.vocab.MinTokens(rendered)+1, rendered)
+	if code != 400 || e.Param == nil || *e.Param != "messages" || e.Message != want {
+		t.Errorf("%d empty messages (%d bytes): %d %s; want 400 on messages: %q (refused at message %d)", n, len(body), code, b, want, k)
+	}
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 12<<20 {
+		t.Errorf("%d empty messages: %.1f MiB allocated, want at most 12", n, float64(alloc)/(1<<20))
 	}
 }
 
@@ -96,6 +233,50 @@ func TestParsingCountsAgainstQueue(t *testing.T) {
 	waitFor(t, func() bool { return ts.queued.Load() == 0 })
 	if code, _, b := post(t, ts.url+"/v1/completions", body); code != 200 {
 		t.Errorf("a request after the slow client left: %d %s, want 200", code, b)
+	}
+}
+
+// TestStalledBodiesHoldNoPlace: a request takes its place in the bounded queue once its body has begun, so
+// connections that send headers announcing a body and then nothing hold no place: with MaxQueue 4, four of them
+// (each told "100 Continue", so each is in the handler, waiting for its body) do not turn a valid request away.
+func TestStalledBodiesHoldNoPlace(t *testing.T) {
+	ts := newTestServer(t, func(_ *testExec, c *testConfig) { c.MaxQueue = 4 })
+	for range 4 {
+		conn, err := net.Dial("tcp", strings.TrimPrefix(ts.url, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		fmt.Fprintf(conn, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\nExpect: 100-continue\r\n\r\n")
+		if line, err := bufio.NewReader(conn).ReadString('\n'); line != "HTTP/1.1 100 Continue\r\n" {
+			t.Fatalf("headers with Expect: 100-continue: %q, %v; want 100 Continue", line, err)
+		}
+	}
+	body := fmt.Sprintf(`{"model": %q, "prompt": "Once", "max_tokens": 2}`, testModel)
+	if code, hdr, b := post(t, ts.url+"/v1/completions", body); code != 200 {
+		t.Errorf("a request while four bodies have not begun, MaxQueue 4: %d (Retry-After %q) %s, want 200", code, hdr.Get("Retry-After"), b)
+	}
+}
+
+// TestRetryAfter: a 429's Retry-After is the mean time a request held its place in the queue over the places,
+// in whole seconds and at least 1 (at MaxQueue places held that long each, one frees that often).
+func TestRetryAfter(t *testing.T) {
+	var h holdTime
+	if got := h.retryAfter(4); got != 1 {
+		t.Errorf("no hold yet: Retry-After %d, want 1", got)
+	}
+	h.add(30 * time.Second) // the first hold is the mean
+	if got := h.retryAfter(4); got != 8 {
+		t.Errorf("a hold of 30 s over 4 places: Retry-After %d, want 8 (7.5 s up)", got)
+	}
+	for range 100 {
+		h.add(2 * time.Second)
+	}
+	if got := h.retryAfter(1); got != 2 {
+		t.Errorf("100 holds of 2 s after one of 30, 1 place: Retry-After %d, want 2", got)
+	}
+	if got := h.retryAfter(16); got != 1 {
+		t.Errorf("holds of 2 s over 16 places: Retry-After %d, want 1", got)
 	}
 }
 
@@ -160,6 +341,7 @@ func TestStatusCodes(t *testing.T) {
 
 	for _, c := range []struct{ method, path, allow string }{
 		{"GET", "/v1/completions", "POST"}, {"PUT", "/v1/chat/completions", "POST"}, {"POST", "/v1/models", "GET"}, {"DELETE", "/health", "GET"},
+		{"POST", "/metrics", "GET"}, {"PUT", "/metrics", "GET"}, {"DELETE", "/metrics", "GET"},
 	} {
 		code, hdr, b := do(t, c.method, ts.url+c.path, "")
 		want := fmt.Sprintf("%s %s: method not allowed, want %s", c.method, c.path, c.allow)
@@ -396,5 +578,134 @@ func TestSlowClients(t *testing.T) {
 		t.Errorf("a connection once one of two has closed: %v, %v; want 200", resp, err)
 	} else {
 		resp.Body.Close()
+	}
+}
+
+// TestErrorsEchoBounded: an error quotes at most 40 characters of any name or value the client sent (a key, the
+// model, a role, a nested or duplicate key, a token id, a Content-Type, a path, a method), so that an answer stays small
+// whatever the request's size: 1.4 M characters of U+2028, which JSON writes as six bytes each, once made an
+// 18 MB answer to a 4 MB request.
+func TestErrorsEchoBounded(t *testing.T) {
+	ts := newTestServer(t, nil)
+	long := strings.Repeat("\u2028", 100_000)
+	clipped := strings.Repeat("\u2028", 40) + "..."
+	quoted := fmt.Sprintf("%q", clipped)
+	prompt := fmt.Sprintf(`"model": %q, "prompt": "Once"`, testModel)
+	for _, c := range []struct {
+		name, method, path, contentType, body string
+		status                                int
+		param, msg                            string // param "-" for null
+	}{
+		{"a key", "POST", "/v1/completions", "", `{` + prompt + `, "` + long + `": 1}`, 400, clipped, "unsupported parameter " + quoted},
+		{"the model", "POST", "/v1/completions", "", `{"model": "` + long + `", "prompt": "Once"}`, 404, "model",
+			fmt.Sprintf("model %s does not exist; this server serves %q", quoted, testModel)},
+		{"a role", "POST", "/v1/chat/completions", "", `{"model": "m", "messages": [{"role": "` + long + `", "content": ""}]}`, 400, "messages[0].role",
+			"messages[0].role=" + quoted + ", want system, developer, user or assistant"},
+		{"a message's key", "POST", "/v1/chat/completions", "", `{"model": "m", "messages": [{"role": "user", "` + long + `": ""}]}`, 400,
+			"messages[0]." + clipped, fmt.Sprintf("unsupported parameter %q", "messages[0]."+clipped)},
+		{"a stream option", "POST", "/v1/completions", "", `{` + prompt + `, "stream": true, "stream_options": {"` + long + `": 1}}`, 400,
+			"stream_options." + clipped, fmt.Sprintf("unsupported parameter %q", "stream_options."+clipped)},
+		{"a duplicate key", "POST", "/v1/completions", "", `{` + prompt + `, "logit_bias": {"` + long + `": 1, "` + long + `": 2}}`, 400, "-",
+			`malformed JSON body: duplicate object member name ` + quoted + ` within "/logit_bias"`},
+		{"a duplicate nested key", "POST", "/v1/chat/completions", "",
+			`{"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "` + long + `": 1, "` + long + `": 2}]}]}`, 400, "-",
+			`malformed JSON body: duplicate object member name ` + quoted + ` within "/messages/0/content/0"`},
+		{"a token id", "POST", "/v1/completions", "", `{"model": "m", "prompt": [0.5` + strings.Repeat("0", 100_000) + `1]}`, 400, "prompt",
+			"prompt[0]=0.5" + strings.Repeat("0", 37) + "...: a token id must be an integer"},
+		{"a Content-Type", "POST", "/v1/completions", "text/" + strings.Repeat("x", 100_000), `{` + prompt + `}`, 415, "-",
+			`Content-Type: want application/json, got "text/` + strings.Repeat("x", 35) + `..."`},
+		{"a path", "GET", "/" + strings.Repeat("p", 100_000), "", "", 404, "-",
+			"no endpoint GET /" + strings.Repeat("p", 39) + "... (endpoints: /v1/completions, /v1/chat/completions, /v1/models, /health, /metrics)"},
+		{"a method", strings.Repeat("M", 100_000), "/v1/models", "", "", 405, "-",
+			strings.Repeat("M", 40) + "... /v1/models: method not allowed, want GET"},
+	} {
+		body := strings.Replace(c.body, `"model": "m"`, `"model": "`+testModel+`"`, 1)
+		ct := cmp.Or(c.contentType, "application/json")
+		code, _, b := do(t, c.method, ts.url+c.path, body, "Content-Type", ct)
+		e := errorBody(t, b)
+		param := "-"
+		if e.Param != nil {
+			param = *e.Param
+		}
+		if code != c.status || param != c.param || e.Message != c.msg || len(b) > 1024 {
+			t.Errorf("%s of 100,000 characters: %d, %d bytes, param %.100q, %.300q; want %d, at most 1 KiB, param %.100q, %.300q",
+				c.name, code, len(b), param, e.Message, c.status, c.param, c.msg)
+		}
+	}
+}
+
+// pipeStream sends a streamed completion of n tokens over a connection of l and returns the connection, unread.
+func pipeStream(t *testing.T, l *pipeListener, n int) net.Conn {
+	t.Helper()
+	conn, err := l.Dial(context.Background(), "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	body := fmt.Sprintf(`{"model": %q, "prompt": %s, "max_tokens": %d, "ignore_eos": true, "stream": true}`, testModel, tokenJSON(testPrompt), n)
+	go fmt.Fprintf(conn, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	return conn
+}
+
+// TestStalledReaders: streams whose clients stop reading are cut off once a write has waited WriteTimeout,
+// their requests cancelled and their connections closed; so with MaxConnections 2, two such clients do not
+// hold the server.
+func TestStalledReaders(t *testing.T) {
+	l := newPipeListener()
+	ts := newTestServer(t, func(_ *testExec, c *testConfig) {
+		c.MaxConnections, c.WriteTimeout, c.Listener = 2, 300*time.Millisecond, l
+	})
+	for range 2 {
+		pipeStream(t, l, 500)
+	}
+	client := &http.Client{Transport: &http.Transport{DialContext: l.Dial}, Timeout: 10 * time.Second}
+	resp, err := client.Get("http://server/health")
+	if err != nil {
+		t.Fatalf("GET /health with two stalled readers on the two connections: %v, want 200 once they are cut off", err)
+	}
+	resp.Body.Close()
+	waitFor(t, func() bool { return ts.Engine().Pending() == 0 })
+	cancelled := 0
+	for _, ev := range ts.Engine().Log() {
+		if ev.Kind == engine.Cancelled {
+			cancelled++
+		}
+	}
+	if cancelled != 2 {
+		t.Errorf("%d requests cancelled, want the two stalled readers'", cancelled)
+	}
+}
+
+// TestSlowReader: a client that reads a stream slowly but steadily gets all of it, though the stream takes
+// several times WriteTimeout: the deadline is on each write, not on the answer.
+func TestSlowReader(t *testing.T) {
+	const writeTimeout = time.Second
+	l := newPipeListener()
+	newTestServer(t, func(_ *testExec, c *testConfig) { c.WriteTimeout, c.Listener = writeTimeout, l })
+	conn := pipeStream(t, l, 500)
+	start := time.Now()
+	resp, err := http.ReadResponse(bufio.NewReaderSize(conn, 256), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []byte
+	buf := make([]byte, 256)
+	for {
+		n, err := resp.Body.Read(buf)
+		got = append(got, buf[:n]...)
+		if err != nil {
+			if err != io.EOF {
+				t.Errorf("reading the stream after %v: %v", time.Since(start), err)
+			}
+			break
+		}
+		time.Sleep(10 * time.Millisecond) // at most 25.6 KB/s
+	}
+	took := time.Since(start)
+	if resp.StatusCode != 200 || !bytes.Contains(got, []byte(`"finish_reason":"length"`)) || !bytes.HasSuffix(got, []byte("data: [DONE]\n\n")) {
+		t.Errorf("a slow reader's stream (%d, %d bytes in %v): ...%q, want all of it, ending with [DONE]", resp.StatusCode, len(got), took, got[max(0, len(got)-200):])
+	}
+	if took < 2*writeTimeout {
+		t.Fatalf("the stream took %v, want a reader slower than twice the write timeout %v", took, writeTimeout)
 	}
 }

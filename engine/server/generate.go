@@ -17,8 +17,8 @@ import (
 )
 
 // generate submits a prepared request, cancelled with ctx (the client's connection), and writes its tokens to
-// out as they come. It calls leave, the end of the request's place in the bounded queue, at its first batch.
-func (s *Server) generate(ctx context.Context, j *job, out output, leave func()) {
+// out as they come. It gives up the request's place in the bounded queue at its first batch.
+func (s *Server) generate(ctx context.Context, j *job, out output, p *place) {
 	st := s.eng.SubmitContext(ctx, j.req)
 	d := decoder{vocab: s.cfg.Vocab, prev: int(j.req.Prompt[len(j.req.Prompt)-1]), stops: j.Stop}
 	started := false
@@ -28,7 +28,9 @@ func (s *Server) generate(ctx context.Context, j *job, out output, leave func())
 			started = true
 			out.start()
 		case engine.Scheduled:
-			leave()
+			p.leave()
+		case engine.Preempted:
+			p.reenter() // waiting for a batch again
 		case engine.Token:
 			if slices.Contains(j.req.Stop, ev.Token) {
 				continue // a stop token has no text; the engine ends the request with it
@@ -41,15 +43,20 @@ func (s *Server) generate(ctx context.Context, j *job, out output, leave func())
 		}
 	}
 	res := st.Wait()
-	leave()
+	p.leave()
 	u := openai.Usage{PromptTokens: len(j.req.Prompt), CompletionTokens: len(res.Output), TotalTokens: len(j.req.Prompt) + len(res.Output)}
 	switch res.Finish {
 	case engine.FinishStop, engine.FinishLength:
-		s.metrics.request(res, len(j.req.Prompt), res.Finish.String())
-		if rest := d.flush(); rest != "" {
+		reason := res.Finish.String()
+		rest, stopped := d.end() // a character the output left unfinished may complete a stop string
+		if stopped {
+			reason = engine.FinishStop.String()
+		}
+		s.metrics.request(res, len(j.req.Prompt), reason)
+		if rest != "" {
 			out.text(rest)
 		}
-		out.finish(res.Finish.String(), u)
+		out.finish(reason, u)
 	case engine.FinishCancelled:
 		s.metrics.request(res, len(j.req.Prompt), "abort")
 		if ctx.Err() == nil { // not the client: the shutdown deadline
@@ -66,23 +73,24 @@ func (s *Server) generate(ctx context.Context, j *job, out output, leave func())
 	}
 }
 
-// decoder turns output tokens into text deltas. It holds back the end of the text while it may be the start of a
-// stop string or of a UTF-8 character, and finds stop strings in the text, across tokens or inside one.
+// decoder turns output tokens into text deltas. Its text is the text as the client reads it: valid UTF-8, each
+// byte of the output that starts no character written as U+FFFD, as JSON writes it; bytes that may yet become a
+// character wait until they do or cannot. It finds stop strings in that text, across tokens or inside one, and
+// holds back the end of it while it may be the start of a stop string.
 type decoder struct {
 	vocab *tokenizer.Vocab
 	prev  int
 	stops []string
 	text  []byte
-	sent  int // bytes of text handed out
+	raw   []byte // output bytes after text: the start of a character that later bytes may complete
+	sent  int    // bytes of text handed out
 }
 
 // add appends tok's text and returns the text that can be handed out now; stopped reports that a stop string
 // appeared, the text then ending just before it.
 func (d *decoder) add(tok int32) (delta string, stopped bool) {
-	from := d.push(tok)
-	if i := d.match(from); i >= 0 {
-		d.text = d.text[:max(i, d.sent)]
-		return d.flush(), true
+	if d.cut(d.push(tok)) {
+		return d.take(len(d.text)), true
 	}
 	return d.take(d.safe()), false
 }
@@ -91,14 +99,47 @@ func (d *decoder) add(tok int32) (delta string, stopped bool) {
 // engine's loop asks of a request with stop strings at each token.
 func (d *decoder) stopped(tok int32) bool { return d.match(d.push(tok)) >= 0 }
 
-// push appends tok's text and returns where it starts.
+// end hands out the rest of the text once the output has ended, a character it left unfinished as U+FFFD;
+// stopped reports that a stop string appeared in that last text, the text then ending just before it.
+func (d *decoder) end() (rest string, stopped bool) {
+	from := len(d.text)
+	d.settle(true)
+	stopped = d.cut(from)
+	return d.take(len(d.text)), stopped
+}
+
+// push appends tok's text and returns where its new text starts.
 func (d *decoder) push(tok int32) int {
 	from := len(d.text)
 	if d.vocab.Types[tok] != tokenizer.Control {
-		d.text = append(d.text, d.vocab.Decode(d.prev, int(tok))...)
+		d.raw = append(d.raw, d.vocab.Decode(d.prev, int(tok))...)
+		d.settle(false)
 	}
 	d.prev = int(tok)
 	return from
+}
+
+// settle moves the bytes of raw whose text is certain to text: a whole character as it is, a byte that starts
+// no character as U+FFFD; with end, also an unfinished character, which no byte will now complete.
+func (d *decoder) settle(end bool) {
+	for len(d.raw) > 0 && (end || utf8.FullRune(d.raw)) {
+		r, n := utf8.DecodeRune(d.raw)
+		if r == utf8.RuneError && n == 1 {
+			d.text = utf8.AppendRune(d.text, utf8.RuneError)
+		} else {
+			d.text = append(d.text, d.raw[:n]...)
+		}
+		d.raw = d.raw[n:]
+	}
+}
+
+// cut ends the text before the first stop string that ends after from, and reports whether there is one.
+func (d *decoder) cut(from int) bool {
+	i := d.match(from)
+	if i >= 0 {
+		d.text = d.text[:max(i, d.sent)]
+	}
+	return i >= 0
 }
 
 // match returns where the first stop string starts in the text, or -1; a new occurrence must end after from.
@@ -113,8 +154,7 @@ func (d *decoder) match(from int) int {
 	return first
 }
 
-// safe is the end of the text that can be handed out: not a suffix that begins a stop string, and not inside a
-// UTF-8 character that later bytes may complete.
+// safe is the end of the text that can be handed out: not a suffix that begins a stop string.
 func (d *decoder) safe() int {
 	hold := 0
 	for _, s := range d.stops {
@@ -125,16 +165,7 @@ func (d *decoder) safe() int {
 			}
 		}
 	}
-	end := len(d.text) - hold
-	for i := end - 1; i >= max(d.sent, end-utf8.UTFMax+1); i-- {
-		if utf8.RuneStart(d.text[i]) {
-			if !utf8.FullRune(d.text[i:end]) {
-				end = i
-			}
-			break
-		}
-	}
-	return max(end, d.sent)
+	return max(len(d.text)-hold, d.sent)
 }
 
 func (d *decoder) take(end int) string {
@@ -142,9 +173,6 @@ func (d *decoder) take(end int) string {
 	d.sent = end
 	return delta
 }
-
-// flush hands out the rest of the text.
-func (d *decoder) flush() string { return d.take(len(d.text)) }
 
 // output is where a request's answer goes: a JSON response or an event stream.
 type output interface {

@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -32,24 +33,94 @@ func TestSchedulers(t *testing.T) {
 	}
 }
 
-// TestPoolTooSmall: a request the KV pool can never hold is a 400 naming max_tokens, with the engine's reason.
-func TestPoolTooSmall(t *testing.T) {
-	ts := newTestServer(t, func(x *testExec, _ *testConfig) {
-		m, _ := synthModel(t)
-		cx, err := executor.NewCPU(m, executor.CPUOptions{Pool: executor.Pool{Blocks: 4}, BlockSize: 16, MaxBatchedTokens: 64})
+// TestPoolBelowContext: a server whose KV pool cannot hold a request of the whole context is refused at the
+// start, naming the pool and the context (such a request would otherwise be refused when it came, with a 400
+// about a max_tokens it may never have sent); the smallest pool it accepts serves a request that fills the
+// context.
+func TestPoolBelowContext(t *testing.T) {
+	m, vocab := synthModel(t)
+	newServer := func(blocks int) (*Server, error) {
+		x, err := executor.NewCPU(m, executor.CPUOptions{Pool: executor.Pool{Blocks: blocks}, BlockSize: 16, MaxBatchedTokens: 64})
 		if err != nil {
 			t.Fatal(err)
 		}
-		x.Executor = cx
-	})
-	code, _, b := post(t, ts.url+"/v1/completions", fmt.Sprintf(`{"model": %q, "prompt": %s, "max_tokens": 100}`, testModel, tokenJSON(testPrompt)))
-	var e openai.ErrorResponse
-	if err := json.Unmarshal(b, &e); code != 400 || err != nil || e.Error.Param == nil || *e.Error.Param != "max_tokens" ||
-		!strings.Contains(e.Error.Message, "KV blocks, the pool has") {
-		t.Errorf("a request of 108 tokens over a pool of 4 blocks of 16: %d %s, want a 400 on max_tokens with the pool's size", code, b)
+		eng, err := engine.New(x, engine.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return New(Config{Model: testModel, Vocab: vocab, Engine: eng})
 	}
-	if got, _, _ := complete(t, ts.url, fmt.Sprintf(`{"model": %q, "prompt": %s, "max_tokens": 8}`, testModel, tokenJSON(testPrompt)), false); got == "" {
-		t.Errorf("a request that fits: empty text")
+	_, err := newServer(8)
+	var small *PoolError
+	if want := "server: the KV pool of 8 blocks of 16 tokens holds requests of at most 112 tokens, less than the model's context of 512 tokens"; err == nil ||
+		err.Error() != want || !errors.As(err, &small) || small.Blocks != 8 || small.Tokens != 112 || small.Context != 512 {
+		t.Errorf("a pool of 8 blocks of 16 tokens: %v, want a *PoolError %q", err, want)
+	}
+	blocks := 32 // one context's worth
+	var s *Server
+	for ; s == nil && blocks < 64; blocks++ {
+		if s, err = newServer(blocks); err != nil && !errors.As(err, &small) {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("the smallest pool accepted: %d blocks", blocks-1)
+	if s == nil {
+		t.Fatal("no pool of 32 to 63 blocks accepted")
+	}
+	url := start(t, s).url
+	body := fmt.Sprintf(`{"model": %q, "prompt": %s, "ignore_eos": true}`, testModel, tokenJSON(testPrompt))
+	if _, reason, u := complete(t, url, body, false); reason != "length" || u.TotalTokens != 512 {
+		t.Errorf("a request of the whole context on the smallest pool accepted: %s, %+v; want length and 512 tokens", reason, u)
+	}
+}
+
+// TestPreemptedCountAgainstQueue: a request preempted (its KV blocks taken for an older one's) waits for a batch
+// again, and holds a place in the bounded queue while it does: with MaxQueue 1, a request that arrives then is
+// answered 429. Two requests of 508 tokens on a pool of 33 blocks of 16 cannot both run to their ends, so the
+// newer one is preempted; the engine is held right after that step while the test looks.
+func TestPreemptedCountAgainstQueue(t *testing.T) {
+	preempted, resume := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	ts := newTestServer(t, func(x *testExec, c *testConfig) {
+		m, _ := synthModel(t)
+		cx, err := executor.NewCPU(m, executor.CPUOptions{Pool: executor.Pool{Blocks: 33}, BlockSize: 16, MaxBatchedTokens: 64})
+		if err != nil {
+			t.Fatal(err)
+		}
+		x.Executor, x.delay, c.MaxQueue = cx, time.Millisecond, 1
+		c.OnStep = func(_ *engine.Engine, info engine.StepInfo) {
+			if info.Preempted > 0 {
+				once.Do(func() {
+					close(preempted)
+					<-resume
+				})
+			}
+		}
+	})
+	var resumed sync.Once
+	release := func() { resumed.Do(func() { close(resume) }) }
+	t.Cleanup(release) // before the server stops, however the test ends
+	body := fmt.Sprintf(`{"model": %q, "prompt": %s, "max_tokens": 500, "temperature": 0, "ignore_eos": true}`, testModel, tokenJSON(testPrompt))
+	var wg sync.WaitGroup
+	codes := make([]int, 2)
+	for i := range codes {
+		wg.Go(func() { codes[i], _, _ = post(t, ts.url+"/v1/completions", body) })
+		waitFor(t, func() bool { return ts.Engine().Pending() == i+1 && ts.queued.Load() == 0 }) // running
+	}
+	select {
+	case <-preempted:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no preemption in 30 s")
+	}
+	waitFor(t, func() bool { return ts.queued.Load() == 1 })
+	code, hdr, b := post(t, ts.url+"/v1/completions", body)
+	if e := errorBody(t, b); code != 429 || hdr.Get("Retry-After") == "" || e.Code != "queue_full" {
+		t.Errorf("a request while a preempted one waits, MaxQueue 1: %d %s, want 429 queue_full with Retry-After", code, b)
+	}
+	release()
+	wg.Wait()
+	if codes[0] != 200 || codes[1] != 200 || ts.queued.Load() != 0 {
+		t.Errorf("the two requests: %v, %d places held after them; want 200 200 and none", codes, ts.queued.Load())
 	}
 }
 

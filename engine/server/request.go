@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
@@ -41,11 +42,12 @@ type apiRequest struct {
 
 // apiError is an error answered in OpenAI's shape: {"error": {"message", "type", "param", "code"}}.
 type apiError struct {
-	Status  int
-	Message string
-	Type    string
-	Param   string // the request field at fault, "" for none
-	Code    string
+	Status     int
+	Message    string
+	Type       string
+	Param      string // the request field at fault, "" for none
+	Code       string
+	RetryAfter int // seconds, for a Retry-After header; 0 for none
 }
 
 func (e *apiError) Error() string { return e.Message }
@@ -70,7 +72,6 @@ var noops = map[string][]string{
 	"tools":               {"null", "[]"},
 	"tool_choice":         {"null", `"none"`},
 	"response_format":     {"null", `{"type":"text"}`},
-	"stream_options":      {"null"}, // handled below; listed so that an unknown-field error never names it
 }
 
 // fields lists the parameters each endpoint reads.
@@ -82,11 +83,19 @@ var fields = map[bool][]string{
 // maxStops is how many stop strings a request may give (OpenAI's limit).
 const maxStops = 4
 
-// limits are what the served model allows a prompt. parseRequest refuses a prompt beyond them as soon as that is
-// certain: a text from its length before it is tokenized, token ids before the rest of the array is read.
+// limits are what the served model allows a request. parseRequest refuses a request beyond them as soon as that
+// is certain: another model as soon as its name is read, a prompt text from its length before it is tokenized,
+// token ids before the rest of the array is read.
 type limits struct {
+	model   string           // the served model's name
 	context int              // the model's context in tokens: a prompt has at most context-1
 	vocab   *tokenizer.Vocab // token ids are below vocab.Len(); a text of n bytes has at least vocab.MinTokens(n)
+}
+
+// modelNotFound is the 404 for a request for another model than the served one, whose name starts with name.
+func (l limits) modelNotFound(name string) *apiError {
+	return &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Param: "model", Code: "model_not_found",
+		Message: fmt.Sprintf("model %q does not exist; this server serves %q", clip(name), l.model)}
 }
 
 // contextError is the 400 for a prompt (field) of count tokens, count saying how many ("512 tokens", "at least
@@ -113,10 +122,11 @@ func (l limits) textTooLong(field string, n int) *apiError {
 }
 
 // parseRequest parses a /v1/completions (chat false) or /v1/chat/completions body. It streams through the body,
-// so that the prompt is checked against lim while it is read: its text is decoded at most once, not at all when
-// its length refuses it, and never tokenized here.
-// Every error is a 400 naming the field at fault; fields the server does not know or does not implement are
-// refused by name, except the no-op values in noops.
+// so that the request is checked against lim while it is read: the prompt's text is decoded at most once, not at
+// all when its length refuses it, and never tokenized here; a name it does not know is refused as it is met,
+// before its value is read, and a long one before it is decoded.
+// Every error is a 400 naming the field at fault, but a 404 for another model than lim's; fields the server does
+// not know or does not implement are refused by name, except the no-op values in noops.
 func parseRequest(body []byte, chat bool, lim limits) (*apiRequest, *apiError) {
 	r := &apiRequest{Chat: chat, Temperature: 1, TopP: 1, MaxName: "max_tokens"}
 	dec := jsontext.NewDecoder(bytes.NewBuffer(body))
@@ -131,21 +141,29 @@ func parseRequest(body []byte, chat bool, lim limits) (*apiRequest, *apiError) {
 		promptField = "messages"
 	}
 	obj := map[string]jsontext.Value{}
-	prompted := false
+	prompted, streamOptions := false, false
 	e := members(dec, func(name string) *apiError {
-		if name != promptField {
-			v, err := dec.ReadValue()
-			if err != nil {
-				return malformed(err)
+		switch {
+		case name == promptField:
+			prompted = true
+			if chat {
+				return readMessages(dec, r, lim)
 			}
-			obj[name] = v.Clone()
-			return nil
+			return readPrompt(dec, r, lim)
+		case name == "model":
+			return readModel(dec, r, lim)
+		case name == "stream_options":
+			streamOptions = dec.PeekKind() != 'n'
+			return readStreamOptions(dec, r)
+		case !slices.Contains(fields[chat], name) && noops[name] == nil:
+			return badRequest(clip(name), "unsupported parameter %q", clip(name))
 		}
-		prompted = true
-		if chat {
-			return readMessages(dec, r, lim)
+		v, err := dec.ReadValue()
+		if err != nil {
+			return malformed(err)
 		}
-		return readPrompt(dec, r, lim)
+		obj[name] = v.Clone()
+		return nil
 	})
 	if e != nil {
 		return nil, e
@@ -156,23 +174,12 @@ func parseRequest(body []byte, chat bool, lim limits) (*apiRequest, *apiError) {
 		}
 		return nil, malformed(err)
 	}
-	keys := slices.Sorted(maps.Keys(obj))
-	for _, k := range keys {
-		if slices.Contains(fields[chat], k) {
-			continue
-		}
-		ok, known := noops[k]
-		if !known {
-			return nil, badRequest(k, "unsupported parameter %q", k)
-		}
-		if !slices.ContainsFunc(ok, func(v string) bool { return sameJSON(v, obj[k]) }) {
+	for _, k := range slices.Sorted(maps.Keys(obj)) {
+		if ok := noops[k]; ok != nil && !slices.ContainsFunc(ok, func(v string) bool { return sameJSON(v, obj[k]) }) {
 			return nil, badRequest(k, "parameter %q is not supported except as %s", k, strings.Join(ok, " or "))
 		}
 	}
-	if err := field(obj, "model", &r.Model); err != nil {
-		return nil, err
-	}
-	if _, ok := obj["model"]; !ok || r.Model == "" {
+	if r.Model == "" {
 		return nil, badRequest("model", "model: required")
 	}
 	if !prompted {
@@ -196,8 +203,11 @@ func parseRequest(body []byte, chat bool, lim limits) (*apiRequest, *apiError) {
 		r.MaxTokens = int(*maxTokens)
 	}
 	var temp, topP *float64
-	var seed *int64
-	if err := firstErr(field(obj, "temperature", &temp), field(obj, "top_p", &topP), field(obj, "seed", &seed)); err != nil {
+	if err := firstErr(field(obj, "temperature", &temp), field(obj, "top_p", &topP)); err != nil {
+		return nil, err
+	}
+	seed, err := readSeed(obj["seed"])
+	if err != nil {
 		return nil, err
 	}
 	if temp != nil {
@@ -242,45 +252,95 @@ func parseRequest(body []byte, chat bool, lim limits) (*apiRequest, *apiError) {
 	if err := firstErr(field(obj, "stream", &r.Stream), field(obj, "user", &user), field(obj, "ignore_eos", &r.IgnoreEOS)); err != nil {
 		return nil, err
 	}
-	if raw := obj["stream_options"]; !isNull(raw) {
-		if !r.Stream {
-			return nil, badRequest("stream_options", "stream_options is only allowed with stream: true")
-		}
-		var so map[string]jsontext.Value
-		if err := json.Unmarshal(raw, &so); err != nil || so == nil {
-			return nil, badRequest("stream_options", "stream_options: want an object")
-		}
-		for _, k := range slices.Sorted(maps.Keys(so)) {
-			switch v := so[k]; {
-			case k == "include_usage":
-				if err := json.Unmarshal(v, &r.IncludeUsage); err != nil {
-					return nil, badRequest("stream_options.include_usage", "stream_options.include_usage: want true or false")
-				}
-			case k == "continuous_usage_stats" && compact(v) == "false":
-			default:
-				return nil, badRequest("stream_options."+k, "unsupported parameter stream_options.%s", k)
-			}
-		}
+	if streamOptions && !r.Stream {
+		return nil, badRequest("stream_options", "stream_options is only allowed with stream: true")
 	}
 	return r, nil
+}
+
+// readModel reads the model's name into r, refusing another model than lim's at once: one whose name is longer
+// in the body than the served one's could be even with every character escaped, before it is decoded.
+func readModel(dec *jsontext.Decoder, r *apiRequest, lim limits) *apiError {
+	if start, long := longString(dec, max(maxName, len(`"`)+6*len(lim.model)+len(`"`))); long {
+		return lim.modelNotFound(start)
+	}
+	v, err := dec.ReadValue()
+	switch {
+	case err != nil:
+		return malformed(err)
+	case isNull(v):
+		return nil
+	case json.Unmarshal(v, &r.Model) != nil:
+		return badRequest("model", "model: want a string, got %s", abbrev(v))
+	case r.Model != "" && r.Model != lim.model:
+		return lim.modelNotFound(r.Model)
+	}
+	return nil
+}
+
+// readStreamOptions reads stream_options into r: null, or an object of include_usage (true or false) and
+// continuous_usage_stats (false only).
+func readStreamOptions(dec *jsontext.Decoder, r *apiRequest) *apiError {
+	if dec.PeekKind() != '{' {
+		v, err := dec.ReadValue()
+		switch {
+		case err != nil:
+			return malformed(err)
+		case isNull(v):
+			return nil
+		}
+		return badRequest("stream_options", "stream_options: want an object")
+	}
+	return members(dec, func(name string) *apiError {
+		if name != "include_usage" && name != "continuous_usage_stats" {
+			return badRequest("stream_options."+clip(name), "unsupported parameter %q", "stream_options."+clip(name))
+		}
+		v, err := dec.ReadValue()
+		switch {
+		case err != nil:
+			return malformed(err)
+		case name == "include_usage":
+			if isNull(v) {
+				return nil
+			}
+			if json.Unmarshal(v, &r.IncludeUsage) != nil {
+				return badRequest("stream_options.include_usage", "stream_options.include_usage: want true or false")
+			}
+			return nil
+		case name == "continuous_usage_stats" && compact(v) == "false":
+			return nil
+		}
+		return badRequest("stream_options."+clip(name), "unsupported parameter %q", "stream_options."+clip(name))
+	})
 }
 
 // malformed is the 400 for a body that is not valid JSON (RFC 8259, which includes valid UTF-8).
 func malformed(err error) *apiError {
 	what := strings.TrimPrefix(err.Error(), "jsontext: ")
-	if errors.Is(err, io.EOF) {
+	var syn *jsontext.SyntacticError
+	switch {
+	case errors.Is(err, io.EOF):
 		what = "empty, want a JSON object"
+	case errors.As(err, &syn) && syn.Err == jsontext.ErrDuplicateName: // its message quotes the whole name
+		what = fmt.Sprintf("duplicate object member name %q within %q", clip(syn.JSONPointer.LastToken()), clip(string(syn.JSONPointer.Parent())))
 	}
 	return badRequest("", "malformed JSON body: %s", what)
 }
 
 // members reads the object dec is at, calling read for each member with dec at the member's value, which read
-// must consume.
+// must consume. A name longer than maxName bytes in the body is no name the server knows: read gets its start
+// (clipped, with "..."), with dec still before it, and must refuse it.
 func members(dec *jsontext.Decoder, read func(name string) *apiError) *apiError {
 	if _, err := dec.ReadToken(); err != nil {
 		return malformed(err)
 	}
 	for dec.PeekKind() != '}' {
+		if start, long := longString(dec, maxName); long {
+			if e := read(start); e != nil {
+				return e
+			}
+			return badRequest("", "unsupported parameter %q", start) // what read should have said
+		}
 		name, err := dec.ReadToken()
 		if err != nil {
 			return malformed(err)
@@ -317,6 +377,37 @@ func wholeNumber(obj map[string]jsontext.Value, name string) (*float64, *apiErro
 	return f, nil
 }
 
+// readSeed reads seed: an integer within int64's range (vLLM's bounds), written as one or as a whole number
+// (1.0, 1e3) as counts may be; nil when absent or null. An integer is read exactly, as Python reads it; any
+// other number as a float64, as Python reads it too.
+func readSeed(raw jsontext.Value) (*int64, *apiError) {
+	if isNull(raw) {
+		return nil, nil
+	}
+	lit := compact(raw)
+	notInteger := badRequest("seed", "seed: want an integer, got %s", abbrev(raw))
+	outOfRange := badRequest("seed", "seed=%s is out of range: want %d to %d (int64, as vLLM's)", clip(lit), math.MinInt64, math.MaxInt64)
+	if raw.Kind() != '0' {
+		return nil, notInteger
+	}
+	if !strings.ContainsAny(lit, ".eE") {
+		v, err := strconv.ParseInt(lit, 10, 64)
+		if err != nil {
+			return nil, outOfRange
+		}
+		return &v, nil
+	}
+	f, _ := strconv.ParseFloat(lit, 64) // ±Inf beyond float64's range
+	switch {
+	case f != math.Trunc(f):
+		return nil, notInteger
+	case f < math.MinInt64 || f >= -math.MinInt64:
+		return nil, outOfRange
+	}
+	v := int64(f)
+	return &v, nil
+}
+
 // number writes a whole number as digits (1e12 as 1000000000000).
 func number(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
 
@@ -326,8 +417,6 @@ func typeName(v any) string {
 		return "a string"
 	case *bool:
 		return "true or false"
-	case **int64:
-		return "an integer"
 	case **float64:
 		return "a number"
 	}
@@ -361,10 +450,70 @@ func compact(raw jsontext.Value) string {
 }
 
 // abbrev quotes the start of a raw value for an error message.
-func abbrev(raw jsontext.Value) string {
-	s := compact(raw)
-	if len(s) > 40 {
-		s = s[:40] + "..."
+func abbrev(raw jsontext.Value) string { return clip(compact(raw)) }
+
+// maxName bounds, in bytes as the body writes them, the names of members the server reads: the names it knows
+// are far shorter, even with every character escaped. A longer one is refused from its start, never decoded.
+const maxName = 256
+
+// longString reports whether the string dec is at next (a member's name or a value) is longer than limit bytes as
+// the body writes it, its quotes included, and then returns its first maxEcho characters and "...", read from the
+// body without decoding the rest: its length, UTF-8 and escapes are then never checked. The decoder reads the
+// body from a bytes.Buffer, so that its unread buffer is the rest of the body.
+func longString(dec *jsontext.Decoder, limit int) (start string, long bool) {
+	rest := bytes.TrimLeft(dec.UnreadBuffer(), " \t\r\n")
+	if len(rest) > 0 && (rest[0] == ',' || rest[0] == ':') { // before a name, or a value
+		rest = bytes.TrimLeft(rest[1:], " \t\r\n")
+	}
+	if len(rest) == 0 || rest[0] != '"' {
+		return "", false
+	}
+	for i := 1; i < len(rest); i++ {
+		switch {
+		case i >= limit:
+			return stringStart(rest), true
+		case rest[i] == '\\':
+			i++
+		case rest[i] == '"':
+			return "", false
+		}
+	}
+	return "", false // the body ends inside the string: the decoder says so
+}
+
+// stringStart decodes the first maxEcho characters of the JSON string at the start of raw, followed by "...".
+func stringStart(raw []byte) string {
+	end := 1
+	for n := 0; n < maxEcho && end < len(raw) && raw[end] != '"'; n++ {
+		_, size := utf8.DecodeRune(raw[end:])
+		switch {
+		case raw[end] != '\\':
+		case end+1 < len(raw) && raw[end+1] == 'u':
+			size = 6
+		default:
+			size = 2
+		}
+		if end+size > len(raw) {
+			break
+		}
+		end += size
+	}
+	s, _ := jsontext.AppendUnquote(nil, append(raw[:end:end], '"')) // invalid UTF-8 or escapes as U+FFFD
+	return string(s) + "..."
+}
+
+// maxEcho is the most characters of a name or value the client sent that an error message quotes: enough to
+// recognise it, and an answer never grows with the request.
+const maxEcho = 40
+
+// clip is s cut to its first maxEcho characters, "..." marking a cut.
+func clip(s string) string {
+	n := 0
+	for i := range s {
+		if n == maxEcho {
+			return s[:i] + "..."
+		}
+		n++
 	}
 	return s
 }
@@ -448,11 +597,11 @@ func readTokens(dec *jsontext.Decoder, r *apiRequest, at string, lim limits) *ap
 		id, _ := tok.Float() // ±Inf when out of range
 		switch {
 		case id != math.Trunc(id):
-			return badRequest("prompt", "%s[%d]=%s: a token id must be an integer", at, i, tok.String())
+			return badRequest("prompt", "%s[%d]=%s: a token id must be an integer", at, i, clip(tok.String()))
 		case id < 0:
-			return badRequest("prompt", "%s[%d]=%s, want a token id >= 0", at, i, tok.String())
+			return badRequest("prompt", "%s[%d]=%s, want a token id >= 0", at, i, clip(tok.String()))
 		case id >= float64(lim.vocab.Len()):
-			return badRequest("prompt", "%s[%d]=%s is outside the vocabulary of %d tokens", at, i, tok.String(), lim.vocab.Len())
+			return badRequest("prompt", "%s[%d]=%s is outside the vocabulary of %d tokens", at, i, clip(tok.String()), lim.vocab.Len())
 		}
 		r.PromptTokens = append(r.PromptTokens, int32(id))
 		if len(r.PromptTokens) == lim.context {
@@ -494,24 +643,33 @@ func parseStop(raw jsontext.Value, r *apiRequest) *apiError {
 		return nil
 	}
 	var one string
-	if json.Unmarshal(raw, &one) == nil {
-		r.Stop = []string{one}
-	} else if json.Unmarshal(raw, &r.Stop) != nil {
+	var many []jsontext.Value
+	switch {
+	case json.Unmarshal(raw, &one) == nil:
+		many = []jsontext.Value{raw}
+	case json.Unmarshal(raw, &many) != nil:
 		return badRequest("stop", "stop: want a string or an array of strings, got %s", abbrev(raw))
+	case len(many) > maxStops:
+		return badRequest("stop", "stop: %d strings, at most %d", len(many), maxStops)
 	}
-	if len(r.Stop) > maxStops {
-		return badRequest("stop", "stop: %d strings, at most %d", len(r.Stop), maxStops)
-	}
-	for i, s := range r.Stop {
-		if s == "" {
+	for i, v := range many {
+		var s string
+		switch {
+		case isNull(v):
+			return badRequest("stop", "stop[%d] is null, want a string", i)
+		case json.Unmarshal(v, &s) != nil:
+			return badRequest("stop", "stop[%d]: want a string, got %s", i, abbrev(v))
+		case s == "":
 			return badRequest("stop", "stop[%d] is empty", i)
 		}
+		r.Stop = append(r.Stop, s)
 	}
 	return nil
 }
 
-// readMessages reads a chat's messages from dec and renders them with the plain template (see renderChat); their
-// content is checked against the context as it is read.
+// readMessages reads a chat's messages from dec and renders them with the plain template (see renderChat). The
+// text they render to is checked against the context as it is read: each message's content, and each whole
+// message's line, which counts even when its content is empty.
 func readMessages(dec *jsontext.Decoder, r *apiRequest, lim limits) *apiError {
 	shape := badRequest("messages", "messages: want a non-empty array of {role, content} objects")
 	if dec.PeekKind() != '[' {
@@ -528,7 +686,7 @@ func readMessages(dec *jsontext.Decoder, r *apiRequest, lim limits) *apiError {
 		return malformed(err)
 	}
 	var turns []turn
-	text := 0 // bytes of content so far
+	text := len(chatEnd) // bytes of the rendered text so far, counting the end it will have
 	for i := 0; dec.PeekKind() != ']'; i++ {
 		if dec.PeekKind() != '{' {
 			if _, err := dec.ReadValue(); err != nil {
@@ -543,6 +701,9 @@ func readMessages(dec *jsontext.Decoder, r *apiRequest, lim limits) *apiError {
 			switch name {
 			case "role":
 				hasRole = true
+				if start, long := longString(dec, maxName); long { // no role's name is
+					return badRequest(at+".role", "%s.role=%q, want system, developer, user or assistant", at, start)
+				}
 				v, err := dec.ReadValue()
 				if err != nil {
 					return malformed(err)
@@ -554,26 +715,27 @@ func readMessages(dec *jsontext.Decoder, r *apiRequest, lim limits) *apiError {
 				case "system", "developer", "user", "assistant":
 					return nil
 				}
-				return badRequest(at+".role", "%s.role=%q, want system, developer, user or assistant", at, t.role)
+				return badRequest(at+".role", "%s.role=%q, want system, developer, user or assistant", at, clip(t.role))
 			case "content":
 				hasContent = true
+				before := text
+				if hasRole {
+					before += t.rendered()
+				}
 				if dec.PeekKind() == '"' {
-					e := readText(dec, &t.content, "messages", text, lim)
-					text += len(t.content)
-					return e
+					return readText(dec, &t.content, "messages", before, lim)
 				}
 				if e := readParts(dec, &t.content, at+".content"); e != nil {
 					return e
 				}
-				text += len(t.content)
-				return lim.textTooLong("messages", text)
+				return lim.textTooLong("messages", before+len(t.content))
 			case "name":
 				if err := dec.SkipValue(); err != nil {
 					return malformed(err)
 				}
 				return nil
 			}
-			return badRequest(at+"."+name, "unsupported parameter %s.%s", at, name)
+			return badRequest(at+"."+clip(name), "unsupported parameter %q", at+"."+clip(name))
 		})
 		switch {
 		case e != nil:
@@ -584,6 +746,10 @@ func readMessages(dec *jsontext.Decoder, r *apiRequest, lim limits) *apiError {
 			return badRequest(at+".content", "%s.content: want a string or an array of text parts", at)
 		}
 		turns = append(turns, t)
+		text += t.rendered()
+		if e := lim.textTooLong("messages", text); e != nil {
+			return e
+		}
 	}
 	if _, err := dec.ReadToken(); err != nil {
 		return malformed(err)
@@ -622,17 +788,28 @@ func readParts(dec *jsontext.Decoder, dst *string, at string) *apiError {
 
 type turn struct{ role, content string }
 
+// chatEnd ends the plain chat template, for the model to continue.
+const chatEnd = "Assistant:"
+
 // renderChat is the plain chat template for models without one of their own: each message on a line of its own
 // as "Role: content", then "Assistant:" for the model to continue.
 func renderChat(turns []turn) string {
 	var sb strings.Builder
 	for _, t := range turns {
-		role := t.role
-		if role == "developer" {
-			role = "system"
-		}
-		sb.WriteString(strings.ToUpper(role[:1]) + role[1:] + ": " + t.content + "\n")
+		sb.WriteString(t.speaker() + ": " + t.content + "\n")
 	}
-	sb.WriteString("Assistant:")
+	sb.WriteString(chatEnd)
 	return sb.String()
 }
+
+// speaker is the name a message's line starts with: its role, capitalised, a developer's as the system's.
+func (t turn) speaker() string {
+	role := t.role
+	if role == "developer" {
+		role = "system"
+	}
+	return strings.ToUpper(role[:1]) + role[1:]
+}
+
+// rendered is the length in bytes of the message's line in renderChat's text.
+func (t turn) rendered() int { return len(t.speaker()) + len(": ") + len(t.content) + len("\n") }

@@ -35,15 +35,24 @@
 //
 // # Limits
 //
-// A request takes its place in the Config.MaxQueue count before its body is read and keeps it until its first
-// batch, so that requests being read and parsed are bounded too. A body is at most 4 MiB (413 beyond, from its
-// Content-Length or while it is read). The body is parsed as a stream, and a prompt that cannot fit in the
-// context is refused as soon as that is certain: a text from its length in bytes before it is decoded or
-// tokenized (no token spells more bytes than the vocabulary's longest piece, tokenizer.Vocab.MinTokens), token
-// ids at the context's count, chat content as its total grows. A client has Config.HeaderTimeout (10 s) for its
-// headers and Config.BodyTimeout (30 s) for its body, 408 after; a kept-alive connection idle for
-// Config.IdleTimeout (60 s) is closed, and at most Config.MaxConnections (1024) are open, the rest waiting to be
-// accepted.
+// A request takes its place in the Config.MaxQueue count once its body begins and keeps it until its first batch,
+// so that requests being read and parsed are bounded too, and takes it again while it waits for a batch after a
+// preemption, so that the bound holds for all the requests waiting; a client that sends headers and no body holds
+// only its connection, no place that others wait for. A 429's Retry-After is how long places were held of late (an
+// exponentially weighted mean) over MaxQueue, the time in which one frees on average. A body is at most 4 MiB (413
+// beyond, from its Content-Length or while it is read). The body is parsed as a stream, and a prompt that cannot
+// fit in the context is refused as soon as that is certain: a text from its length in bytes before it is decoded or
+// tokenized (no token spells more bytes than the vocabulary's longest piece, tokenizer.Vocab.MinTokens), token ids
+// at the context's count, chat messages from the text the template renders them to as it grows (each message's
+// "Role: " and line end count, so that many empty messages are refused as one long one is). A member the server
+// does not know is refused when its name is read, before its value; a name longer than 256 bytes in the body (none
+// it knows is), and a model's name longer than the served one's could be, are refused from their first characters,
+// never decoded in full. A client has Config.HeaderTimeout (10 s) for its headers and Config.BodyTimeout (30 s) for
+// its body, 408 after; a kept-alive connection idle for Config.IdleTimeout (60 s) is closed, and at most
+// Config.MaxConnections (1024) are open, the rest waiting to be accepted. Each write of an answer has
+// Config.WriteTimeout (60 s, nginx's send_timeout): a client that reads nothing for that long while the
+// connection's buffers are full is cut off, its request cancelled, while a stream to a slow client that keeps
+// reading runs as long as it takes.
 //
 // # Parameters
 //
@@ -52,43 +61,50 @@
 // (default 1; 0 is greedy), top_p, top_k (-1 or 0: all), seed (default: random when sampling; a draw depends only
 // on the seed and the token's position, so a seeded request's text does not change with batching or preemption),
 // stop (up to 4 strings), n (1 only), stream, stream_options.include_usage, user (ignored), and vLLM's ignore_eos
-// (EOS and BOS do not end the request, which then runs to max_tokens or a stop string, as load tests ask). Counts
-// and token ids are whole numbers, written as integers or not (2, 2.0, 2e0), as vLLM reads them. Parameters the
-// server does not implement are a 400 naming them, except at their no-op values (presence_penalty 0, logprobs
-// null, ...), which clients send by default. Generation ends at EOS or BOS (the llama2.c models end a story with
-// BOS), at max_tokens or at the context (finish_reason "length"), or at a stop string (finish_reason "stop", the
-// stop string not part of the text). Stop strings are found in the decoded text, where they may span tokens or
-// sit inside one, by a decoder that runs in the engine's loop (engine.Request.StopWhen): the request ends in the
-// step that completes one, its KV blocks freed then. Usage counts the prompt's tokens and the tokens generated up
-// to the one that ended the request, a stop token included; generation_tokens_total counts the same.
+// (EOS and BOS do not end the request, which then runs to max_tokens or a stop string, as load tests ask). Counts,
+// token ids and the seed are whole numbers, written as integers or not (2, 2.0, 2e0), as vLLM reads them; a seed is
+// within int64's range, as vLLM's is. Parameters the server does not implement are a 400 naming them, except at
+// their no-op values (presence_penalty 0, logprobs null, ...), which clients send by default. Generation ends at
+// EOS or BOS (the llama2.c models end a story with BOS), at max_tokens or at the context (finish_reason "length"),
+// or at a stop string (finish_reason "stop", the stop string not part of the text). Stop strings are found in the
+// text as the client reads it (valid UTF-8: each output byte that starts no character is U+FFFD, as JSON writes it,
+// so that stop "\ufffd" matches one), where they may span tokens or sit inside one, by a decoder that runs in the
+// engine's loop (engine.Request.StopWhen): the request ends in the step that completes one, its KV blocks freed
+// then. Usage counts the prompt's tokens and the tokens generated up to the one that ended the request, a stop
+// token included; generation_tokens_total counts the same.
 //
 // # Errors
 //
 // Errors are OpenAI's JSON shape, {"error": {"message", "type", "param", "code"}}, with a one-line message naming
 // the field or limit at fault: 400 for a malformed body (not JSON, not UTF-8, a duplicate member), a parameter out
-// of range, a prompt that leaves no room in the context, a max_tokens below 1 or beyond the context (as vLLM
-// does), or a request the KV pool can never hold; 401 without the API key; 404 model_not_found for another model
-// and 404 for another path; 405 with Allow for another method; 408 for a body not received in time; 413 for a body
-// over 4 MiB; 415 for a body that is not application/json; 429 with Retry-After when Config.MaxQueue requests
-// are already admitted and not yet in a batch; 503 while shutting down or after the engine failed; 500 when a step
-// fails under a request. A client that disconnects cancels its request (the engine frees its KV blocks at the
+// of range, a prompt that leaves no room in the context, a max_tokens below 1 or beyond the context (as vLLM does),
+// or a request the KV pool can never hold; 401 without the API key; 404 model_not_found for another model and 404
+// for another path; 405 with Allow for another method; 408 for a body not received in time; 413 for a body over 4
+// MiB; 415 for a body that is not application/json; 429 with Retry-After when Config.MaxQueue requests are already
+// admitted and waiting for a batch (see Limits); 503 while shutting down or after the engine failed; 500 when a
+// step fails under a request. A client that disconnects cancels its request (the engine frees its KV blocks at the
 // next iteration).
 //
 // # Lifecycle
 //
-// Serve runs the engine's loop and the HTTP server until its context ends, then stops admitting (the listener
-// closes), lets the running requests finish within Config.Grace (engine.Shutdown), cancels what is left, and
-// returns nil. A controller plugs into the engine itself (engine.Engine.OnStep) before the server is made.
+// New refuses an engine whose KV pool cannot hold a request of the whole context (PoolError), as vLLM refuses to
+// start when its KV cache cannot hold max_model_len. Serve runs the engine's loop and the HTTP server until its
+// context ends, then stops admitting (the listener closes), lets the running requests finish within Config.Grace
+// (engine.Shutdown), cancels what is left, and returns nil. A controller plugs into the engine itself
+// (engine.Engine.OnStep) before the server is made.
 package server
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"math"
 	"math/rand/v2"
 	"mime"
 	"net"
@@ -118,8 +134,9 @@ type Config struct {
 	// Engine is the engine served, with its hooks (a morphing controller's) already added; the server adds its
 	// metrics' hook after them, and runs the engine's loop in Serve.
 	Engine *engine.Engine
-	// MaxQueue bounds the requests admitted and not yet in their first batch, counted from before their body is
-	// read; a request beyond it is answered 429. 0: no bound.
+	// MaxQueue bounds the requests admitted and waiting for a batch, counted from when their body begins until
+	// their first batch and from each preemption until they are back in one; a request beyond it is answered
+	// 429. 0: no bound.
 	MaxQueue int
 	// Grace is how long Serve lets running requests finish after its context ends; default 30 s.
 	Grace time.Duration
@@ -136,13 +153,27 @@ type Config struct {
 	// HeaderTimeout and BodyTimeout bound the time a client takes to send a request's headers and its body;
 	// IdleTimeout closes a kept-alive connection that sends no request for that long. Defaults 10 s, 30 s, 60 s.
 	HeaderTimeout, BodyTimeout, IdleTimeout time.Duration
+	// WriteTimeout bounds each write of an answer: a client that reads nothing for that long while the
+	// connection's buffers are full is cut off and its request cancelled; one that reads, however slowly, is not.
+	// Default 60 s (nginx's send_timeout).
+	WriteTimeout time.Duration
+}
+
+// PoolError is New's error for a KV pool that cannot hold a request of the whole context, which would then be
+// refused when it came (vLLM, too, refuses to start when its KV cache cannot hold max_model_len).
+type PoolError struct {
+	Blocks, BlockSize int // the pool
+	Tokens            int // the longest request it holds (engine.Engine.MaxRequestTokens)
+	Context           int // the model's context in tokens
+}
+
+func (e *PoolError) Error() string {
+	return fmt.Sprintf("server: the KV pool of %d blocks of %d tokens holds requests of at most %d tokens, less than the model's context of %d tokens",
+		e.Blocks, e.BlockSize, e.Tokens, e.Context)
 }
 
 // maxBody bounds a request body (OpenAI's and vLLM's answer to a larger one is 413).
 const maxBody = 4 << 20
-
-// retryAfter is what a 429 tells the client to wait, in seconds.
-const retryAfter = 1
 
 // Server is an OpenAI-compatible HTTP front end of an engine.
 type Server struct {
@@ -154,7 +185,8 @@ type Server struct {
 	handler http.Handler
 	ends    []int32 // tokens that end every request: EOS and BOS
 
-	queued  atomic.Int64 // requests admitted, from before their body is read, and not yet in a batch (MaxQueue's count)
+	queued  atomic.Int64 // requests admitted and waiting for a batch, from when their body begins (MaxQueue's count)
+	holds   holdTime     // how long they hold their places
 	closing atomic.Bool
 	nextID  atomic.Uint64
 	failMu  sync.Mutex
@@ -168,16 +200,19 @@ func New(cfg Config) (*Server, error) {
 		return nil, errors.New("server: Config.Model is empty, want the name clients ask for")
 	case cfg.Vocab == nil || cfg.Engine == nil:
 		return nil, errors.New("server: Config.Vocab and Config.Engine are required")
-	case cfg.MaxQueue < 0 || cfg.Grace < 0 || cfg.MaxConnections < 0 || cfg.HeaderTimeout < 0 || cfg.BodyTimeout < 0 || cfg.IdleTimeout < 0:
-		return nil, fmt.Errorf("server: MaxQueue %d, Grace %v, MaxConnections %d, HeaderTimeout %v, BodyTimeout %v, IdleTimeout %v: want none negative",
-			cfg.MaxQueue, cfg.Grace, cfg.MaxConnections, cfg.HeaderTimeout, cfg.BodyTimeout, cfg.IdleTimeout)
+	case cfg.MaxQueue < 0 || cfg.Grace < 0 || cfg.MaxConnections < 0 || cfg.HeaderTimeout < 0 || cfg.BodyTimeout < 0 || cfg.IdleTimeout < 0 || cfg.WriteTimeout < 0:
+		return nil, fmt.Errorf("server: MaxQueue %d, Grace %v, MaxConnections %d, HeaderTimeout %v, BodyTimeout %v, IdleTimeout %v, WriteTimeout %v: want none negative",
+			cfg.MaxQueue, cfg.Grace, cfg.MaxConnections, cfg.HeaderTimeout, cfg.BodyTimeout, cfg.IdleTimeout, cfg.WriteTimeout)
 	}
 	geo := cfg.Engine.Geometry()
 	if cfg.Vocab.Len() != geo.Vocab {
 		return nil, fmt.Errorf("server: the tokenizer has %d tokens, the model %d", cfg.Vocab.Len(), geo.Vocab)
 	}
+	if n := cfg.Engine.MaxRequestTokens(); n < geo.Context {
+		return nil, &PoolError{Blocks: cfg.Engine.Memory().Blocks, BlockSize: geo.BlockSize, Tokens: n, Context: geo.Context}
+	}
 	for d, def := range map[*time.Duration]time.Duration{&cfg.Grace: 30 * time.Second, &cfg.HeaderTimeout: 10 * time.Second,
-		&cfg.BodyTimeout: 30 * time.Second, &cfg.IdleTimeout: 60 * time.Second} {
+		&cfg.BodyTimeout: 30 * time.Second, &cfg.IdleTimeout: 60 * time.Second, &cfg.WriteTimeout: 60 * time.Second} {
 		if *d == 0 {
 			*d = def
 		}
@@ -188,7 +223,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
 	}
-	s := &Server{cfg: cfg, geo: geo, limits: limits{context: geo.Context, vocab: cfg.Vocab},
+	s := &Server{cfg: cfg, geo: geo, limits: limits{model: cfg.Model, context: geo.Context, vocab: cfg.Vocab},
 		metrics: newMetrics(cfg.Registry, cfg.Model, geo.BlockSize, cfg.Engine.Memory().Blocks)}
 	v := cfg.Vocab
 	for _, id := range []int{v.EOS, v.BOS} {
@@ -203,12 +238,26 @@ func New(cfg Config) (*Server, error) {
 	mux.HandleFunc("/v1/chat/completions", s.complete(true))
 	mux.HandleFunc("/v1/models", s.models)
 	mux.HandleFunc("/health", s.health)
-	mux.Handle("/metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{}))
+	metrics := promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{})
+	mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet {
+			methodNotAllowed(w, r, http.MethodGet)
+			return
+		}
+		metrics.ServeHTTP(w, r)
+	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &apiError{Status: http.StatusNotFound, Type: "invalid_request_error",
-			Message: fmt.Sprintf("no endpoint %s %s (endpoints: /v1/completions, /v1/chat/completions, /v1/models, /health, /metrics)", r.Method, r.URL.Path)})
+			Message: fmt.Sprintf("no endpoint %s %s (endpoints: /v1/completions, /v1/chat/completions, /v1/models, /health, /metrics)", clip(r.Method), clip(r.URL.Path))})
 	})
-	s.handler = mux
+	// A CONNECT to a host (a proxy's request) has no path for the mux to route, which would answer it in plain text.
+	s.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodConnect && r.URL.Path == "" {
+			methodNotAllowed(w, r, "GET, POST")
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
 	if cfg.APIKey != "" {
 		s.handler = authorize(s.handler, cfg.APIKey)
 	}
@@ -216,7 +265,7 @@ func New(cfg Config) (*Server, error) {
 		s.handler = cors.New(cors.Options{AllowedOrigins: cfg.AllowedOrigins, AllowedMethods: []string{http.MethodGet, http.MethodPost},
 			AllowedHeaders: []string{"Authorization", "Content-Type"}, MaxAge: 600}).Handler(s.handler)
 	}
-	s.handler = s.readDeadline(s.handler)
+	s.handler = s.deadlines(s.handler)
 	return s, nil
 }
 
@@ -245,15 +294,40 @@ func authorize(next http.Handler, key string) http.Handler {
 	})
 }
 
-// readDeadline gives a request Config.BodyTimeout to arrive in full: the handler that reads a body lifts the
-// deadline once it has (see readBody); any other request keeps it, so that the server never waits longer than
-// that for a body it does not read.
-func (s *Server) readDeadline(next http.Handler) http.Handler {
+// deadlines gives a request Config.BodyTimeout to arrive in full, and each write of its answer
+// Config.WriteTimeout. The handler that reads a body lifts the read deadline once it has (see complete); any
+// other request keeps it, so that the server never waits longer than that for a body it does not read.
+func (s *Server) deadlines(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout))
-		next.ServeHTTP(w, r)
+		rc := http.NewResponseController(w)
+		rc.SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout))
+		rc.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
+		next.ServeHTTP(&writeDeadline{ResponseWriter: w, rc: rc, timeout: s.cfg.WriteTimeout}, r)
 	})
 }
+
+// writeDeadline moves the connection's write deadline to timeout from now before each write and flush: a write
+// that finds the buffers full fails once the client has read nothing for that long (a deadline on the whole
+// answer would cut off a long stream to a client that reads).
+type writeDeadline struct {
+	http.ResponseWriter
+	rc      *http.ResponseController
+	timeout time.Duration
+}
+
+func (w *writeDeadline) Write(b []byte) (int, error) {
+	w.rc.SetWriteDeadline(time.Now().Add(w.timeout))
+	return w.ResponseWriter.Write(b)
+}
+
+// FlushError is what http.ResponseController.Flush calls.
+func (w *writeDeadline) FlushError() error {
+	w.rc.SetWriteDeadline(time.Now().Add(w.timeout))
+	return w.rc.Flush()
+}
+
+// Unwrap lets http.ResponseController reach the connection's other controls.
+func (w *writeDeadline) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // Engine is the engine the server runs.
 func (s *Server) Engine() *engine.Engine { return s.eng }
@@ -348,11 +422,12 @@ func (s *Server) models(w http.ResponseWriter, r *http.Request) {
 		"data": []model{{ID: s.cfg.Model, Object: "model", Created: time.Now().Unix(), OwnedBy: "morphlab", MaxModelLen: s.geo.Context}}})
 }
 
-// methodNotAllowed answers 405 with the method allowed.
+// methodNotAllowed answers 405 with the methods allowed.
 func methodNotAllowed(w http.ResponseWriter, r *http.Request, allowed string) {
+	target := cmp.Or(r.URL.Path, r.RequestURI) // CONNECT's is a host
 	w.Header().Set("Allow", allowed)
 	writeError(w, &apiError{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error",
-		Message: fmt.Sprintf("%s %s: method not allowed, want %s", r.Method, r.URL.Path, allowed)})
+		Message: fmt.Sprintf("%s %s: method not allowed, want %s", clip(r.Method), clip(target), allowed)})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -376,8 +451,8 @@ func (e *apiError) body() openai.ErrorResponse {
 }
 
 func writeError(w http.ResponseWriter, e *apiError) {
-	if e.Status == http.StatusTooManyRequests {
-		w.Header().Set("Retry-After", strconv.Itoa(retryAfter))
+	if e.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(e.RetryAfter))
 	}
 	writeJSON(w, e.Status, e.body())
 }
@@ -392,10 +467,6 @@ type job struct {
 
 // prepare checks a parsed request against the served model and turns it into an engine request.
 func (s *Server) prepare(r *apiRequest) (*job, *apiError) {
-	if r.Model != s.cfg.Model {
-		return nil, &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Param: "model", Code: "model_not_found",
-			Message: fmt.Sprintf("model %q does not exist; this server serves %q", r.Model, s.cfg.Model)}
-	}
 	prompt := r.PromptTokens
 	if !r.IsTokens { // a text parseRequest has bounded by the context
 		ids := s.cfg.Vocab.Encode(r.PromptText, true, false)
@@ -443,16 +514,44 @@ func (s *Server) prepare(r *apiRequest) (*job, *apiError) {
 		req: engine.Request{Prompt: prompt, MaxTokens: maxTokens, Stop: stops, StopWhen: stopWhen, Sampling: p}}, nil
 }
 
-// admit takes a place in the bounded queue, or reports that it is full.
-func (s *Server) admit() bool {
+// admit takes a place in the bounded queue, or answers the 429 of a full one.
+func (s *Server) admit() (*place, *apiError) {
 	for {
 		n := s.queued.Load()
 		if s.cfg.MaxQueue > 0 && n >= int64(s.cfg.MaxQueue) {
-			return false
+			wait := s.holds.retryAfter(s.cfg.MaxQueue)
+			return nil, &apiError{Status: http.StatusTooManyRequests, Type: "rate_limit_error", Code: "queue_full", RetryAfter: wait,
+				Message: fmt.Sprintf("%d requests are waiting, the most this server queues; retry after %d s", s.cfg.MaxQueue, wait)}
 		}
 		if s.queued.CompareAndSwap(n, n+1) {
-			return true
+			return &place{s: s, since: time.Now(), held: true}, nil
 		}
+	}
+}
+
+// place is a request's place in the bounded queue, held from when its body begins until its first batch, and
+// again from each preemption until it is back in a batch. A preempted request takes its place back even beyond
+// MaxQueue (it was admitted): the requests that arrive then are refused until the queue is below it again.
+type place struct {
+	s     *Server
+	since time.Time
+	held  bool
+}
+
+// reenter takes the place again, if it is not held.
+func (p *place) reenter() {
+	if !p.held {
+		p.held, p.since = true, time.Now()
+		p.s.queued.Add(1)
+	}
+}
+
+// leave gives the place up, if it is held.
+func (p *place) leave() {
+	if p.held {
+		p.held = false
+		p.s.queued.Add(-1)
+		p.s.holds.add(time.Since(p.since))
 	}
 }
 
@@ -466,25 +565,26 @@ func (s *Server) complete(chat bool) http.HandlerFunc {
 			writeError(w, e)
 			return
 		}
-		if !s.admit() {
-			writeError(w, &apiError{Status: http.StatusTooManyRequests, Type: "rate_limit_error", Code: "queue_full",
-				Message: fmt.Sprintf("%d requests are waiting, the most this server queues; retry after %d s", s.cfg.MaxQueue, retryAfter)})
+		// The request takes its place once its body begins: a client that sends headers and no body holds a
+		// connection for BodyTimeout, but no place that others wait for.
+		body := &requestBody{r: http.MaxBytesReader(w, r.Body, maxBody), size: r.ContentLength}
+		if err := body.begin(); err != nil {
+			writeError(w, s.bodyError(err))
 			return
 		}
-		waiting := true
-		leave := func() { // the request's place in the queue, held until its first batch
-			if waiting {
-				waiting = false
-				s.queued.Add(-1)
-			}
-		}
-		defer leave()
-		body, aerr := s.readBody(w, r)
+		p, aerr := s.admit()
 		if aerr != nil {
 			writeError(w, aerr)
 			return
 		}
-		req, aerr := parseRequest(body, chat, s.limits)
+		defer p.leave()
+		b, err := body.rest()
+		if err != nil {
+			writeError(w, s.bodyError(err))
+			return
+		}
+		http.NewResponseController(w).SetReadDeadline(time.Time{}) // from now on reads only watch for the client going away
+		req, aerr := parseRequest(b, chat, s.limits)
 		if aerr != nil {
 			writeError(w, aerr)
 			return
@@ -500,7 +600,7 @@ func (s *Server) complete(chat bool) http.HandlerFunc {
 		} else {
 			out = &jsonOutput{w: w, j: j, model: s.cfg.Model}
 		}
-		s.generate(r.Context(), j, out, leave)
+		s.generate(r.Context(), j, out, p)
 	}
 }
 
@@ -511,7 +611,7 @@ func jsonContent(r *http.Request) *apiError {
 	if t, _, err := mime.ParseMediaType(ct); err == nil && t == "application/json" {
 		return nil
 	}
-	e := &apiError{Status: http.StatusUnsupportedMediaType, Type: "invalid_request_error", Message: fmt.Sprintf("Content-Type: want application/json, got %q", ct)}
+	e := &apiError{Status: http.StatusUnsupportedMediaType, Type: "invalid_request_error", Message: fmt.Sprintf("Content-Type: want application/json, got %q", clip(ct))}
 	if ct == "" {
 		e.Message = "Content-Type: missing, want application/json"
 	}
@@ -530,25 +630,76 @@ func declaredSize(r *http.Request) *apiError {
 	return nil
 }
 
-// readBody reads a request's body, at most maxBody bytes within Config.BodyTimeout, then lifts the read
-// deadline: from then on the server's reads only watch for the client going away.
-func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
-	var buf bytes.Buffer
-	if r.ContentLength > 0 {
-		buf.Grow(int(r.ContentLength) + bytes.MinRead) // room to read the end of the body without growing again
+// requestBody reads a request's body (at most maxBody bytes, through http.MaxBytesReader) in two parts: its first
+// byte, which may be long in coming, and the rest.
+type requestBody struct {
+	r     io.Reader
+	size  int64 // Content-Length, -1 when unknown
+	first [1]byte
+	n     int // bytes in first
+}
+
+// begin waits for the body's first byte, or its end when it is empty.
+func (b *requestBody) begin() error {
+	var err error
+	b.n, err = io.ReadFull(b.r, b.first[:])
+	if err == io.EOF {
+		return nil
 	}
-	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, maxBody))
+	return err
+}
+
+// rest reads the rest of the body and returns the whole of it.
+func (b *requestBody) rest() ([]byte, error) {
+	var buf bytes.Buffer
+	if b.size > 0 {
+		buf.Grow(int(b.size) + bytes.MinRead) // room to read the end of the body without growing again
+	}
+	buf.Write(b.first[:b.n])
+	if b.n == 0 {
+		return buf.Bytes(), nil
+	}
+	_, err := buf.ReadFrom(b.r)
+	return buf.Bytes(), err
+}
+
+// bodyError is the answer to an error reading a body: 413 beyond maxBody, 408 after Config.BodyTimeout.
+func (s *Server) bodyError(err error) *apiError {
 	var tooLarge *http.MaxBytesError
 	var ne net.Error
 	switch {
 	case errors.As(err, &tooLarge):
-		return nil, errBodyTooLarge
+		return errBodyTooLarge
 	case errors.As(err, &ne) && ne.Timeout():
-		return nil, &apiError{Status: http.StatusRequestTimeout, Type: "invalid_request_error",
+		return &apiError{Status: http.StatusRequestTimeout, Type: "invalid_request_error",
 			Message: fmt.Sprintf("request body not received within %v", s.cfg.BodyTimeout)}
-	case err != nil:
-		return nil, badRequest("", "reading the request body: %v", err)
 	}
-	http.NewResponseController(w).SetReadDeadline(time.Time{})
-	return buf.Bytes(), nil
+	return badRequest("", "reading the request body: %v", err)
+}
+
+// holdTime is an exponentially weighted mean of how long requests held their places in the queue. With MaxQueue
+// places each held that long, one frees every hold/MaxQueue on average (Little's law): what a 429's Retry-After
+// says.
+type holdTime struct {
+	mu   sync.Mutex
+	mean time.Duration
+	n    int
+}
+
+// add counts a place held for d.
+func (h *holdTime) add(d time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.n == 0 {
+		h.mean = d
+	}
+	h.mean += (d - h.mean) / 8
+	h.n++
+}
+
+// retryAfter is the seconds, at least 1, until the next of places frees at the mean hold.
+func (h *holdTime) retryAfter(places int) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return max(1, int(math.Round(h.mean.Seconds()/float64(places))))
 }

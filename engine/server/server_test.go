@@ -57,11 +57,17 @@ func (x *testExec) Step(b *executor.Batch) (executor.Result, error) {
 }
 
 // synthModel is stories260K's shape with seeded random weights, and its byte-level synthetic vocabulary.
-func synthModel(t testing.TB) (*model.Model, *tokenizer.Vocab) {
+func synthModel(t testing.TB) (*model.Model, *tokenizer.Vocab) { return synthModelContext(t, 0) }
+
+// synthModelContext is synthModel with a context of n tokens (0: stories260K's 512).
+func synthModelContext(t testing.TB, n int) (*model.Model, *tokenizer.Vocab) {
 	t.Helper()
 	cfg, err := model.ShapeByName("stories260K")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if n > 0 {
+		cfg.SeqLen = n
 	}
 	ck := model.Synthesize(cfg, 7)
 	m, err := model.FromCheckpoint(ck)
@@ -87,6 +93,8 @@ type testConfig struct {
 	Config
 	Engine engine.Options
 	OnStep func(e *engine.Engine, info engine.StepInfo)
+	// Listener, when set, is where the server accepts connections instead of a loopback port.
+	Listener net.Listener
 }
 
 // newTestServer serves the synthetic model on a loopback port until the test ends; edit adjusts the executor and
@@ -115,18 +123,23 @@ func newTestServer(t testing.TB, edit func(*testExec, *testConfig)) *testServer 
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := start(t, s)
+	ts := startOn(t, s, cfg.Listener)
 	ts.x, ts.vocab, ts.m = x, vocab, m
 	t.Cleanup(x.release) // before start's cleanup stops the server
 	return ts
 }
 
 // start serves s on a loopback port until the test ends.
-func start(t testing.TB, s *Server) *testServer {
+func start(t testing.TB, s *Server) *testServer { return startOn(t, s, nil) }
+
+// startOn serves s on ln, or on a loopback port when ln is nil, until the test ends.
+func startOn(t testing.TB, s *Server, ln net.Listener) *testServer {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	if ln == nil {
+		var err error
+		if ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	ts := &testServer{Server: s, url: "http://" + ln.Addr().String(), stop: stop, served: make(chan error, 1)}
@@ -134,6 +147,50 @@ func start(t testing.TB, s *Server) *testServer {
 	t.Cleanup(func() { ts.close(t) })
 	return ts
 }
+
+// pipeListener accepts the server's ends of in-memory connections (net.Pipe) that Dial makes: a write on one
+// waits until the other end reads it, with no socket buffer between, so that a client that stops reading blocks
+// the server's next write at once.
+type pipeListener struct {
+	conns  chan net.Conn
+	closed chan struct{}
+	once   sync.Once
+}
+
+func newPipeListener() *pipeListener {
+	return &pipeListener{conns: make(chan net.Conn), closed: make(chan struct{})}
+}
+
+func (l *pipeListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.closed:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *pipeListener) Close() error { l.once.Do(func() { close(l.closed) }); return nil }
+
+func (l *pipeListener) Addr() net.Addr { return pipeAddr{} }
+
+// Dial connects to the server, waiting until it accepts.
+func (l *pipeListener) Dial(ctx context.Context, _, _ string) (net.Conn, error) {
+	client, server := net.Pipe()
+	select {
+	case l.conns <- server:
+		return client, nil
+	case <-l.closed:
+		return nil, net.ErrClosed
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+type pipeAddr struct{}
+
+func (pipeAddr) Network() string { return "pipe" }
+func (pipeAddr) String() string  { return "pipe" }
 
 // close stops the server and waits for Serve to return (once).
 func (ts *testServer) close(t testing.TB) {
@@ -501,22 +558,27 @@ func complete(t *testing.T, url, body string, stream bool) (string, string, *ope
 	return sb.String(), reason, nil
 }
 
-// TestSampling: a seeded sampled completion repeats with the same seed; another seed gives another text.
+// TestSampling: a seeded sampled completion repeats with the same seed, written as an integer or not (1, 1.0,
+// 1e0, as counts are); another seed gives another text; int64's extremes are seeds.
 func TestSampling(t *testing.T) {
 	ts := newTestServer(t, nil)
-	run := func(seed int) string {
-		body := fmt.Sprintf(`{"model": %q, "prompt": "Once", "max_tokens": 32, "temperature": 1.0, "top_p": 0.95, "top_k": 50, "seed": %d}`, testModel, seed)
+	run := func(seed string) string {
+		body := fmt.Sprintf(`{"model": %q, "prompt": "Once", "max_tokens": 32, "temperature": 1.0, "top_p": 0.95, "top_k": 50, "seed": %s}`, testModel, seed)
 		got, _, _ := complete(t, ts.url, body, false)
 		return got
 	}
-	a, b, c := run(1), run(1), run(2)
-	if a != b || a == c {
-		t.Errorf("seed 1 twice: %q and %q (want equal); seed 2: %q (want different)", a, b, c)
+	a, b, c, d, e := run("1"), run("1"), run("2"), run("1.0"), run("1e0")
+	if a != b || a == c || d != a || e != a {
+		t.Errorf("seed 1 twice: %q and %q (want equal); 1.0 and 1e0: %q, %q (want the same); seed 2: %q (want different)", a, b, d, e, c)
+	}
+	if run("9223372036854775807") == run("-9223372036854775808") {
+		t.Errorf("seeds 2^63-1 and -2^63 gave the same text")
 	}
 }
 
 // TestDecoderHoldsBack: the decoder hands out no text that may begin a stop string or a UTF-8 character, finds a
-// stop string across pieces, and flushes what it held at the end.
+// stop string across pieces, and at the end hands out what it held. Its text is the text as returned, each byte
+// that starts no character written as U+FFFD as JSON writes it, so a stop string "\ufffd" matches one.
 func TestDecoderHoldsBack(t *testing.T) {
 	pieces := []string{"<unk>", "<s>", "</s>", "Hel", "lo", " wor", "ld", "\xe2\x82", "\xac", "END", "E", "ND!"}
 	v, err := tokenizer.New(pieces, make([]float32, len(pieces)), nil, 1, 2, 0)
@@ -529,16 +591,22 @@ func TestDecoderHoldsBack(t *testing.T) {
 		stopped bool
 	}
 	for _, c := range []struct {
-		stops []string
-		steps []step
-		rest  string
+		stops   []string
+		steps   []step
+		rest    string
+		endStop bool // the rest ends at a stop string
 	}{
-		{nil, []step{{3, "Hel", false}, {4, "lo", false}, {7, "", false}, {8, "\u20ac", false}}, ""},
-		{[]string{"lo wo"}, []step{{3, "He", false}, {4, "l", false}, {5, "", true}}, ""},
-		{[]string{"lo wo"}, []step{{3, "He", false}, {4, "l", false}, {6, "lold", false}}, ""},
-		{[]string{"END"}, []step{{3, "Hel", false}, {10, "", false}, {11, "", true}}, ""},
-		{[]string{"ENDX"}, []step{{3, "Hel", false}, {9, "", false}}, "END"},
-		{nil, []step{{3, "Hel", false}, {7, "", false}}, "\xe2\x82"},
+		{nil, []step{{3, "Hel", false}, {4, "lo", false}, {7, "", false}, {8, "\u20ac", false}}, "", false},
+		{[]string{"lo wo"}, []step{{3, "He", false}, {4, "l", false}, {5, "", true}}, "", false},
+		{[]string{"lo wo"}, []step{{3, "He", false}, {4, "l", false}, {6, "lold", false}}, "", false},
+		{[]string{"END"}, []step{{3, "Hel", false}, {10, "", false}, {11, "", true}}, "", false},
+		{[]string{"ENDX"}, []step{{3, "Hel", false}, {9, "", false}}, "END", false},
+		{nil, []step{{3, "Hel", false}, {7, "", false}}, "\ufffd\ufffd", false},
+		{nil, []step{{3, "Hel", false}, {7, "", false}, {4, "\ufffd\ufffdlo", false}}, "", false},
+		{[]string{"\ufffd"}, []step{{3, "Hel", false}, {7, "", false}, {4, "", true}}, "", false},
+		{[]string{"\ufffdl"}, []step{{3, "Hel", false}, {7, "", false}, {4, "\ufffd", true}}, "", false},
+		{[]string{"\ufffd"}, []step{{3, "Hel", false}, {7, "", false}}, "", true},
+		{[]string{"\u20ac"}, []step{{3, "Hel", false}, {7, "", false}, {8, "", true}}, "", false},
 	} {
 		d := decoder{vocab: v, prev: 1, stops: c.stops}
 		for i, s := range c.steps {
@@ -547,8 +615,38 @@ func TestDecoderHoldsBack(t *testing.T) {
 				t.Errorf("stops %q, step %d (%q): %q, %v; want %q, %v", c.stops, i, pieces[s.tok], delta, stopped, s.delta, s.stopped)
 			}
 		}
-		if rest := d.flush(); rest != c.rest {
-			t.Errorf("stops %q: flush %q, want %q", c.stops, rest, c.rest)
+		if rest, stopped := d.end(); rest != c.rest || stopped != c.endStop {
+			t.Errorf("stops %q: end %q, %v; want %q, %v", c.stops, rest, stopped, c.rest, c.endStop)
+		}
+	}
+}
+
+// TestStopReplacementCharacter: a stop string is found in the text as the client reads it, in which each byte of
+// the output that starts no UTF-8 character is U+FFFD (the random weights' output has such bytes): stop "\ufffd"
+// ends the text before the first one, with finish_reason stop.
+func TestStopReplacementCharacter(t *testing.T) {
+	ts := newTestServer(t, nil)
+	const n = 40
+	var prompt, out []int32
+	first := -1
+	for a := int32(3); a < 512 && first < 0; a++ {
+		prompt = []int32{1, a}
+		out = greedyTo(t, ts.m, ts.vocab, prompt, n, true)
+		first = strings.Index(text(ts.vocab, prompt, out), "\ufffd")
+		if first == 0 {
+			first = -1 // one that has text before it
+		}
+	}
+	if first < 0 {
+		t.Fatal("no two-token prompt whose greedy output has a U+FFFD after some text")
+	}
+	want := text(ts.vocab, prompt, out)[:first]
+	for _, stream := range []bool{false, true} {
+		body := fmt.Sprintf(`{"model": %q, "prompt": %s, "max_tokens": %d, "temperature": 0, "ignore_eos": true, "stop": ["\ufffd"], "stream": %v}`,
+			testModel, tokenJSON(prompt), n, stream)
+		got, reason, u := complete(t, ts.url, body, stream)
+		if got != want || reason != "stop" || u != nil && u.CompletionTokens >= n {
+			t.Errorf("stream %v, prompt %v, stop U+FFFD: %q, %s, usage %+v; want %q, stop, fewer than %d tokens", stream, prompt, got, reason, u, want, n)
 		}
 	}
 }
@@ -590,21 +688,31 @@ func TestErrors(t *testing.T) {
 		{"/v1/completions", `{"model": "M", "prompt": "hi", "top_p": 0}`, 400, "top_p", "top_p=0"},
 		{"/v1/completions", `{"model": "M", "prompt": "hi", "top_k": -3}`, 400, "top_k", "top_k=-3"},
 		{"/v1/completions", `{"model": "M", "prompt": "hi", "n": 2}`, 400, "n", "only n=1 is supported"},
+		{"/v1/completions", `{"model": "M", "prompt": "hi", "seed": 1.5}`, 400, "seed", "seed: want an integer, got 1.5"},
+		{"/v1/completions", `{"model": "M", "prompt": "hi", "seed": "1"}`, 400, "seed", `seed: want an integer, got "1"`},
+		{"/v1/completions", `{"model": "M", "prompt": "hi", "seed": 9223372036854775808}`, 400, "seed",
+			"seed=9223372036854775808 is out of range: want -9223372036854775808 to 9223372036854775807 (int64, as vLLM's)"},
+		{"/v1/completions", `{"model": "M", "prompt": "hi", "seed": -9223372036854775809}`, 400, "seed",
+			"seed=-9223372036854775809 is out of range: want -9223372036854775808 to 9223372036854775807 (int64, as vLLM's)"},
+		{"/v1/completions", `{"model": "M", "prompt": "hi", "seed": 9.3e18}`, 400, "seed",
+			"seed=9.3e18 is out of range: want -9223372036854775808 to 9223372036854775807 (int64, as vLLM's)"},
 		{"/v1/completions", `{"model": "M", "prompt": "hi", "stop": ["a", ""]}`, 400, "stop", "stop[1] is empty"},
 		{"/v1/completions", `{"model": "M", "prompt": "hi", "stop": ["a", "b", "c", "d", "e"]}`, 400, "stop", "5 strings, at most 4"},
 		{"/v1/completions", `{"model": "M", "prompt": "hi", "stop": 7}`, 400, "stop", "stop: want a string or an array of strings"},
+		{"/v1/completions", `{"model": "M", "prompt": "hi", "stop": ["a", null]}`, 400, "stop", "stop[1] is null, want a string"},
+		{"/v1/completions", `{"model": "M", "prompt": "hi", "stop": ["a", 7]}`, 400, "stop", "stop[1]: want a string, got 7"},
 		{"/v1/completions", `{"model": "M", "prompt": "hi", "logit_bias": {"5": 100}}`, 400, "logit_bias", `parameter "logit_bias" is not supported`},
 		{"/v1/completions", `{"model": "M", "prompt": "hi", "presence_penalty": 0.5}`, 400, "presence_penalty", `parameter "presence_penalty" is not supported except as 0`},
 		{"/v1/completions", `{"model": "M", "prompt": "hi", "bogus": 1}`, 400, "bogus", `unsupported parameter "bogus"`},
 		{"/v1/completions", `{"model": "M", "prompt": "hi", "messages": []}`, 400, "messages", `unsupported parameter "messages"`},
 		{"/v1/completions", `{"model": "M", "prompt": "hi", "stream_options": {"include_usage": true}}`, 400, "stream_options", "only allowed with stream: true"},
-		{"/v1/completions", `{"model": "M", "prompt": "hi", "stream": true, "stream_options": {"extra": 1}}`, 400, "stream_options.extra", "unsupported parameter stream_options.extra"},
+		{"/v1/completions", `{"model": "M", "prompt": "hi", "stream": true, "stream_options": {"extra": 1}}`, 400, "stream_options.extra", `unsupported parameter "stream_options.extra"`},
 		{"/v1/completions", `{"model": "M", "prompt": "hi", "stream": "yes"}`, 400, "stream", "stream: want true or false"},
 		{"/v1/chat/completions", `{"model": "M"}`, 400, "messages", "messages: required"},
 		{"/v1/chat/completions", `{"model": "M", "messages": []}`, 400, "messages", "non-empty array"},
 		{"/v1/chat/completions", `{"model": "M", "messages": [{"role": "tool", "content": "x"}]}`, 400, "messages[0].role", `messages[0].role="tool"`},
 		{"/v1/chat/completions", `{"model": "M", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]}`, 400, "messages[0].content[0]", "only {\"type\": \"text\""},
-		{"/v1/chat/completions", `{"model": "M", "messages": [{"role": "user", "content": "x", "tool_calls": []}]}`, 400, "messages[0].tool_calls", "unsupported parameter"},
+		{"/v1/chat/completions", `{"model": "M", "messages": [{"role": "user", "content": "x", "tool_calls": []}]}`, 400, "messages[0].tool_calls", `unsupported parameter "messages[0].tool_calls"`},
 		{"/v1/chat/completions", `{"model": "M", "prompt": "hi", "messages": [{"role": "user", "content": "x"}]}`, 400, "prompt", `unsupported parameter "prompt"`},
 	} {
 		body := strings.Replace(c.body, `"model": "M"`, `"model": "`+testModel+`"`, 1)

@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -43,9 +44,10 @@ the budget instead of growing to twice what is live before each collection.
 With --api-key (or $MORPHLAB_API_KEY) every request but GET /health and GET /metrics must send
 "Authorization: Bearer KEY" (401 otherwise). POST bodies must be application/json (415 otherwise), at most 4 MiB
 (413). No web page of another origin may call the server unless --allowed-origins lists its origin. A request
-counts against --max-queue from before its body is read, and a prompt too long for the context is refused from
+counts against --max-queue from when its body begins, and a prompt too long for the context is refused from
 its length before it is tokenized. A client has 10 s for its headers and 30 s for its body; an idle kept-alive
-connection is closed after 60 s; --max-connections bounds the open connections. The package doc of
+connection is closed after 60 s; a write that waits --write-timeout for a client that reads nothing cancels the
+request and closes the connection; --max-connections bounds the open connections. The package doc of
 engine/server lists the parameters and error answers.`
 
 func runServe(e *env, args []string) (err error) {
@@ -55,7 +57,7 @@ func runServe(e *env, args []string) (err error) {
 	name := fs.String("served-model-name", "", "the model `name` clients ask for (default: the checkpoint's file name without extension)")
 	maxQueue := fs.Int("max-queue", 0, "requests waiting for their first batch at most; more get 429 (0: no bound)")
 	addr := fs.String("addr", "127.0.0.1:8000", "listen `address`")
-	grace := fs.Duration("grace", 30*time.Second, "on SIGINT/SIGTERM, how long running requests may take to finish")
+	grace := fs.Duration("grace", 30*time.Second, "on SIGINT/SIGTERM/SIGHUP, how long running requests may take to finish")
 	stepsFile := fs.String("steps", "", "write every step the engine runs (its work, layer formats and wall time) to `file`, JSON lines, the input of 'morphlab calibrate --steps'; written out as the server stops")
 	var access accessFlags
 	access.register(fs)
@@ -114,6 +116,10 @@ func runServe(e *env, args []string) (err error) {
 	}
 	cfg.Model, cfg.Vocab, cfg.Engine, cfg.MaxQueue, cfg.Grace = *name, l.Vocab, in.Engine, *maxQueue, *grace
 	srv, err := server.New(cfg)
+	var small *server.PoolError
+	if errors.As(err, &small) {
+		return usagef("%v: give it more blocks (--kv-blocks, or a larger --memory)", err)
+	}
 	if err != nil {
 		return err
 	}
@@ -127,7 +133,9 @@ func runServe(e *env, args []string) (err error) {
 	}
 	fmt.Fprintf(e.stderr, "serving %s on http://%s: %s batching, policy %s, %d KV blocks of %d tokens, budget %s (weights %s)\n",
 		*name, ln.Addr(), d.Scheduler.Kind, d.Policy, mem.Blocks, d.KV.BlockSize, formatBytes(mem.Budget), formatBytes(mem.Weights))
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	// SIGHUP too: a closed terminal or a dropped SSH session drains the server as SIGTERM does, so that no
+	// stream ends without its [DONE].
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
 	announced := make(chan struct{})
 	go func() {

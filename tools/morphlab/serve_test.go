@@ -47,72 +47,76 @@ func startServe(tb testing.TB, env []string, args ...string) (*exec.Cmd, *bufio.
 	return cmd, bufio.NewReader(stderr)
 }
 
-// TestServeSIGTERM serves a synthetic model in a child process, sends SIGTERM while a stream runs, and checks
-// that the stream still completes, new connections are refused and the process exits 0, having written its steps
-// (--steps): the prompt's prefill, then one decode step a token.
-func TestServeSIGTERM(t *testing.T) {
-	dir := t.TempDir()
-	path, steps := filepath.Join(dir, "m.gguf"), filepath.Join(dir, "steps.jsonl")
-	if code, _, stderr := runCLI("synth", "--shape", "stories260K", "--out", path); code != 0 {
-		t.Fatalf("synth: %s", stderr)
-	}
-	cmd, lines := startServe(t, nil, "--model", path, "--addr", "127.0.0.1:0", "--grace", "20s", "--steps", steps)
-	first, err := lines.ReadString('\n')
-	if err != nil {
-		t.Fatalf("serve's first line: %q, %v", first, err)
-	}
-	addr := regexp.MustCompile(`^serving m on (http://127\.0\.0\.1:\d+): continuous batching, policy fp16, \d+ KV blocks of 16 tokens`).FindStringSubmatch(first)
-	if addr == nil {
-		t.Fatalf("serve's first line %q, want the model, the address and the pool", first)
-	}
-	body := `{"model": "m", "prompt": "Once", "max_tokens": 300, "temperature": 0, "stream": true}`
-	resp, err := http.Post(addr[1]+"/v1/completions", "application/json", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	r := bufio.NewReader(resp.Body)
-	if _, err := r.ReadString('\n'); err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	rest, err := io.ReadAll(r)
-	if s := string(rest); err != nil || !regexp.MustCompile(`"finish_reason":"(length|stop)"`).MatchString(s) || !strings.HasSuffix(s, "data: [DONE]\n\n") {
-		t.Errorf("the stream after SIGTERM: ...%q, %v; want it to run to its end and [DONE]", s[max(0, len(s)-200):], err)
-	}
-	tail, _ := io.ReadAll(lines)
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		if want := "stopping: finishing running requests (at most 20s; a second signal exits now)\nstopped\n"; err != nil || string(tail) != want {
-			t.Errorf("serve after SIGTERM: %v, stderr %q; want exit 0 and %q", err, tail, want)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("serve did not exit 30 s after SIGTERM")
-	}
-	if _, err := http.Get(addr[1] + "/health"); err == nil {
-		t.Errorf("GET /health after serve exited: no error, want a refused connection")
-	}
-	f, err := os.Open(steps)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	got, err := costmodel.ReadSteps(f, steps, 5)
-	if err != nil {
-		t.Fatal(err)
-	}
-	prompt := got[0].Work.PrefillTokens
-	if prompt < 2 || got[0].Work.Sampled != 1 || len(got) < 2 || len(got) > 300 {
-		t.Fatalf("%d steps, the first %+v; want a prefill of the prompt, then decode steps", len(got), got[0])
-	}
-	for i, s := range got[1:] {
-		if w := s.Work; w.Tokens != 1 || w.DecodeSeqs != 1 || w.DecodeKeys != int64(prompt+i+1) || s.Seconds <= 0 {
-			t.Fatalf("step %d: %+v, %v s; want one decode of %d keys", i+1, w, s.Seconds, prompt+i+1)
-		}
+// TestServeStopSignals serves a synthetic model in a child process, sends SIGTERM, or SIGHUP (a closed terminal's),
+// while a stream runs, and checks that the stream still completes, new connections are refused and the process
+// exits 0, having written its steps (--steps): the prompt's prefill, then one decode step a token.
+func TestServeStopSignals(t *testing.T) {
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGHUP} {
+		t.Run(sig.String(), func(t *testing.T) {
+			dir := t.TempDir()
+			path, steps := filepath.Join(dir, "m.gguf"), filepath.Join(dir, "steps.jsonl")
+			if code, _, stderr := runCLI("synth", "--shape", "stories260K", "--out", path); code != 0 {
+				t.Fatalf("synth: %s", stderr)
+			}
+			cmd, lines := startServe(t, nil, "--model", path, "--addr", "127.0.0.1:0", "--grace", "20s", "--steps", steps)
+			first, err := lines.ReadString('\n')
+			if err != nil {
+				t.Fatalf("serve's first line: %q, %v", first, err)
+			}
+			addr := regexp.MustCompile(`^serving m on (http://127\.0\.0\.1:\d+): continuous batching, policy fp16, \d+ KV blocks of 16 tokens`).FindStringSubmatch(first)
+			if addr == nil {
+				t.Fatalf("serve's first line %q, want the model, the address and the pool", first)
+			}
+			body := `{"model": "m", "prompt": "Once", "max_tokens": 300, "temperature": 0, "stream": true}`
+			resp, err := http.Post(addr[1]+"/v1/completions", "application/json", strings.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			r := bufio.NewReader(resp.Body)
+			if _, err := r.ReadString('\n'); err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Process.Signal(sig); err != nil {
+				t.Fatal(err)
+			}
+			rest, err := io.ReadAll(r)
+			if s := string(rest); err != nil || !regexp.MustCompile(`"finish_reason":"(length|stop)"`).MatchString(s) || !strings.HasSuffix(s, "data: [DONE]\n\n") {
+				t.Errorf("the stream after %v: ...%q, %v; want it to run to its end and [DONE]", sig, s[max(0, len(s)-200):], err)
+			}
+			tail, _ := io.ReadAll(lines)
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			select {
+			case err := <-done:
+				if want := "stopping: finishing running requests (at most 20s; a second signal exits now)\nstopped\n"; err != nil || string(tail) != want {
+					t.Errorf("serve after %v: %v, stderr %q; want exit 0 and %q", sig, err, tail, want)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatalf("serve did not exit 30 s after %v", sig)
+			}
+			if _, err := http.Get(addr[1] + "/health"); err == nil {
+				t.Errorf("GET /health after serve exited: no error, want a refused connection")
+			}
+			f, err := os.Open(steps)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			got, err := costmodel.ReadSteps(f, steps, 5)
+			if err != nil {
+				t.Fatal(err)
+			}
+			prompt := got[0].Work.PrefillTokens
+			if prompt < 2 || got[0].Work.Sampled != 1 || len(got) < 2 || len(got) > 300 {
+				t.Fatalf("%d steps, the first %+v; want a prefill of the prompt, then decode steps", len(got), got[0])
+			}
+			for i, s := range got[1:] {
+				if w := s.Work; w.Tokens != 1 || w.DecodeSeqs != 1 || w.DecodeKeys != int64(prompt+i+1) || s.Seconds <= 0 {
+					t.Fatalf("step %d: %+v, %v s; want one decode of %d keys", i+1, w, s.Seconds, prompt+i+1)
+				}
+			}
+		})
 	}
 }
 
@@ -184,6 +188,9 @@ func TestServeUsage(t *testing.T) {
 		{[]string{"serve", "--model", "x.bin"}, "morphlab serve: --model: model \"x.bin\" is neither a file nor a model name: unknown model \"x.bin\" " +
 			"(models: llama-2-7b, vicuna-7b-v1.5, llama-2-13b, llama-3-8b, codellama-34b, stories260K, stories15M, stories42M, stories110M)\n"},
 		{[]string{"serve", "--model", "x", "--max-connections", "0"}, "morphlab serve: --max-connections=0, want at least 1\n"},
+		{[]string{"serve", "--model", "x", "--write-timeout", "0"}, "morphlab serve: --write-timeout=0s, want more than 0\n"},
+		{[]string{"serve", "--model", "stories260K", "--kv-blocks", "8"}, "morphlab serve: server: the KV pool of 8 blocks of 16 tokens holds requests of at most " +
+			"112 tokens, less than the model's context of 512 tokens: give it more blocks (--kv-blocks, or a larger --memory)\n"},
 		{[]string{"serve", "--model", "x", "--allowed-origins", "https://a.example, app.example.com"},
 			"morphlab serve: --allowed-origins: \"app.example.com\", want origins such as https://app.example.com or http://localhost:3000 (or *)\n"},
 		{[]string{"serve", "--model", "x", "--allowed-origins", "https://a.example/path"},
