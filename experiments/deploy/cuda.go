@@ -26,7 +26,7 @@ func (l *Loaded) startCUDA(start []quant.Format) (executor.Executor, error) {
 	}
 	d := l.Deployment
 	pool := l.pool()
-	if d.KV.Blocks == 0 && d.KV.Memory == 0 {
+	if d.KV.Blocks == 0 && d.Memory == 0 {
 		u := d.KV.Utilization
 		if u == 0 {
 			u = DefaultUtilization

@@ -73,13 +73,13 @@ func TestPools(t *testing.T) {
 				t.Errorf("static:int4: %+v, want the same budget and full-precision pool, more blocks attached", qm)
 			}
 			b := c.d
-			b.KV.Blocks, b.KV.Memory = 0, mem.Budget+mem.BlockBytes/2
+			b.KV.Blocks, b.Memory = 0, mem.Budget+mem.BlockBytes/2
 			bm, err := b.Build()
 			if err != nil {
 				t.Fatal(err)
 			}
-			if m := bm.Executor.Memory(); m.FullBlocks != c.blocks || m.Budget != b.KV.Memory {
-				t.Errorf("a budget of %d bytes: %+v, want %d blocks", b.KV.Memory, m, c.blocks)
+			if m := bm.Executor.Memory(); m.FullBlocks != c.blocks || m.Budget != b.Memory {
+				t.Errorf("a budget of %d bytes: %+v, want %d blocks", b.Memory, m, c.blocks)
 			}
 		})
 	}
@@ -118,12 +118,12 @@ func TestDefaultsAndErrors(t *testing.T) {
 		{Deployment{Model: "stories260K", Executor: "sim"}, "the sim needs a device"},
 		{Deployment{Model: "stories260K", Device: "a100"}, "the cpu executor runs on this CPU"},
 		{Deployment{Model: "stories260K", Executor: "sim", Device: "cpu"}, "needs a calibration file"},
-		{Deployment{Model: "stories260K", KV: KV{Blocks: 4, Memory: 1 << 30}}, "give one of them"},
+		{Deployment{Model: "stories260K", Memory: 1 << 30, KV: KV{Blocks: 4}}, "give one of them"},
 		{Deployment{Model: "stories260K", KV: KV{Utilization: 0.5}}, "size the cpu executor's pool in blocks or bytes"},
 		{Deployment{Model: "stories260K", Scheduler: Scheduler{Kind: "fifo"}}, `scheduler "fifo"`},
 		{Deployment{Model: "stories260K", Clock: "sun"}, `clock "sun"`},
 		{Deployment{Model: "gpt-9"}, `model "gpt-9" is neither a file nor a model name`},
-		{Deployment{Model: "stories260K", KV: KV{Memory: 1000}}, "does not hold"},
+		{Deployment{Model: "stories260K", Memory: 1000}, "does not hold"},
 		{Deployment{Model: "stories260K", KV: KV{DType: "f8"}}, "KV dtype"},
 		{Deployment{Model: "stories260K", Executor: "cuda", Device: "cpu"}, "runs on a GPU"},
 		{Deployment{Model: "stories260K", Executor: "cuda", Clock: "cpu"}, "runs on the wall clock"},
@@ -156,7 +156,7 @@ func TestFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	if d.Scheduler.MaxBatchedTokens != 2048 || d.Scheduler.MaxNumSeqs != 64 || d.KV.BlockSize != 32 || d.KV.DType != "int8" ||
-		d.KV.Memory != 20<<30 || d.Policy.String() != "morph:default:persistence=2" || d.Clock != "virtual" {
+		d.Memory != 20<<30 || d.Policy.String() != "morph:default:persistence=2" || d.Clock != "virtual" {
 		t.Errorf("flags gave %+v", d)
 	}
 	a, err := parse("--shape", "llama-2-7b", "--executor", "sim", "--gpu", "l4", "--max-tokens", "2048", "--max-seqs", "64",

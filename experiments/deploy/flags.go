@@ -117,7 +117,7 @@ func (f *Flags) Deployment() (Deployment, error) {
 		if err != nil {
 			return d, fmt.Errorf("--memory: %v", err)
 		}
-		d.KV.Memory = n
+		d.Memory = n
 	}
 	if d.Model == "" {
 		return d, fmt.Errorf("--model is required")

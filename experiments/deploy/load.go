@@ -295,15 +295,15 @@ func swapOrder(profile string, cfg model.Config) ([]int, error) {
 	return p.Order, nil
 }
 
-// pool is the executor's budget: the deployment's KV blocks or bytes, or its default size.
+// pool is the executor's budget: the deployment's KV blocks or memory, or its default size.
 func (l *Loaded) pool() executor.Pool {
-	kv := l.Deployment.KV
+	d, kv := l.Deployment, l.Deployment.KV
 	switch {
 	case kv.Blocks > 0:
 		return executor.Pool{Blocks: kv.Blocks}
-	case kv.Memory > 0:
-		return executor.Pool{Bytes: kv.Memory}
-	case l.Deployment.Executor == "sim":
+	case d.Memory > 0:
+		return executor.Pool{Bytes: d.Memory}
+	case d.Executor == "sim":
 		u := kv.Utilization
 		if u == 0 {
 			u = DefaultUtilization

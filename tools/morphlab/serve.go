@@ -85,14 +85,14 @@ func runServe(e *env, args []string) (err error) {
 	// With --memory on the cpu executor: the process's budget less its mapped files (the cuda executor's --memory
 	// is the GPU's).
 	var heapLimit int64
-	if total := d.KV.Memory; total > 0 && d.Executor == "cpu" {
+	if total := d.Memory; total > 0 && d.Executor == "cpu" {
 		own := measureProcess()
-		if l.Deployment.KV.Memory, err = engineBudget(total, own, int64(l.Weights.WeightBytes())); err != nil {
+		if l.Deployment.Memory, err = engineBudget(total, own, int64(l.Weights.WeightBytes())); err != nil {
 			return usagef("--memory: %v", err)
 		}
 		heapLimit = total - own.file
 		fmt.Fprintf(e.stderr, "memory: %s for the process: %s resident after loading less the weights, %s kept for HTTP, %s for the engine\n",
-			formatBytes(total), formatBytes(total-l.Deployment.KV.Memory-serveReserve), formatBytes(serveReserve), formatBytes(l.Deployment.KV.Memory))
+			formatBytes(total), formatBytes(total-l.Deployment.Memory-serveReserve), formatBytes(serveReserve), formatBytes(l.Deployment.Memory))
 	}
 	in, err := l.Start()
 	if err != nil {
