@@ -119,7 +119,7 @@ func TestDefaultsAndErrors(t *testing.T) {
 		{Deployment{Model: "stories260K", Device: "a100"}, "the cpu executor runs on this CPU"},
 		{Deployment{Model: "stories260K", Executor: "sim", Device: "cpu"}, "needs a calibration file"},
 		{Deployment{Model: "stories260K", Memory: 1 << 30, KV: KV{Blocks: 4}}, "give one of them"},
-		{Deployment{Model: "stories260K", KV: KV{Utilization: 0.5}}, "size the cpu executor's pool in blocks or bytes"},
+		{Deployment{Model: "stories260K", MemoryUtilization: 0.5}, "size the cpu executor's pool in blocks or bytes"},
 		{Deployment{Model: "stories260K", Scheduler: Scheduler{Kind: "fifo"}}, `scheduler "fifo"`},
 		{Deployment{Model: "stories260K", Clock: "sun"}, `clock "sun"`},
 		{Deployment{Model: "gpt-9"}, `model "gpt-9" is neither a file nor a model name`},
@@ -165,7 +165,7 @@ func TestFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	if a.Model != "llama-2-7b" || a.Device != "l4" || a.Scheduler.MaxBatchedTokens != 2048 || a.Scheduler.MaxNumSeqs != 64 ||
-		a.KV.DType != "int8" || a.KV.Utilization != 0.5 {
+		a.KV.DType != "int8" || a.MemoryUtilization != 0.5 {
 		t.Errorf("aliases gave %+v", a)
 	}
 	// Prefix caching is on by default; vLLM's switch pair turns it off and on, the last given winning.

@@ -304,9 +304,9 @@ func (l *Loaded) pool() executor.Pool {
 	case d.Memory > 0:
 		return executor.Pool{Bytes: d.Memory}
 	case d.Executor == "sim":
-		u := kv.Utilization
+		u := d.MemoryUtilization
 		if u == 0 {
-			u = DefaultUtilization
+			u = DefaultMemoryUtilization
 		}
 		return executor.Pool{Bytes: int64(u * float64(l.hw.Memory))}
 	}
