@@ -69,7 +69,7 @@ func (f *Flags) Register(fs *flag.FlagSet, executor string) {
 	fs.StringVar(&d.Calibration, "calibration", "", "CPU step-time calibration `file` from 'morphlab calibrate' (the sim on device cpu)")
 	fs.IntVar(&d.KV.Blocks, "kv-blocks", 0, "KV pool: `N` blocks beside the full-precision weights and the workspace (vLLM's --num-gpu-blocks-override)")
 	fs.IntVar(&d.KV.Blocks, "num-gpu-blocks-override", 0, "alias of --kv-blocks")
-	fs.StringVar(&f.memory, "memory", "", "memory budget `size` (512MiB, 2GiB, 1000000): weights, workspace and KV; serve: the whole process's")
+	fs.StringVar(&f.memory, "memory", "", "the executor's memory budget `size` (512MiB, 2GiB, 1000000): weights, workspace and KV (cuda: on the GPU)")
 	fs.Float64Var(&d.MemoryUtilization, "gpu-memory-utilization", 0, "without --kv-blocks or --memory, this `share` of the device's memory (the sim or cuda on a GPU; default 0.9)")
 	fs.Float64Var(&d.MemoryUtilization, "memory-utilization", 0, "alias of --gpu-memory-utilization (deprecated)")
 	fs.IntVar(&d.KV.BlockSize, "block-size", DefaultBlockSize, "KV block size in `tokens`")
