@@ -75,7 +75,7 @@ func (l *Loaded) start(logSize int) (*Instance, error) {
 		}
 	}
 	s := d.Scheduler
-	eng, err := engine.New(x, engine.Options{Scheduler: s.Kind, MaxBatchedTokens: s.MaxBatchedTokens, MaxSeqs: s.MaxNumSeqs,
+	eng, err := engine.New(x, engine.Options{Scheduler: s.Kind, MaxBatchedTokens: s.MaxBatchedTokens, MaxNumSeqs: s.MaxNumSeqs,
 		BatchSize: s.BatchSize, MaxDelay: s.MaxDelay, Clock: clock, LogSize: logSize, QuietTokens: true, PrefixCaching: d.PrefixCaching()})
 	if err != nil {
 		return nil, err
