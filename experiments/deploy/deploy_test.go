@@ -12,7 +12,7 @@ import (
 	"github.com/morphlab/morphlab/engine/model"
 	"github.com/morphlab/morphlab/engine/morph"
 	"github.com/morphlab/morphlab/experiments/catalog"
-	"github.com/morphlab/morphlab/experiments/loadtest"
+	"github.com/morphlab/morphlab/experiments/metrics"
 	"github.com/morphlab/morphlab/experiments/results"
 	"github.com/morphlab/morphlab/experiments/trace"
 	"github.com/morphlab/morphlab/internal/datadir"
@@ -223,7 +223,7 @@ func TestReplay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, events, err := in.Replay(ctx, tr, ReplayOptions{SLO: loadtest.SLO{TTFT: time.Second}, KeepSteps: true})
+	r, events, err := in.Replay(ctx, tr, ReplayOptions{SLO: metrics.SLO{TTFT: time.Second}, KeepSteps: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,7 +248,7 @@ func replaySim(t *testing.T, d Deployment, tr *trace.Trace) *results.Run {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, _, err := in.Replay(context.Background(), tr, ReplayOptions{SLO: loadtest.SLO{TTFT: 2 * time.Second}})
+	r, _, err := in.Replay(context.Background(), tr, ReplayOptions{SLO: metrics.SLO{TTFT: 2 * time.Second}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,7 +272,7 @@ func BenchmarkSimulateAzure(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				r, _, err := in.Replay(context.Background(), tr, ReplayOptions{SLO: loadtest.SLO{TTFT: 2e9}})
+				r, _, err := in.Replay(context.Background(), tr, ReplayOptions{SLO: metrics.SLO{TTFT: 2e9}})
 				if err != nil || r.Aggregates.Completed != len(tr.Requests) {
 					b.Fatalf("%v, %d completed", err, r.Aggregates.Completed)
 				}

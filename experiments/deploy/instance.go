@@ -15,7 +15,7 @@ import (
 	"github.com/morphlab/morphlab/engine/executor"
 	"github.com/morphlab/morphlab/engine/executor/costmodel"
 	"github.com/morphlab/morphlab/engine/morph"
-	"github.com/morphlab/morphlab/experiments/loadtest"
+	"github.com/morphlab/morphlab/experiments/metrics"
 	"github.com/morphlab/morphlab/experiments/results"
 	"github.com/morphlab/morphlab/experiments/trace"
 	"github.com/morphlab/morphlab/internal/splitmix"
@@ -88,7 +88,7 @@ func (l *Loaded) start(logSize int) (*Instance, error) {
 
 // ReplayOptions say how a trace is replayed and what the results keep.
 type ReplayOptions struct {
-	SLO loadtest.SLO // the limits for violations and goodput
+	SLO metrics.SLO // the limits for violations and goodput
 	// PromptSeed draws the prompts' tokens (0 is 1).
 	PromptSeed uint64
 	// KeepTokens keeps each request's output tokens in the results (quality comparisons).

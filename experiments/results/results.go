@@ -28,6 +28,7 @@ import (
 	"github.com/morphlab/morphlab/engine/executor/costmodel"
 	"github.com/morphlab/morphlab/engine/morph"
 	"github.com/morphlab/morphlab/experiments/loadtest"
+	"github.com/morphlab/morphlab/experiments/metrics"
 	"github.com/morphlab/morphlab/quant"
 )
 
@@ -47,7 +48,7 @@ type Meta struct {
 	KVBlocksFull int             `json:"kv_blocks_full_precision"` // the pool at full precision
 	BlockSize    int             `json:"block_size"`
 	Trace        TraceInfo       `json:"trace"`
-	SLO          loadtest.SLO    `json:"slo"`
+	SLO          metrics.SLO     `json:"slo"`
 }
 
 // TraceInfo names the trace replayed and the transforms applied to it.

@@ -49,7 +49,7 @@ import (
 	"github.com/morphlab/morphlab/engine/morph"
 	"github.com/morphlab/morphlab/experiments/deploy"
 	"github.com/morphlab/morphlab/experiments/fidelity"
-	"github.com/morphlab/morphlab/experiments/loadtest"
+	"github.com/morphlab/morphlab/experiments/metrics"
 	"github.com/morphlab/morphlab/experiments/results"
 	"github.com/morphlab/morphlab/experiments/trace"
 )
@@ -81,7 +81,7 @@ var Policies = []string{"fp16", "static:int8", "static:int4", "selective:8", "se
 var paperPolicies = []string{"fp16", "static:int8", "static:int4", "selective:8", "selective:16", "morph:accuracy", "morph:default", "morph:performance"}
 
 // SLO is the paper's: TTFT 2 s.
-var SLO = loadtest.SLO{TTFT: 2e9}
+var SLO = metrics.SLO{TTFT: 2e9}
 
 // Workload is a trace the suite replays.
 type Workload struct {
