@@ -65,7 +65,7 @@ func (f *Flags) Register(fs *flag.FlagSet, executor string) {
 	flagalias.Deprecate(fs, "format", "dtype")
 	fs.StringVar(&d.Classifier, "classifier-format", "", "store the classifier in `format` (cpu executor; default: as stored)")
 	fs.StringVar(&d.Executor, "executor", executor, "`executor`: cpu (the real kernels), sim (the cost model in virtual time) or cuda (GPU 0; -tags cuda)")
-	fs.StringVar(&d.Device, "device", "", "the sim's `device`: l4, a40, a100, h100, h200, or cpu (with --calibration)")
+	fs.StringVar(&d.Device, "device", "", "catalog `device`: the sim's (l4, a40, a100, h100, h200, or cpu with --calibration), or the GPU the cuda executor runs on, which results name")
 	flagalias.Deprecate(fs, "gpu", "device")
 	fs.StringVar(&d.Calibration, "calibration", "", "CPU step-time calibration `file` from 'morphlab calibrate' (the sim on device cpu)")
 	fs.IntVar(&d.KV.Blocks, "kv-blocks", 0, "KV pool: `N` blocks beside the full-precision weights and the workspace (vLLM's --num-gpu-blocks-override)")

@@ -11,6 +11,7 @@ import (
 	"github.com/morphlab/morphlab/engine/executor/costmodel"
 	"github.com/morphlab/morphlab/engine/model"
 	"github.com/morphlab/morphlab/experiments/catalog"
+	"github.com/morphlab/morphlab/internal/flagalias"
 	"github.com/morphlab/morphlab/internal/numfmt"
 	"github.com/morphlab/morphlab/quant"
 )
@@ -20,7 +21,7 @@ func init() {
 }
 
 const costModelHelp = `
-Costmodel prints (as a Markdown table, or JSON with --json) the simulator's cost model for one model (--model, from the catalog) on one device (--gpu):
+Costmodel prints (as a Markdown table, or JSON with --json) the simulator's cost model for one model (--model, from the catalog) on one device (--device):
 each operator's predicted time, FLOPs and bytes at --tokens tokens, with the decoder layers' weights in
 --format, under Vidur's operator names (emb, input_layernorm, attn_pre_proj, attn_rope, attn_post_proj,
 post_attention_layernorm, mlp_up_proj, mlp_act, mlp_down_proj, add), so that a prediction can be held against a
@@ -33,7 +34,7 @@ reaches (its step times come from 'morphlab calibrate').`
 // costModelOutput is what --json prints.
 type costModelOutput struct {
 	Model   string             `json:"model"`
-	GPU     string             `json:"gpu"`
+	Device  string             `json:"device"`
 	Format  string             `json:"format"`
 	KV      string             `json:"kv"`
 	Tokens  int                `json:"tokens"`
@@ -45,9 +46,10 @@ type costModelOutput struct {
 }
 
 func runCostModel(e *env, args []string) error {
-	fs := e.flags("--model M --gpu G --tokens N [flags]", costModelHelp)
+	fs := e.flags("--model M --device D --tokens N [flags]", costModelHelp)
 	modelName := fs.String("model", "", "catalog `model` (llama-2-7b, llama-3-8b, codellama-34b, ...)")
-	gpu := fs.String("gpu", "", "catalog `device` (l4, a40, a100, h100, h200, cpu)")
+	device := fs.String("device", "", "catalog `device` (l4, a40, a100, h100, h200, cpu)")
+	flagalias.Deprecate(fs, "gpu", "device")
 	tokens := fs.Int("tokens", 0, "`tokens` in the batch")
 	context := fs.Int("context", 0, "cache `positions` attention reads (default: --tokens)")
 	format := fs.String("format", "f16", "decoder layers' weight `format`: f16, int8 or int4")
@@ -56,16 +58,16 @@ func runCostModel(e *env, args []string) error {
 	if err := e.parse(fs, args); err != nil {
 		return err
 	}
-	if *modelName == "" || *gpu == "" || *tokens <= 0 {
-		return usagef("--model, --gpu and --tokens (> 0) are required")
+	if *modelName == "" || *device == "" || *tokens <= 0 {
+		return usagef("--model, --device and --tokens (> 0) are required")
 	}
 	m, err := catalog.ModelByName(*modelName)
 	if err != nil {
 		return usagef("--model: %v", err)
 	}
-	hw, err := catalog.HardwareByName(*gpu)
+	hw, err := catalog.HardwareByName(*device)
 	if err != nil {
-		return usagef("--gpu: %v", err)
+		return usagef("--device: %v", err)
 	}
 	f, err := quant.ParseFormat(*format)
 	if err != nil || (f != quant.F16 && f != quant.Int8 && f != quant.Int4) {
@@ -102,7 +104,7 @@ func runCostModel(e *env, args []string) error {
 	outer := cm.OuterOpTimes(costmodel.Work{Tokens: *tokens, Sampled: *tokens})
 	ops = append(outer[:1:1], append(ops, outer[1:]...)...)
 	layers := []costmodel.LayerFormat{{Format: f, Layers: m.Config.NLayers}}
-	out := costModelOutput{Model: m.Name, GPU: hw.Name, Format: f.String(), KV: kv.String(), Tokens: *tokens, Context: ctx, Ops: ops,
+	out := costModelOutput{Model: m.Name, Device: hw.Name, Format: f.String(), KV: kv.String(), Tokens: *tokens, Context: ctx, Ops: ops,
 		PrefillStepSeconds: cm.StepTime(prefill, layers).Seconds(), DecodeStepSeconds: cm.StepTime(decode, layers).Seconds()}
 	if *asJSON {
 		return writeJSON(e.stdout, out)

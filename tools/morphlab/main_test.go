@@ -180,7 +180,7 @@ func TestTable(t *testing.T) {
 func TestDeprecatedFlags(t *testing.T) {
 	deploy := []string{"shape", "format", "gpu", "kv-type", "max-tokens", "max-seqs", "memory-utilization"}
 	hidden := map[string][]string{"run": deploy, "simulate": deploy, "serve": deploy, "prefix": deploy,
-		"calibrate": {"shape", "kv-type", "format"}}
+		"calibrate": {"shape", "kv-type", "format"}, "costmodel": {"gpu"}}
 	listed := regexp.MustCompile(`(?m)^  -([a-z0-9-]+)`)
 	for _, name := range names() {
 		code, stdout, stderr := runCLI(name, "-h")
@@ -214,5 +214,9 @@ func TestDeprecatedFlags(t *testing.T) {
 		"morphlab simulate: max batched tokens -5, max sequences -7, batch size -5, max delay 50ms, threads 0: want none negative\n"
 	if code != 2 || stdout != "" || stderr != want {
 		t.Errorf("simulate with deprecated names: exit %d, stdout %q, stderr\n%s\nwant exit 2 and\n%s", code, stdout, stderr, want)
+	}
+	code, stdout, stderr = runCLI("costmodel", "--model", "llama-2-7b", "--gpu", "a40", "--tokens", "1", "--json")
+	if code != 0 || stderr != "morphlab: --gpu is deprecated; use --device\n" || !strings.Contains(stdout, `"device": "a40"`) {
+		t.Errorf("costmodel --gpu a40: exit %d, stderr %q, stdout\n%s\nwant 0, the warning and device a40", code, stderr, stdout)
 	}
 }
