@@ -23,7 +23,7 @@ func init() {
 const costModelHelp = `
 Costmodel prints (as a Markdown table, or JSON with --json) the simulator's cost model for one model (--model, from the catalog) on one device (--device):
 each operator's predicted time, FLOPs and bytes at --tokens tokens, with the decoder layers' weights in
---format, under Vidur's operator names (emb, input_layernorm, attn_pre_proj, attn_rope, attn_post_proj,
+--dtype, under Vidur's operator names (emb, input_layernorm, attn_pre_proj, attn_rope, attn_post_proj,
 post_attention_layernorm, mlp_up_proj, mlp_act, mlp_down_proj, add), so that a prediction can be held against a
 measured profile. Per-layer operators are one layer's; add runs twice a layer. Attention is shown for a prompt
 chunk of --tokens tokens ending at --context positions (attn_prefill) and for --tokens sequences decoding at
@@ -52,8 +52,10 @@ func runCostModel(e *env, args []string) error {
 	flagalias.Deprecate(fs, "gpu", "device")
 	tokens := fs.Int("tokens", 0, "`tokens` in the batch")
 	context := fs.Int("context", 0, "cache `positions` attention reads (default: --tokens)")
-	format := fs.String("format", "f16", "decoder layers' weight `format`: f16, int8 or int4")
-	kvFlag := fs.String("kv-type", "f16", "KV cache element `type`: f32, f16 or int8")
+	format := fs.String("dtype", "f16", "decoder layers' weight `format`: f16, int8 or int4")
+	flagalias.Deprecate(fs, "format", "dtype")
+	kvFlag := fs.String("kv-cache-dtype", "f16", "KV cache element `type`: f32, f16 or int8")
+	flagalias.Deprecate(fs, "kv-type", "kv-cache-dtype")
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
 	if err := e.parse(fs, args); err != nil {
 		return err
@@ -71,11 +73,11 @@ func runCostModel(e *env, args []string) error {
 	}
 	f, err := quant.ParseFormat(*format)
 	if err != nil || (f != quant.F16 && f != quant.Int8 && f != quant.Int4) {
-		return usagef("--format %q, want f16, int8 or int4", *format)
+		return usagef("--dtype %q, want f16, int8 or int4", *format)
 	}
 	kv, err := model.ParseKVType(*kvFlag)
 	if err != nil {
-		return usagef("--kv-type: %v", err)
+		return usagef("--kv-cache-dtype: %v", err)
 	}
 	ctx := *context
 	if ctx == 0 {

@@ -180,7 +180,8 @@ func TestTable(t *testing.T) {
 func TestDeprecatedFlags(t *testing.T) {
 	deploy := []string{"shape", "format", "gpu", "kv-type", "max-tokens", "max-seqs", "memory-utilization"}
 	hidden := map[string][]string{"run": deploy, "simulate": deploy, "serve": deploy, "prefix": deploy,
-		"calibrate": {"shape", "kv-type", "format"}, "costmodel": {"gpu"}}
+		"calibrate": {"shape", "kv-type", "format"}, "costmodel": {"gpu", "format", "kv-type"},
+		"generate": {"format", "kv-type"}, "perplexity": {"format", "kv-type"}}
 	listed := regexp.MustCompile(`(?m)^  -([a-z0-9-]+)`)
 	for _, name := range names() {
 		code, stdout, stderr := runCLI(name, "-h")
