@@ -64,12 +64,12 @@ quality: build
 	for f in f32 f16 int8 int4; do \
 		echo "== perplexity, layers in $$f"; \
 		$(MORPHLAB) perplexity --model $$data/models/stories260K.bin --tokenizer $$data/models/tok512.bin \
-			--text $$data/eval/tinystories_val.txt --format $$f | tee results/model/perplexity-$$f.txt; \
+			--text $$data/eval/tinystories_val.txt --dtype $$f | tee results/model/perplexity-$$f.txt; \
 	done; \
 	for kv in f16 int8; do \
 		echo "== perplexity, layers in f32, KV cache in $$kv"; \
 		$(MORPHLAB) perplexity --model $$data/models/stories260K.bin --tokenizer $$data/models/tok512.bin \
-			--text $$data/eval/tinystories_val.txt --kv-type $$kv | tee results/model/perplexity-kv-$$kv.txt; \
+			--text $$data/eval/tinystories_val.txt --kv-cache-dtype $$kv | tee results/model/perplexity-kv-$$kv.txt; \
 	done
 
 # data downloads the public data files into ./data (about 14 MB: models, tokenizers, traces, GPU profiles, eval

@@ -174,7 +174,7 @@ type Options struct {
 	// Scheduler is the batching: "continuous" (iteration-level, the default), "static" or "dynamic".
 	Scheduler        string
 	MaxBatchedTokens int            // tokens an iteration feeds at most; default and upper bound: the executor's
-	MaxSeqs          int            // running sequences at most (continuous); default 256
+	MaxNumSeqs       int            // running sequences at most (continuous); default 256
 	BatchSize        int            // batch size of the baselines (at most MaxBatchedTokens: a decode feeds one token each); default 32
 	MaxDelay         time.Duration  // dynamic batching's queueing delay
 	Watermark        float64        // fraction of blocks admission keeps free; default 0.01
@@ -296,8 +296,8 @@ func New(x executor.Executor, opt Options) (*Engine, error) {
 	if opt.MaxBatchedTokens == 0 {
 		opt.MaxBatchedTokens = g.MaxBatchedTokens
 	}
-	if opt.MaxSeqs == 0 {
-		opt.MaxSeqs = 256
+	if opt.MaxNumSeqs == 0 {
+		opt.MaxNumSeqs = 256
 	}
 	if opt.BatchSize == 0 {
 		opt.BatchSize = min(32, opt.MaxBatchedTokens)
@@ -317,9 +317,9 @@ func New(x executor.Executor, opt Options) (*Engine, error) {
 	switch {
 	case opt.MaxBatchedTokens < 0 || opt.MaxBatchedTokens > g.MaxBatchedTokens:
 		return nil, fmt.Errorf("engine: MaxBatchedTokens %d, the executor's steps hold 1..%d tokens", opt.MaxBatchedTokens, g.MaxBatchedTokens)
-	case opt.MaxSeqs < 0 || opt.BatchSize < 0 || opt.MaxDelay < 0 || opt.IdleTick < 0 || opt.LogSize < 0:
-		return nil, fmt.Errorf("engine: MaxSeqs %d, BatchSize %d, MaxDelay %v, IdleTick %v, LogSize %d, want none negative",
-			opt.MaxSeqs, opt.BatchSize, opt.MaxDelay, opt.IdleTick, opt.LogSize)
+	case opt.MaxNumSeqs < 0 || opt.BatchSize < 0 || opt.MaxDelay < 0 || opt.IdleTick < 0 || opt.LogSize < 0:
+		return nil, fmt.Errorf("engine: MaxNumSeqs %d, BatchSize %d, MaxDelay %v, IdleTick %v, LogSize %d, want none negative",
+			opt.MaxNumSeqs, opt.BatchSize, opt.MaxDelay, opt.IdleTick, opt.LogSize)
 	case (opt.Scheduler == "static" || opt.Scheduler == "dynamic") && opt.PrefixCaching:
 		return nil, fmt.Errorf("engine: prefix caching with %s batching: the baselines model batchers without a prefix cache", opt.Scheduler)
 	case (opt.Scheduler == "static" || opt.Scheduler == "dynamic") && opt.BatchSize > opt.MaxBatchedTokens:
@@ -334,7 +334,7 @@ func New(x executor.Executor, opt Options) (*Engine, error) {
 		log: eventLog{size: opt.LogSize}, wake: make(chan struct{}, 1), ended: make(chan struct{}, 1), overflow: map[*Stream]bool{}}
 	switch opt.Scheduler {
 	case "", "continuous":
-		e.sched = &sched.Continuous{KV: m, MaxBatchedTokens: opt.MaxBatchedTokens, MaxSeqs: opt.MaxSeqs}
+		e.sched = &sched.Continuous{KV: m, MaxBatchedTokens: opt.MaxBatchedTokens, MaxNumSeqs: opt.MaxNumSeqs}
 	case "static":
 		e.sched = sched.NewStatic(m, opt.MaxBatchedTokens, opt.BatchSize)
 	case "dynamic":

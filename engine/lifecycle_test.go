@@ -435,7 +435,7 @@ func TestDetachNeverStrands(t *testing.T) {
 	// A request that needs the region waits behind one that fits the base (one sequence at a time); the region is
 	// drained and detached, and the waiting request, never scheduled, is rejected with the reason.
 	x = newFake(8)
-	if e, err = New(x, Options{Clock: &executor.VirtualClock{}, Watermark: 1e-9, MaxSeqs: 1}); err != nil {
+	if e, err = New(x, Options{Clock: &executor.VirtualClock{}, Watermark: 1e-9, MaxNumSeqs: 1}); err != nil {
 		t.Fatal(err)
 	}
 	e.AttachKV(20)

@@ -177,7 +177,7 @@ func serveTrace(tb testing.TB, m *model.Model, policy string, lengths [][2]int, 
 	clock := &executor.VirtualClock{}
 	var stepWall time.Duration
 	var decodeSeqs, decodeIters int
-	e, err := New(x, Options{Scheduler: policy, MaxBatchedTokens: maxTokens, MaxSeqs: batch, BatchSize: batch, MaxDelay: 100 * time.Millisecond,
+	e, err := New(x, Options{Scheduler: policy, MaxBatchedTokens: maxTokens, MaxNumSeqs: batch, BatchSize: batch, MaxDelay: 100 * time.Millisecond,
 		Clock: clock})
 	if err != nil {
 		tb.Fatal(err)

@@ -16,7 +16,8 @@ import (
 
 // CUDAOptions configure a CUDA executor.
 type CUDAOptions struct {
-	// Pool is the memory budget, in KV blocks beside the model at full precision or in bytes (see Pool).
+	// Pool is the memory budget on the GPU (the device arena: layers, workspace and KV blocks), in KV blocks beside
+	// the model at full precision or in bytes (see Pool).
 	Pool Pool
 	// BlockSize is the KV block size in tokens; MaxBatchedTokens the most tokens one step feeds.
 	BlockSize, MaxBatchedTokens int

@@ -17,7 +17,7 @@ import (
 //     that later arrivals never overtake it.
 //
 // An admitted sequence gets blocks for all its current tokens at once, so its prefill chunks never fail; only
-// decodes grow. No iteration feeds more than MaxBatchedTokens tokens or runs more than MaxSeqs sequences.
+// decodes grow. No iteration feeds more than MaxBatchedTokens tokens or runs more than MaxNumSeqs sequences.
 //
 // When the KV manager caches prefixes (kv.Options.PrefixCaching), a sequence being admitted (a new one, or a
 // preempted one coming back for recompute) first looks its full blocks up in the cache, up to all its tokens but
@@ -27,7 +27,7 @@ import (
 type Continuous struct {
 	KV               *kv.Manager
 	MaxBatchedTokens int // token budget of an iteration
-	MaxSeqs          int // running sequences at most
+	MaxNumSeqs       int // running sequences at most
 
 	waiting []*Seq  // FCFS; preempted sequences return to the front
 	running []*Seq  // in admission order; the last is the newest
@@ -111,7 +111,7 @@ func (c *Continuous) Schedule(time.Duration) Plan {
 		budget -= n
 	}
 	// 3. Admit waiting sequences in order.
-	for len(c.waiting) > 0 && budget > 0 && len(c.running) < c.MaxSeqs {
+	for len(c.waiting) > 0 && budget > 0 && len(c.running) < c.MaxNumSeqs {
 		s := c.waiting[0]
 		cached := c.match(s)
 		if !c.KV.CanAdmit(s.Len(), &s.Prefix) {

@@ -178,7 +178,7 @@ func TestRemove(t *testing.T) {
 			var s Scheduler
 			switch name {
 			case "continuous":
-				s = &Continuous{KV: m, MaxBatchedTokens: 16, MaxSeqs: 8}
+				s = &Continuous{KV: m, MaxBatchedTokens: 16, MaxNumSeqs: 8}
 			case "static":
 				s = NewStatic(m, 32, 4)
 			default:
@@ -216,12 +216,12 @@ func TestAssertionsCatchWrongSchedulers(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	as := randomSeqs(rng, 30, 60, 20, 100)
 	m, _ := kv.New(kv.Options{BlockSize: 4, Blocks: 40})
-	if err := decodesFirst(drive(t, prefillFirst{&Continuous{KV: m, MaxBatchedTokens: 24, MaxSeqs: 6}}, m, 24, as)); err == nil {
+	if err := decodesFirst(drive(t, prefillFirst{&Continuous{KV: m, MaxBatchedTokens: 24, MaxNumSeqs: 6}}, m, 24, as)); err == nil {
 		t.Error("decodesFirst passed a scheduler that prefills before decoding")
 	}
 	as = randomSeqs(rng, 20, 30, 20, 60)
 	m, _ = kv.New(kv.Options{BlockSize: 4, Blocks: 200})
-	if err := runToCompletion(drive(t, &Continuous{KV: m, MaxBatchedTokens: 64, MaxSeqs: 4}, m, 64, as)); err == nil {
+	if err := runToCompletion(drive(t, &Continuous{KV: m, MaxBatchedTokens: 64, MaxNumSeqs: 4}, m, 64, as)); err == nil {
 		t.Error("runToCompletion passed continuous batching, which starts sequences while others run")
 	}
 }
@@ -253,7 +253,7 @@ func alone(t *testing.T, as []arrival) [][]int32 {
 	var out [][]int32
 	for _, a := range clone(as) {
 		m, _ := kv.New(kv.Options{BlockSize: 4, Blocks: 1000})
-		drive(t, &Continuous{KV: m, MaxBatchedTokens: 1000, MaxSeqs: 1}, m, 1000, []arrival{{iter: 0, seq: a.seq}})
+		drive(t, &Continuous{KV: m, MaxBatchedTokens: 1000, MaxNumSeqs: 1}, m, 1000, []arrival{{iter: 0, seq: a.seq}})
 		out = append(out, a.seq.Output)
 	}
 	return out
@@ -284,7 +284,7 @@ func TestContinuousPreemptionKeepsOutputs(t *testing.T) {
 		as := randomSeqs(rng, 16, 40, 30, 80)
 		want := alone(t, as)
 		m, _ := kv.New(kv.Options{BlockSize: 4, Blocks: 24, Watermark: 0.05})
-		c := &Continuous{KV: m, MaxBatchedTokens: 16, MaxSeqs: 8}
+		c := &Continuous{KV: m, MaxBatchedTokens: 16, MaxNumSeqs: 8}
 		steps := drive(t, c, m, 16, as)
 		checkOutputs(t, "continuous", as, want)
 		pre := 0
@@ -310,7 +310,7 @@ func TestContinuousFCFS(t *testing.T) {
 	as := randomSeqs(rng, 30, 60, 20, 100)
 	as[3].seq.Prompt = make([]int32, 90) // a long prompt among short ones
 	m, _ := kv.New(kv.Options{BlockSize: 4, Blocks: 40})
-	steps := drive(t, &Continuous{KV: m, MaxBatchedTokens: 24, MaxSeqs: 6}, m, 24, as)
+	steps := drive(t, &Continuous{KV: m, MaxBatchedTokens: 24, MaxNumSeqs: 6}, m, 24, as)
 	order := map[*Seq]int{}
 	mixed := 0
 	for _, st := range steps {
@@ -399,7 +399,7 @@ func TestContinuousPrefixCaching(t *testing.T) {
 		for _, blocks := range []int{200, 30} {
 			run := clone(as)
 			m, _ := kv.New(kv.Options{BlockSize: 4, Blocks: blocks, Watermark: 0.05, PrefixCaching: true})
-			steps := drive(t, &Continuous{KV: m, MaxBatchedTokens: 16, MaxSeqs: 8}, m, 16, run)
+			steps := drive(t, &Continuous{KV: m, MaxBatchedTokens: 16, MaxNumSeqs: 8}, m, 16, run)
 			checkOutputs(t, fmt.Sprintf("seed %d, %d blocks", seed, blocks), run, want)
 			queries, hits, preempted := 0, 0, 0
 			for _, st := range steps {
@@ -435,7 +435,7 @@ func TestContinuousPrefixCaching(t *testing.T) {
 func TestDemandCountsCachedPrefix(t *testing.T) {
 	for _, caching := range []bool{false, true} {
 		m, _ := kv.New(kv.Options{BlockSize: 4, Blocks: 100, PrefixCaching: caching})
-		c := &Continuous{KV: m, MaxBatchedTokens: 64, MaxSeqs: 1}
+		c := &Continuous{KV: m, MaxBatchedTokens: 64, MaxNumSeqs: 1}
 		prompt := make([]int32, 40)
 		for i := range prompt {
 			prompt[i] = int32(i + 1)

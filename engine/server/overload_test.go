@@ -21,7 +21,7 @@ func TestOverload(t *testing.T) {
 	ts := newTestServer(t, func(x *testExec, c *testConfig) {
 		x.delay = time.Millisecond
 		c.MaxQueue = 4
-		c.Engine = engine.Options{MaxSeqs: 4}
+		c.Engine = engine.Options{MaxNumSeqs: 4}
 	})
 	const clients, perClient = 32, 200
 	duration := 3 * time.Second

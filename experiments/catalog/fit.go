@@ -9,20 +9,20 @@ import (
 // FitSource names the profile the committed efficiencies are fitted to.
 const FitSource = "vidur a100 meta-llama/Llama-2-7b-hf mlp.csv, tensor parallel 1, median times"
 
-// FitModel and FitGPU are the model and device the efficiencies are fitted on; every other pair is held out.
+// FitModel and FitDevice are the model and device the efficiencies are fitted on; every other pair is held out.
 const (
-	FitModel = "llama-2-7b"
-	FitGPU   = "a100"
+	FitModel  = "llama-2-7b"
+	FitDevice = "a100"
 )
 
-// Refit fits the cost model's efficiencies to Vidur's profile of FitModel on FitGPU, as fitted.json holds them.
+// Refit fits the cost model's efficiencies to Vidur's profile of FitModel on FitDevice, as fitted.json holds them.
 // It fails when the profile is absent.
 func Refit() (costmodel.Params, error) {
 	m, err := ModelByName(FitModel)
 	if err != nil {
 		return costmodel.Params{}, err
 	}
-	hw, err := HardwareByName(FitGPU)
+	hw, err := HardwareByName(FitDevice)
 	if err != nil {
 		return costmodel.Params{}, err
 	}
@@ -50,12 +50,12 @@ type OpError struct {
 
 // ProfileError is the cost model's error with efficiencies p against Vidur's profile of the named model on the
 // named device: per operator of VidurOps, and over every point of the CheckedOps together (checked).
-func ProfileError(p costmodel.Params, modelName, gpu string) (ops []OpError, checked float64, err error) {
+func ProfileError(p costmodel.Params, modelName, device string) (ops []OpError, checked float64, err error) {
 	m, err := ModelByName(modelName)
 	if err != nil {
 		return nil, 0, err
 	}
-	hw, err := HardwareByName(gpu)
+	hw, err := HardwareByName(device)
 	if err != nil {
 		return nil, 0, err
 	}

@@ -26,7 +26,7 @@ func skipWithoutProfile(t *testing.T, model, gpu string) {
 // times (within 0.5% at every profiled point: the fit has flat directions, so the raw numbers may differ where
 // no time depends on them). With -update it rewrites fitted.json.
 func TestFittedParams(t *testing.T) {
-	skipWithoutProfile(t, FitModel, FitGPU)
+	skipWithoutProfile(t, FitModel, FitDevice)
 	p, err := Refit()
 	if err != nil {
 		t.Fatal(err)
@@ -42,7 +42,7 @@ func TestFittedParams(t *testing.T) {
 		return
 	}
 	m, _ := ModelByName(FitModel)
-	hw, _ := HardwareByName(FitGPU)
+	hw, _ := HardwareByName(FitDevice)
 	ms, err := VidurMeasurements(m, hw)
 	if err != nil {
 		t.Fatal(err)
@@ -68,8 +68,8 @@ func TestFittedParams(t *testing.T) {
 // only their datasheet peaks, within 15%. Every operator (embedding and RoPE included) is logged.
 func TestProfileError(t *testing.T) {
 	for _, c := range []struct {
-		model, gpu string
-		bound      float64
+		model, device string
+		bound         float64
 	}{
 		{"llama-2-7b", "a100", 10},
 		{"llama-3-8b", "a100", 15},
@@ -77,9 +77,9 @@ func TestProfileError(t *testing.T) {
 		{"llama-2-7b", "a40", 15},
 		{"codellama-34b", "a40", 15},
 	} {
-		t.Run(c.model+"/"+c.gpu, func(t *testing.T) {
-			skipWithoutProfile(t, c.model, c.gpu)
-			ops, checked, err := ProfileError(Params(), c.model, c.gpu)
+		t.Run(c.model+"/"+c.device, func(t *testing.T) {
+			skipWithoutProfile(t, c.model, c.device)
+			ops, checked, err := ProfileError(Params(), c.model, c.device)
 			if err != nil {
 				t.Fatal(err)
 			}

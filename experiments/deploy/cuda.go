@@ -26,10 +26,10 @@ func (l *Loaded) startCUDA(start []quant.Format) (executor.Executor, error) {
 	}
 	d := l.Deployment
 	pool := l.pool()
-	if d.KV.Blocks == 0 && d.KV.Memory == 0 {
-		u := d.KV.Utilization
+	if d.KV.Blocks == 0 && d.Memory == 0 {
+		u := d.MemoryUtilization
 		if u == 0 {
-			u = DefaultUtilization
+			u = DefaultMemoryUtilization
 		}
 		pool = executor.Pool{Bytes: int64(u * float64(gpu.Memory))}
 	}

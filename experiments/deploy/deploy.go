@@ -12,9 +12,11 @@
 //   - the executor: "cpu" runs the real kernels on this machine (on the wall clock, or on the CPU-time clock that a
 //     loaded machine skews less); "sim" takes each step's time from the cost model of the model on Device (a
 //     catalog GPU, or "cpu" with a Calibration file from `morphlab calibrate`) in virtual time;
-//   - the KV cache: a pool of Blocks KV blocks beside the model at full precision and the workspace, or a Memory
-//     budget in bytes, or a share of the device's memory (Utilization, vLLM's gpu_memory_utilization), in blocks
-//     of BlockSize tokens of DType elements, with automatic prefix caching unless NoPrefixCaching;
+//   - the memory: a budget of Memory bytes on the device for the weights, the workspace and the KV pool, or KV
+//     blocks (KV.Blocks) beside the model at full precision and the workspace, or a share of the device's memory
+//     (MemoryUtilization, vLLM's gpu_memory_utilization);
+//   - the KV cache: blocks of BlockSize tokens of DType elements, with automatic prefix caching unless
+//     NoPrefixCaching;
 //   - the scheduler: continuous (iteration-level) batching with its step token budget (MaxBatchedTokens, vLLM's
 //     max_num_batched_tokens) and sequence cap (MaxNumSeqs), or the static and dynamic baselines;
 //   - the policy (engine/morph: fp16, static, selective, a morph mode or a policy registered with morph.Register;
@@ -35,7 +37,7 @@
 //
 // Zero fields take these: executor cpu; the layers as stored (the sim: f16, or f32 under a CPU calibration without
 // f16 terms); KV blocks of 16 tokens, of the calibration's KV type under a calibration, else f16 for layers in
-// f16 or bf16 and f32 for others; without Blocks, Memory or Utilization, the cpu executor holds 32
+// f16 or bf16 and f32 for others; without Memory, KV.Blocks or MemoryUtilization, the cpu executor holds 32
 // full-context sequences of KV and the sim 90% of the device's memory; prefix caching on (continuous batching);
 // continuous batching of at most 512 tokens
 // and 256 sequences a step (static and dynamic: batches of 32, dynamic waiting at most 50 ms); fp16; front to
@@ -72,8 +74,14 @@ type Deployment struct {
 	// Calibrated is one in memory, in its place.
 	Calibration string
 	Calibrated  *costmodel.Calibration
-	KV          KV
-	Scheduler   Scheduler
+	// Memory is the executor's memory budget in bytes on its device: the weights, the workspace and the KV pool
+	// (without KV.Blocks). The cpu executor emulates a device of this size; the cuda executor's is on the GPU.
+	Memory int64
+	// MemoryUtilization is the share of the device's memory the budget takes (the sim and cuda on a GPU, without
+	// KV.Blocks and Memory; vLLM's gpu_memory_utilization).
+	MemoryUtilization float64
+	KV                KV
+	Scheduler         Scheduler
 	// Policy is the serving policy (morph.Parse); nil is fp16.
 	Policy morph.Policy
 	// Profile is a `morphlab profile` file whose order is the swap order; "" is front to back.
@@ -94,13 +102,9 @@ type Deployment struct {
 
 // KV is the KV cache: its size and its blocks.
 type KV struct {
-	// Blocks sizes the budget to hold the model at full precision, the workspace and this many blocks.
+	// Blocks sizes the budget to hold the model at full precision, the workspace and this many blocks (in place
+	// of the deployment's Memory).
 	Blocks int
-	// Memory is the budget in bytes (without Blocks).
-	Memory int64
-	// Utilization is the share of the device's memory the budget takes (the sim on a GPU, without Blocks and
-	// Memory).
-	Utilization float64
 	// BlockSize is a block's tokens.
 	BlockSize int
 	// DType is the KV cache's element type: f32, f16 or int8; "" or "auto" follows the layers (see the package doc).
@@ -127,12 +131,12 @@ type Scheduler struct {
 
 // The defaults of a Deployment's zero fields (the package doc lists them all).
 const (
-	DefaultBlockSize        = 16
-	DefaultMaxBatchedTokens = 512
-	DefaultMaxNumSeqs       = 256
-	DefaultBatchSize        = 32
-	DefaultMaxDelay         = 50 * time.Millisecond
-	DefaultUtilization      = 0.9
+	DefaultBlockSize         = 16
+	DefaultMaxBatchedTokens  = 512
+	DefaultMaxNumSeqs        = 256
+	DefaultBatchSize         = 32
+	DefaultMaxDelay          = 50 * time.Millisecond
+	DefaultMemoryUtilization = 0.9
 	// DefaultSequences is the cpu executor's pool without a size: this many full-context sequences' blocks.
 	DefaultSequences = 32
 )
@@ -189,12 +193,12 @@ func (d Deployment) withDefaults() (Deployment, error) {
 		return d, fmt.Errorf("deploy: the sim on device cpu needs a calibration file from 'morphlab calibrate'")
 	case d.Executor != "sim" && (d.Calibration != "" || d.Calibrated != nil):
 		return d, fmt.Errorf("deploy: a calibration is the sim's model of a device; the %s executor times its own steps", d.Executor)
-	case d.KV.Blocks < 0 || d.KV.Memory < 0 || d.KV.Utilization < 0 || d.KV.Utilization > 1 || d.KV.BlockSize < 0:
+	case d.KV.Blocks < 0 || d.Memory < 0 || d.MemoryUtilization < 0 || d.MemoryUtilization > 1 || d.KV.BlockSize < 0:
 		return d, fmt.Errorf("deploy: KV blocks %d, memory %d, utilization %g, block size %d: want none negative and utilization at most 1",
-			d.KV.Blocks, d.KV.Memory, d.KV.Utilization, d.KV.BlockSize)
-	case d.KV.Blocks > 0 && d.KV.Memory > 0:
-		return d, fmt.Errorf("deploy: KV blocks %d and memory %d bytes: give one of them", d.KV.Blocks, d.KV.Memory)
-	case d.Executor == "cpu" && d.KV.Utilization > 0:
+			d.KV.Blocks, d.Memory, d.MemoryUtilization, d.KV.BlockSize)
+	case d.KV.Blocks > 0 && d.Memory > 0:
+		return d, fmt.Errorf("deploy: KV blocks %d and memory %d bytes: give one of them", d.KV.Blocks, d.Memory)
+	case d.Executor == "cpu" && d.MemoryUtilization > 0:
 		return d, fmt.Errorf("deploy: a memory utilization is a share of a GPU's memory; size the cpu executor's pool in blocks or bytes")
 	case s.Kind != "continuous" && s.Kind != "static" && s.Kind != "dynamic":
 		return d, fmt.Errorf("deploy: scheduler %q, want continuous, static or dynamic", s.Kind)

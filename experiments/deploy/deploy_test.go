@@ -12,7 +12,7 @@ import (
 	"github.com/morphlab/morphlab/engine/model"
 	"github.com/morphlab/morphlab/engine/morph"
 	"github.com/morphlab/morphlab/experiments/catalog"
-	"github.com/morphlab/morphlab/experiments/loadtest"
+	"github.com/morphlab/morphlab/experiments/metrics"
 	"github.com/morphlab/morphlab/experiments/results"
 	"github.com/morphlab/morphlab/experiments/trace"
 	"github.com/morphlab/morphlab/internal/datadir"
@@ -73,13 +73,13 @@ func TestPools(t *testing.T) {
 				t.Errorf("static:int4: %+v, want the same budget and full-precision pool, more blocks attached", qm)
 			}
 			b := c.d
-			b.KV.Blocks, b.KV.Memory = 0, mem.Budget+mem.BlockBytes/2
+			b.KV.Blocks, b.Memory = 0, mem.Budget+mem.BlockBytes/2
 			bm, err := b.Build()
 			if err != nil {
 				t.Fatal(err)
 			}
-			if m := bm.Executor.Memory(); m.FullBlocks != c.blocks || m.Budget != b.KV.Memory {
-				t.Errorf("a budget of %d bytes: %+v, want %d blocks", b.KV.Memory, m, c.blocks)
+			if m := bm.Executor.Memory(); m.FullBlocks != c.blocks || m.Budget != b.Memory {
+				t.Errorf("a budget of %d bytes: %+v, want %d blocks", b.Memory, m, c.blocks)
 			}
 		})
 	}
@@ -118,12 +118,12 @@ func TestDefaultsAndErrors(t *testing.T) {
 		{Deployment{Model: "stories260K", Executor: "sim"}, "the sim needs a device"},
 		{Deployment{Model: "stories260K", Device: "a100"}, "the cpu executor runs on this CPU"},
 		{Deployment{Model: "stories260K", Executor: "sim", Device: "cpu"}, "needs a calibration file"},
-		{Deployment{Model: "stories260K", KV: KV{Blocks: 4, Memory: 1 << 30}}, "give one of them"},
-		{Deployment{Model: "stories260K", KV: KV{Utilization: 0.5}}, "size the cpu executor's pool in blocks or bytes"},
+		{Deployment{Model: "stories260K", Memory: 1 << 30, KV: KV{Blocks: 4}}, "give one of them"},
+		{Deployment{Model: "stories260K", MemoryUtilization: 0.5}, "size the cpu executor's pool in blocks or bytes"},
 		{Deployment{Model: "stories260K", Scheduler: Scheduler{Kind: "fifo"}}, `scheduler "fifo"`},
 		{Deployment{Model: "stories260K", Clock: "sun"}, `clock "sun"`},
 		{Deployment{Model: "gpt-9"}, `model "gpt-9" is neither a file nor a model name`},
-		{Deployment{Model: "stories260K", KV: KV{Memory: 1000}}, "does not hold"},
+		{Deployment{Model: "stories260K", Memory: 1000}, "does not hold"},
 		{Deployment{Model: "stories260K", KV: KV{DType: "f8"}}, "KV dtype"},
 		{Deployment{Model: "stories260K", Executor: "cuda", Device: "cpu"}, "runs on a GPU"},
 		{Deployment{Model: "stories260K", Executor: "cuda", Clock: "cpu"}, "runs on the wall clock"},
@@ -156,7 +156,7 @@ func TestFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	if d.Scheduler.MaxBatchedTokens != 2048 || d.Scheduler.MaxNumSeqs != 64 || d.KV.BlockSize != 32 || d.KV.DType != "int8" ||
-		d.KV.Memory != 20<<30 || d.Policy.String() != "morph:default:persistence=2" || d.Clock != "virtual" {
+		d.Memory != 20<<30 || d.Policy.String() != "morph:default:persistence=2" || d.Clock != "virtual" {
 		t.Errorf("flags gave %+v", d)
 	}
 	a, err := parse("--shape", "llama-2-7b", "--executor", "sim", "--gpu", "l4", "--max-tokens", "2048", "--max-seqs", "64",
@@ -165,7 +165,7 @@ func TestFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	if a.Model != "llama-2-7b" || a.Device != "l4" || a.Scheduler.MaxBatchedTokens != 2048 || a.Scheduler.MaxNumSeqs != 64 ||
-		a.KV.DType != "int8" || a.KV.Utilization != 0.5 {
+		a.KV.DType != "int8" || a.MemoryUtilization != 0.5 {
 		t.Errorf("aliases gave %+v", a)
 	}
 	// Prefix caching is on by default; vLLM's switch pair turns it off and on, the last given winning.
@@ -223,7 +223,7 @@ func TestReplay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, events, err := in.Replay(ctx, tr, ReplayOptions{SLO: loadtest.SLO{TTFT: time.Second}, KeepSteps: true})
+	r, events, err := in.Replay(ctx, tr, ReplayOptions{SLO: metrics.SLO{TTFT: time.Second}, KeepSteps: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,7 +248,7 @@ func replaySim(t *testing.T, d Deployment, tr *trace.Trace) *results.Run {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, _, err := in.Replay(context.Background(), tr, ReplayOptions{SLO: loadtest.SLO{TTFT: 2 * time.Second}})
+	r, _, err := in.Replay(context.Background(), tr, ReplayOptions{SLO: metrics.SLO{TTFT: 2 * time.Second}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,7 +272,7 @@ func BenchmarkSimulateAzure(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				r, _, err := in.Replay(context.Background(), tr, ReplayOptions{SLO: loadtest.SLO{TTFT: 2e9}})
+				r, _, err := in.Replay(context.Background(), tr, ReplayOptions{SLO: metrics.SLO{TTFT: 2e9}})
 				if err != nil || r.Aggregates.Completed != len(tr.Requests) {
 					b.Fatalf("%v, %d completed", err, r.Aggregates.Completed)
 				}

@@ -8,7 +8,7 @@ import (
 
 	"github.com/morphlab/morphlab/engine/morph"
 	"github.com/morphlab/morphlab/experiments/deploy"
-	"github.com/morphlab/morphlab/experiments/loadtest"
+	"github.com/morphlab/morphlab/experiments/metrics"
 	"github.com/morphlab/morphlab/experiments/trace"
 )
 
@@ -30,7 +30,7 @@ func Example() {
 		if err != nil {
 			log.Fatal(err)
 		}
-		r, _, err := in.Replay(context.Background(), burst, deploy.ReplayOptions{SLO: loadtest.SLO{TTFT: 2 * time.Second}})
+		r, _, err := in.Replay(context.Background(), burst, deploy.ReplayOptions{SLO: metrics.SLO{TTFT: 2 * time.Second}})
 		if err != nil {
 			log.Fatal(err)
 		}

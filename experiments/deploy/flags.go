@@ -13,15 +13,16 @@ import (
 
 	"github.com/morphlab/morphlab/engine/morph"
 	"github.com/morphlab/morphlab/experiments/catalog"
+	"github.com/morphlab/morphlab/internal/flagalias"
 )
 
 // Flags fill a Deployment from the command line. Every command that deploys a model registers them, so a setting
 // has one name, one default and one unit everywhere; the names are vLLM's where vLLM has the knob
 // (--max-num-batched-tokens, --max-num-seqs, --block-size, --kv-cache-dtype, --gpu-memory-utilization, --dtype,
 // --enable-prefix-caching and --no-enable-prefix-caching).
-// Older names are kept as aliases for one release and say so in -h: --shape (--model), --format (--dtype), --gpu
-// (--device), --kv-type (--kv-cache-dtype), --max-tokens (--max-num-batched-tokens), --max-seqs
-// (--max-num-seqs), --memory-utilization (--gpu-memory-utilization).
+// Older names still work for one release, with a warning and out of -h (internal/flagalias): --shape (--model),
+// --format (--dtype), --gpu (--device), --kv-type (--kv-cache-dtype), --max-tokens (--max-num-batched-tokens),
+// --max-seqs (--max-num-seqs), --memory-utilization (--gpu-memory-utilization).
 type Flags struct {
 	d      Deployment
 	policy string
@@ -60,25 +61,25 @@ func (f *Flags) Register(fs *flag.FlagSet, executor string) {
 	fs.StringVar(&d.Tokenizer, "tokenizer", "", "llama2.c tokenizer.bin `file`, for a checkpoint without a vocabulary")
 	dtype := "`format` of the decoder layers at full precision: f32, f16, bf16 (or int8, int4, q8_0, q4_0 on the cpu executor); default: as stored (the sim: f16)"
 	fs.StringVar(&d.DType, "dtype", "", dtype)
-	fs.StringVar(&d.DType, "format", "", "alias of --dtype (deprecated)")
+	flagalias.Deprecate(fs, "format", "dtype")
 	fs.StringVar(&d.Classifier, "classifier-format", "", "store the classifier in `format` (cpu executor; default: as stored)")
 	fs.StringVar(&d.Executor, "executor", executor, "`executor`: cpu (the real kernels), sim (the cost model in virtual time) or cuda (GPU 0; -tags cuda)")
-	fs.StringVar(&d.Device, "device", "", "the sim's `device`: l4, a40, a100, h100, h200, or cpu (with --calibration)")
-	fs.StringVar(&d.Device, "gpu", "", "alias of --device (deprecated)")
+	fs.StringVar(&d.Device, "device", "", "catalog `device`: the sim's (l4, a40, a100, h100, h200, or cpu with --calibration), or the GPU the cuda executor runs on, which results name")
+	flagalias.Deprecate(fs, "gpu", "device")
 	fs.StringVar(&d.Calibration, "calibration", "", "CPU step-time calibration `file` from 'morphlab calibrate' (the sim on device cpu)")
 	fs.IntVar(&d.KV.Blocks, "kv-blocks", 0, "KV pool: `N` blocks beside the full-precision weights and the workspace (vLLM's --num-gpu-blocks-override)")
 	fs.IntVar(&d.KV.Blocks, "num-gpu-blocks-override", 0, "alias of --kv-blocks")
-	fs.StringVar(&f.memory, "memory", "", "memory budget `size` (512MiB, 2GiB, 1000000): weights, workspace and KV; serve: the whole process's")
-	fs.Float64Var(&d.KV.Utilization, "gpu-memory-utilization", 0, "without --kv-blocks or --memory, this `share` of the device's memory (the sim on a GPU; default 0.9)")
-	fs.Float64Var(&d.KV.Utilization, "memory-utilization", 0, "alias of --gpu-memory-utilization (deprecated)")
+	fs.StringVar(&f.memory, "memory", "", "the executor's memory budget `size` (512MiB, 2GiB, 1000000): weights, workspace and KV (cuda: on the GPU)")
+	fs.Float64Var(&d.MemoryUtilization, "gpu-memory-utilization", 0, "without --kv-blocks or --memory, this `share` of the device's memory (the sim or cuda on a GPU; default 0.9)")
+	flagalias.Deprecate(fs, "memory-utilization", "gpu-memory-utilization")
 	fs.IntVar(&d.KV.BlockSize, "block-size", DefaultBlockSize, "KV block size in `tokens`")
 	fs.Var(boolSwitch{v: &d.KV.NoPrefixCaching, negate: true}, "enable-prefix-caching", "automatic prefix caching: requests share the KV blocks of equal prompt prefixes and skip their prefill (continuous batching)")
 	fs.Var(boolSwitch{v: &d.KV.NoPrefixCaching}, "no-enable-prefix-caching", "turn automatic prefix caching off")
 	fs.StringVar(&d.Scheduler.Kind, "scheduler", "continuous", "batching: continuous, static or dynamic")
 	fs.IntVar(&d.Scheduler.MaxBatchedTokens, "max-num-batched-tokens", DefaultMaxBatchedTokens, "`tokens` one iteration feeds at most (chunked prefill budget; the workspace is sized for it)")
-	fs.IntVar(&d.Scheduler.MaxBatchedTokens, "max-tokens", DefaultMaxBatchedTokens, "alias of --max-num-batched-tokens (deprecated)")
+	flagalias.Deprecate(fs, "max-tokens", "max-num-batched-tokens")
 	fs.IntVar(&d.Scheduler.MaxNumSeqs, "max-num-seqs", DefaultMaxNumSeqs, "running `sequences` at most (continuous batching)")
-	fs.IntVar(&d.Scheduler.MaxNumSeqs, "max-seqs", DefaultMaxNumSeqs, "alias of --max-num-seqs (deprecated)")
+	flagalias.Deprecate(fs, "max-seqs", "max-num-seqs")
 	fs.IntVar(&d.Scheduler.BatchSize, "batch-size", 0, "batch `size` of static and dynamic batching (default 32, at most --max-num-batched-tokens)")
 	fs.DurationVar(&d.Scheduler.MaxDelay, "max-delay", DefaultMaxDelay, "dynamic batching: the longest a request waits for its batch to fill")
 	fs.StringVar(&f.policy, "policy", "fp16", "serving `policy`: NAME[:params], NAME one of "+strings.Join(morph.Names(), ", ")+
@@ -88,15 +89,15 @@ func (f *Flags) Register(fs *flag.FlagSet, executor string) {
 	fs.Uint64Var(&d.SimSeed, "sim-seed", 1, "`seed` of the tokens the sim draws")
 }
 
-// RegisterModel registers the flags that choose the model and how the cpu executor runs it: --model (and its alias
-// --shape), --weights-seed, --kv-cache-dtype, --threads and --clock (what `morphlab calibrate` takes).
+// RegisterModel registers the flags that choose the model and how the cpu executor runs it: --model,
+// --weights-seed, --kv-cache-dtype, --threads and --clock (what `morphlab calibrate` takes).
 func (f *Flags) RegisterModel(fs *flag.FlagSet) {
 	d := &f.d
 	fs.StringVar(&d.Model, "model", "", "checkpoint `file` (llama2.c, GGUF, safetensors) or model name (the catalog's: llama-2-7b, stories110M, ...)")
-	fs.StringVar(&d.Model, "shape", "", "alias of --model with a model name (deprecated)")
+	flagalias.Deprecate(fs, "shape", "model")
 	fs.Uint64Var(&d.WeightsSeed, "weights-seed", 1, "`seed` of a named model's random weights (cpu executor)")
 	fs.StringVar(&d.KV.DType, "kv-cache-dtype", "auto", "KV cache element `type`: auto (f16 for f16 and bf16 layers, else f32; a calibration's type on the sim), f32, f16 or int8")
-	fs.StringVar(&d.KV.DType, "kv-type", "auto", "alias of --kv-cache-dtype (deprecated)")
+	flagalias.Deprecate(fs, "kv-type", "kv-cache-dtype")
 	fs.IntVar(&d.Threads, "threads", 0, "kernel `threads` (cpu executor; default GOMAXPROCS)")
 	fs.StringVar(&d.Clock, "clock", "", "`clock` of the cpu executor: wall, cpu (virtual time advanced by each step's process CPU time over the threads) or thread (by its thread's CPU time, with --threads 1); default wall, the sim runs in virtual time")
 }
@@ -117,7 +118,7 @@ func (f *Flags) Deployment() (Deployment, error) {
 		if err != nil {
 			return d, fmt.Errorf("--memory: %v", err)
 		}
-		d.KV.Memory = n
+		d.Memory = n
 	}
 	if d.Model == "" {
 		return d, fmt.Errorf("--model is required")

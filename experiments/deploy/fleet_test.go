@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/morphlab/morphlab/experiments/loadtest"
+	"github.com/morphlab/morphlab/experiments/metrics"
 	"github.com/morphlab/morphlab/experiments/results"
 	"github.com/morphlab/morphlab/experiments/trace"
 )
@@ -28,7 +28,7 @@ func sim7b(t testing.TB, policy string, blocks int) Deployment {
 func TestFleetRoundRobinExact(t *testing.T) {
 	tr := burst(t, 300, 700, 200)
 	const n = 3
-	slo := loadtest.SLO{TTFT: 2 * time.Second}
+	slo := metrics.SLO{TTFT: 2 * time.Second}
 	for _, policy := range []string{"fp16", "morph:default", "morph:compute"} {
 		f := Fleet{Router: "round-robin"}
 		for range n {
@@ -99,7 +99,7 @@ func TestFleetRouters(t *testing.T) {
 	tr := burst(t, 200, 700, 200)
 	for _, router := range builtinRouters {
 		f := Fleet{Router: router, Replicas: []Deployment{sim7b(t, "fp16", 300), sim7b(t, "morph:default", 300)}}
-		r, err := f.Replay(context.Background(), tr, ReplayOptions{SLO: loadtest.SLO{TTFT: 2 * time.Second}})
+		r, err := f.Replay(context.Background(), tr, ReplayOptions{SLO: metrics.SLO{TTFT: 2 * time.Second}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -156,7 +156,7 @@ func TestFleetAdmission(t *testing.T) {
 		tr.Requests = append(tr.Requests, trace.Request{Arrival: float64(i) / 100, PromptTokens: 100, OutputTokens: 50})
 	}
 	f := Fleet{Replicas: []Deployment{sim7b(t, "fp16", 958)}, Admission: Admission{Rate: 10, Burst: 20}}
-	r, err := f.Replay(context.Background(), &tr, ReplayOptions{SLO: loadtest.SLO{TTFT: 2 * time.Second}})
+	r, err := f.Replay(context.Background(), &tr, ReplayOptions{SLO: metrics.SLO{TTFT: 2 * time.Second}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +202,7 @@ func TestFleetAutoscale(t *testing.T) {
 	}
 	f := Fleet{Router: "least-outstanding", Replicas: []Deployment{sim7b(t, "fp16", 958)},
 		Autoscale: &Autoscale{Template: sim7b(t, "fp16", 958), Metric: "outstanding", Target: 16, Min: 1, Max: 6, Delay: time.Minute, CoolDown: 2 * time.Minute}}
-	r, err := f.Replay(context.Background(), &tr, ReplayOptions{SLO: loadtest.SLO{TTFT: 2 * time.Second}})
+	r, err := f.Replay(context.Background(), &tr, ReplayOptions{SLO: metrics.SLO{TTFT: 2 * time.Second}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,7 +272,7 @@ func BenchmarkFleet(b *testing.B) {
 			}
 			cpu0 := ProcessCPU()
 			for range b.N {
-				r, err := f.Replay(context.Background(), tr, ReplayOptions{SLO: loadtest.SLO{TTFT: 2 * time.Second}})
+				r, err := f.Replay(context.Background(), tr, ReplayOptions{SLO: metrics.SLO{TTFT: 2 * time.Second}})
 				if err != nil || r.Aggregates.Completed != len(tr.Requests) {
 					b.Fatalf("%v, %d of %d completed", err, r.Aggregates.Completed, len(tr.Requests))
 				}

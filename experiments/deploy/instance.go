@@ -14,7 +14,7 @@ import (
 	"github.com/morphlab/morphlab/engine/executor"
 	"github.com/morphlab/morphlab/engine/executor/costmodel"
 	"github.com/morphlab/morphlab/engine/morph"
-	"github.com/morphlab/morphlab/experiments/loadtest"
+	"github.com/morphlab/morphlab/experiments/metrics"
 	"github.com/morphlab/morphlab/experiments/results"
 	"github.com/morphlab/morphlab/experiments/trace"
 	"github.com/morphlab/morphlab/internal/splitmix"
@@ -74,7 +74,7 @@ func (l *Loaded) start(logSize int) (*Instance, error) {
 		}
 	}
 	s := d.Scheduler
-	eng, err := engine.New(x, engine.Options{Scheduler: s.Kind, MaxBatchedTokens: s.MaxBatchedTokens, MaxSeqs: s.MaxNumSeqs,
+	eng, err := engine.New(x, engine.Options{Scheduler: s.Kind, MaxBatchedTokens: s.MaxBatchedTokens, MaxNumSeqs: s.MaxNumSeqs,
 		BatchSize: s.BatchSize, MaxDelay: s.MaxDelay, Clock: clock, LogSize: logSize, QuietTokens: true, PrefixCaching: d.PrefixCaching()})
 	if err != nil {
 		return nil, err
@@ -90,7 +90,7 @@ func (l *Loaded) start(logSize int) (*Instance, error) {
 
 // ReplayOptions say how a trace is replayed and what the results keep.
 type ReplayOptions struct {
-	SLO loadtest.SLO // the limits for violations and goodput
+	SLO metrics.SLO // the limits for violations and goodput
 	// PromptSeed draws the prompts' tokens (0 is 1).
 	PromptSeed uint64
 	// KeepTokens keeps each request's output tokens in the results (quality comparisons).

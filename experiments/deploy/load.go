@@ -295,18 +295,18 @@ func swapOrder(profile string, cfg model.Config) ([]int, error) {
 	return p.Order, nil
 }
 
-// pool is the executor's budget: the deployment's KV blocks or bytes, or its default size.
+// pool is the executor's budget: the deployment's KV blocks or memory, or its default size.
 func (l *Loaded) pool() executor.Pool {
-	kv := l.Deployment.KV
+	d, kv := l.Deployment, l.Deployment.KV
 	switch {
 	case kv.Blocks > 0:
 		return executor.Pool{Blocks: kv.Blocks}
-	case kv.Memory > 0:
-		return executor.Pool{Bytes: kv.Memory}
-	case l.Deployment.Executor == "sim":
-		u := kv.Utilization
+	case d.Memory > 0:
+		return executor.Pool{Bytes: d.Memory}
+	case d.Executor == "sim":
+		u := d.MemoryUtilization
 		if u == 0 {
-			u = DefaultUtilization
+			u = DefaultMemoryUtilization
 		}
 		return executor.Pool{Bytes: int64(u * float64(l.hw.Memory))}
 	}

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/morphlab/morphlab/engine/executor/costmodel"
-	"github.com/morphlab/morphlab/experiments/loadtest"
+	"github.com/morphlab/morphlab/experiments/metrics"
 	"github.com/morphlab/morphlab/experiments/results"
 	"github.com/morphlab/morphlab/experiments/trace"
 	"github.com/morphlab/morphlab/internal/datadir"
@@ -101,7 +101,7 @@ func TestCPUOutputsWithPrefixCaching(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if runs[i], _, err = in.Replay(context.Background(), tr, ReplayOptions{SLO: loadtest.SLO{TTFT: time.Second}, KeepTokens: true}); err != nil {
+		if runs[i], _, err = in.Replay(context.Background(), tr, ReplayOptions{SLO: metrics.SLO{TTFT: time.Second}, KeepTokens: true}); err != nil {
 			t.Fatal(err)
 		}
 	}

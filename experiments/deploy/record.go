@@ -87,8 +87,8 @@ func traceInfo(t *trace.Trace) results.TraceInfo {
 // and profile files are read for their sha256.
 func (d Deployment) record() (results.Deployment, error) {
 	r := results.Deployment{Model: d.Model, Tokenizer: d.Tokenizer, WeightsSeed: d.WeightsSeed, DType: d.DType, Classifier: d.Classifier,
-		Executor: d.Executor, Device: d.Device, Memory: d.KV.Memory,
-		KV: results.KV{Blocks: d.KV.Blocks, Utilization: d.KV.Utilization, BlockSize: d.KV.BlockSize, DType: d.KV.DType,
+		Executor: d.Executor, Device: d.Device, Memory: d.Memory, MemoryUtilization: d.MemoryUtilization,
+		KV: results.KV{Blocks: d.KV.Blocks, BlockSize: d.KV.BlockSize, DType: d.KV.DType,
 			PrefixCaching: d.PrefixCaching()},
 		Scheduler: results.Scheduler{Kind: d.Scheduler.Kind, MaxBatchedTokens: d.Scheduler.MaxBatchedTokens,
 			MaxNumSeqs: d.Scheduler.MaxNumSeqs, BatchSize: d.Scheduler.BatchSize, MaxDelay: d.Scheduler.MaxDelay},
@@ -116,8 +116,8 @@ func (d Deployment) record() (results.Deployment, error) {
 // parameters, and its calibration and profile files checked against their sha256.
 func deploymentOf(r results.Deployment) (Deployment, error) {
 	d := Deployment{Model: r.Model, Tokenizer: r.Tokenizer, WeightsSeed: r.WeightsSeed, DType: r.DType, Classifier: r.Classifier,
-		Executor: r.Executor, Device: r.Device,
-		KV: KV{Blocks: r.KV.Blocks, Memory: r.Memory, Utilization: r.KV.Utilization, BlockSize: r.KV.BlockSize, DType: r.KV.DType,
+		Executor: r.Executor, Device: r.Device, Memory: r.Memory, MemoryUtilization: r.MemoryUtilization,
+		KV: KV{Blocks: r.KV.Blocks, BlockSize: r.KV.BlockSize, DType: r.KV.DType,
 			NoPrefixCaching: !r.KV.PrefixCaching},
 		Scheduler: Scheduler{Kind: r.Scheduler.Kind, MaxBatchedTokens: r.Scheduler.MaxBatchedTokens, MaxNumSeqs: r.Scheduler.MaxNumSeqs,
 			BatchSize: r.Scheduler.BatchSize, MaxDelay: r.Scheduler.MaxDelay},

@@ -15,7 +15,7 @@ import (
 	"github.com/morphlab/morphlab/engine"
 	"github.com/morphlab/morphlab/engine/executor/costmodel"
 	"github.com/morphlab/morphlab/engine/model"
-	"github.com/morphlab/morphlab/experiments/loadtest"
+	"github.com/morphlab/morphlab/experiments/metrics"
 	"github.com/morphlab/morphlab/experiments/results"
 	"github.com/morphlab/morphlab/experiments/trace"
 	"github.com/morphlab/morphlab/profiling/sensitivity"
@@ -111,11 +111,11 @@ func TestRerunSimulations(t *testing.T) {
 	}
 	onL4 := Deployment{Model: "llama-2-7b", Executor: "sim", Device: "l4", KV: KV{Blocks: 200}, BlockingSwaps: true, SimSeed: 5,
 		Policy: mustPolicy(t, "morph:default:persistence=2:layers_per_action=2")}
-	onCPU := Deployment{Model: "stories260K", Executor: "sim", Device: "cpu", Calibrated: calib, KV: KV{Memory: 6 << 20},
+	onCPU := Deployment{Model: "stories260K", Executor: "sim", Device: "cpu", Calibrated: calib, Memory: 6 << 20,
 		Policy: mustPolicy(t, "static:int4"), Scheduler: Scheduler{Kind: "dynamic", BatchSize: 8}}
 	fromFile := onCPU
 	fromFile.Calibrated, fromFile.Calibration, fromFile.Profile, fromFile.Policy = nil, calibFile, profile, mustPolicy(t, "selective:2")
-	slo := loadtest.SLO{TTFT: time.Second, TPOT: 50 * time.Millisecond}
+	slo := metrics.SLO{TTFT: time.Second, TPOT: 50 * time.Millisecond}
 
 	var runs []replayed
 	for i, c := range []struct {
@@ -238,7 +238,7 @@ func TestRerunCPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	tr := burst(t, 12, 80, 16)
-	r, events, err := in.Replay(context.Background(), tr, ReplayOptions{SLO: loadtest.SLO{TTFT: time.Second}, PromptSeed: 4})
+	r, events, err := in.Replay(context.Background(), tr, ReplayOptions{SLO: metrics.SLO{TTFT: time.Second}, PromptSeed: 4})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 	"github.com/morphlab/morphlab/engine/model"
 	"github.com/morphlab/morphlab/engine/morph"
 	"github.com/morphlab/morphlab/experiments/deploy"
-	"github.com/morphlab/morphlab/experiments/loadtest"
+	"github.com/morphlab/morphlab/experiments/metrics"
 	"github.com/morphlab/morphlab/experiments/results"
 	"github.com/morphlab/morphlab/experiments/trace"
 	"github.com/morphlab/morphlab/internal/mdtable"
@@ -34,7 +34,7 @@ type DeviceOptions struct {
 	Lengths  trace.Independent
 	// MaxOutput and Context clip the trace's outputs and whole requests.
 	MaxOutput, Context int
-	SLO                loadtest.SLO
+	SLO                metrics.SLO
 	// Progress, when set, is told what starts and ends.
 	Progress func(msg string)
 }
@@ -55,7 +55,7 @@ func DefaultDeviceOptions() DeviceOptions {
 		Lengths:   trace.Independent{Prompt: trace.LogNormal{Median: 512, Sigma: 0.6}, Output: trace.LogNormal{Median: 128, Sigma: 0.6}},
 		MaxOutput: 512,
 		Context:   4096,
-		SLO:       loadtest.SLO{TTFT: time.Second},
+		SLO:       metrics.SLO{TTFT: time.Second},
 	}
 }
 

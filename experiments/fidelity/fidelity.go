@@ -40,7 +40,7 @@ import (
 	"github.com/morphlab/morphlab/engine/executor/costmodel"
 	"github.com/morphlab/morphlab/engine/morph"
 	"github.com/morphlab/morphlab/experiments/deploy"
-	"github.com/morphlab/morphlab/experiments/loadtest"
+	"github.com/morphlab/morphlab/experiments/metrics"
 	"github.com/morphlab/morphlab/experiments/results"
 	"github.com/morphlab/morphlab/experiments/trace"
 	"github.com/morphlab/morphlab/internal/mdtable"
@@ -75,7 +75,7 @@ type Options struct {
 	// ends.
 	Ballast     bool
 	BallastRate float64
-	SLO         loadtest.SLO
+	SLO         metrics.SLO
 	// Progress, when set, is told what starts and ends.
 	Progress func(msg string)
 }
@@ -100,7 +100,7 @@ func DefaultOptions() Options {
 		Reps:            10,
 		Ballast:         true,
 		BallastRate:     1,
-		SLO:             loadtest.SLO{TTFT: 2 * time.Second},
+		SLO:             metrics.SLO{TTFT: 2 * time.Second},
 	}
 }
 
@@ -344,7 +344,7 @@ func (o Options) runBallast(ctx context.Context) {
 // simulate replays t under p in the sim on device (a catalog GPU, or cpu), with calib's step times when it is
 // not nil, the rest of the deployment as d says.
 func simulate(ctx context.Context, d deploy.Deployment, device string, calib *costmodel.Calibration, p morph.Policy, t *trace.Trace,
-	slo loadtest.SLO) (*results.Run, []engine.Event, error) {
+	slo metrics.SLO) (*results.Run, []engine.Event, error) {
 	d.Executor, d.Device, d.Calibrated, d.Clock, d.Threads, d.Policy = "sim", device, calib, "", 0, p
 	in, err := d.Build()
 	if err != nil {

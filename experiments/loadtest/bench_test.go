@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/morphlab/morphlab/experiments/metrics"
 	"github.com/morphlab/morphlab/internal/openai"
 	"github.com/morphlab/morphlab/internal/openai/openaitest"
 )
@@ -28,7 +29,7 @@ func BenchmarkRun(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				if m = Compute(res, SLO{}); m.Completed != len(reqs) {
+				if m = Compute(res, metrics.SLO{}); m.Completed != len(reqs) {
 					b.Fatalf("%d of %d completed: %s", m.Completed, len(reqs), m.FirstError)
 				}
 			}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/morphlab/morphlab/experiments/metrics"
 	"github.com/morphlab/morphlab/internal/openai"
 	"github.com/morphlab/morphlab/internal/openai/openaitest"
 )
@@ -38,7 +39,7 @@ func TestKnownDelays(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m := Compute(res, SLO{})
+		m := Compute(res, metrics.SLO{})
 		if m.Completed != 8 || m.TotalOutputTokens != 8*30 || m.TotalInputTokens == 0 {
 			t.Fatalf("chat=%v: %d completed, %d output and %d input tokens; want 8, 240 and some: %+v", chat, m.Completed, m.TotalOutputTokens, m.TotalInputTokens, res.Outcomes[0])
 		}
@@ -93,7 +94,7 @@ func TestOutcomes(t *testing.T) {
 	if o := res.Outcomes[0]; o.OutputTokens != 6 || o.PromptTokens != 3 || len(o.ITL) != 5 {
 		t.Errorf("completed: %d output, %d prompt tokens, %d gaps; want 6, 3, 5", o.OutputTokens, o.PromptTokens, len(o.ITL))
 	}
-	m := Compute(res, SLO{})
+	m := Compute(res, metrics.SLO{})
 	if m.Completed != 1 || m.Rejected != 1 || m.Failed != 3 {
 		t.Errorf("counts %d completed %d rejected %d failed, want 1, 1, 3", m.Completed, m.Rejected, m.Failed)
 	}
@@ -177,7 +178,7 @@ func TestMaxConcurrency(t *testing.T) {
 			t.Errorf("request %d sent %v after the previous one, want at least 100ms", i, gap)
 		}
 	}
-	m := Compute(res, SLO{})
+	m := Compute(res, metrics.SLO{})
 	if m.Completed != 4 || m.RateWarning() == "" {
 		t.Errorf("%d completed, warning %q; want 4 and a warning (asked %v, achieved %v)", m.Completed, m.RateWarning(), m.AskedRate, m.ArrivalRate)
 	}

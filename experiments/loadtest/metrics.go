@@ -7,18 +7,9 @@ import (
 	"time"
 
 	"gonum.org/v1/gonum/stat"
+
+	"github.com/morphlab/morphlab/experiments/metrics"
 )
-
-// SLO is the service-level objective of goodput: a request is good when it meets every limit given (a zero
-// limit is not given). As in vLLM, TPOT is 0 for a request with a single output token.
-type SLO struct {
-	TTFT time.Duration `json:"ttft_ns,omitempty"`
-	TPOT time.Duration `json:"tpot_ns,omitempty"`
-	E2EL time.Duration `json:"e2el_ns,omitempty"`
-}
-
-// IsZero reports whether no limit is given.
-func (s SLO) IsZero() bool { return s == SLO{} }
 
 // Summary summarizes a latency in milliseconds: the count of values and their mean, population standard
 // deviation, median and percentiles, with percentiles as numpy's default (linear interpolation between the
@@ -49,13 +40,13 @@ type Metrics struct {
 	AskedRate   float64 `json:"asked_rate"`
 	ArrivalRate float64 `json:"arrival_rate"`
 
-	TotalInputTokens     int     `json:"total_input_tokens"`  // over completed requests
-	TotalOutputTokens    int     `json:"total_output_tokens"` // over completed requests
-	RequestThroughput    float64 `json:"request_throughput"`  // completed requests per second of the duration
-	RequestGoodput       float64 `json:"request_goodput"`     // completed requests meeting the SLO, per second; 0 without an SLO
-	OutputThroughput     float64 `json:"output_throughput"`   // output tokens per second
-	TotalTokenThroughput float64 `json:"total_token_throughput"`
-	SLO                  SLO     `json:"slo"`
+	TotalInputTokens     int         `json:"total_input_tokens"`  // over completed requests
+	TotalOutputTokens    int         `json:"total_output_tokens"` // over completed requests
+	RequestThroughput    float64     `json:"request_throughput"`  // completed requests per second of the duration
+	RequestGoodput       float64     `json:"request_goodput"`     // completed requests meeting the SLO, per second; 0 without an SLO
+	OutputThroughput     float64     `json:"output_throughput"`   // output tokens per second
+	TotalTokenThroughput float64     `json:"total_token_throughput"`
+	SLO                  metrics.SLO `json:"slo"`
 
 	TTFT Summary `json:"ttft"`
 	TPOT Summary `json:"tpot"` // per request with more than one output token: (E2EL - TTFT) / (output tokens - 1)
@@ -64,7 +55,7 @@ type Metrics struct {
 }
 
 // Compute returns the metrics of a run, with goodput against slo.
-func Compute(res *Result, slo SLO) Metrics {
+func Compute(res *Result, slo metrics.SLO) Metrics {
 	m := Metrics{Requests: len(res.Outcomes), DurationS: res.Duration.Seconds(), SLO: slo}
 	var ttfts, tpots, itls, e2els []float64
 	good := 0

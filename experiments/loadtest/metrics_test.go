@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"gonum.org/v1/gonum/stat"
+
+	"github.com/morphlab/morphlab/experiments/metrics"
 )
 
 const msec = time.Millisecond
@@ -50,7 +52,7 @@ func checkSummary(t *testing.T, name string, got, want Summary) {
 
 // TestComputeGolden checks every metric against values worked out by hand from vLLM's definitions.
 func TestComputeGolden(t *testing.T) {
-	m := Compute(recorded(), SLO{TTFT: 250 * msec, TPOT: 25 * msec})
+	m := Compute(recorded(), metrics.SLO{TTFT: 250 * msec, TPOT: 25 * msec})
 	if m.Requests != 5 || m.Completed != 3 || m.Rejected != 1 || m.Failed != 1 {
 		t.Errorf("counts %d/%d/%d/%d, want 5 requests, 3 completed, 1 rejected, 1 failed", m.Requests, m.Completed, m.Rejected, m.Failed)
 	}
@@ -90,16 +92,16 @@ func TestComputeGolden(t *testing.T) {
 		t.Errorf("rate warning %q", w)
 	}
 	// An E2EL limit is met at equality: all three completed requests are good.
-	if g := Compute(recorded(), SLO{E2EL: 300 * msec}).RequestGoodput; !near(g, 0.3) {
+	if g := Compute(recorded(), metrics.SLO{E2EL: 300 * msec}).RequestGoodput; !near(g, 0.3) {
 		t.Errorf("goodput with e2el<=300ms %v, want 0.3", g)
 	}
-	if g := Compute(recorded(), SLO{}).RequestGoodput; g != 0 {
+	if g := Compute(recorded(), metrics.SLO{}).RequestGoodput; g != 0 {
 		t.Errorf("goodput without an SLO %v, want 0", g)
 	}
 }
 
 func TestComputeEmpty(t *testing.T) {
-	m := Compute(&Result{Outcomes: []Outcome{{Status: Failed, Sent: -1}}, Requests: []Request{{}}, Duration: time.Second}, SLO{})
+	m := Compute(&Result{Outcomes: []Outcome{{Status: Failed, Sent: -1}}, Requests: []Request{{}}, Duration: time.Second}, metrics.SLO{})
 	if m.Failed != 1 || m.TTFT != (Summary{}) || m.RequestThroughput != 0 || m.ArrivalRate != 0 || m.RateWarning() != "" {
 		t.Errorf("metrics of a run with nothing completed: %+v", m)
 	}

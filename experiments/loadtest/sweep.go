@@ -5,9 +5,10 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
+
+	"github.com/morphlab/morphlab/experiments/metrics"
 )
 
 // Point is one rate of a sweep: the asked rate and the run's metrics.
@@ -18,7 +19,7 @@ type Point struct {
 
 // Sweep runs one load test per rate, in the order given, each with the requests that workload makes for it,
 // and calls done after each (for progress; it may be nil). It stops at the first error or when ctx ends.
-func Sweep(ctx context.Context, cfg Config, rates []float64, workload func(rate float64) ([]Request, error), slo SLO, done func(Point)) ([]Point, error) {
+func Sweep(ctx context.Context, cfg Config, rates []float64, workload func(rate float64) ([]Request, error), slo metrics.SLO, done func(Point)) ([]Point, error) {
 	var points []Point
 	for _, rate := range rates {
 		reqs, err := workload(rate)
@@ -63,54 +64,11 @@ func ParseKneeTarget(s string) (KneeTarget, error) {
 	if !slices.Contains([]string{"ttft", "tpot", "itl", "e2el"}, name) {
 		return KneeTarget{}, fmt.Errorf("knee %q: metric %q, want ttft, tpot, itl or e2el", s, name)
 	}
-	d, err := parseLimit(val)
+	d, err := metrics.ParseLimit(val)
 	if err != nil {
 		return KneeTarget{}, fmt.Errorf("knee %q: %v", s, err)
 	}
 	return KneeTarget{Metric: name, Limit: d}, nil
-}
-
-// ParseSLO parses "ttft=500ms,tpot=50ms,e2el=2s" (any of the three, limits without a unit in milliseconds).
-func ParseSLO(s string) (SLO, error) {
-	var slo SLO
-	for part := range strings.SplitSeq(s, ",") {
-		name, val, ok := strings.Cut(part, "=")
-		if !ok {
-			return SLO{}, fmt.Errorf("slo %q: want name=limit pairs such as ttft=500ms,tpot=50ms", s)
-		}
-		d, err := parseLimit(val)
-		if err != nil {
-			return SLO{}, fmt.Errorf("slo %q: %v", s, err)
-		}
-		switch strings.ToLower(strings.TrimSpace(name)) {
-		case "ttft":
-			slo.TTFT = d
-		case "tpot":
-			slo.TPOT = d
-		case "e2el":
-			slo.E2EL = d
-		default:
-			return SLO{}, fmt.Errorf("slo %q: %q, want ttft, tpot or e2el", s, name)
-		}
-	}
-	return slo, nil
-}
-
-// parseLimit parses a positive duration, a bare number being milliseconds.
-func parseLimit(s string) (time.Duration, error) {
-	s = strings.TrimSpace(s)
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		v, nerr := strconv.ParseFloat(s, 64)
-		if nerr != nil {
-			return 0, fmt.Errorf("limit %q, want a duration such as 500ms or a number of milliseconds", s)
-		}
-		d = time.Duration(v * float64(time.Millisecond))
-	}
-	if d <= 0 {
-		return 0, fmt.Errorf("limit %q, want more than 0", s)
-	}
-	return d, nil
 }
 
 // P95 returns the P95 of the target's latency in m, in milliseconds.

@@ -21,10 +21,12 @@ type Deployment struct {
 	// Calibration is the sim's CPU calibration, nil without one.
 	Calibration *Calibration `json:"calibration"`
 	// Memory is the budget asked for in bytes; 0 sizes it by the KV blocks or the device's utilization.
-	Memory    int64     `json:"memory_bytes"`
-	KV        KV        `json:"kv"`
-	Scheduler Scheduler `json:"scheduler"`
-	Policy    string    `json:"policy"`
+	Memory int64 `json:"memory_bytes"`
+	// MemoryUtilization is the share of the device's memory the budget takes, without Memory or KV blocks.
+	MemoryUtilization float64   `json:"gpu_memory_utilization"`
+	KV                KV        `json:"kv"`
+	Scheduler         Scheduler `json:"scheduler"`
+	Policy            string    `json:"policy"`
 	// Params are a morphing policy's parameters (morph.Params), which the policy's name must give again.
 	Params json.RawMessage `json:"params"`
 	// Profile is the `morphlab profile` file whose order is the swap order, nil for front to back.
@@ -37,11 +39,10 @@ type Deployment struct {
 
 // KV is a deployment's KV cache.
 type KV struct {
-	Blocks        int     `json:"blocks"` // the pool in blocks beside the full-precision weights (0: by memory)
-	Utilization   float64 `json:"gpu_memory_utilization"`
-	BlockSize     int     `json:"block_size"`
-	DType         string  `json:"dtype"` // "", auto, f32, f16 or int8
-	PrefixCaching bool    `json:"prefix_caching"`
+	Blocks        int    `json:"blocks"` // the pool in blocks beside the full-precision weights (0: by memory)
+	BlockSize     int    `json:"block_size"`
+	DType         string `json:"dtype"` // "", auto, f32, f16 or int8
+	PrefixCaching bool   `json:"prefix_caching"`
 }
 
 // Scheduler is a deployment's batching and its limits.

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/morphlab/morphlab/engine/executor/costmodel"
-	"github.com/morphlab/morphlab/experiments/loadtest"
+	"github.com/morphlab/morphlab/experiments/metrics"
 )
 
 // TestLoadSchema1: results.json files of schema 1, written before meta recorded the deployment (a simulation and
@@ -43,7 +43,7 @@ func TestMetaJSON(t *testing.T) {
 	tmpl.Calibration, tmpl.Profile, tmpl.Params, tmpl.Policy = nil, nil, nil, "fp16"
 	m := Meta{Command: "simulate", Executor: "sim", Clock: "virtual", Model: "llama-2-7b", Device: "cpu", Policy: "morph:default",
 		Trace:      TraceInfo{Source: "t.csv", SHA256: "cd", Format: "vidur", Transforms: []string{"time-scale=2"}, Requests: 3},
-		SLO:        loadtest.SLO{TTFT: 2 * time.Second},
+		SLO:        metrics.SLO{TTFT: 2 * time.Second},
 		Deployment: &d,
 		Fleet: &FleetSpec{Replicas: []Deployment{tmpl}, Router: "least-kv", Admission: Admission{MaxQueue: 4, Rate: 2.5, Burst: 3},
 			Autoscale: &Autoscale{Template: tmpl, Metric: "kv", Target: 0.8, Min: 1, Max: 4, Interval: time.Second, Delay: 2 * time.Second, CoolDown: 3 * time.Second}},
@@ -54,7 +54,7 @@ func TestMetaJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	const tmplJSON = `{"model":"llama-2-7b","tokenizer":"","weights_seed":1,"dtype":"","classifier_dtype":"","executor":"sim","device":"cpu",` +
-		`"calibration":null,"memory_bytes":0,"kv":{"blocks":958,"gpu_memory_utilization":0,"block_size":16,"dtype":"auto","prefix_caching":true},` +
+		`"calibration":null,"memory_bytes":0,"gpu_memory_utilization":0,"kv":{"blocks":958,"block_size":16,"dtype":"auto","prefix_caching":true},` +
 		`"scheduler":{"kind":"continuous","max_num_batched_tokens":2048,"max_num_seqs":256,"batch_size":32,"max_delay_ns":50000000},` +
 		`"policy":"fp16","params":null,"profile":null,"blocking_swaps":false,"clock":"virtual","threads":0,"sim_seed":1}`
 	want := `{"command":"simulate","executor":"sim","clock":"virtual","model":"llama-2-7b","device":"cpu","policy":"morph:default",` +
@@ -62,7 +62,7 @@ func TestMetaJSON(t *testing.T) {
 		`"trace":{"source":"t.csv","sha256":"cd","format":"vidur","transforms":["time-scale=2"],"requests":3},"slo":{"ttft_ns":2000000000},` +
 		`"deployment":{"model":"llama-2-7b","tokenizer":"","weights_seed":1,"dtype":"","classifier_dtype":"","executor":"sim","device":"cpu",` +
 		`"calibration":{"file":{"path":"c.json","sha256":"ef"}},` +
-		`"memory_bytes":0,"kv":{"blocks":958,"gpu_memory_utilization":0,"block_size":16,"dtype":"auto","prefix_caching":true},` +
+		`"memory_bytes":0,"gpu_memory_utilization":0,"kv":{"blocks":958,"block_size":16,"dtype":"auto","prefix_caching":true},` +
 		`"scheduler":{"kind":"continuous","max_num_batched_tokens":2048,"max_num_seqs":256,"batch_size":32,"max_delay_ns":50000000},` +
 		`"policy":"morph:default","params":{"usage":0.85},"profile":{"path":"p.json","sha256":"ab"},"blocking_swaps":false,"clock":"virtual",` +
 		`"threads":0,"sim_seed":1},` +

@@ -30,6 +30,7 @@ import (
 	"github.com/morphlab/morphlab/engine/executor/costmodel"
 	"github.com/morphlab/morphlab/engine/morph"
 	"github.com/morphlab/morphlab/experiments/loadtest"
+	"github.com/morphlab/morphlab/experiments/metrics"
 	"github.com/morphlab/morphlab/quant"
 )
 
@@ -53,7 +54,7 @@ type Meta struct {
 	KVBlocksFull int             `json:"kv_blocks_full_precision"` // the pool at full precision
 	BlockSize    int             `json:"block_size"`
 	Trace        TraceInfo       `json:"trace"`
-	SLO          loadtest.SLO    `json:"slo"`
+	SLO          metrics.SLO     `json:"slo"`
 	// Deployment is the one deployment replayed, Fleet the fleet (one of them is set; neither in schema 1).
 	Deployment *Deployment `json:"deployment,omitempty"`
 	Fleet      *FleetSpec  `json:"fleet,omitempty"`

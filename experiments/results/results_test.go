@@ -10,7 +10,7 @@ import (
 
 	"github.com/morphlab/morphlab/engine"
 	"github.com/morphlab/morphlab/engine/morph"
-	"github.com/morphlab/morphlab/experiments/loadtest"
+	"github.com/morphlab/morphlab/experiments/metrics"
 	"github.com/morphlab/morphlab/quant"
 )
 
@@ -41,7 +41,7 @@ func TestBuild(t *testing.T) {
 			FirstToken: msec(2550), Tokens: []time.Duration{msec(2550), msec(2650)}, Finish: msec(2650)}},
 		{ID: 2, Finish: engine.FinishRejected, Timeline: engine.Timeline{Arrival: msec(60), Finish: msec(60)}},
 	}
-	r := Build(Meta{Policy: "fp16", KVBlocksFull: 10, SLO: loadtest.SLO{TTFT: 2 * time.Second}}, reqs, res, c, true)
+	r := Build(Meta{Policy: "fp16", KVBlocksFull: 10, SLO: metrics.SLO{TTFT: 2 * time.Second}}, reqs, res, c, true)
 	a := r.Aggregates
 	near := func(name string, got, want float64) {
 		if math.Abs(got-want) > 1e-9 {

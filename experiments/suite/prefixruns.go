@@ -10,7 +10,7 @@ import (
 	"github.com/morphlab/morphlab/engine"
 	"github.com/morphlab/morphlab/engine/morph"
 	"github.com/morphlab/morphlab/experiments/deploy"
-	"github.com/morphlab/morphlab/experiments/loadtest"
+	"github.com/morphlab/morphlab/experiments/metrics"
 	"github.com/morphlab/morphlab/experiments/results"
 	"github.com/morphlab/morphlab/experiments/trace"
 )
@@ -21,7 +21,7 @@ type PrefixOptions struct {
 	// Deployment is what every run deploys; its policy and prefix caching are set for each run.
 	Deployment deploy.Deployment
 	Trace      *trace.Trace
-	SLO        loadtest.SLO
+	SLO        metrics.SLO
 	// Parallel runs this many at once. Above 1 the cpu executor needs the thread clock with one kernel thread
 	// (each run then counts only its own thread's CPU time).
 	Parallel int

@@ -49,7 +49,7 @@ import (
 	"github.com/morphlab/morphlab/engine/morph"
 	"github.com/morphlab/morphlab/experiments/deploy"
 	"github.com/morphlab/morphlab/experiments/fidelity"
-	"github.com/morphlab/morphlab/experiments/loadtest"
+	"github.com/morphlab/morphlab/experiments/metrics"
 	"github.com/morphlab/morphlab/experiments/results"
 	"github.com/morphlab/morphlab/experiments/trace"
 )
@@ -57,8 +57,8 @@ import (
 // Setup is one of the paper's deployments.
 type Setup struct {
 	Name      string `json:"name"`
-	Model     string `json:"model"` // catalog name
-	GPU       string `json:"gpu"`
+	Model     string `json:"model"`     // catalog name
+	Device    string `json:"device"`    // catalog name
 	KVBlocks  int    `json:"kv_blocks"` // the FP16 pool (PAPER.md: Fig. 5)
 	MaxPrompt int    `json:"max_prompt"`
 	MaxOutput int    `json:"max_output"`
@@ -81,7 +81,7 @@ var Policies = []string{"fp16", "static:int8", "static:int4", "selective:8", "se
 var paperPolicies = []string{"fp16", "static:int8", "static:int4", "selective:8", "selective:16", "morph:accuracy", "morph:default", "morph:performance"}
 
 // SLO is the paper's: TTFT 2 s.
-var SLO = loadtest.SLO{TTFT: 2e9}
+var SLO = metrics.SLO{TTFT: 2e9}
 
 // Workload is a trace the suite replays.
 type Workload struct {
@@ -242,10 +242,10 @@ func (r *Report) sizeBursts(ctx context.Context) error {
 // MaxBatchedTokens is the step token budget of every setup: 2,048 tokens, vLLM's default for online serving.
 const MaxBatchedTokens = 2048
 
-// Deployment is a setup's deployment under a policy: the setup's model on its GPU in the sim, with the paper's
+// Deployment is a setup's deployment under a policy: the setup's model on its device in the sim, with the paper's
 // FP16 KV pool.
 func (s Setup) Deployment(p morph.Policy) deploy.Deployment {
-	return deploy.Deployment{Model: s.Model, Executor: "sim", Device: s.GPU, Policy: p,
+	return deploy.Deployment{Model: s.Model, Executor: "sim", Device: s.Device, Policy: p,
 		KV: deploy.KV{Blocks: s.KVBlocks}, Scheduler: deploy.Scheduler{MaxBatchedTokens: MaxBatchedTokens}}
 }
 

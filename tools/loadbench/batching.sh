@@ -67,7 +67,7 @@ start_server() {
 	log=$2
 	shift 2
 	"$MORPHLAB" serve --model "$MODEL" --served-model-name "$name" --addr "127.0.0.1:$port" \
-		--memory "$MEMORY" --threads "$THREADS" "$@" >"$log" 2>&1 &
+		--max-process-memory "$MEMORY" --threads "$THREADS" "$@" >"$log" 2>&1 &
 	server=$!
 	wait_up "http://127.0.0.1:$port/health" "$server" "$log"
 }
@@ -113,7 +113,7 @@ sweep_report() {
 	{
 		echo "# Batching through the server"
 		echo
-		echo "Model $MODEL, --memory $MEMORY, --threads $THREADS; static --batch-size $BATCH; dynamic --batch-size"
+		echo "Model $MODEL, --max-process-memory $MEMORY, --threads $THREADS; static --batch-size $BATCH; dynamic --batch-size"
 		echo "$BATCH --max-delay $MAX_DELAY; continuous as default. Loadtest: $loadflags, Poisson arrivals,"
 		echo "--sweep $RATES --duration $DURATION. Machine: $(nproc) CPUs, $(uname -sm)."
 		echo
@@ -226,7 +226,7 @@ verdict=pass
 	echo "| after: KV usage, running, waiting | $kv, $running, $waiting |"
 	echo "| after: /health | $health |"
 	echo "| after: a new request | HTTP $after |"
-	echo "| server peak RSS / --memory | $((rss / 1024)) MiB / $((budget_kib / 1024)) MiB |"
+	echo "| server peak RSS / --max-process-memory | $((rss / 1024)) MiB / $((budget_kib / 1024)) MiB |"
 	echo "| verdict | $verdict |"
 } >"$out/overload.md"
 [ -n "${KNEE_RATE:-}" ] || cat "$out/batching.md"

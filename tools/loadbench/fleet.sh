@@ -4,7 +4,7 @@
 #
 #   tools/loadbench/fleet.sh RESULTS_DIR
 #
-# 1. Start $REPLICAS 'morphlab serve' processes (each --threads $THREADS, --memory $MEMORY) on loopback ports
+# 1. Start $REPLICAS 'morphlab serve' processes (each --threads $THREADS, --max-process-memory $MEMORY) on loopback ports
 #    $PORT+1.., and HAProxy (Debian's haproxy package) on 127.0.0.1:$PORT in front of them with 'balance
 #    leastconn', health checks on /health and 'option http-no-delay' (without it HAProxy holds streamed tokens
 #    back for the kernel to coalesce: 100-200 ms more TTFT). Every process is started in the background, its PID
@@ -85,7 +85,7 @@ trap 'stop_all; exit 1' INT TERM
 i=1
 while [ $i -le "$REPLICAS" ]; do
 	port=$((PORT + i))
-	"$MORPHLAB" serve --model "$MODEL" --served-model-name "$name" --addr "127.0.0.1:$port" --memory "$MEMORY" \
+	"$MORPHLAB" serve --model "$MODEL" --served-model-name "$name" --addr "127.0.0.1:$port" --max-process-memory "$MEMORY" \
 		--threads "$THREADS" --steps "$out/steps-$i.jsonl" >"$out/replica-$i.log" 2>&1 &
 	pids="$pids $!"
 	wait_up "http://127.0.0.1:$port/health" "$!" "$out/replica-$i.log"
@@ -141,7 +141,7 @@ real_knee=$(jq '.knee.rate // 0' "$out/fleet.json")
 {
 	echo "# A fleet of $REPLICAS replicas behind HAProxy (leastconn)"
 	echo
-	echo "$MODEL, --memory $MEMORY ($blocks KV blocks), --threads $THREADS each; loadtest prompts ~$PROMPT, outputs ~$OUTPUT"
+	echo "$MODEL, --max-process-memory $MEMORY ($blocks KV blocks), --threads $THREADS each; loadtest prompts ~$PROMPT, outputs ~$OUTPUT"
 	echo "(range ratio $RANGE_RATIO), Poisson, $DURATION a rate; knee: of the rates with the P95 $metric within ${KNEE#*=}, the"
 	echo "one that serves the most requests a second."
 	echo "Machine: $(nproc) CPUs."

@@ -9,6 +9,7 @@ import (
 	"github.com/morphlab/morphlab/engine/executor/costmodel"
 	"github.com/morphlab/morphlab/experiments/deploy"
 	"github.com/morphlab/morphlab/experiments/fidelity"
+	"github.com/morphlab/morphlab/internal/flagalias"
 	"github.com/morphlab/morphlab/internal/numfmt"
 	"github.com/morphlab/morphlab/quant"
 )
@@ -48,7 +49,7 @@ func runCalibrate(e *env, args []string) error {
 	var df deploy.Flags
 	df.RegisterModel(fs)
 	formats := fs.String("formats", "f32,int8,int4", "comma-separated layer `formats` to time, the full precision first (f32, f16, int8, int4, q8_0, q4_0)")
-	fs.StringVar(formats, "format", "f32,int8,int4", "alias of --formats (deprecated)")
+	flagalias.Deprecate(fs, "format", "formats")
 	out := fs.String("out", "", "write the calibration JSON to `file`")
 	reps := fs.Int("reps", 3, "timed `rounds` over the grid")
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")

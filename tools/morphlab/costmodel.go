@@ -11,6 +11,7 @@ import (
 	"github.com/morphlab/morphlab/engine/executor/costmodel"
 	"github.com/morphlab/morphlab/engine/model"
 	"github.com/morphlab/morphlab/experiments/catalog"
+	"github.com/morphlab/morphlab/internal/flagalias"
 	"github.com/morphlab/morphlab/internal/numfmt"
 	"github.com/morphlab/morphlab/quant"
 )
@@ -20,9 +21,9 @@ func init() {
 }
 
 const costModelHelp = `
-Costmodel prints (as a Markdown table, or JSON with --json) the simulator's cost model for one model (--model, from the catalog) on one device (--gpu):
+Costmodel prints (as a Markdown table, or JSON with --json) the simulator's cost model for one model (--model, from the catalog) on one device (--device):
 each operator's predicted time, FLOPs and bytes at --tokens tokens, with the decoder layers' weights in
---format, under Vidur's operator names (emb, input_layernorm, attn_pre_proj, attn_rope, attn_post_proj,
+--dtype, under Vidur's operator names (emb, input_layernorm, attn_pre_proj, attn_rope, attn_post_proj,
 post_attention_layernorm, mlp_up_proj, mlp_act, mlp_down_proj, add), so that a prediction can be held against a
 measured profile. Per-layer operators are one layer's; add runs twice a layer. Attention is shown for a prompt
 chunk of --tokens tokens ending at --context positions (attn_prefill) and for --tokens sequences decoding at
@@ -33,7 +34,7 @@ reaches (its step times come from 'morphlab calibrate').`
 // costModelOutput is what --json prints.
 type costModelOutput struct {
 	Model   string             `json:"model"`
-	GPU     string             `json:"gpu"`
+	Device  string             `json:"device"`
 	Format  string             `json:"format"`
 	KV      string             `json:"kv"`
 	Tokens  int                `json:"tokens"`
@@ -45,35 +46,38 @@ type costModelOutput struct {
 }
 
 func runCostModel(e *env, args []string) error {
-	fs := e.flags("--model M --gpu G --tokens N [flags]", costModelHelp)
+	fs := e.flags("--model M --device D --tokens N [flags]", costModelHelp)
 	modelName := fs.String("model", "", "catalog `model` (llama-2-7b, llama-3-8b, codellama-34b, ...)")
-	gpu := fs.String("gpu", "", "catalog `device` (l4, a40, a100, h100, h200, cpu)")
+	device := fs.String("device", "", "catalog `device` (l4, a40, a100, h100, h200, cpu)")
+	flagalias.Deprecate(fs, "gpu", "device")
 	tokens := fs.Int("tokens", 0, "`tokens` in the batch")
 	context := fs.Int("context", 0, "cache `positions` attention reads (default: --tokens)")
-	format := fs.String("format", "f16", "decoder layers' weight `format`: f16, int8 or int4")
-	kvFlag := fs.String("kv-type", "f16", "KV cache element `type`: f32, f16 or int8")
+	format := fs.String("dtype", "f16", "decoder layers' weight `format`: f16, int8 or int4")
+	flagalias.Deprecate(fs, "format", "dtype")
+	kvFlag := fs.String("kv-cache-dtype", "f16", "KV cache element `type`: f32, f16 or int8")
+	flagalias.Deprecate(fs, "kv-type", "kv-cache-dtype")
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
 	if err := e.parse(fs, args); err != nil {
 		return err
 	}
-	if *modelName == "" || *gpu == "" || *tokens <= 0 {
-		return usagef("--model, --gpu and --tokens (> 0) are required")
+	if *modelName == "" || *device == "" || *tokens <= 0 {
+		return usagef("--model, --device and --tokens (> 0) are required")
 	}
 	m, err := catalog.ModelByName(*modelName)
 	if err != nil {
 		return usagef("--model: %v", err)
 	}
-	hw, err := catalog.HardwareByName(*gpu)
+	hw, err := catalog.HardwareByName(*device)
 	if err != nil {
-		return usagef("--gpu: %v", err)
+		return usagef("--device: %v", err)
 	}
 	f, err := quant.ParseFormat(*format)
 	if err != nil || (f != quant.F16 && f != quant.Int8 && f != quant.Int4) {
-		return usagef("--format %q, want f16, int8 or int4", *format)
+		return usagef("--dtype %q, want f16, int8 or int4", *format)
 	}
 	kv, err := model.ParseKVType(*kvFlag)
 	if err != nil {
-		return usagef("--kv-type: %v", err)
+		return usagef("--kv-cache-dtype: %v", err)
 	}
 	ctx := *context
 	if ctx == 0 {
@@ -102,7 +106,7 @@ func runCostModel(e *env, args []string) error {
 	outer := cm.OuterOpTimes(costmodel.Work{Tokens: *tokens, Sampled: *tokens})
 	ops = append(outer[:1:1], append(ops, outer[1:]...)...)
 	layers := []costmodel.LayerFormat{{Format: f, Layers: m.Config.NLayers}}
-	out := costModelOutput{Model: m.Name, GPU: hw.Name, Format: f.String(), KV: kv.String(), Tokens: *tokens, Context: ctx, Ops: ops,
+	out := costModelOutput{Model: m.Name, Device: hw.Name, Format: f.String(), KV: kv.String(), Tokens: *tokens, Context: ctx, Ops: ops,
 		PrefillStepSeconds: cm.StepTime(prefill, layers).Seconds(), DecodeStepSeconds: cm.StepTime(decode, layers).Seconds()}
 	if *asJSON {
 		return writeJSON(e.stdout, out)

@@ -16,7 +16,7 @@ import (
 // TestCostModelJSON: the operators come out under Vidur's names, in a layer's order, with the catalog cost
 // model's times.
 func TestCostModelJSON(t *testing.T) {
-	code, stdout, stderr := runCLI("costmodel", "--model", "llama-2-7b", "--gpu", "a100", "--tokens", "256", "--format", "int8", "--context", "1024", "--json")
+	code, stdout, stderr := runCLI("costmodel", "--model", "llama-2-7b", "--device", "a100", "--tokens", "256", "--dtype", "int8", "--context", "1024", "--json")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
@@ -40,10 +40,10 @@ func TestCostModelJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	up, _ := cm.OpTime(costmodel.OpUpProj, 256, quant.Int8)
-	if out.Ops[9].Seconds != up.Seconds || out.Format != "int8" || out.Context != 1024 || !(out.PrefillStepSeconds > 0 && out.DecodeStepSeconds > 0) {
+	if out.Ops[9].Seconds != up.Seconds || out.Format != "int8" || out.Device != "a100" || out.Context != 1024 || !(out.PrefillStepSeconds > 0 && out.DecodeStepSeconds > 0) {
 		t.Fatalf("output %+v: want mlp_up_proj %g s", out, up.Seconds)
 	}
-	code, stdout, _ = runCLI("costmodel", "--model", "llama-2-7b", "--gpu", "a40", "--tokens", "1")
+	code, stdout, _ = runCLI("costmodel", "--model", "llama-2-7b", "--device", "a40", "--tokens", "1")
 	if code != 0 || !strings.Contains(stdout, "attn_pre_proj") || !strings.Contains(stdout, "× 32 layers") {
 		t.Fatalf("table: exit %d\n%s", code, stdout)
 	}
@@ -51,12 +51,12 @@ func TestCostModelJSON(t *testing.T) {
 
 func TestCostModelUsage(t *testing.T) {
 	for _, args := range [][]string{
-		{"--model", "llama-2-7b", "--gpu", "a100"},
-		{"--model", "gpt", "--gpu", "a100", "--tokens", "1"},
-		{"--model", "llama-2-7b", "--gpu", "tpu", "--tokens", "1"},
-		{"--model", "llama-2-7b", "--gpu", "a100", "--tokens", "1", "--format", "q8_0"},
-		{"--model", "llama-2-7b", "--gpu", "a100", "--tokens", "8", "--context", "4"},
-		{"--model", "llama-2-7b", "--gpu", "a100", "--tokens", "8", "--kv-type", "f8"},
+		{"--model", "llama-2-7b", "--device", "a100"},
+		{"--model", "gpt", "--device", "a100", "--tokens", "1"},
+		{"--model", "llama-2-7b", "--device", "tpu", "--tokens", "1"},
+		{"--model", "llama-2-7b", "--device", "a100", "--tokens", "1", "--dtype", "q8_0"},
+		{"--model", "llama-2-7b", "--device", "a100", "--tokens", "8", "--context", "4"},
+		{"--model", "llama-2-7b", "--device", "a100", "--tokens", "8", "--kv-cache-dtype", "f8"},
 	} {
 		code, _, stderr := runCLI(append([]string{"costmodel"}, args...)...)
 		if code != 2 || strings.Count(stderr, "\n") != 1 || !strings.HasPrefix(stderr, "morphlab costmodel: ") {
@@ -69,7 +69,7 @@ func TestCostModelUsage(t *testing.T) {
 // checks the file the simulator reads.
 func TestCalibrate(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "cpu.json")
-	code, stdout, stderr := runCLI("calibrate", "--model", "stories260K", "--format", "f32,int4", "--reps", "1", "--clock", "cpu", "--out", out)
+	code, stdout, stderr := runCLI("calibrate", "--model", "stories260K", "--formats", "f32,int4", "--reps", "1", "--clock", "cpu", "--out", out)
 	if code != 0 || !strings.Contains(stdout, "int4 a layer-token") || !strings.Contains(stdout, "cpu clock") {
 		t.Fatalf("exit %d\nstdout %s\nstderr %s", code, stdout, stderr)
 	}
@@ -86,7 +86,7 @@ func TestCalibrate(t *testing.T) {
 	}
 	for _, args := range [][]string{
 		{"--model", "stories260K"},
-		{"--model", "stories260K", "--out", out, "--format", "f33"},
+		{"--model", "stories260K", "--out", out, "--formats", "f33"},
 		{"--model", "stories260K", "--out", out, "--reps", "0"},
 		{"--model", "stories260K", "--out", out, "--clock", "gpu"},
 	} {

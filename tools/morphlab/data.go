@@ -51,6 +51,7 @@ func runData(e *env, args []string) error {
 		}
 		return usagef("%v (run 'morphlab data -h' for usage)", err)
 	}
+	e.warnDeprecated(fs)
 	files, err := datafetch.Select(datafetch.Manifest, fs.Args())
 	if err != nil {
 		return usageError{err.Error()}

@@ -26,7 +26,7 @@ import (
 func TestFidelityPipeline(t *testing.T) {
 	dir := t.TempDir()
 	calib, trace := filepath.Join(dir, "cpu.json"), filepath.Join(dir, "trace.csv")
-	if code, _, stderr := runCLI("calibrate", "--model", "stories260K", "--format", "f16,int4", "--kv-type", "f16",
+	if code, _, stderr := runCLI("calibrate", "--model", "stories260K", "--formats", "f16,int4", "--kv-cache-dtype", "f16",
 		"--clock", "cpu", "--reps", "2", "--out", calib); code != 0 {
 		t.Fatalf("calibrate: exit %d: %s", code, stderr)
 	}
@@ -34,16 +34,16 @@ func TestFidelityPipeline(t *testing.T) {
 		"--output", "lognormal:32:0.5", "--max-output", "96", "--clip", "176", "--seed", "1", "--out", trace); code != 0 {
 		t.Fatalf("trace gen: exit %d: %s", code, stderr)
 	}
-	budget := []string{"--kv-type", "f16", "--kv-blocks", "12", "--max-tokens", "256", "--block-size", "16", "--trace", trace}
+	budget := []string{"--kv-cache-dtype", "f16", "--kv-blocks", "12", "--max-num-batched-tokens", "256", "--block-size", "16", "--trace", trace}
 	var steps []string
 	stepCount, heldOut := 0, 0 // every fifth step of each file is held out
 	for _, policy := range []string{"fp16", "morph:default"} {
 		realDir, simDir := filepath.Join(dir, "real-"+suite.DirName(policy)), filepath.Join(dir, "sim-"+suite.DirName(policy))
-		args := append([]string{"run", "--shape", "stories260K", "--format", "f16", "--policy", policy, "--clock", "cpu", "--steps", "--out", realDir}, budget...)
+		args := append([]string{"run", "--model", "stories260K", "--dtype", "f16", "--policy", policy, "--clock", "cpu", "--steps", "--out", realDir}, budget...)
 		if code, _, stderr := runCLI(args...); code != 0 {
 			t.Fatalf("run %s: exit %d: %s", policy, code, stderr)
 		}
-		args = append([]string{"simulate", "--model", "stories260K", "--gpu", "cpu", "--calibration", calib, "--policy", policy, "--out", simDir}, budget...)
+		args = append([]string{"simulate", "--model", "stories260K", "--device", "cpu", "--calibration", calib, "--policy", policy, "--out", simDir}, budget...)
 		if code, _, stderr := runCLI(args...); code != 0 {
 			t.Fatalf("simulate %s: exit %d: %s", policy, code, stderr)
 		}
@@ -70,7 +70,7 @@ func TestFidelityPipeline(t *testing.T) {
 		steps = append(steps, filepath.Join(realDir, "steps.jsonl"))
 	}
 	fromRuns := filepath.Join(dir, "from-runs.json")
-	if code, _, stderr := runCLI("calibrate", "--model", "stories260K", "--kv-type", "f16", "--clock", "cpu", "--steps", strings.Join(steps, ","), "--out", fromRuns); code != 0 {
+	if code, _, stderr := runCLI("calibrate", "--model", "stories260K", "--kv-cache-dtype", "f16", "--clock", "cpu", "--steps", strings.Join(steps, ","), "--out", fromRuns); code != 0 {
 		t.Fatalf("calibrate --steps: exit %d: %s", code, stderr)
 	}
 	c, err := costmodel.LoadCalibration(fromRuns)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/morphlab/morphlab/experiments/loadtest"
+	"github.com/morphlab/morphlab/experiments/metrics"
 	"github.com/morphlab/morphlab/experiments/trace"
 	"github.com/morphlab/morphlab/internal/numfmt"
 	"github.com/morphlab/morphlab/internal/openai"
@@ -148,11 +149,11 @@ func runLoadtest(e *env, args []string) error {
 		return usagef("--timeout=%v, want more than 0", *timeout)
 	}
 	var (
-		slo loadtest.SLO
+		slo metrics.SLO
 		err error
 	)
 	if *sloFlag != "" {
-		if slo, err = loadtest.ParseSLO(*sloFlag); err != nil {
+		if slo, err = metrics.ParseSLO(*sloFlag); err != nil {
 			return usageError{"--slo: " + err.Error()}
 		}
 	}

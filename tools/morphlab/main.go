@@ -17,6 +17,8 @@ import (
 	"os"
 	"slices"
 	"strings"
+
+	"github.com/morphlab/morphlab/internal/flagalias"
 )
 
 // command is one subcommand. Each lives in its own file and adds itself to the table with register in an init
@@ -63,7 +65,7 @@ func (e *env) flags(synopsis, help string) *flag.FlagSet {
 	e.usage = func() {
 		fmt.Fprintf(e.stdout, "usage: morphlab %s %s\n\n%s\n\nflags:\n", e.name, synopsis, strings.TrimSpace(help))
 		fs.SetOutput(e.stdout)
-		fs.PrintDefaults()
+		flagalias.PrintDefaults(fs) // deprecated names are left out
 		fs.SetOutput(io.Discard)
 	}
 	return fs
@@ -82,7 +84,16 @@ func (e *env) parse(fs *flag.FlagSet, args []string) error {
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q (run 'morphlab %s -h' for usage)", fs.Arg(0), e.name)
 	}
+	e.warnDeprecated(fs)
 	return nil
+}
+
+// warnDeprecated writes a line to stderr for each deprecated flag name (flagalias.Deprecate) given on fs's
+// command line, which set the flag of the current name as well.
+func (e *env) warnDeprecated(fs *flag.FlagSet) {
+	for _, w := range flagalias.Warnings(fs) {
+		fmt.Fprintf(e.stderr, "morphlab: %s\n", w)
+	}
 }
 
 func main() {

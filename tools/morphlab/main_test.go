@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -171,5 +172,52 @@ func TestTable(t *testing.T) {
 	tb.row("x")
 	if err := tb.flush(); err != nil || c.String() != b.String() {
 		t.Errorf("newTable, row, flush: %v\n%s\nwant\n%s", err, c.String(), b.String())
+	}
+}
+
+// TestDeprecatedFlags: no command's -h lists a deprecated flag name, and a deprecated name still sets its flag
+// and says, one line each on stderr, which name to use.
+func TestDeprecatedFlags(t *testing.T) {
+	deploy := []string{"shape", "format", "gpu", "kv-type", "max-tokens", "max-seqs", "memory-utilization"}
+	hidden := map[string][]string{"run": deploy, "simulate": deploy, "serve": deploy, "prefix": deploy,
+		"calibrate": {"shape", "kv-type", "format"}, "costmodel": {"gpu", "format", "kv-type"},
+		"generate": {"format", "kv-type"}, "perplexity": {"format", "kv-type"}}
+	listed := regexp.MustCompile(`(?m)^  -([a-z0-9-]+)`)
+	for _, name := range names() {
+		code, stdout, stderr := runCLI(name, "-h")
+		if code != 0 || stderr != "" {
+			t.Errorf("morphlab %s -h: exit %d, stderr %q; want 0 and none", name, code, stderr)
+		}
+		if strings.Contains(stdout, "deprecated") {
+			t.Errorf("morphlab %s -h mentions a deprecated flag:\n%s", name, stdout)
+		}
+		var flags []string
+		for _, m := range listed.FindAllStringSubmatch(stdout, -1) {
+			flags = append(flags, m[1])
+		}
+		for _, old := range hidden[name] {
+			if slices.Contains(flags, old) {
+				t.Errorf("morphlab %s -h lists --%s", name, old)
+			}
+		}
+		if len(hidden[name]) > 0 && !slices.Contains(flags, "model") {
+			t.Errorf("morphlab %s -h lists no --model: %q", name, flags)
+		}
+	}
+
+	// The deployment's limits are in the error that rejects them: each deprecated name set its flag.
+	code, stdout, stderr := runCLI("simulate", "--shape", "llama-2-7b", "--gpu", "l4", "--trace", "t.csv", "--out", t.TempDir(),
+		"--max-tokens", "-5", "--max-seqs", "-7")
+	want := "morphlab: --gpu is deprecated; use --device\n" +
+		"morphlab: --max-seqs is deprecated; use --max-num-seqs\n" +
+		"morphlab: --max-tokens is deprecated; use --max-num-batched-tokens\n" +
+		"morphlab: --shape is deprecated; use --model\n" +
+		"morphlab simulate: max batched tokens -5, max sequences -7, batch size -5, max delay 50ms, threads 0: want none negative\n"
+	if code != 2 || stdout != "" || stderr != want {
+		t.Errorf("simulate with deprecated names: exit %d, stdout %q, stderr\n%s\nwant exit 2 and\n%s", code, stdout, stderr, want)
+	}
+	code, stdout, stderr = runCLI("costmodel", "--model", "llama-2-7b", "--gpu", "a40", "--tokens", "1", "--json")
+	if code != 0 || stderr != "morphlab: --gpu is deprecated; use --device\n" || !strings.Contains(stdout, `"device": "a40"`) {
+		t.Errorf("costmodel --gpu a40: exit %d, stderr %q, stdout\n%s\nwant 0, the warning and device a40", code, stderr, stdout)
 	}
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/morphlab/morphlab/engine/model"
 	"github.com/morphlab/morphlab/engine/tokenizer"
+	"github.com/morphlab/morphlab/internal/flagalias"
 	"github.com/morphlab/morphlab/kernels/cpu"
 	"github.com/morphlab/morphlab/quant"
 )
@@ -20,13 +21,15 @@ type modelFlags struct {
 func (f *modelFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.path, "model", "", "checkpoint: a llama2.c or GGUF `file` (told apart by content), or a safetensors file or folder with config.json")
 	fs.StringVar(&f.tokenizer, "tokenizer", "", "llama2.c tokenizer.bin `file` (GGUF files carry their own vocabulary)")
-	fs.StringVar(&f.format, "format", "", "run every decoder layer in `format` (f32, f16, int8, int4, q8_0, q4_0); default: as stored")
+	fs.StringVar(&f.format, "dtype", "", "run every decoder layer in `format` (f32, f16, int8, int4, q8_0, q4_0); default: as stored")
+	flagalias.Deprecate(fs, "format", "dtype")
 	fs.StringVar(&f.classifier, "classifier-format", "", "store the classifier in `format` (f32, f16, int8, int4, q8_0, q4_0); default: as stored")
-	fs.StringVar(&f.kv, "kv-type", "f32", "KV cache `type`: f32, f16 (half the bytes, keys and values rounded) or int8 (a quarter, and a scale a row of each KV head)")
+	fs.StringVar(&f.kv, "kv-cache-dtype", "f32", "KV cache element `type`: f32, f16 (half the bytes, keys and values rounded) or int8 (a quarter, and a scale a row of each KV head)")
+	flagalias.Deprecate(fs, "kv-type", "kv-cache-dtype")
 	fs.IntVar(&f.threads, "threads", 0, "kernel threads (default GOMAXPROCS)")
 }
 
-// load opens the checkpoint, builds the model (every layer switched to --format when given) and finds its
+// load opens the checkpoint, builds the model (every layer switched to --dtype when given) and finds its
 // vocabulary.
 func (f *modelFlags) load() (*model.Model, *tokenizer.Vocab, error) {
 	if f.path == "" {
@@ -48,7 +51,7 @@ func (f *modelFlags) load() (*model.Model, *tokenizer.Vocab, error) {
 		}
 	}
 	if m.SequenceKV, err = model.ParseKVType(f.kv); err != nil {
-		return nil, nil, usagef("--kv-type: %v", err)
+		return nil, nil, usagef("--kv-cache-dtype: %v", err)
 	}
 	if f.classifier != "" {
 		cf, err := quant.ParseFormat(f.classifier)
@@ -78,7 +81,7 @@ func (f *modelFlags) load() (*model.Model, *tokenizer.Vocab, error) {
 func setFormat(m *model.Model, name string) error {
 	f, err := quant.ParseFormat(name)
 	if err != nil {
-		return usagef("--format: %v", err)
+		return usagef("--dtype: %v", err)
 	}
 	for l := range m.Layers {
 		if _, err := m.AddVariant(l, f); err != nil {

@@ -5,7 +5,7 @@ import (
 	"flag"
 
 	"github.com/morphlab/morphlab/engine"
-	"github.com/morphlab/morphlab/experiments/loadtest"
+	"github.com/morphlab/morphlab/experiments/metrics"
 	"github.com/morphlab/morphlab/experiments/results"
 	"github.com/morphlab/morphlab/experiments/trace"
 )
@@ -29,16 +29,16 @@ func (f *replayFlags) register(fs *flag.FlagSet) {
 }
 
 // parse checks the flags and returns the SLO.
-func (f *replayFlags) parse() (loadtest.SLO, error) {
-	slo, err := loadtest.ParseSLO(f.slo)
+func (f *replayFlags) parse() (metrics.SLO, error) {
+	slo, err := metrics.ParseSLO(f.slo)
 	if err != nil {
-		return loadtest.SLO{}, usagef("--slo: %v", err)
+		return metrics.SLO{}, usagef("--slo: %v", err)
 	}
 	switch {
 	case f.path == "":
-		return loadtest.SLO{}, usagef("--trace is required")
+		return metrics.SLO{}, usagef("--trace is required")
 	case f.out == "":
-		return loadtest.SLO{}, usagef("--out is required")
+		return metrics.SLO{}, usagef("--out is required")
 	}
 	return slo, nil
 }

@@ -26,8 +26,8 @@ func TestRunCommand(t *testing.T) {
 	runs := map[string]*results.Run{}
 	for _, p := range []string{"fp16", "static:int4", "morph:performance:persistence=1"} {
 		out := filepath.Join(dir, strings.ReplaceAll(p, ":", "_"))
-		code, stdout, stderr := runCLI("run", "--shape", "stories260K", "--trace", tr, "--policy", p, "--kv-blocks", "30",
-			"--clock", "cpu", "--max-tokens", "64", "--out", out)
+		code, stdout, stderr := runCLI("run", "--model", "stories260K", "--trace", tr, "--policy", p, "--kv-blocks", "30",
+			"--clock", "cpu", "--max-num-batched-tokens", "64", "--out", out)
 		if code != 0 || !strings.Contains(stdout, "| "+p) {
 			t.Fatalf("run %s: exit %d, stdout %q, stderr %q", p, code, stdout, stderr)
 		}
@@ -47,12 +47,12 @@ func TestRunCommand(t *testing.T) {
 		t.Errorf("morph: %d swap actions, at most %d layers quantized; the burst should make it swap", a.SwapActions, a.MaxQuantized)
 	}
 	ref := filepath.Join(dir, "ref")
-	if code, _, stderr := runCLI("run", "--shape", "stories260K", "--trace", tr, "--kv-blocks", "30", "--clock", "cpu", "--max-tokens", "64",
+	if code, _, stderr := runCLI("run", "--model", "stories260K", "--trace", tr, "--kv-blocks", "30", "--clock", "cpu", "--max-num-batched-tokens", "64",
 		"--keep-tokens", "--out", ref); code != 0 {
 		t.Fatalf("run --keep-tokens: %s", stderr)
 	}
 	same := filepath.Join(dir, "same")
-	code, _, stderr := runCLI("run", "--shape", "stories260K", "--trace", tr, "--kv-blocks", "30", "--clock", "cpu", "--max-tokens", "64",
+	code, _, stderr := runCLI("run", "--model", "stories260K", "--trace", tr, "--kv-blocks", "30", "--clock", "cpu", "--max-num-batched-tokens", "64",
 		"--reference", filepath.Join(ref, "results.json"), "--out", same)
 	r, err := results.Load(filepath.Join(same, "results.json"))
 	if code != 0 || err != nil || r.Quality == nil || r.Quality.ExactMatch != 1 || r.Quality.TokenAgreement != 1 {
@@ -62,13 +62,13 @@ func TestRunCommand(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--shape", "stories260K", "--trace", tr, "--kv-blocks", "30"}, "--out is required"},
-		{[]string{"--shape", "stories260K", "--trace", tr, "--kv-blocks", "30", "--memory", "64MiB", "--out", dir}, "give one of them"},
-		{[]string{"--shape", "stories260K", "--trace", tr, "--out", dir, "--device", "l4"}, "the cpu executor runs on this CPU"},
-		{[]string{"--shape", "stories260K", "--trace", tr, "--kv-blocks", "30", "--out", dir, "--policy", "morph:fast"}, `mode "fast"`},
+		{[]string{"--model", "stories260K", "--trace", tr, "--kv-blocks", "30"}, "--out is required"},
+		{[]string{"--model", "stories260K", "--trace", tr, "--kv-blocks", "30", "--memory", "64MiB", "--out", dir}, "give one of them"},
+		{[]string{"--model", "stories260K", "--trace", tr, "--out", dir, "--device", "l4"}, "the cpu executor runs on this CPU"},
+		{[]string{"--model", "stories260K", "--trace", tr, "--kv-blocks", "30", "--out", dir, "--policy", "morph:fast"}, `mode "fast"`},
 		{[]string{"--trace", tr, "--kv-blocks", "30", "--out", dir}, "--model is required"},
-		{[]string{"--shape", "stories260K", "--trace", tr, "--kv-blocks", "30", "--out", dir, "--clock", "sun"}, `clock "sun", want wall, cpu or thread`},
-		{[]string{"--shape", "stories260K", "--trace", tr, "--out", dir, "--clock", "thread"}, "the thread clock times one kernel thread"},
+		{[]string{"--model", "stories260K", "--trace", tr, "--kv-blocks", "30", "--out", dir, "--clock", "sun"}, `clock "sun", want wall, cpu or thread`},
+		{[]string{"--model", "stories260K", "--trace", tr, "--out", dir, "--clock", "thread"}, "the thread clock times one kernel thread"},
 	} {
 		code, _, stderr := runCLI(append([]string{"run"}, c.args...)...)
 		if code != 2 || !strings.Contains(stderr, c.want) || strings.Count(stderr, "\n") != 1 {

@@ -30,16 +30,17 @@ const serveHelp = `
 Serve runs the engine on the CPU (with --executor cuda in a -tags cuda build, on GPU 0) behind OpenAI's HTTP
 API: POST /v1/completions and /v1/chat/completions (SSE with "stream": true), GET /v1/models, /health and
 /metrics (Prometheus, vLLM's metric names with the morphlab: prefix).
---memory is the process's memory budget: the CPU executor gets what the process itself (the binary and runtime,
-measured once the model is loaded) and a reserve for HTTP leave, and holds the weights, its workspace and KV
-blocks in it (without --memory: the weights, the workspace and 32 full-context sequences of KV, and no bound on
-the process); the cuda executor's --memory is its budget on the GPU (without it, 0.9 of the GPU's memory);
---scheduler picks continuous (iteration-level) batching or the static and dynamic baselines; the deployment flags
-are every command's (experiments/deploy), vLLM's names where vLLM has the knob. With --max-queue N
-a request arriving while N wait for their first batch is answered 429 with Retry-After. SIGINT or SIGTERM stops
-admitting, lets running requests finish within --grace, and exits 0. The Go collector's soft memory limit is set
-to the budget less the binary's mapped pages (unless GOMEMLIMIT is set), so that under load the heap stays near
-the budget instead of growing to twice what is live before each collection.
+--memory is the engine's memory budget, as in every command: the executor holds the weights, its workspace and
+KV blocks in it (the cuda executor on the GPU; without --memory or --kv-blocks, 0.9 of the GPU's memory, and on
+the CPU the weights, the workspace and 32 full-context sequences of KV). --max-process-memory bounds the whole
+process (cpu executor): the engine gets what the process itself (the binary and runtime, measured once the model
+is loaded) and a reserve for HTTP leave, or its --memory or --kv-blocks if that fits. --scheduler picks continuous
+(iteration-level) batching or the static and dynamic baselines; the deployment flags are every command's
+(experiments/deploy), vLLM's names where vLLM has the knob. With --max-queue N a request arriving while N wait
+for their first batch is answered 429 with Retry-After. SIGINT, SIGTERM or SIGHUP stops admitting, lets running requests
+finish within --grace, and exits 0. The Go collector's soft memory limit is set to --max-process-memory less the
+binary's mapped pages, or else to the engine's budget (unless GOMEMLIMIT is set), so that under load the heap
+stays near the budget instead of growing to twice what is live before each collection.
 
 With --api-key (or $MORPHLAB_API_KEY) every request but GET /health and GET /metrics must send
 "Authorization: Bearer KEY" (401 otherwise). POST bodies must be application/json (415 otherwise), at most 4 MiB
@@ -59,6 +60,7 @@ func runServe(e *env, args []string) (err error) {
 	addr := fs.String("addr", "127.0.0.1:8000", "listen `address`")
 	grace := fs.Duration("grace", 30*time.Second, "on SIGINT/SIGTERM/SIGHUP, how long running requests may take to finish")
 	stepsFile := fs.String("steps", "", "write every step the engine runs (its work, layer formats and wall time) to `file`, JSON lines, the input of 'morphlab calibrate --steps'; written out as the server stops")
+	maxProcess := fs.String("max-process-memory", "", "the whole process's memory budget `size` (cpu executor): the engine gets what the binary, the runtime and HTTP leave; default: no bound")
 	var access accessFlags
 	access.register(fs)
 	if err := e.parse(fs, args); err != nil {
@@ -76,6 +78,14 @@ func runServe(e *env, args []string) (err error) {
 		return usagef("--executor sim: serve runs the cpu or cuda executor")
 	case *maxQueue < 0 || *grace < 0:
 		return usagef("--max-queue %d, --grace %v: want neither negative", *maxQueue, *grace)
+	case *maxProcess != "" && d.Executor != "cpu":
+		return usagef("--max-process-memory bounds the cpu executor's process; the %s executor's budget is --memory on its device", d.Executor)
+	}
+	var processBudget int64
+	if *maxProcess != "" {
+		if processBudget, err = deploy.ParseBytes(*maxProcess); err != nil {
+			return usagef("--max-process-memory: %v", err)
+		}
 	}
 	l, err := d.Load()
 	if err != nil {
@@ -84,21 +94,33 @@ func runServe(e *env, args []string) (err error) {
 	if l.Vocab == nil {
 		return usagef("%s has no vocabulary: give --tokenizer", d.Model)
 	}
-	// With --memory on the cpu executor: the process's budget less its mapped files (the cuda executor's --memory
-	// is the GPU's).
-	var heapLimit int64
-	if total := d.KV.Memory; total > 0 && d.Executor == "cpu" {
+	// With --max-process-memory: the engine's share is what the process leaves, and the heap's limit the budget
+	// less the process's mapped files.
+	var heapLimit, engineShare int64
+	if processBudget > 0 {
 		own := measureProcess()
-		if l.Deployment.KV.Memory, err = engineBudget(total, own, int64(l.Weights.WeightBytes())); err != nil {
-			return usagef("--memory: %v", err)
+		if engineShare, err = engineBudget(processBudget, own, int64(l.Weights.WeightBytes())); err != nil {
+			return usagef("--max-process-memory: %v", err)
 		}
-		heapLimit = total - own.file
-		fmt.Fprintf(e.stderr, "memory: %s for the process: %s resident after loading less the weights, %s kept for HTTP, %s for the engine\n",
-			formatBytes(total), formatBytes(total-l.Deployment.KV.Memory-serveReserve), formatBytes(serveReserve), formatBytes(l.Deployment.KV.Memory))
+		if d.Memory > engineShare {
+			return overProcess(processBudget, engineShare, d.Memory)
+		}
+		if d.Memory == 0 && d.KV.Blocks == 0 {
+			l.Deployment.Memory = engineShare
+		}
+		heapLimit = processBudget - own.file
 	}
 	in, err := l.Start()
 	if err != nil {
 		return err
+	}
+	mem := in.Executor.Memory()
+	if processBudget > 0 {
+		if mem.Budget > engineShare { // --kv-blocks, known once the executor is sized
+			return overProcess(processBudget, engineShare, mem.Budget)
+		}
+		fmt.Fprintf(e.stderr, "memory: %s for the process: %s resident after loading less the weights, %s kept for HTTP, %s for the engine\n",
+			formatBytes(processBudget), formatBytes(processBudget-engineShare-serveReserve), formatBytes(serveReserve), formatBytes(mem.Budget))
 	}
 	if *name == "" {
 		*name = strings.TrimSuffix(filepath.Base(d.Model), filepath.Ext(d.Model))
@@ -127,7 +149,6 @@ func runServe(e *env, args []string) (err error) {
 	if err != nil {
 		return err
 	}
-	mem := in.Executor.Memory()
 	if d.Executor == "cpu" {
 		limitHeap(cmp.Or(heapLimit, mem.Budget))
 	}
@@ -196,9 +217,9 @@ func (r *stepRecorder) close() error {
 	return err
 }
 
-// serveReserve is what --memory keeps for answering HTTP beside the engine: connection buffers, handler goroutines'
-// stacks, request bodies and streams. The overload check of tools/loadbench/batching.sh (4x the knee rate for 60 s
-// with --max-queue 32) holds its peak resident set within --memory with it.
+// serveReserve is what --max-process-memory keeps for answering HTTP beside the engine: connection buffers, handler
+// goroutines' stacks, request bodies and streams. The overload check of tools/loadbench/batching.sh (4x the knee
+// rate for 60 s with --max-queue 32) holds its peak resident set within --max-process-memory with it.
 const serveReserve = 16 << 20
 
 // processMemory is the process's resident memory once the model is loaded, and the part of it that maps files
@@ -232,6 +253,12 @@ func engineBudget(total int64, own processMemory, weights int64) (int64, error) 
 			formatBytes(total), formatBytes(weights), formatBytes(overhead-serveReserve), formatBytes(serveReserve))
 	}
 	return total - overhead, nil
+}
+
+// overProcess is the error of an engine budget (--memory or --kv-blocks) beyond what --max-process-memory leaves.
+func overProcess(process, share, engine int64) error {
+	return usagef("--max-process-memory %s leaves the engine %s, and its budget (--memory or --kv-blocks) is %s",
+		formatBytes(process), formatBytes(share), formatBytes(engine))
 }
 
 // limitHeap sets the Go collector's soft memory limit to budget bytes, unless GOMEMLIMIT sets one. Without it

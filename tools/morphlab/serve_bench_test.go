@@ -16,7 +16,7 @@ import (
 	"time"
 )
 
-// BenchmarkServeHostileBodies serves stories260K (synthesized) in a child process with --memory 64MiB, one
+// BenchmarkServeHostileBodies serves stories260K (synthesized) in a child process with --max-process-memory 64MiB, one
 // process a body, and each iteration posts eight of these 4 MB bodies at once:
 //
 //   - empty-messages: a chat of 144,629 messages {"role":"user","content":""}, refused from the text they render to
@@ -62,7 +62,7 @@ func BenchmarkServeHostileBodies(b *testing.B) {
 	}
 }
 
-// benchRefusals serves a synthesized stories260K with --memory 64MiB in a child process and, each iteration,
+// benchRefusals serves a synthesized stories260K with --max-process-memory 64MiB in a child process and, each iteration,
 // posts eight copies of body to path at once, checking each answer with check; it reports the time to the
 // answers, the server's CPU time a request, the largest answer and the server's peak resident set.
 func benchRefusals(b *testing.B, path string, body []byte, check func(status int, answer []byte) error) {
@@ -71,7 +71,7 @@ func benchRefusals(b *testing.B, path string, body []byte, check func(status int
 	if code, _, stderr := runCLI("synth", "--shape", "stories260K", "--out", model); code != 0 {
 		b.Fatalf("synth: %s", stderr)
 	}
-	cmd, lines := startServe(b, nil, "--model", model, "--addr", "127.0.0.1:0", "--memory", "64MiB")
+	cmd, lines := startServe(b, nil, "--model", model, "--addr", "127.0.0.1:0", "--max-process-memory", "64MiB")
 	var addr []string
 	for addr == nil {
 		line, err := lines.ReadString('\n')

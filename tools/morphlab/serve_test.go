@@ -183,6 +183,9 @@ func TestServeUsage(t *testing.T) {
 		{[]string{"serve"}, "morphlab serve: --model is required\n"},
 		{[]string{"serve", "--model", "stories260K", "--scheduler", "fifo"}, "morphlab serve: scheduler \"fifo\", want continuous, static or dynamic\n"},
 		{[]string{"serve", "--model", "stories260K", "--memory", "lots"}, "morphlab serve: --memory: \"lots\", want a positive size such as 512MiB, 2GiB or 1000000\n"},
+		{[]string{"serve", "--model", "stories260K", "--max-process-memory", "lots"}, "morphlab serve: --max-process-memory: \"lots\", want a positive size such as 512MiB, 2GiB or 1000000\n"},
+		{[]string{"serve", "--model", "stories260K", "--executor", "cuda", "--max-process-memory", "1GiB"},
+			"morphlab serve: --max-process-memory bounds the cpu executor's process; the cuda executor's budget is --memory on its device\n"},
 		{[]string{"serve", "--model", "stories260K", "--max-queue", "-1"}, "morphlab serve: --max-queue -1, --grace 30s: want neither negative\n"},
 		{[]string{"serve", "--model", "stories260K", "--executor", "sim", "--device", "l4"}, "morphlab serve: --executor sim: serve runs the cpu or cuda executor\n"},
 		{[]string{"serve", "--model", "x.bin"}, "morphlab serve: --model: model \"x.bin\" is neither a file nor a model name: unknown model \"x.bin\" " +
@@ -200,6 +203,16 @@ func TestServeUsage(t *testing.T) {
 		if code != 2 || stderr != c.want || stdout != "" {
 			t.Errorf("morphlab %s: exit %d, stderr %q; want 2 and %q", strings.Join(c.args, " "), code, stderr, c.want)
 		}
+	}
+}
+
+// TestServeProcessBudget: an engine budget (--memory) beyond what --max-process-memory leaves it is refused before
+// the engine starts, naming both flags and the three sizes.
+func TestServeProcessBudget(t *testing.T) {
+	code, stdout, stderr := runCLI("serve", "--model", "stories260K", "--max-process-memory", "1GiB", "--memory", "2GiB")
+	want := regexp.MustCompile(`^morphlab serve: --max-process-memory 1 GiB leaves the engine [0-9.]+ MiB, and its budget \(--memory or --kv-blocks\) is 2 GiB\n$`)
+	if code != 2 || stdout != "" || !want.MatchString(stderr) {
+		t.Errorf("serve --max-process-memory 1GiB --memory 2GiB: exit %d, stdout %q, stderr %q; want 2 and %v", code, stdout, stderr, want)
 	}
 }
 
@@ -240,13 +253,14 @@ func TestEngineBudget(t *testing.T) {
 	}
 }
 
-// BenchmarkServeLongPrompts serves stories260K (synthesized) in a child process with --memory 64MiB and, each
-// iteration, posts eight prompts of 4 MB at once ({"prompt": "a " x 2,097,052, "max_tokens": 1}), far beyond the
-// 512-token context. Each must be a 400 naming the context. It reports the slowest and the median time from
-// sending a request to having its answer, the server's CPU time a request (which other jobs on the machine do
-// not inflate as they do the times), and the server's peak resident set (VmHWM, over the whole run, its start
-// included) with what it is over --memory; the server refuses such prompts from their length, so the peak stays
-// within --memory plus 64 MiB and, on an idle machine, each answer comes within 100 ms (BENCHMARKS.md).
+// BenchmarkServeLongPrompts serves stories260K (synthesized) in a child process with --max-process-memory 64MiB
+// and, each iteration, posts eight prompts of 4 MB at once ({"prompt": "a " x 2,097,052, "max_tokens": 1}), far
+// beyond the 512-token context. Each must be a 400 naming the context. It reports the slowest and the median time
+// from sending a request to having its answer, the server's CPU time a request (which other jobs on the machine
+// do not inflate as they do the times), and the server's peak resident set (VmHWM, over the whole run, its start
+// included) with what it is over --max-process-memory; the server refuses such prompts from their length, so the
+// peak stays within --max-process-memory plus 64 MiB and, on an idle machine, each answer comes within 100 ms
+// (BENCHMARKS.md).
 func BenchmarkServeLongPrompts(b *testing.B) {
 	if _, err := os.Stat("/proc/self/status"); err != nil {
 		b.Skip("skipping: no /proc/PID/status to read the peak resident set from")
@@ -256,7 +270,7 @@ func BenchmarkServeLongPrompts(b *testing.B) {
 		b.Fatalf("synth: %s", stderr)
 	}
 	const memory = 64 << 20
-	cmd, lines := startServe(b, nil, "--model", path, "--addr", "127.0.0.1:0", "--memory", "64MiB")
+	cmd, lines := startServe(b, nil, "--model", path, "--addr", "127.0.0.1:0", "--max-process-memory", "64MiB")
 	var addr []string
 	for addr == nil {
 		line, err := lines.ReadString('\n')

@@ -74,7 +74,7 @@ func TestSimulate(t *testing.T) {
 		{[]string{"--trace", tr, "--out", dir, "--model", "gpt-9", "--device", "l4"}, `--model: model "gpt-9" is neither a file nor a model name: unknown model "gpt-9"`},
 		{[]string{"--trace", tr, "--out", dir, "--model", "llama-2-7b", "--device", "tpu"}, `--device: unknown device "tpu"`},
 		{[]string{"--trace", tr, "--out", dir, "--model", "llama-2-7b"}, "the sim needs a device"},
-		{[]string{"--trace", tr, "--out", dir, "--gpu", "cpu", "--model", "stories110M"}, "needs a calibration file"},
+		{[]string{"--trace", tr, "--out", dir, "--device", "cpu", "--model", "stories110M"}, "needs a calibration file"},
 		{[]string{"--out", dir, "--model", "llama-2-7b", "--device", "l4"}, "--trace is required"},
 		{[]string{"--trace", tr, "--out", dir, "--model", "llama-2-7b", "--device", "l4", "--gpu-memory-utilization", "2"}, "utilization 2"},
 		{[]string{"--trace", tr, "--out", dir, "--model", "llama-2-7b", "--device", "l4", "--clock", "cpu"}, `clock "cpu": the sim runs in virtual time`},

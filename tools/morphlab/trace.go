@@ -73,6 +73,7 @@ func (e *env) parseFiles(fs *flag.FlagSet, args []string) ([]string, error) {
 			return nil, usagef("%v (run 'morphlab %s -h' for usage)", err, e.name)
 		}
 		if fs.NArg() == 0 {
+			e.warnDeprecated(fs)
 			return files, nil
 		}
 		files = append(files, fs.Arg(0))

@@ -191,7 +191,7 @@ func TestTraceFlagsBesideModelFlags(t *testing.T) {
 	mf.register(fs)
 	var tf trace.Flags
 	tf.Register(fs)
-	if err := fs.Parse([]string{"--format", "int4", "--trace-format", "azure", "--busiest", "72s"}); err != nil {
+	if err := fs.Parse([]string{"--dtype", "int4", "--trace-format", "azure", "--busiest", "72s"}); err != nil {
 		t.Fatal(err)
 	}
 	if mf.format != "int4" || tf.Format != "azure" || tf.Busiest != 72 {
