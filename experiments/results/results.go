@@ -340,11 +340,7 @@ func (r *Run) Write(dir string, events []engine.Event) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	b, err := json.MarshalIndent(r, "", " ")
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "results.json"), append(b, '\n'), 0o644); err != nil {
+	if err := writeResults(filepath.Join(dir, "results.json"), r); err != nil {
 		return err
 	}
 	if err := writeEvents(filepath.Join(dir, "events.jsonl"), events); err != nil {
@@ -368,6 +364,89 @@ func (r *Run) Write(dir string, events []engine.Event) error {
 		return err
 	}
 	return f.Close()
+}
+
+// writeResults writes r to path as json.MarshalIndent(r, "", " ") and a newline, its requests and timeline an
+// element at a time: a long run's would otherwise be built whole in memory, twice over.
+func writeResults(path string, r *Run) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriter(f)
+	if err := writeJSON(w, r); err != nil {
+		f.Close()
+		return err
+	}
+	if err := w.Flush(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// writeJSON writes r as json.MarshalIndent(r, "", " ") and a newline: r without its requests and timeline,
+// whose nulls (top-level fields, alone on their lines) are replaced by the arrays written an element at a time.
+func writeJSON(w io.Writer, r *Run) error {
+	head := *r
+	head.Requests, head.Timeline = nil, nil
+	b, err := json.MarshalIndent(&head, "", " ")
+	if err != nil {
+		return err
+	}
+	for _, a := range []struct {
+		field string
+		write func() error
+	}{
+		{`"requests": `, func() error { return writeArray(w, r.Requests) }},
+		{`"timeline": `, func() error { return writeArray(w, r.Timeline) }},
+	} {
+		at := bytes.Index(b, []byte("\n "+a.field+"null"))
+		if at < 0 {
+			return fmt.Errorf("results: no %snull in the results' JSON", a.field)
+		}
+		at += len("\n " + a.field)
+		if _, err := w.Write(b[:at]); err != nil {
+			return err
+		}
+		if err := a.write(); err != nil {
+			return err
+		}
+		b = b[at+len("null"):]
+	}
+	if _, err := w.Write(b); err != nil {
+		return err
+	}
+	_, err = io.WriteString(w, "\n")
+	return err
+}
+
+// writeArray writes xs as the value of a top-level field of json.MarshalIndent(v, "", " ").
+func writeArray[T any](w io.Writer, xs []T) error {
+	switch {
+	case xs == nil:
+		_, err := io.WriteString(w, "null")
+		return err
+	case len(xs) == 0:
+		_, err := io.WriteString(w, "[]")
+		return err
+	}
+	sep := "[\n  "
+	for _, x := range xs {
+		b, err := json.MarshalIndent(x, "  ", " ")
+		if err != nil {
+			return err
+		}
+		if _, err := io.WriteString(w, sep); err != nil {
+			return err
+		}
+		if _, err := w.Write(b); err != nil {
+			return err
+		}
+		sep = ",\n  "
+	}
+	_, err := io.WriteString(w, "\n ]")
+	return err
 }
 
 // event is an engine event as events.jsonl holds it.

@@ -1,6 +1,8 @@
 package results
 
 import (
+	"bytes"
+	"encoding/json"
 	"math"
 	"os"
 	"path/filepath"
@@ -91,5 +93,30 @@ func TestBuild(t *testing.T) {
 	back.Requests[0].Tokens = []int32{5, 1, 7}
 	if exact, tok, _ = Agreement(r, back); math.Abs(exact-2.0/3) > 1e-9 || math.Abs(tok-4.0/5) > 1e-9 {
 		t.Errorf("one token changed: exact %v, tokens %v; want 2/3 and 4/5", exact, tok)
+	}
+}
+
+// TestWriteJSON: results.json, written a request and a timeline point at a time, is json.MarshalIndent's output
+// and a newline, byte for byte: for a run with requests, timeline, quality, a fleet and strings JSON escapes, and
+// for runs with empty and with no requests and timeline.
+func TestWriteJSON(t *testing.T) {
+	full := &Run{Schema: Schema, Meta: Meta{Command: "simulate", Model: "a <b> & c", Params: json.RawMessage(`{"k":1}`),
+		Trace: TraceInfo{Transforms: []string{"clip"}}}, Quality: &Quality{Reference: "r.json", ExactMatch: 0.5},
+		Aggregates: Aggregates{TokensByLayers: []int{1, 2}, TokensByPosition: map[string][]int{"int8": {3}}},
+		Requests:   []Request{{ID: 0, Finish: "length", Mix: []int32{1, 0}, Tokens: []int32{5}}, {ID: 1, Finish: "rejected", Mix: []int32{}}},
+		Timeline:   []morph.Point{{Seconds: 0.5, Iter: 1, KVUsed: 3}, {Seconds: 1, Iter: 2}},
+		Fleet:      &Fleet{Router: "round-robin", Replicas: []Replica{{Model: "m", Requests: 2}}, Assigned: []int{0, 0}, Size: []SizePoint{{T: 1, Serving: 1}}}}
+	for _, r := range []*Run{full, {Schema: Schema, Requests: []Request{}, Timeline: []morph.Point{}}, {Schema: Schema}} {
+		want, err := json.MarshalIndent(r, "", " ")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got bytes.Buffer
+		if err := writeJSON(&got, r); err != nil {
+			t.Fatal(err)
+		}
+		if got.String() != string(want)+"\n" {
+			t.Errorf("written:\n%s\nMarshalIndent:\n%s", got.String(), want)
+		}
 	}
 }
