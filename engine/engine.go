@@ -24,7 +24,8 @@
 // the requests that ended). From the hook a controller may ask for layer precisions (SetLayerPrecision), attach,
 // drain and detach KV regions, and log its decisions (Note); swaps and region changes are logged with the
 // iteration at which they took effect. The event log is a ring of Options.LogSize events; LogSince returns only
-// the events after a cursor, so a monitor that polls every iteration costs O(new events).
+// the events after a cursor, so a monitor that polls every iteration costs O(new events), and OnEvent hands every
+// event to a hook as it is logged, for a reader that must miss none.
 //
 // # Streams
 //
@@ -36,7 +37,8 @@
 // Replay runs a list of requests with explicit arrival times to completion: it submits each at its true arrival,
 // and when the engine is idle it moves the clock to the next arrival, the scheduler's next deadline or the next
 // idle tick — by advancing a virtual clock, or by sleeping on the wall clock. The simulator and the trace-replay
-// runs share this driver.
+// runs share this driver. ReplayEach is the same driver over requests drawn only when they arrive, each result
+// handed over as its request ends, so that a replay of any length holds only the requests in flight.
 package engine
 
 import (
@@ -285,6 +287,8 @@ type Engine struct {
 	hooks    []func(StepInfo)
 	closing  bool // Shutdown: no new requests
 	overflow map[*Stream]bool
+	// eventHooks are OnEvent's, called as each event is logged.
+	eventHooks []func(Event)
 }
 
 // New returns an engine over x whose KV pool starts with the executor's attached blocks.
@@ -347,11 +351,20 @@ func New(x executor.Executor, opt Options) (*Engine, error) {
 
 // OnStep adds a hook that the loop's goroutine calls after every iteration and on every idle tick, after the hooks
 // added before it: a morphing controller, a metrics exporter, a trace replay's recorder. Add hooks before the loop
-// first runs (Step, Run, Replay); they are the engine's only callbacks.
+// first runs (Step, Run, Replay); they and OnEvent's are the engine's only callbacks.
 func (e *Engine) OnStep(hook func(StepInfo)) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.hooks = append(e.hooks, hook)
+}
+
+// OnEvent adds a hook called with every event as it is logged, in the log's order and under its lock (the hook
+// must not call the engine): a trace replay takes every event with it, however few the log keeps. Add it before
+// the loop first runs.
+func (e *Engine) OnEvent(hook func(Event)) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.eventHooks = append(e.eventHooks, hook)
 }
 
 // hookList returns the hooks set (none: nil).
@@ -468,6 +481,9 @@ func (e *Engine) signal() {
 func (e *Engine) record(ev Event) {
 	e.mu.Lock()
 	e.log.add(ev)
+	for _, h := range e.eventHooks {
+		h(ev)
+	}
 	e.mu.Unlock()
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/morphlab/morphlab/engine/executor"
+	"github.com/morphlab/morphlab/engine/kv"
 )
 
 // TimedRequest is a request with the time it arrives on the engine's clock, for Replay.
@@ -50,40 +51,90 @@ func (e *Engine) Replay(ctx context.Context, reqs []TimedRequest) ([]Result, err
 		order[i] = i
 	}
 	slices.SortStableFunc(order, func(a, b int) int { return int(reqs[a].Arrival - reqs[b].Arrival) })
-	streams := make([]*Stream, len(reqs))
+	out := make([]Result, len(reqs))
+	if err := e.ReplayEach(ctx, sortedRequests{reqs, order}, func(k int, r Result) { out[order[k]] = r }); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Arrivals are a replay's requests in order of arrival, each drawn only when it is due (ReplayEach).
+type Arrivals interface {
+	Len() int                    // the number of requests
+	Arrival(i int) time.Duration // request i's arrival on the engine's clock, never before request i-1's
+	Request(i int) Request       // request i, asked for once, when it arrives
+}
+
+// sortedRequests are requests in the order of their arrival as Arrivals.
+type sortedRequests struct {
+	reqs  []TimedRequest
+	order []int
+}
+
+func (s sortedRequests) Len() int                    { return len(s.order) }
+func (s sortedRequests) Arrival(k int) time.Duration { return s.reqs[s.order[k]].Arrival }
+func (s sortedRequests) Request(k int) Request       { return s.reqs[s.order[k]].Request }
+
+// ReplayEach is Replay over requests drawn as they arrive, each request's result handed to done with its index
+// as soon as the request ends (on the caller's goroutine, after the iteration's hooks), so that a long replay
+// holds only the requests in flight: no prompt before its arrival, no result after its end. It returns an error
+// as Replay does, and when an arrival comes before the one preceding it.
+func (e *Engine) ReplayEach(ctx context.Context, reqs Arrivals, done func(i int, r Result)) error {
+	type inFlight struct {
+		index  int
+		stream *Stream
+	}
+	live := map[kv.SeqID]inFlight{}
 	clock := e.opt.Clock
 	_, virtual := clock.(*executor.VirtualClock)
+	n := reqs.Len()
 	next, stalled := 0, 0
 	for {
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return err
 		}
 		now := clock.Now()
-		for ; next < len(order) && reqs[order[next]].Arrival <= now; next++ {
-			i := order[next]
-			streams[i] = e.submit(reqs[i].Request, reqs[i].Arrival, true)
+		for ; next < n && reqs.Arrival(next) <= now; next++ {
+			arrival := reqs.Arrival(next)
+			if next > 0 && arrival < reqs.Arrival(next-1) {
+				return fmt.Errorf("engine: replay request %d arrives at %v, before request %d at %v: want arrivals in order",
+					next, arrival, next-1, reqs.Arrival(next-1))
+			}
+			st := e.submit(reqs.Request(next), arrival, true)
+			select {
+			case <-st.Done(): // rejected at once
+				done(next, st.Wait())
+			default:
+				live[st.ID] = inFlight{next, st}
+			}
 		}
 		ran, err := e.Step()
 		if err != nil {
-			return nil, err
+			return err
+		}
+		for _, end := range e.endedNow {
+			if r, ok := live[end.ID]; ok {
+				delete(live, end.ID)
+				done(r.index, r.stream.Wait())
+			}
 		}
 		if ran {
 			stalled = 0
 			continue
 		}
-		if next == len(order) && e.Pending() == 0 {
-			break
+		if next == n && e.Pending() == 0 {
+			return nil
 		}
 		t, ok := e.NextWake()
-		if next < len(order) {
-			if a := reqs[order[next]].Arrival; !ok || a < t {
+		if next < n {
+			if a := reqs.Arrival(next); !ok || a < t {
 				t, ok = a, true
 			}
 		}
 		if !ok {
 			stalled++
 			if len(e.hookList()) == 0 || stalled > maxStalledTicks {
-				return nil, fmt.Errorf("engine: replay stalled at %v: %d requests left, none can start and no arrival is due", now, e.Pending())
+				return fmt.Errorf("engine: replay stalled at %v: %d requests left, none can start and no arrival is due", now, e.Pending())
 			}
 		}
 		t, ok = e.withTick(now, t, ok)
@@ -99,9 +150,4 @@ func (e *Engine) Replay(ctx context.Context, reqs []TimedRequest) ([]Result, err
 		}
 		timer.Stop()
 	}
-	out := make([]Result, len(reqs))
-	for i, s := range streams {
-		out[i] = s.Wait()
-	}
-	return out, nil
 }

@@ -26,6 +26,9 @@
 // Build loads the model and starts the deployment: it prepares the variants the policy needs, sizes the executor
 // in blocks (executor.Pool), makes the engine over it, and adds the controller to the engine's hooks. An
 // Instance replays a trace (Replay) into results.Run, or is served over HTTP (engine/server) by `morphlab serve`.
+// A replay streams as a fleet's does: each prompt is drawn when its request arrives and each request is added to
+// the results as it ends, so that an hour's trace on one replica holds its requests in flight, the rows, events
+// and timeline its results keep, not every prompt and result.
 // Flags fills a Deployment from the command line with the same names, defaults and units in every command (vLLM's
 // names where vLLM has the knob).
 //

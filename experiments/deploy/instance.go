@@ -14,6 +14,7 @@ import (
 	"github.com/morphlab/morphlab/engine/executor"
 	"github.com/morphlab/morphlab/engine/executor/costmodel"
 	"github.com/morphlab/morphlab/engine/morph"
+	"github.com/morphlab/morphlab/experiments/loadtest"
 	"github.com/morphlab/morphlab/experiments/metrics"
 	"github.com/morphlab/morphlab/experiments/results"
 	"github.com/morphlab/morphlab/experiments/trace"
@@ -34,7 +35,11 @@ type Instance struct {
 
 // Start builds the executor (sized by the deployment's pool, its layers in the policy's starting formats), the
 // engine over it, and the controller, added to the engine's hooks.
-func (l *Loaded) Start() (*Instance, error) { return l.start(0) }
+func (l *Loaded) Start() (*Instance, error) { return l.start(instanceLog) }
+
+// instanceLog is the events an instance's engine keeps in its log: Replay takes every event as it is logged
+// (engine.Engine.OnEvent), and nothing else reads the log.
+const instanceLog = 256
 
 // start is Start with an engine event log of logSize events (0: the engine's default).
 func (l *Loaded) start(logSize int) (*Instance, error) {
@@ -101,7 +106,7 @@ type ReplayOptions struct {
 
 // Replay runs t (clipped to the model's context) through the instance, every request at its arrival, to the
 // end, and returns the results and the engine's lifecycle and control events (no tokens). An instance replays
-// once.
+// once. It holds the prompts of the requests in flight only, and their results until they end.
 func (in *Instance) Replay(ctx context.Context, t *trace.Trace, o ReplayOptions) (*results.Run, []engine.Event, error) {
 	if in.replayed {
 		return nil, nil, fmt.Errorf("deploy: this instance of %s has replayed a trace already: start another", in.Name)
@@ -112,38 +117,38 @@ func (in *Instance) Replay(ctx context.Context, t *trace.Trace, o ReplayOptions)
 	if err != nil {
 		return nil, nil, err
 	}
-	reqs, err := Requests(t, g.Vocab, max(o.PromptSeed, 1))
-	if err != nil {
-		return nil, nil, err
+	src := newPromptSource(g.Vocab, max(o.PromptSeed, 1), hashBlock(t))
+	if src == nil {
+		return nil, nil, fmt.Errorf("deploy: vocabulary of %d tokens, want > 3", g.Vocab)
 	}
 	e := in.Engine
 	var events []engine.Event
-	var cursor uint64
-	collect := func() {
-		evs, next := e.LogSince(cursor)
-		cursor = next
-		for _, ev := range evs {
-			if ev.Kind != engine.Token {
-				events = append(events, ev)
-			}
+	e.OnEvent(func(ev engine.Event) {
+		if ev.Kind != engine.Token {
+			events = append(events, ev)
 		}
-	}
-	var steps []costmodel.Sample
-	e.OnStep(func(info engine.StepInfo) {
-		if o.KeepSteps && !info.Idle {
-			steps = append(steps, StepSample(info))
-		}
-		collect()
 	})
+	var steps []costmodel.Sample
+	if o.KeepSteps {
+		e.OnStep(func(info engine.StepInfo) {
+			if !info.Idle {
+				steps = append(steps, StepSample(info))
+			}
+		})
+	}
 	if in.Deployment.Clock == "thread" {
 		runtime.LockOSThread() // the steps run on this goroutine, and ThreadTimed reads its thread's clock
 		defer runtime.UnlockOSThread()
 	}
-	res, err := e.Replay(ctx, reqs)
+	arrivals := traceArrivals{t: t, src: src}
+	acc := results.NewAccumulator(results.Meta{}, in.Controller.Recorder.Layers())
+	acc.Grow(len(t.Requests))
+	err = e.ReplayEach(ctx, arrivals, func(i int, res engine.Result) {
+		acc.AddRequest(arrivals.lengths(i), res, in.Controller.Recorder.Take(res.ID), o.KeepTokens, true)
+	})
 	if err != nil {
 		return nil, nil, err
 	}
-	collect()
 	d, mem := in.Deployment, in.Executor.Memory()
 	rec, err := d.record()
 	if err != nil {
@@ -159,9 +164,32 @@ func (in *Instance) Replay(ctx context.Context, t *trace.Trace, o ReplayOptions)
 	case "cuda":
 		meta.Device = d.Device
 	}
-	r := results.Build(meta, reqs, res, in.Controller, o.KeepTokens)
+	r := results.Build(meta, acc, in.Controller)
 	r.Steps = steps
 	return r, events, nil
+}
+
+// traceArrivals are a trace's requests as the engine's replay draws them, each prompt drawn when its request
+// arrives (by a promptSource, in trace order: the tokens Requests gives).
+type traceArrivals struct {
+	t   *trace.Trace
+	src *promptSource
+}
+
+func (a traceArrivals) Len() int { return len(a.t.Requests) }
+
+func (a traceArrivals) Arrival(i int) time.Duration {
+	return time.Duration(a.t.Requests[i].Arrival * float64(time.Second))
+}
+
+func (a traceArrivals) Request(i int) engine.Request {
+	return a.src.request(a.t.Requests[i], a.Arrival(i)).Request
+}
+
+// lengths is request i as the results count it: its arrival, its prompt's length and its output limit.
+func (a traceArrivals) lengths(i int) loadtest.Request {
+	r := a.t.Requests[i]
+	return loadtest.Request{Arrival: a.Arrival(i), PromptTokens: r.PromptTokens, MaxTokens: r.OutputTokens}
 }
 
 // Requests turns a trace into requests with prompts of its lengths, in trace order, their tokens drawn uniformly

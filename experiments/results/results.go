@@ -9,6 +9,12 @@
 // prefix cache hits over queries, at each request's first scheduling), one record per request, and the timeline;
 // events.jsonl holds the engine's lifecycle and control events (swaps, KV regions, the controller's decisions)
 // without the token events; table.md is the aggregates as a Markdown table. Every report and plot reads these.
+//
+// An Accumulator builds a run's results a request at a time, as the requests end. The pooled ITL is summarized
+// from the count of each inter-token gap rather than from the list of every gap (millions in an hour's replay):
+// its percentiles are loadtest.Summarize's, its mean and deviation the same two passes in ascending order with a
+// plain sum, which can differ from Summarize's vectorized one in the last digits. results.json is written a
+// request and a timeline point at a time.
 package results
 
 import (
@@ -17,6 +23,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -182,14 +190,11 @@ type Run struct {
 	Steps []costmodel.Sample `json:"-"`
 }
 
-// Build assembles the results of replaying reqs, whose results are res, under the controller c; tokens keeps the
-// output token ids.
-func Build(meta Meta, reqs []engine.TimedRequest, res []engine.Result, c *morph.Controller, tokens bool) *Run {
-	a := NewAccumulator(meta, c.Recorder.Layers())
-	a.Grow(len(res))
-	for i, res := range res {
-		a.Add(reqs[i], res, c.Recorder.Mix(res.ID), tokens, true)
-	}
+// Build assembles the results of a replay under meta from the requests added to a (in any order: the rows are
+// put in the order of their ids), under the controller c.
+func Build(meta Meta, a *Accumulator, c *morph.Controller) *Run {
+	a.meta = meta
+	slices.SortFunc(a.added, byID)
 	r := a.Run(c.Recorder.Timeline, c.Recorder.Peak(), c.Swaps())
 	r.Aggregates.AddPositions(c.Recorder.TokensByPosition())
 	return r
@@ -213,14 +218,27 @@ func (g *Aggregates) AddPositions(pos map[quant.Format][]int) {
 	}
 }
 
-// Accumulator assembles a run's results a request at a time, so that a driver of many requests (a fleet) keeps
-// their rows and outcomes and lets their engine results go as they end.
+// Accumulator assembles a run's results a request at a time, so that a driver of many requests lets their engine
+// results go as they end. It keeps what each request's row and outcome are made of (rows and outcomes are made when
+// the results are), and the inter-token gaps it pools for the ITL as a count of each gap: the summary needs every
+// gap, but a replay's steps give many tokens the same one.
 type Accumulator struct {
 	meta   Meta
 	layers int
-	rows   []Request
-	lt     loadtest.Result
-	finish []time.Duration
+	added  []added
+	gaps   map[time.Duration]int // the pooled inter-token gaps: how many of each
+	ngaps  int
+}
+
+// added is a request as the accumulator keeps it.
+type added struct {
+	id                                             int
+	arrival                                        time.Duration // as asked
+	sent, ttft, tpot, e2e, end                     time.Duration // from its timeline
+	prompt, maxTokens, output, preemptions, cached int
+	finish                                         engine.FinishReason
+	err                                            string // a request that did not finish: its error
+	mix, tokens                                    []int32
 }
 
 // NewAccumulator starts the results of a run of a model of layers decoder layers.
@@ -229,55 +247,131 @@ func NewAccumulator(meta Meta, layers int) *Accumulator {
 }
 
 // Grow makes room for n more requests, so that adding them does not copy what was added.
-func (a *Accumulator) Grow(n int) {
-	a.rows = slices.Grow(a.rows, n)
-	a.lt.Requests = slices.Grow(a.lt.Requests, n)
-	a.lt.Outcomes = slices.Grow(a.lt.Outcomes, n)
-	a.finish = slices.Grow(a.finish, n)
-}
+func (a *Accumulator) Grow(n int) { a.added = slices.Grow(a.added, n) }
 
 // Add adds a request, its result and its output tokens by the number of quantized layers they were made with
-// (mix); tokens keeps its output token ids, itl its inter-token gaps for the pooled ITL.
+// (mix); tokens keeps its output token ids, itl pools its inter-token gaps into the run's ITL (Run: a Part has
+// none).
 func (a *Accumulator) Add(req engine.TimedRequest, res engine.Result, mix []int32, tokens, itl bool) {
+	a.AddRequest(loadtest.Request{Arrival: req.Arrival, PromptTokens: len(req.Prompt), MaxTokens: req.MaxTokens}, res, mix, tokens, itl)
+}
+
+// AddRequest is Add for a request given by its arrival and lengths, so that a driver need not keep its prompt
+// after handing it to the engine.
+func (a *Accumulator) AddRequest(req loadtest.Request, res engine.Result, mix []int32, tokens, itl bool) {
 	tl := res.Timeline
-	rec := Request{ID: int(res.ID), Arrival: req.Arrival.Seconds(), Prompt: len(req.Prompt),
-		MaxTokens: req.MaxTokens, Output: len(res.Output), TTFT: ms(tl.TTFT()), TPOT: ms(tl.TPOT()),
-		E2EL: ms(tl.E2E()), Finish: res.Finish.String(), Preemptions: res.Preemptions, CachedTokens: res.CachedTokens, Mix: mix}
+	r := added{id: int(res.ID), arrival: req.Arrival, sent: tl.Arrival, ttft: tl.TTFT(), tpot: tl.TPOT(), e2e: tl.E2E(), end: tl.Finish,
+		prompt: req.PromptTokens, maxTokens: req.MaxTokens, output: len(res.Output), preemptions: res.Preemptions,
+		cached: res.CachedTokens, finish: res.Finish, mix: mix}
+	if tokens {
+		r.tokens = res.Output
+	}
+	switch res.Finish {
+	case engine.FinishStop, engine.FinishLength:
+		for j := 1; itl && j < len(tl.Tokens); j++ {
+			if a.gaps == nil {
+				a.gaps = map[time.Duration]int{}
+			}
+			a.gaps[tl.Tokens[j]-tl.Tokens[j-1]]++
+			a.ngaps++
+		}
+	default:
+		r.err = fmt.Sprint(res.Err)
+	}
+	a.added = append(a.added, r)
+}
+
+// row is the request's row in the results.
+func (r *added) row() Request {
+	rec := Request{ID: r.id, Arrival: r.arrival.Seconds(), Prompt: r.prompt, MaxTokens: r.maxTokens, Output: r.output,
+		TTFT: ms(r.ttft), TPOT: ms(r.tpot), E2EL: ms(r.e2e), Finish: r.finish.String(), Preemptions: r.preemptions,
+		CachedTokens: r.cached, Mix: r.mix, Tokens: r.tokens}
 	if rec.Prompt > 0 {
 		rec.PrefixHitRate = float64(rec.CachedTokens) / float64(rec.Prompt)
 	}
-	if tokens {
-		rec.Tokens = res.Output
-	}
-	a.rows = append(a.rows, rec)
-	o := loadtest.Outcome{Sent: tl.Arrival, PromptTokens: len(req.Prompt), OutputTokens: len(res.Output)}
-	switch res.Finish {
+	return rec
+}
+
+// outcome is the request as loadtest.Compute counts it.
+func (r *added) outcome() loadtest.Outcome {
+	o := loadtest.Outcome{Sent: r.sent, PromptTokens: r.prompt, OutputTokens: r.output}
+	switch r.finish {
 	case engine.FinishStop, engine.FinishLength:
-		o.Status = loadtest.Completed
-		o.TTFT, o.Latency = tl.TTFT(), tl.E2E()
-		for j := 1; itl && j < len(tl.Tokens); j++ {
-			o.ITL = append(o.ITL, tl.Tokens[j]-tl.Tokens[j-1])
-		}
+		o.Status, o.TTFT, o.Latency = loadtest.Completed, r.ttft, r.e2e
 	case engine.FinishRejected:
-		o.Status, o.Error = loadtest.Rejected, fmt.Sprint(res.Err)
+		o.Status, o.Error = loadtest.Rejected, r.err
 	default:
-		o.Status, o.Error = loadtest.Failed, fmt.Sprint(res.Err)
+		o.Status, o.Error = loadtest.Failed, r.err
 	}
-	a.lt.Requests = append(a.lt.Requests, loadtest.Request{Arrival: req.Arrival, PromptTokens: len(req.Prompt), MaxTokens: req.MaxTokens})
-	a.lt.Outcomes = append(a.lt.Outcomes, o)
-	a.finish = append(a.finish, tl.Finish)
+	return o
 }
 
 // Requests is the number of requests added.
-func (a *Accumulator) Requests() int { return len(a.rows) }
+func (a *Accumulator) Requests() int { return len(a.added) }
 
 // Run returns the results: every request's row and the aggregates over them, with the run's timeline, its peaks
 // (morph.Recorder.Peak) and its swap actions.
 func (a *Accumulator) Run(timeline []morph.Point, peak morph.Point, swaps int) *Run {
-	r := &Run{Schema: Schema, Meta: a.meta, Requests: a.rows, Timeline: timeline}
+	r := &Run{Schema: Schema, Meta: a.meta, Requests: make([]Request, len(a.added)), Timeline: timeline}
+	for i := range a.added {
+		r.Requests[i] = a.added[i].row()
+	}
 	r.Aggregates = a.aggregate(nil, peak, swaps)
+	if a.ngaps > 0 {
+		r.Aggregates.ITL = a.itl()
+	}
 	return r
 }
+
+// itl summarizes the pooled gaps in milliseconds as loadtest.Summarize summarizes the list of them, from their
+// counts, without the list (a run's gaps can be millions): the percentiles are the same, and the mean and
+// deviation take the same two passes over the gaps in ascending order, one addition a gap. Summarize's first sum
+// is gonum's, vectorized on amd64, which can round the mean and deviation differently in their last digits.
+func (a *Accumulator) itl() loadtest.Summary {
+	gaps := slices.Sorted(maps.Keys(a.gaps))
+	n := float64(a.ngaps)
+	sum := 0.0
+	for _, g := range gaps {
+		v := ms(g)
+		for range a.gaps[g] {
+			sum += v
+		}
+	}
+	mean := sum / n
+	var ss, compensation float64
+	for _, g := range gaps {
+		d := ms(g) - mean
+		for range a.gaps[g] {
+			ss += d * d
+			compensation += d
+		}
+	}
+	// at is the gap at rank r of the sorted list.
+	at := func(r int) float64 {
+		for _, g := range gaps {
+			if r < a.gaps[g] {
+				return ms(g)
+			}
+			r -= a.gaps[g]
+		}
+		return ms(gaps[len(gaps)-1])
+	}
+	// percentile is loadtest.Percentile over the sorted list.
+	percentile := func(p float64) float64 {
+		h := float64(a.ngaps-1) * p / 100
+		lo := math.Floor(h)
+		i := int(lo)
+		if i+1 >= a.ngaps {
+			return at(a.ngaps - 1)
+		}
+		return at(i) + (h-lo)*(at(i+1)-at(i))
+	}
+	return loadtest.Summary{N: a.ngaps, Mean: mean, Std: math.Sqrt((ss - compensation*compensation/n) / n), Median: percentile(50),
+		P90: percentile(90), P95: percentile(95), P99: percentile(99)}
+}
+
+// byID orders an accumulator's requests by id.
+func byID(a, b added) int { return a.id - b.id }
 
 // Part is the aggregates over the requests added at the given indices (in the order added), with that part's
 // peaks (morph.Recorder.Peak) and swap actions: a fleet's replica's figures over the fleet's rows. No indices
@@ -289,41 +383,38 @@ func (a *Accumulator) Part(indices []int, peak morph.Point, swaps int) Aggregate
 	return a.aggregate(indices, peak, swaps)
 }
 
-// aggregate computes the aggregates over the rows at indices (nil: all of them, read in place).
+// aggregate computes the aggregates over the requests at indices (nil: all of them).
 func (a *Accumulator) aggregate(indices []int, peak morph.Point, swaps int) Aggregates {
-	all := indices == nil
 	n := len(indices)
-	lt := &loadtest.Result{Requests: make([]loadtest.Request, 0, n), Outcomes: make([]loadtest.Outcome, 0, n)}
-	if all {
-		n = len(a.rows)
-		lt = &loadtest.Result{Requests: a.lt.Requests, Outcomes: a.lt.Outcomes}
+	if indices == nil {
+		n = len(a.added)
 	}
+	lt := &loadtest.Result{Requests: make([]loadtest.Request, 0, n), Outcomes: make([]loadtest.Outcome, 0, n)}
 	g := Aggregates{TokensByLayers: make([]int, a.layers+1)}
 	var first, last time.Duration = -1, 0
 	prompts := 0
 	for j := range n {
 		i := j
-		if !all {
+		if indices != nil {
 			i = indices[j]
 		}
-		rec, o := a.rows[i], a.lt.Outcomes[i]
-		for k, n := range rec.Mix {
+		r := &a.added[i]
+		o := r.outcome()
+		for k, n := range r.mix {
 			g.TokensByLayers[k] += int(n)
 		}
-		g.Preemptions += rec.Preemptions
-		g.PrefixCachedTokens += rec.CachedTokens
-		prompts += rec.Prompt
+		g.Preemptions += r.preemptions
+		g.PrefixCachedTokens += r.cached
+		prompts += r.prompt
 		if o.Status != loadtest.Completed || a.meta.SLO.TTFT > 0 && o.TTFT > a.meta.SLO.TTFT {
 			g.SLOViolations++
 		}
-		if !all {
-			lt.Requests = append(lt.Requests, a.lt.Requests[i])
-			lt.Outcomes = append(lt.Outcomes, o)
-		}
+		lt.Requests = append(lt.Requests, loadtest.Request{Arrival: r.arrival, PromptTokens: r.prompt, MaxTokens: r.maxTokens})
+		lt.Outcomes = append(lt.Outcomes, o)
 		if first < 0 || o.Sent < first {
 			first = o.Sent
 		}
-		last = max(last, a.finish[i])
+		last = max(last, r.end)
 	}
 	if prompts > 0 {
 		g.PrefixHitRate = float64(g.PrefixCachedTokens) / float64(prompts)
@@ -355,11 +446,7 @@ func (r *Run) Write(dir string, events []engine.Event) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	b, err := json.MarshalIndent(r, "", " ")
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "results.json"), append(b, '\n'), 0o644); err != nil {
+	if err := writeResults(filepath.Join(dir, "results.json"), r); err != nil {
 		return err
 	}
 	if err := writeEvents(filepath.Join(dir, "events.jsonl"), events); err != nil {
@@ -383,6 +470,89 @@ func (r *Run) Write(dir string, events []engine.Event) error {
 		return err
 	}
 	return f.Close()
+}
+
+// writeResults writes r to path as json.MarshalIndent(r, "", " ") and a newline, its requests and timeline an
+// element at a time: a long run's would otherwise be built whole in memory, twice over.
+func writeResults(path string, r *Run) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriter(f)
+	if err := writeJSON(w, r); err != nil {
+		f.Close()
+		return err
+	}
+	if err := w.Flush(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// writeJSON writes r as json.MarshalIndent(r, "", " ") and a newline: r without its requests and timeline,
+// whose nulls (top-level fields, alone on their lines) are replaced by the arrays written an element at a time.
+func writeJSON(w io.Writer, r *Run) error {
+	head := *r
+	head.Requests, head.Timeline = nil, nil
+	b, err := json.MarshalIndent(&head, "", " ")
+	if err != nil {
+		return err
+	}
+	for _, a := range []struct {
+		field string
+		write func() error
+	}{
+		{`"requests": `, func() error { return writeArray(w, r.Requests) }},
+		{`"timeline": `, func() error { return writeArray(w, r.Timeline) }},
+	} {
+		at := bytes.Index(b, []byte("\n "+a.field+"null"))
+		if at < 0 {
+			return fmt.Errorf("results: no %snull in the results' JSON", a.field)
+		}
+		at += len("\n " + a.field)
+		if _, err := w.Write(b[:at]); err != nil {
+			return err
+		}
+		if err := a.write(); err != nil {
+			return err
+		}
+		b = b[at+len("null"):]
+	}
+	if _, err := w.Write(b); err != nil {
+		return err
+	}
+	_, err = io.WriteString(w, "\n")
+	return err
+}
+
+// writeArray writes xs as the value of a top-level field of json.MarshalIndent(v, "", " ").
+func writeArray[T any](w io.Writer, xs []T) error {
+	switch {
+	case xs == nil:
+		_, err := io.WriteString(w, "null")
+		return err
+	case len(xs) == 0:
+		_, err := io.WriteString(w, "[]")
+		return err
+	}
+	sep := "[\n  "
+	for _, x := range xs {
+		b, err := json.MarshalIndent(x, "  ", " ")
+		if err != nil {
+			return err
+		}
+		if _, err := io.WriteString(w, sep); err != nil {
+			return err
+		}
+		if _, err := w.Write(b); err != nil {
+			return err
+		}
+		sep = ",\n  "
+	}
+	_, err := io.WriteString(w, "\n ]")
+	return err
 }
 
 // event is an engine event as events.jsonl holds it.

@@ -1,0 +1,63 @@
+package deploy
+
+import (
+	"context"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/morphlab/morphlab/engine"
+	"github.com/morphlab/morphlab/experiments/metrics"
+	"github.com/morphlab/morphlab/experiments/trace"
+)
+
+// TestReplayHoldsInFlightOnly: a replay of 2,450 requests over 20 minutes holds no more than its requests in
+// flight and its results: the live heap, sampled after a collection every 500 steps, never grows by a quarter of
+// what the prompts would take drawn all at once (before each request arrives, they were, and every result was kept
+// to the end); the engine's log keeps instanceLog events, and still every event is returned: each request's
+// queued, scheduled and finished.
+func TestReplayHoldsInFlightOnly(t *testing.T) {
+	tr, err := trace.Generate(trace.Spec{Process: trace.Poisson{PerSecond: 2}, Duration: 1200,
+		Lengths: trace.Independent{Prompt: trace.Uniform{Min: 1500, Max: 2500}, Output: trace.Uniform{Min: 5, Max: 40}}}, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompts := 0
+	for _, r := range tr.Requests {
+		prompts += 4 * r.PromptTokens
+	}
+	in, err := Deployment{Model: "llama-2-7b", Executor: "sim", Device: "a100", Policy: mustPolicy(t, "morph:default")}.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := func() int {
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return int(ms.HeapAlloc)
+	}
+	base, most, steps := live(), 0, 0
+	in.Engine.OnStep(func(engine.StepInfo) {
+		if steps++; steps%500 == 0 {
+			most = max(most, live()-base)
+		}
+	})
+	r, events, err := in.Replay(context.Background(), tr, ReplayOptions{SLO: metrics.SLO{TTFT: 2 * time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Aggregates.Completed != len(tr.Requests) || steps < 2000 {
+		t.Fatalf("%d of %d requests completed in %d steps", r.Aggregates.Completed, len(tr.Requests), steps)
+	}
+	if most > prompts/4 {
+		t.Errorf("the live heap grew by %d bytes in the replay; the prompts drawn at once take %d", most, prompts)
+	}
+	kinds := map[engine.EventKind]int{}
+	for _, ev := range events {
+		kinds[ev.Kind]++
+	}
+	n := len(tr.Requests)
+	if len(in.Engine.Log()) > instanceLog || kinds[engine.Queued] != n || kinds[engine.Scheduled] < n || kinds[engine.Finished] != n {
+		t.Errorf("the log holds %d events; %d returned, %v by kind: want %d of them queued and finished", len(in.Engine.Log()), len(events), kinds, n)
+	}
+}
