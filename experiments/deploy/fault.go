@@ -47,8 +47,9 @@ type Failover struct {
 type ResponseStart int
 
 const (
-	// ResponseAtAdmission: the response's headers go out as the replica takes the request, as morphlab serve
-	// sends them: every request in a replica that dies is lost.
+	// ResponseAtAdmission: the response's headers go out as the replica's engine takes the request in, at its
+	// first iteration boundary after the request reached it, as morphlab serve sends them: of a dead replica's
+	// requests, those that reached it during its last iteration are sent on.
 	ResponseAtAdmission ResponseStart = iota
 	// ResponseAtFirstToken: the headers go out with the first token: the requests of a dead replica that have
 	// none are sent on.
@@ -179,6 +180,7 @@ func (r *fleetRun) die(rep *replica, fault int, at time.Duration) error {
 	if now := rep.clock.Now(); now < at {
 		rep.clock.Advance(at - now)
 	}
+	iterations := rep.steps
 	ids := make([]kv.SeqID, 0, len(rep.live))
 	for id := range rep.live {
 		ids = append(ids, id)
@@ -197,7 +199,11 @@ func (r *fleetRun) die(rep *replica, fault int, at time.Duration) error {
 		lr := rep.live[id]
 		delete(rep.live, id)
 		res := lr.st.Wait()
-		if r.f.Failover.Response == ResponseAtFirstToken && len(res.Output) == 0 {
+		begun := iterations > lr.step // taken in by an iteration
+		if r.f.Failover.Response == ResponseAtFirstToken {
+			begun = len(res.Output) > 0
+		}
+		if !begun {
 			resend = append(resend, lr)
 			continue
 		}

@@ -184,7 +184,7 @@ func (f *FleetFlags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&f.faults, "fail-replica", "", "kill replicas and start them again: `REPLICA@AT+DOWN,...` such as 1@60s+30s (replica 1 dies 60 s in, restarts 30 s later)")
 	fs.DurationVar(&f.detect, "fail-detect", DefaultFailDetect, "from a replica's death to the proxy marking it down (health-check interval x fall); meanwhile requests routed to it are sent on")
 	fs.DurationVar(&f.restart, "fail-restart", DefaultFailRestart, "from a replica's restart to its serving again (model load, then health-check interval x rise)")
-	fs.StringVar(&f.response, "fail-response", "admission", "when a response begins, after which a dead replica's request is lost rather than sent on: admission (headers at once, as morphlab serve) or first-token")
+	fs.StringVar(&f.response, "fail-response", "admission", "when a response begins, after which a dead replica's request is lost rather than sent on: admission (headers once the engine takes it in, as morphlab serve) or first-token")
 }
 
 // Fleet returns the fleet of d's replicas the flags describe, and whether they describe one (more than one

@@ -340,6 +340,7 @@ func (r *fleetRun) step(rep *replica) error {
 	}
 	e := rep.in.Engine
 	ran, err := e.Step()
+	rep.steps++
 	if err != nil {
 		return fmt.Errorf("replica %d: %w", rep.index, err)
 	}
@@ -433,7 +434,7 @@ func (r *fleetRun) dispatch(index int, req engine.TimedRequest, at time.Duration
 		rep.clock.Advance(at - now)
 	}
 	st := rep.in.Engine.SubmitTimed(req.Request, req.Arrival)
-	rep.live[st.ID] = liveRequest{index: index, req: req, st: st}
+	rep.live[st.ID] = liveRequest{index: index, req: req, st: st, step: rep.steps}
 	rep.routedBlocks += serving[i].Blocks(len(req.Prompt))
 	rep.routedTokens += len(req.Prompt)
 	select {

@@ -60,10 +60,11 @@ type replica struct {
 	// live are its requests not yet ended: their trace index and stream.
 	live map[kv.SeqID]liveRequest
 	rows []int // the fleet's result rows of the requests it served
-	// ready is when it serves, while provisioning. dead is set from its death (Fault) to its restart, fault is
-	// the index of that fault in the run's record, and past are the controllers of the instances it ran before
-	// restarts (their swaps and peaks count).
+	// ready is when it serves, while provisioning. steps counts its engine's iterations. dead is set from its
+	// death (Fault) to its restart, fault is the index of that fault in the run's record, and past are the
+	// controllers of the instances it ran before restarts (their swaps and peaks count).
 	ready time.Duration
+	steps int
 	dead  bool
 	fault int
 	past  []*morph.Controller
@@ -73,6 +74,7 @@ type liveRequest struct {
 	index int
 	req   engine.TimedRequest
 	st    *engine.Stream
+	step  int // the replica's iterations when it arrived there: the next one takes it in
 }
 
 // ReplicaView is what a Router or a ScaleMetric sees of a replica of a running fleet, read-only: its state as of
