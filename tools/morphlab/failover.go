@@ -119,7 +119,7 @@ func runFailover(e *env, args []string) error {
 	fmt.Fprintf(&md, "%d requests at %s req/s (timeout %v); %s killed %s s into the load and started again %s s later (up %s s after its\n",
 		len(rec.Requests), numfmt.Figure(rec.Rate), rec.Timeout, *killed, s(fault.At), s(fault.Down), s(ev.Up.Sub(ev.Restart)))
 	fmt.Fprintf(&md, "start); health checks every %v, down after %d failures, up after %d passes. Simulated: %s on %s, %s router,\n",
-		*inter, *fall, *rise, d.Model, d.Device, *router)
+		*inter, *fall, *rise, filepath.Base(d.Model), d.Device, *router)
 	fmt.Fprintf(&md, "marked down %s s after the kill, serving %s s after the restart.\n\n", s(proxy.Detect), s(proxy.Restart))
 	if err := failover.Write(&md, measured, simulated); err != nil {
 		return err
