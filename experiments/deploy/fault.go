@@ -15,9 +15,9 @@ import (
 	"github.com/morphlab/morphlab/experiments/results"
 )
 
-// Fault kills one of a fleet's replicas and starts it again: at At its process dies, the requests in it lost or
-// sent on as the fleet's Failover says, and Down later it is started again (a fresh instance: empty KV, every
-// layer at its policy's start), serving once it has come up.
+// Fault kills one of a fleet's replicas and starts it again: at At its process dies (an iteration it began before
+// At completes first), the requests in it lost or sent on as the fleet's Failover says, and Down later it is
+// started again (a fresh instance: empty KV, every layer at its policy's start), serving once it has come up.
 type Fault struct {
 	Replica int           // its index in Fleet.Replicas
 	At      time.Duration // when it dies
@@ -27,8 +27,9 @@ type Fault struct {
 // Failover is what the proxy in front of a fleet does about a replica that dies, modelled on HAProxy with health
 // checks (option httpchk), retry-on conn-failure empty-response and option redispatch:
 //   - the proxy marks the dead replica down Detect after its death (the checks' interval times their fall
-//     count); until then the router may still pick it, and a request sent there finds the connection refused
-//     and goes to the router again at once without that replica (a retry with redispatch);
+//     count); until then the router may still pick it (it shows no requests, their connections closed, which
+//     draws least-outstanding as it draws HAProxy's leastconn), and a request sent there finds the connection
+//     refused and goes to the router again at once without that replica (a retry with redispatch);
 //   - a request in the replica when it dies is lost, its client reading an error, when its response had begun
 //     (Response says when that is); one whose response had not begun is sent on the same way, keeping its
 //     arrival, so that its latencies count the time lost;

@@ -511,7 +511,7 @@ func (r *fleetRun) results() *results.Run {
 	for _, rep := range r.replicas {
 		var peak morph.Point
 		swaps := 0
-		for _, c := range append(rep.past, rep.in.Controller) {
+		for _, c := range append(slices.Clip(rep.past), rep.in.Controller) {
 			p := c.Recorder.Peak()
 			peak.KVUsed, peak.KVTotal, peak.Quantized = max(peak.KVUsed, p.KVUsed), max(peak.KVTotal, p.KVTotal), max(peak.Quantized, p.Quantized)
 			swaps += c.Swaps()

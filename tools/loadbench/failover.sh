@@ -26,9 +26,9 @@
 #
 # The environment overrides the setup: MORPHLAB (binary; built when missing), MODEL (default: stories15M with
 # seeded random weights, synthesized into RESULTS_DIR), REPLICAS, KILLED, KV_BLOCKS, THREADS, RATE, DURATION,
-# PROMPT, OUTPUT, RANGE_RATIO, TIMEOUT, KILL_AT, DOWN, INTER, FALL, RISE, PORT. Everything listens on 127.0.0.1
-# only; every process is started in the background, its PID kept, and stopped on exit; the load is bounded by
-# --duration and --timeout, and a process that does not come up within 60 s fails the script.
+# PROMPT, OUTPUT, RANGE_RATIO, TIMEOUT, KILL_AT and DOWN (seconds), INTER, FALL, RISE, PORT. Everything listens on
+# 127.0.0.1 only; every process is started in the background, its PID kept, and stopped on exit; the load is
+# bounded by --duration and --timeout, and a process that does not come up within 60 s fails the script.
 set -eu
 
 if [ $# -ne 1 ]; then
@@ -56,6 +56,10 @@ INTER=${INTER:-1s}
 FALL=${FALL:-3}
 RISE=${RISE:-2}
 PORT=${PORT:-18600}
+if [ "$KILLED" -lt 1 ] || [ "$KILLED" -gt "$REPLICAS" ]; then
+	echo "failover.sh: KILLED=$KILLED, want a replica from 1 to REPLICAS=$REPLICAS" >&2
+	exit 2
+fi
 
 . "$root/tools/loadbench/lib.sh"
 setup_bench
