@@ -151,14 +151,22 @@ func ParseBytes(s string) (int64, error) {
 }
 
 // FleetFlags fill a Fleet of a deployment's replicas from the command line: --replicas, --router, admission
-// (--max-queue, --rate-limit with --rate-burst) and the autoscaler (--autoscale METRIC=TARGET, --min-replicas,
-// --max-replicas, --scale-interval, --scale-delay, --scale-cooldown).
+// (--max-queue, --rate-limit with --rate-burst), the autoscaler (--autoscale METRIC=TARGET, --min-replicas,
+// --max-replicas, --scale-interval, --scale-delay, --scale-cooldown) and faults (--fail-replica
+// REPLICA@AT+DOWN,..., with the proxy's --fail-detect, --fail-restart and --fail-response).
 type FleetFlags struct {
 	replicas, maxQueue, burst, minReplicas, maxReplicas int
-	router, autoscale                                   string
+	router, autoscale, faults, response                 string
 	rate                                                float64
-	interval, delay, coolDown                           time.Duration
+	interval, delay, coolDown, detect, restart          time.Duration
 }
+
+// The failover flags' defaults: HAProxy's health checks by default run every 2 s, mark a server down after 3
+// failures and up after 2 successes.
+const (
+	DefaultFailDetect  = 6 * time.Second
+	DefaultFailRestart = 4 * time.Second
+)
 
 // Register registers the fleet flags on fs.
 func (f *FleetFlags) Register(fs *flag.FlagSet) {
@@ -174,10 +182,14 @@ func (f *FleetFlags) Register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.interval, "scale-interval", DefaultScaleInterval, "how often the autoscaler evaluates")
 	fs.DurationVar(&f.delay, "scale-delay", DefaultScaleDelay, "from asking for a replica to its serving (provisioning and model load)")
 	fs.DurationVar(&f.coolDown, "scale-cooldown", DefaultCoolDown, "how long the autoscaler must want fewer replicas before it removes any")
+	fs.StringVar(&f.faults, "fail-replica", "", "kill replicas and start them again: `REPLICA@AT+DOWN,...` such as 1@60s+30s (replica 1 dies 60 s in, restarts 30 s later)")
+	fs.DurationVar(&f.detect, "fail-detect", DefaultFailDetect, "from a replica's death to the proxy marking it down (health-check interval x fall); meanwhile requests routed to it are sent on")
+	fs.DurationVar(&f.restart, "fail-restart", DefaultFailRestart, "from a replica's restart to its serving again (model load, then health-check interval x rise)")
+	fs.StringVar(&f.response, "fail-response", "admission", "when a response begins, after which a dead replica's request is lost rather than sent on: admission (headers once the engine takes it in, as morphlab serve) or first-token")
 }
 
 // Fleet returns the fleet of d's replicas the flags describe, and whether they describe one (more than one
-// replica, or an autoscaler). Its errors name the flag.
+// replica, an autoscaler, or faults). Its errors name the flag.
 func (f *FleetFlags) Fleet(d Deployment) (Fleet, bool, error) {
 	fl := Fleet{Router: f.router, Admission: Admission{MaxQueue: f.maxQueue, Rate: f.rate, Burst: f.burst}}
 	if f.replicas < 1 {
@@ -192,6 +204,20 @@ func (f *FleetFlags) Fleet(d Deployment) (Fleet, bool, error) {
 	for range f.replicas {
 		fl.Replicas = append(fl.Replicas, d)
 	}
+	if f.faults != "" {
+		faults, err := ParseFaults(f.faults)
+		if err != nil {
+			return fl, false, fmt.Errorf("--fail-replica: %v", err)
+		}
+		response, err := ParseResponseStart(f.response)
+		if err != nil {
+			return fl, false, fmt.Errorf("--fail-response: %v", err)
+		}
+		fl.Faults, fl.Failover = faults, Failover{Detect: f.detect, Restart: f.restart, Response: response}
+		if err := fl.checkFaults(); err != nil {
+			return fl, false, fmt.Errorf("--fail-replica, --fail-detect, --fail-restart: %v", strings.TrimPrefix(err.Error(), "deploy: "))
+		}
+	}
 	if f.autoscale != "" {
 		metric, target, ok := strings.Cut(f.autoscale, "=")
 		x, err := strconv.ParseFloat(target, 64)
@@ -204,5 +230,5 @@ func (f *FleetFlags) Fleet(d Deployment) (Fleet, bool, error) {
 			return fl, false, fmt.Errorf("--autoscale: %v", strings.TrimPrefix(err.Error(), "deploy: "))
 		}
 	}
-	return fl, f.replicas > 1 || fl.Autoscale != nil, nil
+	return fl, f.replicas > 1 || fl.Autoscale != nil || fl.Faults != nil, nil
 }

@@ -26,8 +26,8 @@ import (
 //
 // The simulation is a discrete-event loop over the replicas' clocks: the earliest of the next arrival, the next
 // step of a replica (at once while it has work, else at its scheduler's deadline or its next idle tick), the next
-// autoscaler evaluation, the next replica coming up and the next sample of the fleet's size is taken first; an
-// arrival is routed with every replica's state as of that time. A replica steps exactly as Instance.Replay steps one engine, so that round-robin over N
+// autoscaler evaluation, the next replica coming up, the next step of a fault (Faults) and the next sample of the
+// fleet's size is taken first; an arrival is routed with every replica's state as of that time. A replica steps exactly as Instance.Replay steps one engine, so that round-robin over N
 // identical replicas serves each request as N independent replays of every Nth request do.
 type Fleet struct {
 	// Replicas are the fleet at the start, serving from time 0.
@@ -39,6 +39,10 @@ type Fleet struct {
 	Router    string
 	Admission Admission
 	Autoscale *Autoscale
+	// Faults kill replicas during the run and start them again; Failover is what the proxy in front does about
+	// them (when it notices, which requests it sends on).
+	Faults   []Fault
+	Failover Failover
 }
 
 // A fleet's replicas keep fleetLog engine events (their events are not written out) and a timeline point every
@@ -70,6 +74,12 @@ type fleetRun struct {
 	sampleAt, evalAt time.Duration
 	wanted           []wantedAt
 	layers           int
+	// the record of the faults, their steps still to come, the last that killed its replica (-1 before the
+	// first), and each request's retries
+	faults     []results.Fault
+	faultSteps []faultStep
+	lastDeath  int
+	retries    []int
 }
 
 // Replay runs t (clipped to the smallest context of the fleet's models) through the fleet, every request at its
@@ -90,7 +100,10 @@ func (f Fleet) Replay(ctx context.Context, t *trace.Trace, o ReplayOptions) (*re
 	if err := f.Admission.check(); err != nil {
 		return nil, err
 	}
-	r := &fleetRun{f: f, opt: o, router: router, rejected: map[string]int{}, bucket: float64(f.Admission.Burst)}
+	if err := f.checkFaults(); err != nil {
+		return nil, err
+	}
+	r := &fleetRun{f: f, opt: o, router: router, rejected: map[string]int{}, bucket: float64(f.Admission.Burst), lastDeath: -1}
 	if a := f.Autoscale; a != nil {
 		if err := a.defaults(len(f.Replicas)); err != nil {
 			return nil, err
@@ -127,6 +140,8 @@ func (f Fleet) Replay(ctx context.Context, t *trace.Trace, o ReplayOptions) (*re
 	r.acc = results.NewAccumulator(meta, r.layers)
 	r.acc.Grow(len(t.Requests))
 	r.assigned = make([]int, 0, len(t.Requests))
+	r.retries = make([]int, len(t.Requests))
+	r.planFaults()
 	if err := r.run(ctx, t); err != nil {
 		return nil, err
 	}
@@ -170,39 +185,50 @@ func fleetPolicy(f Fleet) string {
 
 // add builds a replica of d, asked for at asked and serving from ready.
 func (r *fleetRun) add(d Deployment, asked, ready time.Duration) (*replica, error) {
-	l, err := d.Load()
-	if err != nil {
-		return nil, fmt.Errorf("replica %d: %w", len(r.replicas), err)
+	rep := &replica{index: len(r.replicas), state: ReplicaServing, heapAt: -1, live: map[kv.SeqID]liveRequest{}}
+	if err := r.boot(rep, d, ready); err != nil {
+		return nil, err
 	}
-	in, err := l.start(fleetLog)
-	if err != nil {
-		return nil, fmt.Errorf("replica %d: %w", len(r.replicas), err)
-	}
-	in.Controller.Recorder.Every = fleetEvery
-	clock, ok := in.Engine.Clock().(*executor.VirtualClock)
-	if !ok {
-		return nil, fmt.Errorf("replica %d: a fleet runs in virtual time: the sim, or the cpu executor on the cpu or thread clock", len(r.replicas))
-	}
-	clock.Advance(ready)
-	rep := &replica{index: len(r.replicas), in: in, clock: clock, state: ReplicaServing, heapAt: -1, live: map[kv.SeqID]liveRequest{},
-		info: results.Replica{Model: in.Name, Device: in.Deployment.Device, Policy: in.Deployment.Policy.String(),
-			Asked: asked.Seconds(), Ready: ready.Seconds()}}
+	in := rep.in
+	rep.info = results.Replica{Model: in.Name, Device: in.Deployment.Device, Policy: in.Deployment.Policy.String(),
+		Asked: asked.Seconds(), Ready: ready.Seconds()}
 	if in.Deployment.Executor == "cpu" {
 		rep.info.Device = "cpu"
 	}
 	if p, err := catalog.PriceOf(rep.info.Device); err == nil {
 		rep.info.Price = p.USDPerHour
 	}
-	in.Engine.OnStep(func(info engine.StepInfo) {
-		for _, e := range info.Ended {
-			rep.ended = append(rep.ended, e.ID)
-		}
-	})
 	if ready > asked {
 		rep.state = ReplicaProvisioning
 	}
 	r.replicas = append(r.replicas, rep)
 	return rep, nil
+}
+
+// boot starts an instance of d for rep (at its start, or again after its death), its clock at ready, when it
+// serves.
+func (r *fleetRun) boot(rep *replica, d Deployment, ready time.Duration) error {
+	l, err := d.Load()
+	if err != nil {
+		return fmt.Errorf("replica %d: %w", rep.index, err)
+	}
+	in, err := l.start(fleetLog)
+	if err != nil {
+		return fmt.Errorf("replica %d: %w", rep.index, err)
+	}
+	in.Controller.Recorder.Every = fleetEvery
+	clock, ok := in.Engine.Clock().(*executor.VirtualClock)
+	if !ok {
+		return fmt.Errorf("replica %d: a fleet runs in virtual time: the sim, or the cpu executor on the cpu or thread clock", rep.index)
+	}
+	clock.Advance(ready)
+	in.Engine.OnStep(func(info engine.StepInfo) {
+		for _, e := range info.Ended {
+			rep.ended = append(rep.ended, e.ID)
+		}
+	})
+	rep.in, rep.clock, rep.ready = in, clock, ready
+	return nil
 }
 
 // run is the event loop.
@@ -233,14 +259,22 @@ func (r *fleetRun) run(ctx context.Context, t *trace.Trace) error {
 			step = r.steps[0].next
 		}
 		up, upAt := r.nextReady()
+		faultAt := time.Duration(math.MaxInt64)
+		if len(r.faultSteps) > 0 {
+			faultAt = r.faultSteps[0].at
+		}
 		if next == len(t.Requests) && r.outstanding() == 0 {
 			r.finish(max(r.lastTime(), lastArrival(t)))
 			return nil
 		}
-		switch event := min(upAt, arrival, step, r.evalAt); {
+		switch event := min(faultAt, upAt, arrival, step, r.evalAt); {
 		case r.sampleAt <= event && event < math.MaxInt64:
 			r.record(r.sampleAt)
 			r.sampleAt += fleetSampleEvery
+		case faultAt <= event && faultAt < math.MaxInt64:
+			if err := r.faultStepDue(); err != nil {
+				return err
+			}
 		case upAt <= arrival && upAt <= step && upAt <= r.evalAt:
 			up.state = ReplicaServing
 			r.record(upAt)
@@ -278,8 +312,8 @@ func (r *fleetRun) nextReady() (*replica, time.Duration) {
 	var up *replica
 	at := time.Duration(math.MaxInt64)
 	for _, rep := range r.replicas {
-		if rep.state == ReplicaProvisioning && time.Duration(rep.info.Ready*float64(time.Second)) < at {
-			up, at = rep, time.Duration(rep.info.Ready*float64(time.Second))
+		if rep.state == ReplicaProvisioning && rep.ready < at {
+			up, at = rep, rep.ready
 		}
 	}
 	return up, at
@@ -313,6 +347,7 @@ func (r *fleetRun) step(rep *replica) error {
 	}
 	e := rep.in.Engine
 	ran, err := e.Step()
+	rep.steps++
 	if err != nil {
 		return fmt.Errorf("replica %d: %w", rep.index, err)
 	}
@@ -361,8 +396,7 @@ func (r *fleetRun) end(rep *replica, id kv.SeqID) {
 	r.assigned[lr.index] = rep.index
 }
 
-// route admits the request that arrives at the request's arrival, has the router pick its replica and submits
-// it there.
+// route admits the request that arrives at the request's arrival and dispatches it.
 func (r *fleetRun) route(index int, req engine.TimedRequest) error {
 	r.assigned = append(r.assigned, -1)
 	if why := r.admit(req.Arrival); why != "" {
@@ -371,20 +405,43 @@ func (r *fleetRun) route(index int, req engine.TimedRequest) error {
 			Timeline: engine.Timeline{Arrival: req.Arrival, Finish: req.Arrival}}, make([]int32, r.layers+1), false, false)
 		return nil
 	}
-	serving := r.serving()
+	return r.dispatch(index, req, req.Arrival, nil)
+}
+
+// dispatch has the router pick the replica of a request sent at at, among the serving replicas but the dead ones
+// that refused it (refusedBy: the first is the one it was in when that died, or the first it was routed to), and
+// submits it there. A dead replica refuses it in turn: the proxy sends it on, as many times as replicas refuse
+// it, and fails it when no other is serving.
+func (r *fleetRun) dispatch(index int, req engine.TimedRequest, at time.Duration, refusedBy []*replica) error {
+	serving := slices.DeleteFunc(r.serving(), func(v ReplicaView) bool { return slices.Contains(refusedBy, v.r) })
 	if len(serving) == 0 {
-		return fmt.Errorf("deploy: no replica serving at %v for request %d", req.Arrival, index)
+		switch {
+		case len(refusedBy) > 0:
+			r.unserved(index, req, at, refusedBy[0].fault)
+			return nil
+		case r.lastDeath >= 0: // dead, or not serving again yet
+			r.unserved(index, req, at, r.lastDeath)
+			return nil
+		}
+		return fmt.Errorf("deploy: no replica serving at %v for request %d", at, index)
 	}
 	i := r.router.Route(req, serving)
 	if i < 0 || i >= len(serving) {
 		return fmt.Errorf("deploy: router %q sent request %d to replica %d of the %d serving", r.f.Router, index, i, len(serving))
 	}
 	rep := serving[i].r
-	if now := rep.clock.Now(); now < req.Arrival {
-		rep.clock.Advance(req.Arrival - now)
+	if rep.dead {
+		r.retries[index]++
+		return r.dispatch(index, req, at, append(refusedBy, rep))
+	}
+	if len(refusedBy) > 0 {
+		r.faults[refusedBy[0].fault].Resent++
+	}
+	if now := rep.clock.Now(); now < at {
+		rep.clock.Advance(at - now)
 	}
 	st := rep.in.Engine.SubmitTimed(req.Request, req.Arrival)
-	rep.live[st.ID] = liveRequest{index: index, req: req, st: st}
+	rep.live[st.ID] = liveRequest{index: index, req: req, st: st, step: rep.steps}
 	rep.routedBlocks += serving[i].Blocks(len(req.Prompt))
 	rep.routedTokens += len(req.Prompt)
 	select {
@@ -392,8 +449,8 @@ func (r *fleetRun) route(index int, req engine.TimedRequest) error {
 		r.end(rep, st.ID)
 	default:
 	}
-	if rep.heapAt < 0 || rep.next > req.Arrival {
-		r.schedule(rep, max(req.Arrival, rep.clock.Now()))
+	if rep.heapAt < 0 || rep.next > at {
+		r.schedule(rep, max(at, rep.clock.Now()))
 	}
 	return nil
 }
@@ -427,6 +484,8 @@ func (r *fleetRun) record(now time.Duration) {
 			p.Provisioning++
 		case ReplicaDraining:
 			p.Draining++
+		case ReplicaFailed:
+			p.Failed++
 		}
 		if rep.state != ReplicaStopped {
 			w := ReplicaView{rep}.Waiting()
@@ -451,16 +510,22 @@ func (r *fleetRun) finish(end time.Duration) {
 // results assembles the fleet's results.
 func (r *fleetRun) results() *results.Run {
 	run := r.acc.Run(nil, morph.Point{}, 0)
-	fl := &results.Fleet{Router: r.f.Router, Assigned: r.assigned, Size: r.size}
+	fl := &results.Fleet{Router: r.f.Router, Assigned: r.assigned, Size: r.size, Faults: r.faults}
 	if len(r.rejected) > 0 {
 		fl.Rejections = r.rejected
 	}
 	var end float64
 	for _, rep := range r.replicas {
-		c := rep.in.Controller
-		rep.info.Aggregates = r.acc.Part(rep.rows, c.Recorder.Peak(), c.Swaps())
-		run.Aggregates.SwapActions += c.Swaps()
-		run.Aggregates.AddPositions(c.Recorder.TokensByPosition())
+		var peak morph.Point
+		swaps := 0
+		for _, c := range append(slices.Clip(rep.past), rep.in.Controller) {
+			p := c.Recorder.Peak()
+			peak.KVUsed, peak.KVTotal, peak.Quantized = max(peak.KVUsed, p.KVUsed), max(peak.KVTotal, p.KVTotal), max(peak.Quantized, p.Quantized)
+			swaps += c.Swaps()
+			run.Aggregates.AddPositions(c.Recorder.TokensByPosition())
+		}
+		rep.info.Aggregates = r.acc.Part(rep.rows, peak, swaps)
+		run.Aggregates.SwapActions += swaps
 		run.Aggregates.PeakKVAttached += rep.info.Aggregates.PeakKVAttached
 		hours := (rep.info.Stopped - rep.info.Asked) / 3600
 		fl.ReplicaHours += hours
@@ -469,6 +534,9 @@ func (r *fleetRun) results() *results.Run {
 		end = max(end, rep.info.Stopped)
 	}
 	slices.SortFunc(run.Requests, func(a, b results.Request) int { return a.ID - b.ID }) // the replicas' parts index them as added
+	for i, n := range r.retries {
+		run.Requests[i].Retries = n
+	}
 	if end > 0 {
 		fl.CostPerHour = fl.Cost / (end / 3600)
 	}

@@ -23,6 +23,9 @@ const (
 	ReplicaDraining
 	// ReplicaStopped: gone, costing nothing more.
 	ReplicaStopped
+	// ReplicaFailed: dead (Fault) and marked down by the proxy in front, until it is started again. Until the
+	// proxy marks it down a dead replica stays serving as far as the router can tell.
+	ReplicaFailed
 )
 
 func (s ReplicaState) String() string {
@@ -35,6 +38,8 @@ func (s ReplicaState) String() string {
 		return "draining"
 	case ReplicaStopped:
 		return "stopped"
+	case ReplicaFailed:
+		return "failed"
 	}
 	return fmt.Sprintf("ReplicaState(%d)", int(s))
 }
@@ -55,12 +60,21 @@ type replica struct {
 	// live are its requests not yet ended: their trace index and stream.
 	live map[kv.SeqID]liveRequest
 	rows []int // the fleet's result rows of the requests it served
+	// ready is when it serves, while provisioning. steps counts its engine's iterations. dead is set from its
+	// death (Fault) to its restart, fault is the index of that fault in the run's record, and past are the
+	// controllers of the instances it ran before restarts (their swaps and peaks count).
+	ready time.Duration
+	steps int
+	dead  bool
+	fault int
+	past  []*morph.Controller
 }
 
 type liveRequest struct {
 	index int
 	req   engine.TimedRequest
 	st    *engine.Stream
+	step  int // the replica's iterations when it arrived there: the next one takes it in
 }
 
 // ReplicaView is what a Router or a ScaleMetric sees of a replica of a running fleet, read-only: its state as of
@@ -74,7 +88,7 @@ func (v ReplicaView) Index() int { return v.r.index }
 // Deployment is what the replica serves, with its defaults filled in.
 func (v ReplicaView) Deployment() Deployment { return v.r.in.Deployment }
 
-// State is whether the replica is provisioning, serving, draining or stopped.
+// State is whether the replica is provisioning, serving, draining, stopped or failed.
 func (v ReplicaView) State() ReplicaState { return v.r.state }
 
 // Outstanding is the requests in the replica that have not ended, running or waiting.

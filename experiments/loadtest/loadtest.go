@@ -64,6 +64,11 @@ type Config struct {
 	// Progress, when set, is called after each request ends with the count ended so far and the total, one call
 	// at a time (for a progress bar).
 	Progress func(done, total int)
+	// ServerHeader, when set, names a response header that each outcome records (Outcome.Server): a proxy's
+	// name for the replica that served, such as HAProxy's "http-response set-header X-Served-By %s".
+	ServerHeader string
+	// Outcomes, when set, is given each run's result as it ends, every request's outcome in it (WriteRecord).
+	Outcomes func(*Result)
 }
 
 // DefaultTimeout is the per-request limit when Config.Timeout is 0.
@@ -90,14 +95,17 @@ type Outcome struct {
 	Latency      time.Duration   `json:"e2el_ns"`               // from sending to the last chunk with a choice
 	OutputTokens int             `json:"output_tokens"`         // usage.completion_tokens, else the chunks with a choice
 	PromptTokens int             `json:"prompt_tokens"`         // usage.prompt_tokens, else Request.PromptTokens
+	Ended        time.Duration   `json:"ended_ns"`              // when it ended (completed, failed or timed out), from the start of the run (-1 if never sent)
+	Server       string          `json:"server,omitempty"`      // the response's Config.ServerHeader
 }
 
 // Result is a run: its requests' outcomes (in the order of the requests) and its duration, from the start to
-// the end of the last response, as vLLM's benchmark_duration.
+// the end of the last response, as vLLM's benchmark_duration; Start is when it started on the wall clock.
 type Result struct {
 	Requests []Request `json:"-"`
 	Outcomes []Outcome `json:"outcomes"`
 	Duration time.Duration
+	Start    time.Time `json:"start"`
 }
 
 // CheckURL checks that u is an http(s) server root, such as http://127.0.0.1:8000, and returns it without a
@@ -184,9 +192,10 @@ func Run(ctx context.Context, cfg Config, reqs []Request) (*Result, error) {
 	}
 	res := &Result{Requests: reqs, Outcomes: make([]Outcome, len(reqs))}
 	for i := range res.Outcomes {
-		res.Outcomes[i] = Outcome{Status: Failed, Error: "not sent before the run ended", Sent: -1}
+		res.Outcomes[i] = Outcome{Status: Failed, Error: "not sent before the run ended", Sent: -1, Ended: -1}
 	}
 	start := time.Now()
+	res.Start = start
 	ctx, cancel := context.WithDeadline(ctx, start.Add(reqs[len(reqs)-1].Arrival+timeout))
 	defer cancel()
 	var slots chan struct{}
@@ -222,12 +231,16 @@ dispatch:
 			if slots != nil {
 				defer func() { <-slots }()
 			}
-			res.Outcomes[i] = send(ctx, client, endpoint, cfg.APIKey, bodies[i], r, start, timeout)
+			res.Outcomes[i] = send(ctx, client, endpoint, cfg.APIKey, cfg.ServerHeader, bodies[i], r, start, timeout)
+			res.Outcomes[i].Ended = time.Since(start)
 			report()
 		})
 	}
 	wg.Wait()
 	res.Duration = time.Since(start)
+	if cfg.Outcomes != nil {
+		cfg.Outcomes(res)
+	}
 	return res, nil
 }
 
@@ -261,7 +274,7 @@ func requestBody(cfg Config, r Request) ([]byte, error) {
 }
 
 // send sends one request and reads its stream.
-func send(ctx context.Context, client *http.Client, endpoint, apiKey string, body []byte, r Request, start time.Time, timeout time.Duration) Outcome {
+func send(ctx context.Context, client *http.Client, endpoint, apiKey, serverHeader string, body []byte, r Request, start time.Time, timeout time.Duration) Outcome {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	out := Outcome{Status: Failed, PromptTokens: r.PromptTokens}
@@ -284,6 +297,9 @@ func send(ctx context.Context, client *http.Client, endpoint, apiKey string, bod
 	}
 	defer resp.Body.Close()
 	out.HTTPStatus = resp.StatusCode
+	if serverHeader != "" {
+		out.Server = resp.Header.Get(serverHeader)
+	}
 	if resp.StatusCode != http.StatusOK {
 		if resp.StatusCode == http.StatusTooManyRequests {
 			out.Status = Rejected

@@ -101,6 +101,9 @@ type Request struct {
 	Mix []int32 `json:"tokens_by_quantized_layers"`
 	// Tokens are the output token ids, kept when asked for (quality comparisons).
 	Tokens []int32 `json:"tokens,omitempty"`
+	// Retries, in a fleet, is how many times the proxy in front sent the request on to another replica because
+	// the one it had been sent to had died (left out at 0).
+	Retries int `json:"retries,omitempty"`
 }
 
 // Aggregates are the run's figures.
@@ -142,6 +145,23 @@ type Fleet struct {
 	CostPerHour          float64        `json:"cost_usd_per_hour"`
 	CostPerMillionTokens float64        `json:"cost_usd_per_million_output_tokens"`
 	Rejections           map[string]int `json:"rejections,omitempty"` // requests turned away, by reason
+	// Faults are the replicas that died during the run (deploy.Fault), each with what it did.
+	Faults []Fault `json:"faults,omitempty"`
+}
+
+// Fault is a replica's death in a fleet's run and what it did: when the replica died, when the proxy in front
+// marked it down, when it was started again and when it served again (seconds from the start, as planned: the
+// run may end before the later ones), the requests lost with it (the client saw an error) and those the proxy
+// sent on to another replica (those in it whose response had not begun, and those routed to it before it was
+// marked down).
+type Fault struct {
+	Replica   int     `json:"replica"`
+	At        float64 `json:"at_s"`
+	Detected  float64 `json:"detected_s"`
+	Restarted float64 `json:"restarted_s"`
+	Serving   float64 `json:"serving_s"`
+	Lost      int     `json:"lost"`
+	Resent    int     `json:"resent"`
 }
 
 // Replica is one replica of a fleet: what it was, when it served, and its own aggregates.
@@ -164,6 +184,7 @@ type SizePoint struct {
 	Serving      int     `json:"serving"`
 	Provisioning int     `json:"provisioning"`
 	Draining     int     `json:"draining"`
+	Failed       int     `json:"failed,omitempty"` // dead and marked down by the proxy, not yet restarted
 	Waiting      int     `json:"waiting"`
 	Running      int     `json:"running"`
 }

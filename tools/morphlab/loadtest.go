@@ -51,6 +51,10 @@ whose P95 of the --knee latency is within its limit and whose requests all compl
 --compare reads the --json reports of several sweeps (LABEL=FILE,..., one per scheduler, say), draws their P95
 TTFT and E2EL curves on one plot and tabulates each one's knee and its ratio to the first one's.
 
+--outcomes FILE keeps every request for an accounting after the run, a JSON line a rate: its arrival, max tokens
+and outcome (status, error, timings, when it ended and, with --server-header NAME, that response header: a
+proxy's name for the replica that served).
+
 A 429 counts as rejected and is not retried (the load is open-loop); its Retry-After is not honoured. Requests go
 only to --url: no redirects are followed and no proxy is used. Ctrl-C ends the run; what had not finished counts
 as failed.`
@@ -84,6 +88,8 @@ func runLoadtest(e *env, args []string) error {
 	costPerHour := fs.Float64("cost-per-hour", 0, "hourly `cost` of one instance")
 	plotBase := fs.String("plot", "results/loadtest/latency-rps", "with --sweep or --compare, write the curves to `base`.png and base.svg")
 	asJSON := fs.Bool("json", false, "print JSON instead of tables")
+	outcomes := fs.String("outcomes", "", "write every request's arrival, max tokens and outcome to `file`, a JSON line a rate (experiments/loadtest.Record)")
+	serverHeader := fs.String("server-header", "", "record the response header `name` with each outcome (a proxy's name for the replica that served)")
 	compare := fs.String("compare", "", "instead of a run, compare saved --json reports: `LABEL=FILE,...` (needs --knee)")
 	if err := e.parse(fs, args); err != nil {
 		return err
@@ -218,7 +224,27 @@ func runLoadtest(e *env, args []string) error {
 	bar := newProgress(e.stderr, "loadtest: requests")
 	defer bar.clear()
 	cfg := loadtest.Config{URL: *url, Model: *modelName, Chat: *chat, MaxConcurrency: *maxConc, Timeout: *timeout, IgnoreEOS: *ignoreEOS,
-		APIKey: cmp.Or(*apiKey, os.Getenv("OPENAI_API_KEY")), Progress: bar.set}
+		APIKey: cmp.Or(*apiKey, os.Getenv("OPENAI_API_KEY")), Progress: bar.set, ServerHeader: *serverHeader}
+	closeOutcomes := func() error { return nil }
+	if *outcomes != "" {
+		f, err := os.Create(*outcomes)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		var werr error
+		run := 0
+		cfg.Outcomes = func(res *loadtest.Result) {
+			werr = cmp.Or(werr, loadtest.WriteRecord(f, rates[run], *timeout, res))
+			run++
+		}
+		closeOutcomes = func() error {
+			if err := cmp.Or(werr, f.Close()); err != nil {
+				return fmt.Errorf("--outcomes %s: %v", *outcomes, err)
+			}
+			return nil
+		}
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
@@ -246,6 +272,9 @@ func runLoadtest(e *env, args []string) error {
 		if errors.Is(err, context.Canceled) {
 			return errors.New("interrupted")
 		}
+		return err
+	}
+	if err := closeOutcomes(); err != nil {
 		return err
 	}
 	report.Runs = points

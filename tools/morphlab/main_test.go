@@ -151,7 +151,7 @@ func TestProgress(t *testing.T) {
 
 // TestCommandsRegistered: every subcommand this build implements is in the table that help and dispatch read.
 func TestCommandsRegistered(t *testing.T) {
-	want := []string{"bench", "calibrate", "costmodel", "data", "device-fidelity", "fidelity", "fleet-study", "generate", "loadtest",
+	want := []string{"bench", "calibrate", "costmodel", "data", "device-fidelity", "failover", "fidelity", "fleet-study", "generate", "loadtest",
 		"perplexity", "prefix", "probe", "profile", "quantize", "reproduce", "run", "serve", "simulate", "synth", "trace"}
 	got := names()
 	for _, w := range want {

@@ -54,7 +54,15 @@ results.json, byte for byte.
 autoscaler (Kubernetes' HPA rule) that adds replicas --scale-delay after asking for them and removes them after
 --scale-cooldown. results.json then holds the fleet's aggregates, each replica's, the fleet's size over time,
 replica-hours and cost at the catalog's on-demand price of the device; fleet.png and fleet.svg plot the replicas
-and the queue over time.`
+and the queue over time.
+
+--fail-replica R@AT+DOWN,... kills replica R (from 0) AT into the run and starts it again DOWN later, behind a
+proxy that handles it as HAProxy with health checks, retry-on and option redispatch does: the proxy marks it down
+--fail-detect after its death and until then sends the requests the router gives it on to another replica; of the
+requests in it, those whose response had begun are lost (finish "error"; --fail-response admission: those its
+engine had taken in, as morphlab serve sends its headers then; first-token: those with a token) and the others
+are sent on; it serves again --fail-restart after its restart. results.json records each fault with its times and counts
+(fleet.faults) and each request's retries.`
 
 // runReplay is run and simulate: it deploys the model as the flags say, replays the trace and writes the results.
 func runReplay(e *env, args []string, executor, help string) error {

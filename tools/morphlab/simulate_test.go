@@ -86,6 +86,33 @@ func TestSimulate(t *testing.T) {
 	}
 }
 
+// TestSimulateFault: --fail-replica kills a replica of the fleet and starts it again: every request has one
+// outcome, completed or failed with the error, results.json records the fault with the proxy's times from the
+// flags, and the requests that failed are those it counts lost.
+func TestSimulateFault(t *testing.T) {
+	dir := t.TempDir()
+	tr := burstFile(t, dir, 300)
+	out := filepath.Join(dir, "fault")
+	code, stdout, stderr := runCLI("simulate", "--model", "llama-2-7b", "--device", "l4", "--trace", tr, "--kv-blocks", "958",
+		"--replicas", "3", "--router", "least-outstanding", "--fail-replica", "1@20s+30s", "--fail-detect", "3s", "--fail-restart", "5s", "--out", out)
+	if code != 0 {
+		t.Fatalf("simulate --fail-replica: exit %d, %q, %q", code, stdout, stderr)
+	}
+	r, err := results.Load(filepath.Join(out, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Fleet.Faults) != 1 {
+		t.Fatalf("faults %+v, want one", r.Fleet.Faults)
+	}
+	f := r.Fleet.Faults[0]
+	a := r.Aggregates
+	if f.Replica != 1 || f.At != 20 || f.Detected != 23 || f.Restarted != 50 || f.Serving != 55 || f.Lost == 0 || a.Failed != f.Lost ||
+		a.Completed+a.Failed != 300 || len(r.Requests) != 300 {
+		t.Errorf("fault %+v; %d requests, %d completed, %d failed", f, len(r.Requests), a.Completed, a.Failed)
+	}
+}
+
 // TestSimulateFleet: --replicas and --autoscale make simulate replay the trace on a fleet: every request served,
 // results.json with the fleet's replicas and cost, and its plot; bad fleet flags are one-line usage errors.
 func TestSimulateFleet(t *testing.T) {
@@ -116,6 +143,9 @@ func TestSimulateFleet(t *testing.T) {
 		{[]string{"--replicas", "2", "--rate-limit", "5"}, "a rate with a burst"},
 		{[]string{"--autoscale", "outstanding"}, "want metric=target"},
 		{[]string{"--autoscale", "gpu=3"}, `metric "gpu"`},
+		{[]string{"--replicas", "2", "--fail-replica", "1@10s"}, "--fail-replica: fault \"1@10s\", want REPLICA@AT+DOWN"},
+		{[]string{"--replicas", "2", "--fail-replica", "2@10s+10s"}, "fault of replica 2, want one of the 2"},
+		{[]string{"--replicas", "2", "--fail-replica", "1@10s+10s", "--fail-response", "headers"}, "--fail-response: response start \"headers\""},
 	} {
 		args := append([]string{"simulate", "--model", "llama-2-7b", "--device", "l4", "--trace", tr, "--out", dir}, c.args...)
 		code, _, stderr := runCLI(args...)
