@@ -184,6 +184,13 @@ func (r *fleetRun) fleetRecord() (*results.FleetSpec, error) {
 		spec.Autoscale = &results.Autoscale{Template: tmpl, Metric: a.Metric, Target: a.Target, Min: a.Min, Max: a.Max,
 			Interval: a.Interval, Delay: a.Delay, CoolDown: a.CoolDown}
 	}
+	for _, ft := range f.Faults {
+		spec.Faults = append(spec.Faults, results.FaultSpec{Replica: ft.Replica, At: ft.At, Down: ft.Down})
+	}
+	if len(f.Faults) > 0 {
+		o := f.Failover
+		spec.Failover = &results.FailoverSpec{Detect: o.Detect, Restart: o.Restart, Response: o.Response.String()}
+	}
 	return spec, nil
 }
 
@@ -204,6 +211,16 @@ func fleetOf(r results.FleetSpec) (Fleet, error) {
 		}
 		f.Autoscale = &Autoscale{Template: tmpl, Metric: a.Metric, Target: a.Target, Min: a.Min, Max: a.Max, Interval: a.Interval,
 			Delay: a.Delay, CoolDown: a.CoolDown}
+	}
+	for _, ft := range r.Faults {
+		f.Faults = append(f.Faults, Fault{Replica: ft.Replica, At: ft.At, Down: ft.Down})
+	}
+	if o := r.Failover; o != nil {
+		response, err := ParseResponseStart(o.Response)
+		if err != nil {
+			return f, fmt.Errorf("failover: %w", err)
+		}
+		f.Failover = Failover{Detect: o.Detect, Restart: o.Restart, Response: response}
 	}
 	return f, nil
 }

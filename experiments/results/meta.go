@@ -72,6 +72,26 @@ type FleetSpec struct {
 	Router    string       `json:"router"`
 	Admission Admission    `json:"admission"`
 	Autoscale *Autoscale   `json:"autoscale"` // nil: a fixed fleet
+	// Faults are the replicas killed during the run and started again, and Failover what the proxy in front
+	// does about them (both left out without faults).
+	Faults   []FaultSpec   `json:"faults,omitempty"`
+	Failover *FailoverSpec `json:"failover,omitempty"`
+}
+
+// FaultSpec is one replica killed during a fleet's run: its index among those the fleet starts with, when it
+// dies and how long until it is started again.
+type FaultSpec struct {
+	Replica int           `json:"replica"`
+	At      time.Duration `json:"at_ns"`
+	Down    time.Duration `json:"down_ns"`
+}
+
+// FailoverSpec is how the proxy in front of a fleet handles a replica that dies: the time to mark it down, the
+// time from its restart to its serving, and when a response begins (admission or first-token).
+type FailoverSpec struct {
+	Detect   time.Duration `json:"detect_ns"`
+	Restart  time.Duration `json:"restart_ns"`
+	Response string        `json:"response"`
 }
 
 // Admission is a fleet's admission control (0: no limit).
