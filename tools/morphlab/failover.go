@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -13,8 +12,6 @@ import (
 
 	"github.com/morphlab/morphlab/experiments/deploy"
 	"github.com/morphlab/morphlab/experiments/failover"
-	"github.com/morphlab/morphlab/experiments/loadtest"
-	"github.com/morphlab/morphlab/internal/numfmt"
 )
 
 func init() {
@@ -60,87 +57,34 @@ func runFailover(e *env, args []string) error {
 	if *outcomes == "" || *logPath == "" || *eventsPath == "" || *servers == "" || *killed == "" {
 		return usagef("--outcomes, --haproxy-log, --events, --servers and --killed are required")
 	}
-	names := strings.Split(*servers, ",")
-	index := slices.Index(names, *killed)
-	if index < 0 {
+	d, err := df.Deployment()
+	if err != nil {
+		return usagef("%v", err)
+	}
+	if !slices.Contains(strings.Split(*servers, ","), *killed) {
 		return usagef("--killed %q is not one of --servers %s", *killed, *servers)
 	}
 	if *inter <= 0 || *fall < 1 || *rise < 1 {
 		return usagef("--check-inter %v, --check-fall %d, --check-rise %d: want an interval above 0 and counts of 1 or more", *inter, *fall, *rise)
 	}
-	d, err := df.Deployment()
-	if err != nil {
-		return usagef("%v", err)
-	}
-	recs, err := loadtest.ReadRecords(*outcomes)
-	if err != nil {
-		return err
-	}
-	if len(recs) != 1 {
-		return fmt.Errorf("%s: %d records, want the one of a run at one rate", *outcomes, len(recs))
-	}
-	rec := recs[0]
-	log, err := failover.ReadLog(*logPath)
-	if err != nil {
-		return err
-	}
-	ev, err := failover.ReadEvents(*eventsPath)
-	if err != nil {
-		return err
-	}
-	measured, err := failover.Measure(rec, log, ev, *killed)
-	if err != nil {
-		return err
-	}
-
-	fault := deploy.Fault{Replica: index, At: ev.Kill.Sub(rec.Start), Down: ev.Restart.Sub(ev.Kill)}
-	proxy := deploy.Failover{Detect: time.Duration(*fall) * *inter, Restart: ev.Up.Sub(ev.Restart) + time.Duration(*rise)*(*inter)}
-	fleet := deploy.Fleet{Router: *router, Faults: []deploy.Fault{fault}, Failover: proxy}
-	for range names {
-		fleet.Replicas = append(fleet.Replicas, d)
-	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	run, err := fleet.Replay(ctx, failover.Trace(rec), deploy.ReplayOptions{})
+	c, err := failover.Compare(ctx, failover.Run{Outcomes: *outcomes, ProxyLog: *logPath, Events: *eventsPath, Servers: strings.Split(*servers, ","),
+		Killed: *killed, Replica: d, Router: *router, CheckInter: *inter, CheckFall: *fall, CheckRise: *rise})
 	if err != nil {
 		return err
 	}
-	if err := run.Write(filepath.Join(*out, "sim"), nil); err != nil {
+	if err := c.Simulated.Write(filepath.Join(*out, "sim"), nil); err != nil {
 		return err
 	}
-	simulated, err := failover.Predict(run, rec.Timeout)
-	if err != nil {
+	if err := os.WriteFile(filepath.Join(*out, "failover.md"), c.Markdown, 0o644); err != nil {
 		return err
 	}
-
-	var md bytes.Buffer
-	s := func(t time.Duration) string { return numfmt.Figure(t.Seconds()) }
-	fmt.Fprintf(&md, "# A fleet of %d replicas behind HAProxy losing %s\n\n", len(names), *killed)
-	fmt.Fprintf(&md, "%d requests at %s req/s (timeout %v); %s killed %s s into the load and started again %s s later (up %s s after its\n",
-		len(rec.Requests), numfmt.Figure(rec.Rate), rec.Timeout, *killed, s(fault.At), s(fault.Down), s(ev.Up.Sub(ev.Restart)))
-	fmt.Fprintf(&md, "start); health checks every %v, down after %d failures, up after %d passes. Simulated: %s on %s, %s router,\n",
-		*inter, *fall, *rise, filepath.Base(d.Model), d.Device, *router)
-	fmt.Fprintf(&md, "marked down %s s after the kill, serving %s s after the restart.\n\n", s(proxy.Detect), s(proxy.Restart))
-	if err := failover.Write(&md, measured, simulated); err != nil {
+	if _, err := e.stdout.Write(c.Markdown); err != nil {
 		return err
 	}
-	bad := failover.Check(rec, log, measured, *killed)
-	if len(bad) == 0 {
-		fmt.Fprintf(&md, "\nEvery request accounted for; the only failures are the streams cut on %s.\n", *killed)
-	} else {
-		fmt.Fprintf(&md, "\nMissed: %s.\n", strings.Join(bad, "; "))
-	}
-	if err := os.MkdirAll(*out, 0o755); err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(*out, "failover.md"), md.Bytes(), 0o644); err != nil {
-		return err
-	}
-	if _, err := e.stdout.Write(md.Bytes()); err != nil {
-		return err
-	}
-	if len(bad) > 0 {
-		return fmt.Errorf("the run missed: %s", strings.Join(bad, "; "))
+	if len(c.Missed) > 0 {
+		return fmt.Errorf("the run missed: %s", strings.Join(c.Missed, "; "))
 	}
 	return nil
 }
