@@ -132,17 +132,26 @@ func (k KneeTarget) Meets(m Metrics) bool {
 	return m.Completed > 0 && m.Completed == m.Requests && k.P95(m) <= ms(k.Limit)
 }
 
-// Knee returns the point with the highest request throughput among those that meet the target, and false when
-// none does.
+// Knee returns the knee of a Latency-RPS curve under target: the point of the highest rate below the lowest rate
+// that misses the target (every point when none misses), in any order; false when the lowest rate misses already
+// or there are no points. A noisy curve can meet the target again past a rate that missed it (a run at a higher
+// rate that happened to go well); the server did not hold the target up to that rate, so it is not the knee, however
+// much it served.
 func Knee(points []Point, target KneeTarget) (Point, bool) {
-	var best Point
-	found := false
+	miss := math.Inf(1)
 	for _, p := range points {
-		if target.Meets(p.Metrics) && (!found || p.Metrics.RequestThroughput > best.Metrics.RequestThroughput) {
-			best, found = p, true
+		if !target.Meets(p.Metrics) {
+			miss = min(miss, p.Rate)
 		}
 	}
-	return best, found
+	var knee Point
+	found := false
+	for _, p := range points {
+		if p.Rate < miss && (!found || p.Rate > knee.Rate) {
+			knee, found = p, true
+		}
+	}
+	return knee, found
 }
 
 // Capacity is what serving a target load takes, from one instance's throughput at the knee.

@@ -56,6 +56,27 @@ func TestKnee(t *testing.T) {
 	}
 }
 
+// TestKneeNoisy: on a measured curve (a fleet's P95 TTFT against 1 s) the rate 46 misses the target and 50 meets it
+// again with more throughput; the knee is 42, the highest rate below the first miss, wherever the points stand in
+// the list. The highest-throughput rule that meets the target would have said 50.
+func TestKneeNoisy(t *testing.T) {
+	target := KneeTarget{Metric: "ttft", Limit: time.Second}
+	at := func(rate, rps, p95ttft float64) Point {
+		return Point{Rate: rate, Metrics: Metrics{Requests: 10, Completed: 10, RequestThroughput: rps, TTFT: Summary{P95: p95ttft}}}
+	}
+	points := []Point{at(50, 48.6, 870), at(26, 25.8, 47), at(54, 50.1, 2900), at(38, 37.4, 86), at(46, 44.9, 1435),
+		at(42, 41.2, 350), at(30, 29.7, 60), at(34, 33.5, 71)}
+	if k, ok := Knee(points, target); !ok || k.Rate != 42 || k.Metrics.RequestThroughput != 41.2 {
+		t.Errorf("knee %+v %v, want the rate-42 point", k, ok)
+	}
+	if k, ok := Knee(points[2:3], target); ok {
+		t.Errorf("knee %+v of a curve whose only rate misses", k)
+	}
+	if k, ok := Knee(nil, target); ok {
+		t.Errorf("knee %+v of no points", k)
+	}
+}
+
 func TestPlanCapacity(t *testing.T) {
 	// 1.1 req/s at the knee, 50 output tokens per request; 11 req/s needs exactly 10 instances (11/1.1 is
 	// 10.000000000000002 in floating point), 11.5 needs 11.

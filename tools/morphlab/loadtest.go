@@ -43,8 +43,9 @@ generate all max_tokens of every request.
 random token ids of its prompt length (or the --prompts texts in turn).
 
 --sweep runs each rate in turn and draws the Latency-RPS curve (P50 and P95 of TTFT and E2EL against the
-request throughput achieved) to --plot.png and --plot.svg. The knee is the rate with the highest throughput
-whose P95 of the --knee latency is within its limit and whose requests all completed. --target-rps with
+request throughput achieved) to --plot.png and --plot.svg. The knee is the highest rate below the first rate
+that misses the --knee target (the P95 of its latency over the limit, or a request not completed), so that a
+noisy curve that meets the target again past a miss does not move it. --target-rps with
 --cost-per-hour turns the knee into instances (rounded up) and cost per hour and per million output tokens.
 
 --compare reads the --json reports of several sweeps (LABEL=FILE,..., one per scheduler, say), draws their P95
