@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -60,6 +61,15 @@ func formatBytes(n int64) string {
 		i++
 	}
 	return strconv.FormatFloat(math.Round(v*100)/100, 'f', -1, 64) + " " + units[i]
+}
+
+// checkPlotName accepts a file name whose extension gonum/plot writes.
+func checkPlotName(name string) error {
+	switch strings.ToLower(filepath.Ext(name)) {
+	case ".png", ".svg", ".pdf":
+		return nil
+	}
+	return usagef("--plot %s: want a .png, .svg or .pdf file name", name)
 }
 
 // createFile creates path and its parent directories.
