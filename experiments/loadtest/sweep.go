@@ -1,7 +1,6 @@
 package loadtest
 
 import (
-	"context"
 	"fmt"
 	"math"
 	"slices"
@@ -14,31 +13,6 @@ import (
 type Point struct {
 	Rate    float64 `json:"rate"`
 	Metrics Metrics `json:"metrics"`
-}
-
-// Sweep runs one load test per rate, in the order given, each with the requests that workload makes for it,
-// and calls done after each (for progress; it may be nil). It stops at the first error or when ctx ends.
-func Sweep(ctx context.Context, cfg Config, rates []float64, workload func(rate float64) ([]Request, error), slo SLO, done func(Point)) ([]Point, error) {
-	var points []Point
-	for _, rate := range rates {
-		reqs, err := workload(rate)
-		if err != nil {
-			return points, fmt.Errorf("rate %v: %v", rate, err)
-		}
-		res, err := Run(ctx, cfg, reqs)
-		if err != nil {
-			return points, fmt.Errorf("rate %v: %v", rate, err)
-		}
-		if err := ctx.Err(); err != nil {
-			return points, err
-		}
-		p := Point{Rate: rate, Metrics: Compute(res, slo)}
-		points = append(points, p)
-		if done != nil {
-			done(p)
-		}
-	}
-	return points, nil
 }
 
 // KneeTarget is what the knee of a Latency-RPS curve must meet: the P95 of one latency (ttft, tpot, itl or

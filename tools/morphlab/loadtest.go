@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -12,12 +11,9 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/morphlab/morphlab/experiments/loadtest"
 	"github.com/morphlab/morphlab/experiments/trace"
-	"github.com/morphlab/morphlab/internal/numfmt"
-	"github.com/morphlab/morphlab/internal/openai"
 )
 
 func init() {
@@ -68,7 +64,6 @@ func runLoadtest(e *env, args []string) error {
 	tracePath := fs.String("trace", "", "replay the arrivals and lengths of a trace `file` (any format experiments/trace reads)")
 	var tf trace.Flags
 	tf.Register(fs) // also --seed, the seed of arrivals and synthetic prompts as well
-	seed := &tf.Seed
 	promptsFile := fs.String("prompts", "", "prompts `file` (JSONL turns[0]/prompt/text, or one per line); default synthetic")
 	promptTokens := fs.Int("prompt-tokens", 128, "synthetic prompt length in `tokens`")
 	vocab := fs.Int("vocab", 256, "synthetic token ids are below `N` (at most the model's vocabulary)")
@@ -109,7 +104,8 @@ func runLoadtest(e *env, args []string) error {
 	if _, err := loadtest.CheckURL(*url); err != nil {
 		return usageError{"--" + err.Error()}
 	}
-	var rates []float64
+	w := loadtest.Workload{Duration: *duration, Burstiness: *burstiness, PromptTokens: *promptTokens, OutputTokens: *outputTokens,
+		RangeRatio: *rangeRatio, Vocab: *vocab, Seed: tf.Seed}
 	if *tracePath != "" {
 		for _, name := range []string{"rate", "sweep", "duration", "burstiness", "prompt-tokens", "output-tokens", "range-ratio"} {
 			if set[name] {
@@ -123,24 +119,9 @@ func runLoadtest(e *env, args []string) error {
 			}
 		}
 		var err error
-		if rates, err = parseRates(*rate, *sweep); err != nil {
+		if w.Rates, err = parseRates(*rate, *sweep); err != nil {
 			return err
 		}
-		if *duration <= 0 {
-			return usagef("--duration=%v, want a span of arrivals above 0 such as 60s", *duration)
-		}
-		if !(*burstiness > 0) || math.IsInf(*burstiness, 0) {
-			return usagef("--burstiness=%v, want a number above 0 (1 is Poisson)", *burstiness)
-		}
-	}
-	if *outputTokens < 1 {
-		return usagef("--output-tokens=%d, want at least 1", *outputTokens)
-	}
-	if !(*rangeRatio >= 0 && *rangeRatio < 1) {
-		return usagef("--range-ratio=%v, want 0 or more and below 1", *rangeRatio)
-	}
-	if *rangeRatio > 0 && *promptsFile != "" {
-		return usagef("--range-ratio draws the lengths of synthetic prompts, not of --prompts")
 	}
 	if *maxConc < 0 {
 		return usagef("--max-concurrency=%d, want 0 (no limit) or more", *maxConc)
@@ -148,141 +129,83 @@ func runLoadtest(e *env, args []string) error {
 	if *timeout <= 0 {
 		return usagef("--timeout=%v, want more than 0", *timeout)
 	}
-	var (
-		slo loadtest.SLO
-		err error
-	)
+	o := loadtest.Options{Workload: w, TargetRPS: *targetRPS, CostPerHour: *costPerHour}
+	var err error
 	if *sloFlag != "" {
-		if slo, err = loadtest.ParseSLO(*sloFlag); err != nil {
+		if o.SLO, err = loadtest.ParseSLO(*sloFlag); err != nil {
 			return usageError{"--slo: " + err.Error()}
 		}
 	}
-	var knee *loadtest.KneeTarget
 	if *kneeFlag != "" {
 		k, err := loadtest.ParseKneeTarget(*kneeFlag)
 		if err != nil {
 			return usageError{"--knee: " + err.Error()}
 		}
-		knee = &k
+		o.Knee = &k
 	}
 	if *targetRPS != 0 || *costPerHour != 0 {
-		if knee == nil || !(*targetRPS > 0) || !(*costPerHour >= 0) {
+		if o.Knee == nil || !(*targetRPS > 0) || !(*costPerHour >= 0) {
 			return usagef("--target-rps R --cost-per-hour C need --knee, R above 0 and C of 0 or more")
 		}
 	}
-
-	var prompts []openai.Prompt
 	if *promptsFile != "" {
-		if prompts, err = loadtest.LoadPrompts(*promptsFile); err != nil {
+		if o.Workload.Prompts, err = loadtest.LoadPrompts(*promptsFile); err != nil {
 			return err
 		}
 	} else if *chat {
 		return usagef("--chat needs --prompts: synthetic prompts are token ids, which chat messages cannot carry")
 	}
-	var workload func(r float64) ([]loadtest.Request, error)
 	if *tracePath != "" {
-		t, err := tf.Load(*tracePath)
-		if err != nil {
+		if o.Workload.Trace, err = tf.Load(*tracePath); err != nil {
 			return err
 		}
-		reqs, err := loadtest.FromTrace(t, prompts, *vocab, *seed)
-		if err != nil {
-			return err
-		}
-		workload = func(float64) ([]loadtest.Request, error) { return reqs, nil }
-		rates = []float64{traceRate(t)}
-		*duration = time.Duration(t.Duration() * float64(time.Second))
-		fmt.Fprintf(e.stderr, "loadtest: %s, model %s, replaying %s\n", *url, *modelName, t)
+		fmt.Fprintf(e.stderr, "loadtest: %s, model %s, replaying %s\n", *url, *modelName, o.Workload.Trace)
 	} else {
-		if prompts == nil {
-			if prompts, err = loadtest.SyntheticPrompts(64, *promptTokens, *vocab, *seed); err != nil {
-				return usageError{err.Error()}
-			}
-		}
-		workload = func(r float64) ([]loadtest.Request, error) {
-			n := max(1, int(math.Round(r*duration.Seconds())))
-			at, err := loadtest.Arrivals(r, *burstiness, n, *seed)
-			if err != nil {
-				return nil, err
-			}
-			if *rangeRatio > 0 {
-				pl, ol, err := loadtest.RandomLengths(n, *promptTokens, *outputTokens, *rangeRatio, *seed)
-				if err != nil {
-					return nil, err
-				}
-				return loadtest.LengthWorkload(at, pl, ol, *vocab, *seed)
-			}
-			return loadtest.Workload(at, prompts, *outputTokens), nil
-		}
+		fmt.Fprintf(e.stderr, "loadtest: %s, model %s, %d rate(s) for %v each\n", *url, *modelName, len(w.Rates), *duration)
+	}
+	if err := o.Workload.Check(); err != nil {
+		return usageError{err.Error()}
+	}
+	if *sweep != "" {
+		o.Plot = *plotBase
 	}
 	bar := newProgress(e.stderr, "loadtest: requests")
 	defer bar.clear()
-	cfg := loadtest.Config{URL: *url, Model: *modelName, Chat: *chat, MaxConcurrency: *maxConc, Timeout: *timeout, IgnoreEOS: *ignoreEOS,
+	o.Config = loadtest.Config{URL: *url, Model: *modelName, Chat: *chat, MaxConcurrency: *maxConc, Timeout: *timeout, IgnoreEOS: *ignoreEOS,
 		APIKey: cmp.Or(*apiKey, os.Getenv("OPENAI_API_KEY")), Progress: bar.set}
-
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	for _, r := range rates {
-		if _, err := workload(r); err != nil {
-			return usagef("rate %v: %v", r, err)
-		}
-	}
-	report := loadtestReport{URL: *url, Model: *modelName, Burstiness: *burstiness, DurationS: duration.Seconds(), Seed: *seed,
-		RangeRatio: *rangeRatio, IgnoreEOS: *ignoreEOS, KneeTarget: knee}
-	if *tracePath == "" {
-		fmt.Fprintf(e.stderr, "loadtest: %s, model %s, %d rate(s) for %v each\n", *url, *modelName, len(rates), *duration)
-	}
-	points, err := loadtest.Sweep(ctx, cfg, rates, workload, slo, func(p loadtest.Point) {
+	o.Done = func(p loadtest.Point) {
 		bar.clear()
 		m := p.Metrics
 		fmt.Fprintf(e.stderr, "rate %v: %d requests, %d completed, %d rejected, %d failed, %.3g req/s\n",
 			p.Rate, m.Requests, m.Completed, m.Rejected, m.Failed, m.RequestThroughput)
 		if w := m.RateWarning(); w != "" {
 			fmt.Fprintf(e.stderr, "rate %v: %s\n", p.Rate, w)
-			report.Warnings = append(report.Warnings, fmt.Sprintf("rate %v: %s", p.Rate, w))
 		}
-	})
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	report, err := loadtest.Run(ctx, o)
+	if errors.Is(err, context.Canceled) {
+		return errors.New("interrupted")
+	}
 	if err != nil {
-		if errors.Is(err, context.Canceled) {
-			return errors.New("interrupted")
-		}
 		return err
 	}
-	report.Runs = points
-
-	if knee != nil {
-		if k, ok := loadtest.Knee(points, *knee); ok {
-			report.Knee = &k
-		}
-	}
-	if report.Knee != nil && *targetRPS > 0 {
-		c, err := loadtest.PlanCapacity(report.Knee.Metrics, *targetRPS, *costPerHour)
-		if err != nil {
-			return err
-		}
-		report.Capacity = &c
-	}
-	if *sweep != "" {
-		title := fmt.Sprintf("%s at %s (burstiness %g)", *modelName, *url, *burstiness)
-		if err := loadtest.PlotCurve(points, title, *plotBase); err != nil {
-			return err
-		}
-		report.Plots = []string{*plotBase + ".png", *plotBase + ".svg"}
+	if len(report.Plots) > 0 {
 		fmt.Fprintf(e.stderr, "curve in %s.png and %s.svg\n", *plotBase, *plotBase)
 	}
-
 	if *asJSON {
 		err = writeJSON(e.stdout, report)
 	} else {
-		err = printLoadtest(e, report, *sweep != "")
+		err = report.Write(e.stdout)
 	}
 	if err != nil {
 		return err
 	}
-	if knee != nil && *targetRPS > 0 && report.Knee == nil {
-		return fmt.Errorf("no rate meets the knee target %v: no capacity to plan", knee)
+	if o.Knee != nil && *targetRPS > 0 && report.Knee == nil {
+		return fmt.Errorf("no rate meets the knee target %v: no capacity to plan", o.Knee)
 	}
-	for _, p := range points {
+	for _, p := range report.Runs {
 		if p.Metrics.Completed == 0 {
 			return fmt.Errorf("rate %v: no request completed (the first: %s)", p.Rate, p.Metrics.FirstError)
 		}
@@ -290,38 +213,8 @@ func runLoadtest(e *env, args []string) error {
 	return nil
 }
 
-// loadtestReport is loadtest's JSON output.
-type loadtestReport struct {
-	URL        string               `json:"url"`
-	Model      string               `json:"model"`
-	Burstiness float64              `json:"burstiness"`
-	DurationS  float64              `json:"duration_s"`
-	Seed       uint64               `json:"seed"`
-	RangeRatio float64              `json:"range_ratio,omitempty"`
-	IgnoreEOS  bool                 `json:"ignore_eos,omitempty"`
-	Runs       []loadtest.Point     `json:"runs"`
-	KneeTarget *loadtest.KneeTarget `json:"knee_target,omitempty"`
-	Knee       *loadtest.Point      `json:"knee,omitempty"`
-	Capacity   *loadtest.Capacity   `json:"capacity,omitempty"`
-	Plots      []string             `json:"plots,omitempty"`
-	Warnings   []string             `json:"warnings,omitempty"`
-}
-
-// compareReport is loadtest --compare's JSON output.
-type compareReport struct {
-	KneeTarget loadtest.KneeTarget `json:"knee_target"`
-	Curves     []compareCurve      `json:"curves"`
-	Plots      []string            `json:"plots"`
-}
-
-type compareCurve struct {
-	Label string          `json:"label"`
-	File  string          `json:"file"`
-	Knee  *loadtest.Point `json:"knee"` // null when no rate meets the target
-}
-
-// runCompare reads the --json reports of several sweeps (one per label, such as one per scheduler), draws
-// their curves on one plot and tabulates their knees.
+// runCompare reads the --json reports of several sweeps (LABEL=FILE,..., one per label, such as one per
+// scheduler), draws their curves on one plot and tabulates their knees and the target's P95 at every rate.
 func runCompare(e *env, spec, kneeFlag, plotBase string, asJSON bool) error {
 	if kneeFlag == "" {
 		return usagef("--compare needs --knee")
@@ -330,57 +223,28 @@ func runCompare(e *env, spec, kneeFlag, plotBase string, asJSON bool) error {
 	if err != nil {
 		return usageError{"--knee: " + err.Error()}
 	}
-	var (
-		curves []loadtest.Curve
-		out    = compareReport{KneeTarget: target}
-	)
+	var labels, files []string
 	for part := range strings.SplitSeq(spec, ",") {
 		label, file, ok := strings.Cut(part, "=")
 		if !ok || label == "" || file == "" {
 			return usagef("--compare=%q: want LABEL=FILE,... such as static=static.json,continuous=cont.json", spec)
 		}
-		b, err := os.ReadFile(file)
-		if err != nil {
-			return err
-		}
-		var r loadtestReport
-		if err := json.Unmarshal(b, &r); err != nil {
-			return fmt.Errorf("%s: not a 'morphlab loadtest --json' report: %v", file, err)
-		}
-		if len(r.Runs) == 0 {
-			return fmt.Errorf("%s: the report has no runs", file)
-		}
-		curves = append(curves, loadtest.Curve{Label: label, Points: r.Runs})
-		c := compareCurve{Label: label, File: file}
-		if k, ok := loadtest.Knee(r.Runs, target); ok {
-			c.Knee = &k
-		}
-		out.Curves = append(out.Curves, c)
+		labels, files = append(labels, label), append(files, file)
 	}
-	if err := loadtest.PlotCompare(curves, "Latency-RPS", plotBase); err != nil {
+	c, err := loadtest.Compare(labels, files, target, plotBase)
+	if err != nil {
 		return err
 	}
-	out.Plots = []string{plotBase + ".png", plotBase + ".svg"}
 	fmt.Fprintf(e.stderr, "curves in %s.png and %s.svg\n", plotBase, plotBase)
 	if asJSON {
-		return writeJSON(e.stdout, out)
+		return writeJSON(e.stdout, c)
 	}
-	return loadtest.WriteTables(e.stdout, loadtest.CompareTable(curves, target))
+	return loadtest.WriteTables(e.stdout, c.Tables()...)
 }
 
 // traceOnlyFlags are trace.Flags' flags other than --seed: they choose how a trace is read and transformed.
 var traceOnlyFlags = []string{"trace-format", "sort-arrivals", "keep-failed", "window", "busiest", "busiest-by", "thin",
 	"time-scale", "length-scale", "clip", "max-prompt", "max-output"}
-
-// traceRate is a trace's mean arrival rate, (n-1) requests over the span of its arrivals (0 when it cannot be
-// told), as loadtest measures the asked rate.
-func traceRate(t *trace.Trace) float64 {
-	n := len(t.Requests)
-	if n < 2 || t.Duration() <= 0 {
-		return 0
-	}
-	return float64(n-1) / t.Duration()
-}
 
 // parseRates returns the rates of --rate or --sweep, exactly one of which must be given.
 func parseRates(rate float64, sweep string) ([]float64, error) {
@@ -402,28 +266,4 @@ func parseRates(rate float64, sweep string) ([]float64, error) {
 		rates = append(rates, r)
 	}
 	return rates, nil
-}
-
-func printLoadtest(e *env, r loadtestReport, sweep bool) error {
-	tables := []loadtest.Table{loadtest.SweepTable(r.Runs, r.Knee)}
-	if !sweep {
-		tables = loadtest.MetricsTables(r.Runs[0].Metrics)
-	}
-	if err := loadtest.WriteTables(e.stdout, tables...); err != nil {
-		return err
-	}
-	if r.KneeTarget != nil {
-		fmt.Fprintln(e.stdout)
-		if r.Knee == nil {
-			fmt.Fprintf(e.stdout, "knee: no rate meets %v with every request completed\n", r.KneeTarget)
-		} else {
-			m := r.Knee.Metrics
-			fmt.Fprintf(e.stdout, "knee: %s req/s achieved at rate %v (%v: %s ms)\n", numfmt.Figure(m.RequestThroughput), r.Knee.Rate, r.KneeTarget, numfmt.Figure(r.KneeTarget.P95(m)))
-		}
-	}
-	if r.Capacity != nil {
-		fmt.Fprintln(e.stdout)
-		return loadtest.WriteTables(e.stdout, loadtest.CapacityTable(*r.Capacity))
-	}
-	return nil
 }

@@ -48,7 +48,7 @@ func TestLoadtestSweepJSON(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d, stderr %q", code, stderr)
 	}
-	var r loadtestReport
+	var r loadtest.Report
 	if err := json.Unmarshal([]byte(stdout), &r); err != nil {
 		t.Fatalf("stdout is not the JSON report: %v\n%s", err, stdout)
 	}
@@ -79,7 +79,7 @@ func TestLoadtestRangeRatio(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d, stderr %q", code, stderr)
 	}
-	var r loadtestReport
+	var r loadtest.Report
 	if err := json.Unmarshal([]byte(stdout), &r); err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +126,7 @@ func TestLoadtestAPIKey(t *testing.T) {
 			if code != 0 {
 				t.Fatalf("exit %d, stderr %q", code, stderr)
 			}
-			var r loadtestReport
+			var r loadtest.Report
 			if err := json.Unmarshal([]byte(stdout), &r); err != nil {
 				t.Fatal(err)
 			}
@@ -158,7 +158,7 @@ func TestLoadtestTrace(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d, stderr %q", code, stderr)
 	}
-	var r loadtestReport
+	var r loadtest.Report
 	if err := json.Unmarshal([]byte(stdout), &r); err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +207,7 @@ func TestLoadtestCompare(t *testing.T) {
 		t.Errorf("compare plot: %v", err)
 	}
 	code, stdout, _ = runCLI(append(args, "--json")...)
-	var r compareReport
+	var r loadtest.Comparison
 	if err := json.Unmarshal([]byte(stdout), &r); err != nil || code != 0 || len(r.Curves) != 2 || r.Curves[0].Knee == nil || r.Curves[1].Knee != nil {
 		t.Errorf("compare JSON: exit %d, %v, %+v", code, err, r)
 	}
@@ -215,6 +215,10 @@ func TestLoadtestCompare(t *testing.T) {
 
 func TestLoadtestErrors(t *testing.T) {
 	base := []string{"loadtest", "--url", "http://127.0.0.1:1", "--model", "m", "--duration", "1s"}
+	prompts := filepath.Join(t.TempDir(), "p.txt")
+	if err := os.WriteFile(prompts, []byte("a prompt\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		args []string
 		code int
@@ -225,13 +229,14 @@ func TestLoadtestErrors(t *testing.T) {
 		{append(base, "--rate", "1", "--sweep", "1,2"), 2, "give one of --rate R and --sweep"},
 		{append(base, "--sweep", "1,x"), 2, `--sweep="1,x": "x" is not a rate above 0`},
 		{append(base, "--rate", "-1"), 2, "--rate=-1"},
-		{append(base, "--rate", "1", "--burstiness", "0"), 2, "--burstiness=0"},
+		{append(base, "--rate", "1", "--burstiness", "0"), 2, "burstiness 0, want a number above 0"},
 		{append(base, "--rate", "1", "--slo", "ttft=soon"), 2, "--slo: "},
 		{append(base, "--rate", "1", "--knee", "p50=1s"), 2, "--knee: "},
 		{append(base, "--rate", "1", "--target-rps", "5"), 2, "need --knee"},
 		{append(base, "--rate", "1", "--chat"), 2, "--chat needs --prompts"},
-		{append(base, "--rate", "1", "--range-ratio", "1"), 2, "--range-ratio=1, want 0 or more and below 1"},
-		{append(base, "--rate", "1", "--range-ratio", "0.5", "--prompts", "p.txt"), 2, "--range-ratio draws the lengths of synthetic prompts"},
+		{append(base, "--rate", "1", "--range-ratio", "1"), 2, "range ratio 1, want 0 or more and below 1"},
+		{append(base, "--rate", "1", "--range-ratio", "0.5", "--prompts", prompts), 2, "a range ratio draws the lengths of synthetic prompts"},
+		{append(base, "--rate", "1", "--vocab", "3"), 2, "vocabulary of 3, want at least 4"},
 		{[]string{"loadtest", "--compare", "a=x.json"}, 2, "--compare needs --knee"},
 		{[]string{"loadtest", "--compare", "a=x.json", "--knee", "e2el=1s", "--rate", "1"}, 2, "--rate does not apply to --compare"},
 		{[]string{"loadtest", "--compare", "x.json", "--knee", "e2el=1s"}, 2, "want LABEL=FILE"},
