@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/morphlab/morphlab/internal/mdtable"
+	"github.com/morphlab/morphlab/profiling/cputop"
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 )
@@ -186,8 +187,8 @@ func (p *profileFlags) start(w io.Writer) (stop func() error, err error) {
 				return err
 			}
 			if p.top > 0 {
-				if err := printCPUTop(w, p.cpu, p.top); err != nil {
-					return err
+				if err := cputop.WriteTop(w, p.cpu, p.top); err != nil {
+					return fmt.Errorf("--pprof-top: %w", err)
 				}
 			}
 		}
