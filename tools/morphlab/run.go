@@ -14,6 +14,7 @@ import (
 	"github.com/morphlab/morphlab/experiments/results"
 	"github.com/morphlab/morphlab/experiments/suite"
 	"github.com/morphlab/morphlab/experiments/trace"
+	"github.com/morphlab/morphlab/internal/numfmt"
 )
 
 func init() {
@@ -137,7 +138,7 @@ func runReplay(e *env, args []string, executor, help string) error {
 	}
 	mem := in.Executor.Memory()
 	fmt.Fprintf(e.stderr, "%s: %d requests, %s on %s, policy %s, budget %s (%d KV blocks at full precision, %d attached), clock %s\n",
-		e.name, len(t.Requests), in.Name, d.Executor, d.Policy, formatBytes(mem.Budget), mem.FullBlocks, mem.Blocks, d.Clock)
+		e.name, len(t.Requests), in.Name, d.Executor, d.Policy, numfmt.Bytes(mem.Budget), mem.FullBlocks, mem.Blocks, d.Clock)
 	r, events, err := in.Replay(ctx, t, deploy.ReplayOptions{SLO: slo, PromptSeed: *promptSeed, KeepTokens: *keep || *reference != "", KeepSteps: *steps})
 	if err != nil {
 		return err

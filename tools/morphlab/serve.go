@@ -19,6 +19,7 @@ import (
 	"github.com/morphlab/morphlab/engine/executor/costmodel"
 	"github.com/morphlab/morphlab/engine/server"
 	"github.com/morphlab/morphlab/experiments/deploy"
+	"github.com/morphlab/morphlab/internal/numfmt"
 )
 
 func init() {
@@ -92,7 +93,7 @@ func runServe(e *env, args []string) (err error) {
 		}
 		heapLimit = total - own.file
 		fmt.Fprintf(e.stderr, "memory: %s for the process: %s resident after loading less the weights, %s kept for HTTP, %s for the engine\n",
-			formatBytes(total), formatBytes(total-l.Deployment.KV.Memory-serveReserve), formatBytes(serveReserve), formatBytes(l.Deployment.KV.Memory))
+			numfmt.Bytes(total), numfmt.Bytes(total-l.Deployment.KV.Memory-serveReserve), numfmt.Bytes(serveReserve), numfmt.Bytes(l.Deployment.KV.Memory))
 	}
 	in, err := l.Start()
 	if err != nil {
@@ -126,7 +127,7 @@ func runServe(e *env, args []string) (err error) {
 		limitHeap(cmp.Or(heapLimit, mem.Budget))
 	}
 	fmt.Fprintf(e.stderr, "serving %s on http://%s: %s batching, policy %s, %d KV blocks of %d tokens, budget %s (weights %s)\n",
-		*name, ln.Addr(), d.Scheduler.Kind, d.Policy, mem.Blocks, d.KV.BlockSize, formatBytes(mem.Budget), formatBytes(mem.Weights))
+		*name, ln.Addr(), d.Scheduler.Kind, d.Policy, mem.Blocks, d.KV.BlockSize, numfmt.Bytes(mem.Budget), numfmt.Bytes(mem.Weights))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	announced := make(chan struct{})
@@ -221,7 +222,7 @@ func engineBudget(total int64, own processMemory, weights int64) (int64, error) 
 	overhead := max(0, own.resident-weights) + serveReserve
 	if total <= overhead+weights {
 		return 0, fmt.Errorf("%s leaves nothing for KV blocks: the weights take %s, the process %s and HTTP %s",
-			formatBytes(total), formatBytes(weights), formatBytes(overhead-serveReserve), formatBytes(serveReserve))
+			numfmt.Bytes(total), numfmt.Bytes(weights), numfmt.Bytes(overhead-serveReserve), numfmt.Bytes(serveReserve))
 	}
 	return total - overhead, nil
 }
