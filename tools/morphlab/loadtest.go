@@ -44,8 +44,12 @@ that misses the --knee target (the P95 of its latency over the limit, or a reque
 noisy curve that meets the target again past a miss does not move it. --target-rps with
 --cost-per-hour turns the knee into instances (rounded up) and cost per hour and per million output tokens.
 
+--at-knee REPORT runs at the knee rate (under --knee) of a saved sweep instead of --rate, and --times X at X
+times each rate: --at-knee continuous.json --knee ttft=1s --times 4 is an overload at four times that knee.
+
 --compare reads the --json reports of several sweeps (LABEL=FILE,..., one per scheduler, say), draws their P95
-TTFT and E2EL curves on one plot and tabulates each one's knee and its ratio to the first one's.
+TTFT and E2EL curves on one plot and tabulates each one's knee with its ratio to the others' (but the last's),
+and the P95 of the --knee latency at every rate.
 
 A 429 counts as rejected and is not retried (the load is open-loop); its Retry-After is not honoured. Requests go
 only to --url: no redirects are followed and no proxy is used. Ctrl-C ends the run; what had not finished counts
@@ -59,6 +63,8 @@ func runLoadtest(e *env, args []string) error {
 	chat := fs.Bool("chat", false, "use /v1/chat/completions, the prompt as one user message")
 	rate := fs.Float64("rate", 0, "arrival `rate` in requests per second")
 	sweep := fs.String("sweep", "", "comma-separated arrival `rates` to run one after another")
+	atKnee := fs.String("at-knee", "", "instead of --rate, run at the knee rate (under --knee) of a saved --json sweep `report`")
+	times := fs.Float64("times", 1, "run at `X` times each rate, such as 4 for an overload at 4x the knee")
 	burstiness := fs.Float64("burstiness", 1, "gamma shape of the gaps: 1 is Poisson, below 1 burstier")
 	duration := fs.Duration("duration", 0, "span of each run's arrivals (`duration`); requests = round(rate x duration)")
 	tracePath := fs.String("trace", "", "replay the arrivals and lengths of a trace `file` (any format experiments/trace reads)")
@@ -104,10 +110,19 @@ func runLoadtest(e *env, args []string) error {
 	if _, err := loadtest.CheckURL(*url); err != nil {
 		return usageError{"--" + err.Error()}
 	}
+	var knee *loadtest.KneeTarget
+	if *kneeFlag != "" {
+		k, err := loadtest.ParseKneeTarget(*kneeFlag)
+		if err != nil {
+			return usageError{"--knee: " + err.Error()}
+		}
+		knee = &k
+	}
+	var err error
 	w := loadtest.Workload{Duration: *duration, Burstiness: *burstiness, PromptTokens: *promptTokens, OutputTokens: *outputTokens,
 		RangeRatio: *rangeRatio, Vocab: *vocab, Seed: tf.Seed}
 	if *tracePath != "" {
-		for _, name := range []string{"rate", "sweep", "duration", "burstiness", "prompt-tokens", "output-tokens", "range-ratio"} {
+		for _, name := range []string{"rate", "sweep", "at-knee", "times", "duration", "burstiness", "prompt-tokens", "output-tokens", "range-ratio"} {
 			if set[name] {
 				return usagef("--%s does not apply to --trace, whose requests have their own arrivals and lengths", name)
 			}
@@ -118,9 +133,27 @@ func runLoadtest(e *env, args []string) error {
 				return usagef("--%s needs --trace", name)
 			}
 		}
-		var err error
-		if w.Rates, err = parseRates(*rate, *sweep); err != nil {
+		if *atKnee != "" {
+			if set["rate"] || set["sweep"] || knee == nil {
+				return usagef("--at-knee takes --knee and neither --rate nor --sweep")
+			}
+			r, err := loadtest.LoadReport(*atKnee)
+			if err != nil {
+				return err
+			}
+			k, ok := loadtest.Knee(r.Runs, *knee)
+			if !ok {
+				return fmt.Errorf("--at-knee %s: no rate meets %v", *atKnee, knee)
+			}
+			w.Rates = []float64{k.Rate}
+		} else if w.Rates, err = parseRates(*rate, *sweep); err != nil {
 			return err
+		}
+		if !(*times > 0) || math.IsInf(*times, 0) {
+			return usagef("--times=%v, want a number above 0", *times)
+		}
+		for i := range w.Rates {
+			w.Rates[i] *= *times
 		}
 	}
 	if *maxConc < 0 {
@@ -129,19 +162,11 @@ func runLoadtest(e *env, args []string) error {
 	if *timeout <= 0 {
 		return usagef("--timeout=%v, want more than 0", *timeout)
 	}
-	o := loadtest.Options{Workload: w, TargetRPS: *targetRPS, CostPerHour: *costPerHour}
-	var err error
+	o := loadtest.Options{Workload: w, Knee: knee, TargetRPS: *targetRPS, CostPerHour: *costPerHour}
 	if *sloFlag != "" {
 		if o.SLO, err = loadtest.ParseSLO(*sloFlag); err != nil {
 			return usageError{"--slo: " + err.Error()}
 		}
-	}
-	if *kneeFlag != "" {
-		k, err := loadtest.ParseKneeTarget(*kneeFlag)
-		if err != nil {
-			return usageError{"--knee: " + err.Error()}
-		}
-		o.Knee = &k
 	}
 	if *targetRPS != 0 || *costPerHour != 0 {
 		if o.Knee == nil || !(*targetRPS > 0) || !(*costPerHour >= 0) {
@@ -178,8 +203,8 @@ func runLoadtest(e *env, args []string) error {
 		m := p.Metrics
 		fmt.Fprintf(e.stderr, "rate %v: %d requests, %d completed, %d rejected, %d failed, %.3g req/s\n",
 			p.Rate, m.Requests, m.Completed, m.Rejected, m.Failed, m.RequestThroughput)
-		if w := m.RateWarning(); w != "" {
-			fmt.Fprintf(e.stderr, "rate %v: %s\n", p.Rate, w)
+		if warn := m.RateWarning(); warn != "" {
+			fmt.Fprintf(e.stderr, "rate %v: %s\n", p.Rate, warn)
 		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)

@@ -67,6 +67,21 @@ func TestLoadtestSweepJSON(t *testing.T) {
 			t.Errorf("plot %s: %v", f, err)
 		}
 	}
+	// Half the knee's rate of the saved sweep: 10 req/s, 4 requests in 400 ms.
+	saved := filepath.Join(t.TempDir(), "sweep.json")
+	if err := os.WriteFile(saved, []byte(stdout), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr = runCLI("loadtest", "--url", s.URL, "--model", "m", "--at-knee", saved, "--knee", "e2el=5s", "--times", "0.5",
+		"--duration", "400ms", "--prompts", prompts, "--chat", "--output-tokens", "4", "--json")
+	var half loadtest.Report
+	if err := json.Unmarshal([]byte(stdout), &half); code != 0 || err != nil || len(half.Runs) != 1 || half.Runs[0].Rate != 10 || half.Runs[0].Metrics.Requests != 4 {
+		t.Errorf("--at-knee --times 0.5: exit %d (%v), %s, runs %+v", code, err, stderr, half.Runs)
+	}
+	code, _, stderr = runCLI("loadtest", "--url", s.URL, "--model", "m", "--at-knee", saved, "--knee", "e2el=1ms", "--duration", "400ms")
+	if code != 1 || !strings.Contains(stderr, "--at-knee "+saved+": no rate meets P95 E2EL <= 1ms") {
+		t.Errorf("--at-knee without a knee: exit %d, %q", code, stderr)
+	}
 }
 
 // TestLoadtestRangeRatio: with --range-ratio the requests carry the lengths RandomLengths draws with the seed (the
@@ -237,6 +252,9 @@ func TestLoadtestErrors(t *testing.T) {
 		{append(base, "--rate", "1", "--range-ratio", "1"), 2, "range ratio 1, want 0 or more and below 1"},
 		{append(base, "--rate", "1", "--range-ratio", "0.5", "--prompts", prompts), 2, "a range ratio draws the lengths of synthetic prompts"},
 		{append(base, "--rate", "1", "--vocab", "3"), 2, "vocabulary of 3, want at least 4"},
+		{append(base, "--rate", "1", "--at-knee", "s.json", "--knee", "ttft=1s"), 2, "--at-knee takes --knee and neither --rate nor --sweep"},
+		{append(base, "--at-knee", "s.json"), 2, "--at-knee takes --knee"},
+		{append(base, "--rate", "1", "--times", "0"), 2, "--times=0, want a number above 0"},
 		{[]string{"loadtest", "--compare", "a=x.json"}, 2, "--compare needs --knee"},
 		{[]string{"loadtest", "--compare", "a=x.json", "--knee", "e2el=1s", "--rate", "1"}, 2, "--rate does not apply to --compare"},
 		{[]string{"loadtest", "--compare", "x.json", "--knee", "e2el=1s"}, 2, "want LABEL=FILE"},
