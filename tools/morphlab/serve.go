@@ -11,12 +11,9 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
-	"github.com/morphlab/morphlab/engine"
-	"github.com/morphlab/morphlab/engine/executor/costmodel"
 	"github.com/morphlab/morphlab/engine/server"
 	"github.com/morphlab/morphlab/experiments/deploy"
 	"github.com/morphlab/morphlab/internal/numfmt"
@@ -103,12 +100,12 @@ func runServe(e *env, args []string) (err error) {
 		*name = strings.TrimSuffix(filepath.Base(d.Model), filepath.Ext(d.Model))
 	}
 	if *stepsFile != "" {
-		rec, err := recordSteps(in.Engine, *stepsFile)
+		rec, err := deploy.RecordSteps(in.Engine, *stepsFile)
 		if err != nil {
-			return err
+			return fmt.Errorf("--steps: %w", err)
 		}
 		defer func() {
-			if cerr := rec.close(); err == nil && cerr != nil {
+			if cerr := rec.Close(); err == nil && cerr != nil {
 				err = fmt.Errorf("--steps: %w", cerr)
 			}
 		}()
@@ -143,50 +140,6 @@ func runServe(e *env, args []string) (err error) {
 	<-announced // Serve returns nil only once ctx has ended
 	fmt.Fprintf(e.stderr, "stopped\n")
 	return nil
-}
-
-// stepRecorder writes an engine's steps to a steps file as they run.
-type stepRecorder struct {
-	mu   sync.Mutex
-	f    *os.File
-	w    *costmodel.StepWriter
-	err  error
-	done bool
-}
-
-// recordSteps creates path and writes every step e runs to it (idle ticks left out) until close.
-func recordSteps(e *engine.Engine, path string) (*stepRecorder, error) {
-	f, err := os.Create(path)
-	if err != nil {
-		return nil, fmt.Errorf("--steps: %w", err)
-	}
-	r := &stepRecorder{f: f, w: costmodel.NewStepWriter(f)}
-	e.OnStep(func(info engine.StepInfo) {
-		if info.Idle {
-			return
-		}
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		if !r.done && r.err == nil {
-			r.err = r.w.Write(deploy.StepSample(info))
-		}
-	})
-	return r, nil
-}
-
-// close flushes and closes the file; steps after it are dropped.
-func (r *stepRecorder) close() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.done = true
-	err := r.err
-	if ferr := r.w.Flush(); err == nil {
-		err = ferr
-	}
-	if cerr := r.f.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }
 
 // serveReserve is what --memory keeps for answering HTTP beside the engine: connection buffers, handler goroutines'
