@@ -4,7 +4,9 @@
 //
 // Run is a whole load test: Options say where the requests go (Config), what they are at each rate (a Workload:
 // synthetic, or a trace's own), and what to make of them (an SLO for goodput, a knee target, a capacity to
-// plan, a plot); the Report it returns is the JSON that 'morphlab loadtest --json' prints and scripts read.
+// plan, a plot); the Report it returns is the JSON that 'morphlab loadtest --json' prints and scripts read. With
+// Options.Serve something else stands in for the server, such as a simulated deployment: Report.Workload makes a
+// report's requests again, and 'morphlab simulate --loadtest' serves them in virtual time.
 //
 // Underneath, a run of one rate is a list of Requests, each with its arrival time, prompt and maximum output
 // tokens. Arrivals draws them as vLLM does (gaps from a gamma distribution: Poisson at burstiness 1, burstier
