@@ -1,8 +1,8 @@
 # morphlab: build, test, benchmark and reproduce. Run from the module root; `make test` is what CI runs.
 
 GO ?= go
-# go-nvml's header marks many functions deprecated; without this, every cgo build of profiling/nvml prints pages
-# of gcc warnings about functions we do not call.
+# go-nvml's header marks many functions deprecated; without this, every CUDA build (-tags cuda, which compiles
+# profiling/nvml's NVML reader) prints pages of gcc warnings about functions we do not call.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 MORPHLAB := ./morphlab
 

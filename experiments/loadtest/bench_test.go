@@ -10,10 +10,10 @@ import (
 	"github.com/morphlab/morphlab/internal/openai/openaitest"
 )
 
-// BenchmarkRun measures the load tester's own floor on this machine: against the fake server answering at once
+// BenchmarkSend measures the load tester's own floor on this machine: against the fake server answering at once
 // with 8 tokens, 200 Poisson arrivals at each rate; it reports the achieved over the asked arrival rate and the
 // median TTFT and ITL, which are then the client's and the loopback's overhead alone.
-func BenchmarkRun(b *testing.B) {
+func BenchmarkSend(b *testing.B) {
 	s := openaitest.NewServer(openaitest.Options{Model: "m"})
 	defer s.Close()
 	for _, rate := range []float64{100, 500, 2000} {
@@ -22,10 +22,10 @@ func BenchmarkRun(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			reqs := Workload(at, []openai.Prompt{{Text: "a b"}}, 8)
+			reqs := PromptWorkload(at, []openai.Prompt{{Text: "a b"}}, 8)
 			var m Metrics
 			for b.Loop() {
-				res, err := Run(context.Background(), Config{URL: s.URL, Model: "m"}, reqs)
+				res, err := Send(context.Background(), Config{URL: s.URL, Model: "m"}, reqs)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -2,14 +2,21 @@
 // figures compare with vLLM's: requests arrive open-loop (each at its own time, whether or not earlier ones
 // have finished), every response is streamed, and the metrics follow vLLM's definitions.
 //
-// A run takes a list of Requests, each with its arrival time, prompt and maximum output tokens. Arrivals
-// draws them as vLLM does (gaps from a gamma distribution: Poisson at burstiness 1, burstier below 1) and
-// Workload gives them prompts; FromTrace replays a trace's own arrivals and lengths instead. Run sends each request at its time to POST /v1/completions (or
-// /v1/chat/completions) with stream: true and stream_options.include_usage, and records per request when it was
-// sent, the time to its first chunk with a choice (TTFT), the gaps between later such chunks (ITL), the time
-// to the last one (E2EL), and its output tokens (the server's usage when given, else the chunks counted).
-// Compute turns the outcomes into Metrics; Sweep runs several rates and finds the knee of the Latency-RPS
-// curve; PlanCapacity turns the knee into instances and cost.
+// Run is a whole load test: Options say where the requests go (Config), what they are at each rate (a Workload:
+// synthetic, or a trace's own), and what to make of them (an SLO for goodput, a knee target, a capacity to
+// plan, a plot); the Report it returns is the JSON that 'morphlab loadtest --json' prints and scripts read. With
+// Options.Serve something else stands in for the server, such as a simulated deployment: Report.Workload makes a
+// report's requests again, and 'morphlab simulate --loadtest' serves them in virtual time.
+//
+// Underneath, a run of one rate is a list of Requests, each with its arrival time, prompt and maximum output
+// tokens. Arrivals draws them as vLLM does (gaps from a gamma distribution: Poisson at burstiness 1, burstier
+// below 1), PromptWorkload and LengthWorkload give them prompts, and FromTrace replays a trace's own arrivals and
+// lengths instead. Send sends each request at its time to POST /v1/completions (or /v1/chat/completions) with
+// stream: true and stream_options.include_usage, and records per request when it was sent, the time to its first
+// chunk with a choice (TTFT), the gaps between later such chunks (ITL), the time to the last one (E2EL), and its
+// output tokens (the server's usage when given, else the chunks counted). Compute turns the outcomes into
+// Metrics; Knee finds the knee of the Latency-RPS curve a sweep of rates draws; PlanCapacity turns the knee into
+// instances and cost; Compare sets the knees of several saved sweeps side by side.
 //
 // Outcomes: a 200 stream that ends with [DONE] after at least one token is completed; a 429 is rejected (its
 // Retry-After is recorded but not honoured: the load is open-loop, so retrying later would change the offered
@@ -137,10 +144,10 @@ func newClient(conns int) *http.Client {
 	}
 }
 
-// Run sends reqs (sorted by arrival) as the config says and returns their outcomes. It returns an error only
+// Send sends reqs (sorted by arrival) as the config says and returns their outcomes. It returns an error only
 // for a bad config or request list; what happens to requests is in their outcomes. Cancelling ctx ends the run
 // early, with the unfinished requests failed.
-func Run(ctx context.Context, cfg Config, reqs []Request) (*Result, error) {
+func Send(ctx context.Context, cfg Config, reqs []Request) (*Result, error) {
 	base, err := CheckURL(cfg.URL)
 	if err != nil {
 		return nil, err
@@ -231,7 +238,7 @@ dispatch:
 			if slots != nil {
 				defer func() { <-slots }()
 			}
-			res.Outcomes[i] = send(ctx, client, endpoint, cfg.APIKey, cfg.ServerHeader, bodies[i], r, start, timeout)
+			res.Outcomes[i] = sendRequest(ctx, client, endpoint, cfg.APIKey, cfg.ServerHeader, bodies[i], r, start, timeout)
 			res.Outcomes[i].Ended = time.Since(start)
 			report()
 		})
@@ -273,8 +280,8 @@ func requestBody(cfg Config, r Request) ([]byte, error) {
 		Temperature: &zero, Stream: true, StreamOptions: so, IgnoreEOS: cfg.IgnoreEOS})
 }
 
-// send sends one request and reads its stream.
-func send(ctx context.Context, client *http.Client, endpoint, apiKey, serverHeader string, body []byte, r Request, start time.Time, timeout time.Duration) Outcome {
+// sendRequest sends one request and reads its stream.
+func sendRequest(ctx context.Context, client *http.Client, endpoint, apiKey, serverHeader string, body []byte, r Request, start time.Time, timeout time.Duration) Outcome {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	out := Outcome{Status: Failed, PromptTokens: r.PromptTokens}

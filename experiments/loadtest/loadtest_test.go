@@ -35,7 +35,7 @@ func TestKnownDelays(t *testing.T) {
 	s := openaitest.NewServer(openaitest.Options{Model: "m", TTFT: 100 * time.Millisecond, TokenDelay: 10 * time.Millisecond})
 	defer s.Close()
 	for _, chat := range []bool{false, true} {
-		res, err := Run(context.Background(), Config{URL: s.URL, Model: "m", Chat: chat}, textRequests(8, 50*time.Millisecond, 30))
+		res, err := Send(context.Background(), Config{URL: s.URL, Model: "m", Chat: chat}, textRequests(8, 50*time.Millisecond, 30))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -64,7 +64,7 @@ func TestOutcomes(t *testing.T) {
 	// One request at a time, so that the server's n-th request is the n-th here.
 	var progress []int
 	cfg := Config{URL: s.URL + "/", Model: "m", MaxConcurrency: 1, Progress: func(done, total int) { progress = append(progress, done, total) }}
-	res, err := Run(context.Background(), cfg, textRequests(5, 0, 6))
+	res, err := Send(context.Background(), cfg, textRequests(5, 0, 6))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +105,7 @@ func TestWithoutUsage(t *testing.T) {
 	s := openaitest.NewServer(openaitest.Options{Model: "m", OmitUsage: true})
 	defer s.Close()
 	reqs := []Request{{Prompt: openai.Prompt{Tokens: []int{5, 6, 7, 8}}, PromptTokens: 4, MaxTokens: 7}}
-	res, err := Run(context.Background(), Config{URL: s.URL, Model: "m"}, reqs)
+	res, err := Send(context.Background(), Config{URL: s.URL, Model: "m"}, reqs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +126,7 @@ func TestBounded(t *testing.T) {
 	defer hang.Close()
 	reqs := textRequests(4, 20*time.Millisecond, 5)
 	start := time.Now()
-	res, err := Run(context.Background(), Config{URL: hang.URL, Model: "m", Timeout: 200 * time.Millisecond}, reqs)
+	res, err := Send(context.Background(), Config{URL: hang.URL, Model: "m", Timeout: 200 * time.Millisecond}, reqs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +151,7 @@ func TestNoRedirects(t *testing.T) {
 	defer other.Close()
 	redirect := httptest.NewServer(http.RedirectHandler(other.URL+"/v1/completions", http.StatusTemporaryRedirect))
 	defer redirect.Close()
-	res, err := Run(context.Background(), Config{URL: redirect.URL, Model: "m"}, textRequests(2, 0, 3))
+	res, err := Send(context.Background(), Config{URL: redirect.URL, Model: "m"}, textRequests(2, 0, 3))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +169,7 @@ func TestMaxConcurrency(t *testing.T) {
 	s := openaitest.NewServer(openaitest.Options{Model: "m", TTFT: 100 * time.Millisecond})
 	defer s.Close()
 	reqs := textRequests(4, 10*time.Millisecond, 1)
-	res, err := Run(context.Background(), Config{URL: s.URL, Model: "m", MaxConcurrency: 1}, reqs)
+	res, err := Send(context.Background(), Config{URL: s.URL, Model: "m", MaxConcurrency: 1}, reqs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +200,7 @@ func TestRunErrors(t *testing.T) {
 		{Config{URL: "http://127.0.0.1:1", Model: "m"}, []Request{{Arrival: time.Second, MaxTokens: 1}, {MaxTokens: 1}}, "request 1: arrival 0s before"},
 		{Config{URL: "http://127.0.0.1:1", Model: "m", Chat: true}, []Request{{Prompt: openai.Prompt{Tokens: []int{1}}, MaxTokens: 1}}, "takes a text prompt"},
 	} {
-		if _, err := Run(context.Background(), c.cfg, c.reqs); err == nil || !strings.Contains(err.Error(), c.want) {
+		if _, err := Send(context.Background(), c.cfg, c.reqs); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: err %v, want %q", c.cfg, err, c.want)
 		}
 	}
@@ -218,11 +218,11 @@ func TestRequestShape(t *testing.T) {
 	}))
 	defer srv.Close()
 	reqs := []Request{{Prompt: openai.Prompt{Tokens: []int{7, 8}}, MaxTokens: 3}}
-	if _, err := Run(context.Background(), Config{URL: srv.URL, Model: "m"}, reqs); err != nil {
+	if _, err := Send(context.Background(), Config{URL: srv.URL, Model: "m"}, reqs); err != nil {
 		t.Fatal(err)
 	}
 	reqs[0].Prompt = openai.Prompt{Text: "hi"}
-	if _, err := Run(context.Background(), Config{URL: srv.URL, Model: "m", Chat: true}, reqs); err != nil {
+	if _, err := Send(context.Background(), Config{URL: srv.URL, Model: "m", Chat: true}, reqs); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []seen{

@@ -47,7 +47,7 @@ func TestRecord(t *testing.T) {
 		}
 	}}
 	reqs := textRequests(4, 10*time.Millisecond, 5)
-	res, err := Run(context.Background(), cfg, reqs)
+	res, err := Send(context.Background(), cfg, reqs)
 	if err != nil {
 		t.Fatal(err)
 	}

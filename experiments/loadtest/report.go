@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -40,6 +41,35 @@ func WriteTables(w io.Writer, tables ...Table) error {
 		}
 	}
 	return nil
+}
+
+// Write writes the report as text: one run's metrics (MetricsTables) or a sweep (SweepTable), then the knee and
+// the capacity plan when there are.
+func (r *Report) Write(w io.Writer) error {
+	tables := []Table{SweepTable(r.Runs, r.Knee)}
+	if len(r.Runs) == 1 {
+		tables = MetricsTables(r.Runs[0].Metrics)
+	}
+	if err := WriteTables(w, tables...); err != nil {
+		return err
+	}
+	if r.KneeTarget != nil {
+		line := fmt.Sprintf("\nknee: no rate meets %v with every request completed\n", r.KneeTarget)
+		if k := r.Knee; k != nil {
+			line = fmt.Sprintf("\nknee: %s req/s achieved at rate %v (%v: %s ms)\n", numfmt.Figure(k.Metrics.RequestThroughput), k.Rate, r.KneeTarget,
+				numfmt.Figure(r.KneeTarget.P95(k.Metrics)))
+		}
+		if _, err := io.WriteString(w, line); err != nil {
+			return err
+		}
+	}
+	if r.Capacity == nil {
+		return nil
+	}
+	if _, err := fmt.Fprintln(w); err != nil {
+		return err
+	}
+	return WriteTables(w, CapacityTable(*r.Capacity))
 }
 
 // MetricsTables lays out a run's metrics as two tables: counts and throughputs, then the latencies.
@@ -90,24 +120,63 @@ func SweepTable(points []Point, knee *Point) Table {
 }
 
 // CompareTable lays out each curve's knee under target: its rate, achieved throughput, P95 of the target's
-// latency, and the throughput as a multiple of the first curve's knee.
+// latency, and the throughput as a multiple of each other curve's knee but the last's (with three curves A, B, C:
+// columns "x A" and "x B", so that C's row has C/A and C/B).
 func CompareTable(curves []Curve, target KneeTarget) Table {
-	t := Table{Header: []string{"curve", "rates", "knee rate", "knee req/s", "P95 " + strings.ToUpper(target.Metric) + " (ms)", "x " + curves[0].Label}}
-	first := 0.0
-	if k, ok := Knee(curves[0].Points, target); ok {
-		first = k.Metrics.RequestThroughput
+	t := Table{Header: []string{"curve", "rates", "knee rate", "knee req/s", "P95 " + strings.ToUpper(target.Metric) + " (ms)"}}
+	rps := make([]float64, len(curves)) // 0 for no knee
+	for i, c := range curves {
+		if k, ok := Knee(c.Points, target); ok {
+			rps[i] = k.Metrics.RequestThroughput
+		}
 	}
-	for _, c := range curves {
+	bases := curves[:max(1, len(curves)-1)]
+	for _, b := range bases {
+		t.Header = append(t.Header, "x "+b.Label)
+	}
+	for i, c := range curves {
 		k, ok := Knee(c.Points, target)
 		if !ok {
-			t.Rows = append(t.Rows, []string{c.Label, strconv.Itoa(len(c.Points)), "none", "", "", ""})
+			t.Rows = append(t.Rows, append([]string{c.Label, strconv.Itoa(len(c.Points)), "none", "", ""}, make([]string, len(bases))...))
 			continue
 		}
-		ratio := ""
-		if first > 0 {
-			ratio = numfmt.Figure(k.Metrics.RequestThroughput / first)
+		row := []string{c.Label, strconv.Itoa(len(c.Points)), numfmt.Figure(k.Rate), numfmt.Figure(rps[i]), numfmt.Figure(target.P95(k.Metrics))}
+		for j := range bases {
+			ratio := ""
+			if rps[j] > 0 {
+				ratio = numfmt.Figure(rps[i] / rps[j])
+			}
+			row = append(row, ratio)
 		}
-		t.Rows = append(t.Rows, []string{c.Label, strconv.Itoa(len(c.Points)), numfmt.Figure(k.Rate), numfmt.Figure(k.Metrics.RequestThroughput), numfmt.Figure(target.P95(k.Metrics)), ratio})
+		t.Rows = append(t.Rows, row)
+	}
+	return t
+}
+
+// RatesTable lays out the P95 of the target's latency at every rate of the curves, a column per curve ("-"
+// where a curve did not run that rate), rates in increasing order.
+func RatesTable(curves []Curve, target KneeTarget) Table {
+	t := Table{Header: []string{"rate (req/s)"}}
+	var rates []float64
+	for _, c := range curves {
+		t.Header = append(t.Header, c.Label+" P95 "+strings.ToUpper(target.Metric)+" (ms)")
+		for _, p := range c.Points {
+			if !slices.Contains(rates, p.Rate) {
+				rates = append(rates, p.Rate)
+			}
+		}
+	}
+	slices.Sort(rates)
+	for _, r := range rates {
+		row := []string{numfmt.Figure(r)}
+		for _, c := range curves {
+			cell := "-"
+			if i := slices.IndexFunc(c.Points, func(p Point) bool { return p.Rate == r }); i >= 0 {
+				cell = numfmt.Figure(target.P95(c.Points[i].Metrics))
+			}
+			row = append(row, cell)
+		}
+		t.Rows = append(t.Rows, row)
 	}
 	return t
 }

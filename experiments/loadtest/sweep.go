@@ -1,7 +1,6 @@
 package loadtest
 
 import (
-	"context"
 	"fmt"
 	"math"
 	"slices"
@@ -15,31 +14,6 @@ import (
 type Point struct {
 	Rate    float64 `json:"rate"`
 	Metrics Metrics `json:"metrics"`
-}
-
-// Sweep runs one load test per rate, in the order given, each with the requests that workload makes for it,
-// and calls done after each (for progress; it may be nil). It stops at the first error or when ctx ends.
-func Sweep(ctx context.Context, cfg Config, rates []float64, workload func(rate float64) ([]Request, error), slo metrics.SLO, done func(Point)) ([]Point, error) {
-	var points []Point
-	for _, rate := range rates {
-		reqs, err := workload(rate)
-		if err != nil {
-			return points, fmt.Errorf("rate %v: %v", rate, err)
-		}
-		res, err := Run(ctx, cfg, reqs)
-		if err != nil {
-			return points, fmt.Errorf("rate %v: %v", rate, err)
-		}
-		if err := ctx.Err(); err != nil {
-			return points, err
-		}
-		p := Point{Rate: rate, Metrics: Compute(res, slo)}
-		points = append(points, p)
-		if done != nil {
-			done(p)
-		}
-	}
-	return points, nil
 }
 
 // KneeTarget is what the knee of a Latency-RPS curve must meet: the P95 of one latency (ttft, tpot, itl or
@@ -90,17 +64,26 @@ func (k KneeTarget) Meets(m Metrics) bool {
 	return m.Completed > 0 && m.Completed == m.Requests && k.P95(m) <= ms(k.Limit)
 }
 
-// Knee returns the point with the highest request throughput among those that meet the target, and false when
-// none does.
+// Knee returns the knee of a Latency-RPS curve under target: the point of the highest rate below the lowest rate
+// that misses the target (every point when none misses), in any order; false when the lowest rate misses already
+// or there are no points. A noisy curve can meet the target again past a rate that missed it (a run at a higher
+// rate that happened to go well); the server did not hold the target up to that rate, so it is not the knee, however
+// much it served.
 func Knee(points []Point, target KneeTarget) (Point, bool) {
-	var best Point
-	found := false
+	miss := math.Inf(1)
 	for _, p := range points {
-		if target.Meets(p.Metrics) && (!found || p.Metrics.RequestThroughput > best.Metrics.RequestThroughput) {
-			best, found = p, true
+		if !target.Meets(p.Metrics) {
+			miss = min(miss, p.Rate)
 		}
 	}
-	return best, found
+	var knee Point
+	found := false
+	for _, p := range points {
+		if p.Rate < miss && (!found || p.Rate > knee.Rate) {
+			knee, found = p, true
+		}
+	}
+	return knee, found
 }
 
 // Capacity is what serving a target load takes, from one instance's throughput at the knee.

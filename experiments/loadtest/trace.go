@@ -46,3 +46,23 @@ func FromTrace(t *trace.Trace, prompts []openai.Prompt, vocab int, seed uint64) 
 	}
 	return reqs, nil
 }
+
+// TraceRate is a trace's mean arrival rate, (n-1) requests over the span of its arrivals (0 when it cannot be
+// told), as Metrics.AskedRate measures a schedule's.
+func TraceRate(t *trace.Trace) float64 {
+	n := len(t.Requests)
+	if n < 2 || t.Duration() <= 0 {
+		return 0
+	}
+	return float64(n-1) / t.Duration()
+}
+
+// TraceOf is the trace of reqs, each at its arrival with its prompt's length and its max tokens: what a simulator
+// replays to serve the requests a load test sends. A text prompt's length is its PromptTokens, 0 when unknown.
+func TraceOf(reqs []Request, source string) *trace.Trace {
+	t := &trace.Trace{Source: source, Format: "synthetic", Requests: make([]trace.Request, len(reqs))}
+	for i, r := range reqs {
+		t.Requests[i] = trace.Request{Arrival: r.Arrival.Seconds(), PromptTokens: r.PromptTokens, OutputTokens: r.MaxTokens}
+	}
+	return t
+}

@@ -49,9 +49,9 @@ func Arrivals(rate, burstiness float64, n int, seed uint64) ([]time.Duration, er
 	return out, nil
 }
 
-// Workload pairs arrivals with prompts (taken in turn, from the first again when there are fewer prompts than
+// PromptWorkload pairs arrivals with prompts (taken in turn, from the first again when there are fewer prompts than
 // arrivals) and gives every request maxTokens. A token-id prompt's length is its requests' PromptTokens.
-func Workload(arrivals []time.Duration, prompts []openai.Prompt, maxTokens int) []Request {
+func PromptWorkload(arrivals []time.Duration, prompts []openai.Prompt, maxTokens int) []Request {
 	reqs := make([]Request, len(arrivals))
 	for i, at := range arrivals {
 		p := prompts[i%len(prompts)]

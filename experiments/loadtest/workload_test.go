@@ -56,9 +56,9 @@ func TestArrivals(t *testing.T) {
 
 func absDur(d time.Duration) time.Duration { return max(d, -d) }
 
-func TestWorkload(t *testing.T) {
+func TestPromptWorkload(t *testing.T) {
 	ps := []openai.Prompt{{Text: "a"}, {Tokens: []int{4, 5}}}
-	reqs := Workload([]time.Duration{0, time.Second, 2 * time.Second}, ps, 9)
+	reqs := PromptWorkload([]time.Duration{0, time.Second, 2 * time.Second}, ps, 9)
 	want := []Request{
 		{Arrival: 0, Prompt: ps[0], MaxTokens: 9},
 		{Arrival: time.Second, Prompt: ps[1], PromptTokens: 2, MaxTokens: 9},

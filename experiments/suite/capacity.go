@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/morphlab/morphlab/engine/morph"
+	"github.com/morphlab/morphlab/experiments/loadtest"
 	"github.com/morphlab/morphlab/experiments/trace"
 )
 
@@ -35,48 +36,64 @@ func burstAt(s Setup, capacity float64) trace.Spec {
 // capacityProbe is how long each Poisson run of the capacity search lasts, in seconds.
 const capacityProbe = 300
 
-// Capacity is the fp16 deployment's capacity for the burst's lengths: the highest Poisson request rate at which
-// its P95 TTFT stays within the SLO over a 300-s run, simulated. From 1 req/s the rate is doubled or halved
-// until one rate passes and another fails, and then bisected to 1%. Its Poisson runs are drawn with seed.
+// Capacity is the fp16 deployment's capacity for the burst's lengths: the knee (loadtest.Knee) of its P95 TTFT
+// against the SLO over 300-s Poisson runs, simulated, that is the highest rate probed below the lowest rate probed
+// that misses. From 1 req/s the rate is doubled or halved until one rate meets the SLO and another misses it, and
+// then bisected to 1%. Its Poisson runs are drawn with seed.
 func Capacity(ctx context.Context, s Setup, seed uint64) (float64, error) {
-	return search(s.Name, func(rate float64) (bool, error) {
-		p95, err := probeP95(ctx, s, rate, seed)
-		return p95 <= 1000*SLO.TTFT.Seconds(), err
+	target := loadtest.KneeTarget{Metric: "ttft", Limit: SLO.TTFT}
+	var probed []loadtest.Point
+	err := search(s.Name, func(rate float64) (bool, error) {
+		m, err := probe(ctx, s, rate, seed)
+		if err != nil {
+			return false, err
+		}
+		probed = append(probed, loadtest.Point{Rate: rate, Metrics: m})
+		return target.Meets(m), nil
 	})
-}
-
-// probeP95 is fp16's P95 TTFT in milliseconds on the setup under a capacityProbe-second Poisson run of the
-// burst's lengths at rate requests per second, drawn with seed.
-func probeP95(ctx context.Context, s Setup, rate float64, seed uint64) (float64, error) {
-	spec, err := morph.Parse("fp16")
 	if err != nil {
 		return 0, err
+	}
+	knee, ok := loadtest.Knee(probed, target)
+	if !ok {
+		return 0, fmt.Errorf("%s: no probed rate meets the SLO", s.Name)
+	}
+	return knee.Rate, nil
+}
+
+// probe is fp16's metrics on the setup under a capacityProbe-second Poisson run of the burst's lengths at rate
+// requests per second, drawn with seed.
+func probe(ctx context.Context, s Setup, rate float64, seed uint64) (loadtest.Metrics, error) {
+	spec, err := morph.Parse("fp16")
+	if err != nil {
+		return loadtest.Metrics{}, err
 	}
 	t, err := trace.Generate(trace.Spec{Process: trace.Poisson{PerSecond: rate}, Duration: capacityProbe, Lengths: burstLengths(s)}, seed)
 	if err != nil {
-		return 0, err
+		return loadtest.Metrics{}, err
 	}
 	if t, err = trace.Clip(t, trace.Limits{Prompt: s.MaxPrompt, Output: s.MaxOutput}); err != nil {
-		return 0, err
+		return loadtest.Metrics{}, err
 	}
 	c, err := simulate(ctx, s, s.Deployment(spec), t)
 	if err != nil {
-		return 0, fmt.Errorf("%s capacity at %.3g req/s: %w", s.Name, rate, err)
+		return loadtest.Metrics{}, fmt.Errorf("%s capacity at %.3g req/s: %w", s.Name, rate, err)
 	}
-	return c.Run.Aggregates.TTFT.P95, nil
+	return c.Run.Aggregates.Metrics, nil
 }
 
-// search returns the highest rate that meets (within 1%), given that meets holds below some rate in
-// [0.001, 1024] req/s and fails above it.
-func search(name string, meets func(rate float64) (bool, error)) (float64, error) {
+// search probes rates with meets until a rate that meets and a rate above it that misses are within 1% of each
+// other, given that meets holds below some rate in [0.001, 1024] req/s and fails above it: from 1 req/s it doubles
+// or halves, then bisects. Every rate it probes that meets lies below every rate it probes that misses.
+func search(name string, meets func(rate float64) (bool, error)) error {
 	var lo, hi float64
 	for rate := 1.0; lo == 0 || hi == 0; {
 		if rate > 1024 || rate < 1e-3 {
-			return 0, fmt.Errorf("%s: no fp16 capacity between 0.001 and 1024 req/s", name)
+			return fmt.Errorf("%s: no fp16 capacity between 0.001 and 1024 req/s", name)
 		}
 		ok, err := meets(rate)
 		if err != nil {
-			return 0, err
+			return err
 		}
 		if ok {
 			lo, rate = rate, rate*2
@@ -88,7 +105,7 @@ func search(name string, meets func(rate float64) (bool, error)) (float64, error
 		mid := (lo + hi) / 2
 		ok, err := meets(mid)
 		if err != nil {
-			return 0, err
+			return err
 		}
 		if ok {
 			lo = mid
@@ -96,5 +113,5 @@ func search(name string, meets func(rate float64) (bool, error)) (float64, error
 			hi = mid
 		}
 	}
-	return lo, nil
+	return nil
 }

@@ -1,10 +1,18 @@
 package trace
 
 import (
+	"fmt"
+	"io"
 	"math"
+	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 
 	"gonum.org/v1/gonum/stat"
+
+	"github.com/morphlab/morphlab/internal/mdtable"
+	"github.com/morphlab/morphlab/internal/numfmt"
 )
 
 // Statistics summarizes a trace: its size and rate, how bursty its arrivals are, and its length distributions.
@@ -164,4 +172,86 @@ func dispersion(arr []float64, width float64) float64 {
 	squares += run * run
 	mean := total / n
 	return (squares/n - mean*mean) / mean
+}
+
+// Summary is a trace's statistics with where it came from and what was done to it ('morphlab trace stats --json').
+type Summary struct {
+	Source     string     `json:"source"`
+	Format     string     `json:"format"`
+	Transforms []string   `json:"transforms"`
+	Failed     int        `json:"failed,omitempty"`
+	Reordered  int        `json:"reordered,omitempty"`
+	Stats      Statistics `json:"stats"`
+}
+
+// Summarize returns t's summary.
+func Summarize(t *Trace) Summary {
+	return Summary{Source: t.Source, Format: t.Format, Transforms: append([]string{}, t.Transforms...), Failed: t.Failed,
+		Reordered: t.Reordered, Stats: Stats(t)}
+}
+
+// WriteSummaries writes summaries as a Markdown table, a column per trace (named by its file's base name), with a
+// row of failed requests when a BurstGPT trace is among them and of reordered records when any trace had some.
+func WriteSummaries(w io.Writer, sums []Summary) error {
+	header := []string{"statistic"}
+	var burst, sorted bool
+	for _, s := range sums {
+		name := s.Source
+		if s.Format != Synthetic {
+			name = filepath.Base(name)
+		}
+		header = append(header, name)
+		burst = burst || s.Format == BurstGPT
+		sorted = sorted || s.Reordered > 0
+	}
+	type row struct {
+		name string
+		cell func(Summary) string
+	}
+	rows := []row{
+		{"format", func(s Summary) string { return s.Format }},
+		{"transforms", func(s Summary) string { return strings.Join(s.Transforms, " ") }},
+		{"requests", func(s Summary) string { return strconv.Itoa(s.Stats.Requests) }},
+		{"duration (s)", func(s Summary) string { return timed(s, s.Stats.Duration) }},
+		{"mean rate (req/s)", func(s Summary) string { return timed(s, s.Stats.MeanRate) }},
+		{"peak rate, 1-s window", func(s Summary) string { return timed(s, s.Stats.PeakRate1) }},
+		{"peak rate, 10-s window", func(s Summary) string { return timed(s, s.Stats.PeakRate10) }},
+		{"inter-arrival CV", func(s Summary) string { return timed(s, s.Stats.InterArrivalCV) }},
+		{"dispersion, 1-s bins", func(s Summary) string { return timed(s, s.Stats.Dispersion1) }},
+		{"dispersion, 10-s bins", func(s Summary) string { return timed(s, s.Stats.Dispersion10) }},
+		{"prompt p50 / mean / p90 / p99", func(s Summary) string { return quantiles(s.Stats.Prompt) }},
+		{"prompt min / max", func(s Summary) string { return fmt.Sprintf("%d / %d", s.Stats.Prompt.Min, s.Stats.Prompt.Max) }},
+		{"output p50 / mean / p90 / p99", func(s Summary) string { return quantiles(s.Stats.Output) }},
+		{"output min / max", func(s Summary) string { return fmt.Sprintf("%d / %d", s.Stats.Output.Min, s.Stats.Output.Max) }},
+		{"prompt tokens/s", func(s Summary) string { return timed(s, s.Stats.PromptTokensPerSecond) }},
+		{"output tokens/s", func(s Summary) string { return timed(s, s.Stats.OutputTokensPerSecond) }},
+		{"peak tokens/s, 10-s window", func(s Summary) string { return timed(s, s.Stats.PeakTokensPerSecond10) }},
+	}
+	if burst {
+		rows = slices.Insert(rows, 3, row{"failed (skipped unless --keep-failed)", func(s Summary) string { return strconv.Itoa(s.Failed) }})
+	}
+	if sorted {
+		rows = slices.Insert(rows, 3, row{"records out of order (sorted)", func(s Summary) string { return strconv.Itoa(s.Reordered) }})
+	}
+	var cells [][]string
+	for _, r := range rows {
+		line := []string{r.name}
+		for _, s := range sums {
+			line = append(line, r.cell(s))
+		}
+		cells = append(cells, line)
+	}
+	return mdtable.Write(w, header, cells)
+}
+
+// timed formats a time-based figure, or "-" for a length-only table, which has no arrivals.
+func timed(s Summary, v float64) string {
+	if s.Stats.NoArrivals {
+		return "-"
+	}
+	return numfmt.Figure(v)
+}
+
+func quantiles(l LengthStats) string {
+	return fmt.Sprintf("%d / %s / %d / %d", l.P50, numfmt.Figure(l.Mean), l.P90, l.P99)
 }

@@ -1,7 +1,7 @@
 // Package nvml samples the memory use and utilization of NVIDIA GPUs through NVML (github.com/NVIDIA/go-nvml)
-// while a command runs, so that a profile or benchmark can say what the device did. Where there is no driver (or
-// the binary was built without cgo, which go-nvml needs) Start fails with a one-line reason instead, and callers
-// report that reason and carry on.
+// while a command runs, so that a profile or benchmark can say what the device did. It reads NVML in a build with
+// -tags cuda (cgo, Linux), the build that runs on a GPU; where there is no driver, or in any other build, Start
+// fails with a one-line reason instead, and callers report that reason and carry on.
 package nvml
 
 import (

@@ -9,12 +9,14 @@
 #    vLLM's random dataset draws them, every request generating its max_tokens (--ignore-eos), Poisson arrivals,
 #    seeded), save the sweep as S.json and stop the server.
 #    Then 'morphlab loadtest --compare' draws the three P95 curves on one plot (batching.png, batching.svg) and
-#    tabulates each scheduler's knee for every target in $KNEES (batching.md, batching-KNEE.json).
+#    tabulates, for every target in $KNEES, each scheduler's knee with its ratio to static's and dynamic's, and the
+#    P95 at every rate (batching.md, batching-KNEE.json).
 # 2. Overload: a continuous-batching server with --max-queue $MAX_QUEUE takes $OVERLOAD_X times the continuous
-#    knee's rate (the first of $KNEES) for $OVERLOAD_S seconds while the server's peak RSS is sampled and, every
-#    few seconds, a streaming client disconnects mid-stream. Then /health, one new request and the KV usage
-#    metric are checked. overload.json is the load test's report, overload.md the verdict. With KNEE_RATE set,
-#    step 1 is skipped and the overload takes $OVERLOAD_X times KNEE_RATE.
+#    knee's rate (under the first of $KNEES: 'loadtest --at-knee continuous.json --times $OVERLOAD_X') for
+#    $OVERLOAD_S seconds while the server's peak RSS is sampled and, every few seconds, a streaming client
+#    disconnects mid-stream. Then /health, one new request and the KV usage metric are checked. overload.json is
+#    the load test's report, overload.md the verdict. With KNEE_RATE set, step 1 is skipped and the overload takes
+#    $OVERLOAD_X times KNEE_RATE.
 #
 # The environment overrides the setup: MORPHLAB (binary; built with go build when missing), MODEL (default:
 # stories15M with seeded random weights, synthesized into RESULTS_DIR), MEMORY, THREADS, RATES, DURATION,
@@ -107,7 +109,7 @@ for s in $schedulers; do
 	p=$((p + 1))
 done
 
-# sweep_report tabulates the three sweeps' knees (batching.md) and sets knee to the continuous knee's asked rate.
+# sweep_report tabulates the three sweeps' knees (batching.md).
 sweep_report() {
 	curves="static=$out/static.json,dynamic=$out/dynamic.json,continuous=$out/continuous.json"
 	{
@@ -118,52 +120,29 @@ sweep_report() {
 		echo "--sweep $RATES --duration $DURATION. Machine: $(nproc) CPUs, $(uname -sm)."
 		echo
 	} >"$out/batching.md"
-	first=
 	for k in $KNEES; do
-		metric_name=${k%%=*}
-		[ -n "$first" ] || first=$metric_name
 		echo "## Knee at P95 $k" >>"$out/batching.md"
 		echo >>"$out/batching.md"
 		"$MORPHLAB" loadtest --compare "$curves" --knee "$k" --plot "$out/batching" >>"$out/batching.md"
 		echo >>"$out/batching.md"
-		"$MORPHLAB" loadtest --compare "$curves" --knee "$k" --plot "$out/batching" --json >"$out/batching-$metric_name.json"
-		{
-			echo "| P95 $k | static | dynamic | continuous | continuous / static | continuous / dynamic |"
-			echo "|:--|--:|--:|--:|--:|--:|"
-			awk -v k="$k" '
-				/"label":/ { gsub(/[",]/, "", $2); label = $2; inknee = 0 }
-				/"knee": \{/ { inknee = 1 }
-				inknee && /"request_throughput":/ { gsub(/,/, "", $2); rps[label] = $2; inknee = 0 }
-				function f(x) { return x == "" ? "none" : sprintf("%.2f", x) }
-				function r(a, b) { return (a == "" || b == "") ? "-" : sprintf("%.2fx", a / b) }
-				END {
-					printf "| knee (req/s) | %s | %s | %s | %s | %s |\n", f(rps["static"]), f(rps["dynamic"]),
-						f(rps["continuous"]), r(rps["continuous"], rps["static"]), r(rps["continuous"], rps["dynamic"])
-				}' "$out/batching-$metric_name.json"
-			echo
-		} >>"$out/batching.md"
+		"$MORPHLAB" loadtest --compare "$curves" --knee "$k" --plot "$out/batching" --json >"$out/batching-${k%%=*}.json"
 	done
-
-	# The continuous knee's asked rate under the first target: the rate after "label": "continuous" in its JSON.
-	knee=$(awk '/"label": "continuous"/ { c = 1; next } c && /"label"/ { exit } c && /"knee": \{/ { k = 1; next }
-		k && /"rate":/ { gsub(/[",]/, "", $2); print $2; exit }' "$out/batching-$first.json")
-	if [ -z "$knee" ]; then
-		echo "batching.sh: continuous batching has no knee under ${KNEES%% *}; no overload run" >&2
-		exit 1
-	fi
 }
 
-knee=${KNEE_RATE:-}
-[ -n "$knee" ] || sweep_report
+[ -n "${KNEE_RATE:-}" ] || sweep_report
 
 # 2. Overload.
-rate=$(awk -v k="$knee" -v x="$OVERLOAD_X" 'BEGIN { print k * x }')
+if [ -n "${KNEE_RATE:-}" ]; then
+	at="--rate $KNEE_RATE"
+else
+	at="--at-knee $out/continuous.json --knee ${KNEES%% *}"
+fi
 p=$((PORT + 3))
-echo "batching.sh: overload at $rate req/s ($OVERLOAD_X x the knee $knee) for ${OVERLOAD_S}s on port $p" >&2
+echo "batching.sh: overload at $OVERLOAD_X x the continuous knee ($at) for ${OVERLOAD_S}s on port $p" >&2
 start_server "$p" "$out/overload.server.log" --scheduler continuous --max-queue "$MAX_QUEUE"
 url=http://127.0.0.1:$p
 # shellcheck disable=SC2086
-"$MORPHLAB" loadtest --url "$url" $loadflags --rate "$rate" --duration "${OVERLOAD_S}s" --json \
+"$MORPHLAB" loadtest --url "$url" $loadflags $at --times "$OVERLOAD_X" --duration "${OVERLOAD_S}s" --json \
 	>"$out/overload.json" 2>"$out/overload.log" &
 load=$!
 # Streaming clients that hang up after 2 s (a request wants 180 tokens: mid-stream, if it was admitted).
@@ -186,6 +165,11 @@ while kill -0 "$load" 2>/dev/null; do
 	fi
 done
 wait "$load" || true
+if [ ! -s "$out/overload.json" ]; then
+	echo "batching.sh: the overload load test wrote no report; its log:" >&2
+	cat "$out/overload.log" >&2
+	exit 1
+fi
 sleep 1
 health=$(curl -sS "$url/health" || echo unreachable)
 after=$(curl -sS -o /dev/null -w '%{http_code}' "$url/v1/completions" -H 'Content-Type: application/json' \
@@ -202,6 +186,7 @@ budget_kib=$(awk -v m="$MEMORY" 'BEGIN {
 	f = (u == "KiB") ? 1 : (u == "MiB") ? 1024 : (u == "GiB") ? 1048576 : 1 / 1024
 	print int(n * f) }')
 num() { awk -v k="\"$1\":" '$1 == k { gsub(/,/, "", $2); print $2; exit }' "$out/overload.json"; }
+rate=$(num rate)
 requests=$(num requests)
 completed=$(num completed)
 rejected=$(num rejected)
@@ -212,7 +197,7 @@ verdict=pass
 [ "$kv" = 0 ] && [ "$running" = 0 ] && [ "$waiting" = 0 ] || verdict=fail
 [ "$rss" -le "$budget_kib" ] || verdict=fail
 {
-	echo "# Overload: $rate req/s ($OVERLOAD_X x the continuous knee, $knee req/s) for ${OVERLOAD_S}s, --max-queue $MAX_QUEUE"
+	echo "# Overload: $rate req/s ($OVERLOAD_X x the continuous knee) for ${OVERLOAD_S}s, --max-queue $MAX_QUEUE"
 	echo
 	echo "| check | value |"
 	echo "|:--|:--|"

@@ -1,6 +1,7 @@
 #!/bin/sh
 # fleet.sh serves a fleet of 'morphlab serve' replicas behind HAProxy on this machine, finds its knee with
-# 'morphlab loadtest', and sets it beside the simulator's prediction of the same fleet.
+# 'morphlab loadtest', and sets it beside the simulator's prediction of the same fleet serving the same requests.
+# The script starts the processes; every figure (knees included) is morphlab's.
 #
 #   tools/loadbench/fleet.sh RESULTS_DIR
 #
@@ -9,17 +10,17 @@
 #    leastconn', health checks on /health and 'option http-no-delay' (without it HAProxy holds streamed tokens
 #    back for the kernel to coalesce: 100-200 ms more TTFT). Every process is started in the background, its PID
 #    kept, and stopped on exit.
-# 2. Sweep the fleet through HAProxy: 'morphlab loadtest --sweep $RATES' (synthetic prompts of about $PROMPT
-#    token ids, about $OUTPUT output tokens, each drawn within $RANGE_RATIO of it, --ignore-eos, Poisson arrivals,
-#    seeded) into fleet.json; the knee is the rate, of those with the P95 of $KNEE within its limit, that serves
-#    the most requests a second.
+# 2. Sweep the fleet through HAProxy: 'morphlab loadtest --sweep $RATES --knee $KNEE' (synthetic prompts of about
+#    $PROMPT token ids, about $OUTPUT output tokens, each drawn within $RANGE_RATIO of it, --ignore-eos, Poisson
+#    arrivals, seeded) into fleet.json. The knee is the highest rate below the first rate whose P95 misses the
+#    target (loadtest.Knee).
 # 3. Calibrate the simulator on the steps the replicas ran during the sweep ('morphlab serve --steps', then
 #    'morphlab calibrate --steps', wall clock: the steps' times include what the replicas, HAProxy and the load
 #    tester took from each other on this machine, which a grid timed alone does not) and simulate the same fleet
-#    ('morphlab simulate --replicas $REPLICAS --router least-outstanding --device cpu', the pool each replica
-#    reported) on the same kind of traces at every rate; the predicted knee is found the same way (of the rates
-#    that meet the target, the one with the most requests served a second).
-#    fleet.md holds both curves and knees.
+#    ('morphlab simulate --loadtest fleet.json --replicas $REPLICAS --router least-outstanding --device cpu', the
+#    pool each replica reported) serving the requests the sweep sent, rate by rate, into sim/ (sim/loadtest.json
+#    is its curve and knee, under the same target). 'morphlab loadtest --compare' puts both curves and knees in
+#    fleet.md and on fleet.png.
 #
 # The environment overrides the setup: MORPHLAB (binary; built when missing), MODEL (default: stories15M with
 # seeded random weights, synthesized into RESULTS_DIR), REPLICAS, MEMORY, THREADS, RATES, DURATION, PROMPT, OUTPUT,
@@ -32,7 +33,6 @@ if [ $# -ne 1 ]; then
 	exit 2
 fi
 command -v haproxy >/dev/null || { echo "fleet.sh: haproxy is not installed (apt-get install haproxy)" >&2; exit 1; }
-command -v jq >/dev/null || { echo "fleet.sh: jq is not installed (apt-get install jq)" >&2; exit 1; }
 out=$1
 root=$(cd "$(dirname "$0")/../.." && pwd)
 
@@ -114,46 +114,17 @@ while [ $i -le "$REPLICAS" ]; do
 done
 "$MORPHLAB" calibrate --model "$MODEL" --threads "$THREADS" --clock wall --steps "$steps" --out "$out/calibration.json" \
 	>"$out/calibration.txt" 2>&1
-metric=${KNEE%%=*}
-limit_ms=$(echo "${KNEE#*=}" | awk '/ms$/ { sub("ms", ""); print; next } /s$/ { sub("s", ""); print $1 * 1000; next } { print }')
-lo_p=$(awk -v l="$PROMPT" -v r="$RANGE_RATIO" 'BEGIN { printf "%d", l * (1 - r) }')
-hi_p=$(awk -v l="$PROMPT" -v r="$RANGE_RATIO" 'BEGIN { printf "%d", l * (1 + r) }')
-lo_o=$(awk -v l="$OUTPUT" -v r="$RANGE_RATIO" 'BEGIN { printf "%d", l * (1 - r) }')
-hi_o=$(awk -v l="$OUTPUT" -v r="$RANGE_RATIO" 'BEGIN { printf "%d", l * (1 + r) }')
-sim_knee=0
-best=0
-: >"$out/sim.txt"
-for rate in $(echo "$RATES" | tr ',' ' '); do
-	"$MORPHLAB" trace gen --process "poisson:$rate" --duration "$DURATION" --prompt "uniform:$lo_p:$hi_p" \
-		--output "uniform:$lo_o:$hi_o" --seed 1 --out "$out/trace-$rate.csv" 2>/dev/null
-	"$MORPHLAB" simulate --model "$MODEL" --device cpu --calibration "$out/calibration.json" --kv-blocks "$blocks" \
-		--replicas "$REPLICAS" --router least-outstanding --trace "$out/trace-$rate.csv" --out "$out/sim-$rate" >/dev/null
-	read -r p95 ok thr <<EOT
-$(jq -r "[.aggregates.${metric}.p95_ms, .aggregates.completed == .aggregates.requests, .aggregates.request_throughput] | @tsv" \
-		"$out/sim-$rate/results.json")
-EOT
-	echo "$rate $p95 $ok $thr" >>"$out/sim.txt"
-	if [ "$ok" = true ] && awk -v p="$p95" -v l="$limit_ms" -v t="$thr" -v b="$best" 'BEGIN { exit !(p <= l && t > b) }'; then
-		sim_knee=$rate best=$thr
-	fi
-done
-real_knee=$(jq '.knee.rate // 0' "$out/fleet.json")
+"$MORPHLAB" simulate --loadtest "$out/fleet.json" --model "$MODEL" --device cpu --calibration "$out/calibration.json" \
+	--kv-blocks "$blocks" --replicas "$REPLICAS" --router least-outstanding --out "$out/sim" >"$out/sim.txt" 2>"$out/sim.log"
 {
 	echo "# A fleet of $REPLICAS replicas behind HAProxy (leastconn)"
 	echo
 	echo "$MODEL, --max-process-memory $MEMORY ($blocks KV blocks), --threads $THREADS each; loadtest prompts ~$PROMPT, outputs ~$OUTPUT"
-	echo "(range ratio $RANGE_RATIO), Poisson, $DURATION a rate; knee: of the rates with the P95 $metric within ${KNEE#*=}, the"
-	echo "one that serves the most requests a second."
+	echo "(range ratio $RANGE_RATIO), Poisson, $DURATION a rate; the simulator serves the same requests. Knee under $KNEE:"
+	echo "the highest rate below the first rate whose P95 misses it."
 	echo "Machine: $(nproc) CPUs."
 	echo
-	echo "| rate (req/s) | measured P95 $metric ms | simulated P95 $metric ms |"
-	echo "|--:|--:|--:|"
-	for rate in $(echo "$RATES" | tr ',' ' '); do
-		m=$(jq -r --argjson r "$rate" ".runs[] | select(.rate == \$r) | .metrics.${metric}.p95_ms" "$out/fleet.json")
-		s=$(awk -v r="$rate" '$1 == r { print $2 }' "$out/sim.txt")
-		printf '| %s | %.1f | %.1f |\n' "$rate" "${m:-0}" "${s:-0}"
-	done
-	echo
-	echo "Knee: measured $real_knee req/s, simulated $sim_knee req/s."
+	"$MORPHLAB" loadtest --compare "measured=$out/fleet.json,simulated=$out/sim/loadtest.json" --knee "$KNEE" \
+		--plot "$out/fleet"
 } >"$out/fleet.md"
 cat "$out/fleet.md"

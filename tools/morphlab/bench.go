@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/morphlab/morphlab/internal/benchsum"
 	"github.com/morphlab/morphlab/kernels/probe"
 	"golang.org/x/perf/benchfmt"
 )
@@ -118,7 +119,7 @@ func runBench(e *env, args []string) error {
 		return err
 	}
 
-	sums, notes, err := summarizeBenchFile(*out, *confidence)
+	sums, notes, err := benchsum.ReadFile(*out, *confidence)
 	if err != nil {
 		return err
 	}
@@ -128,14 +129,14 @@ func runBench(e *env, args []string) error {
 	if *asJSON {
 		err = writeJSON(e.stdout, sums)
 	} else {
-		err = printBenchTables(e.stdout, sums)
+		err = benchsum.WriteTables(e.stdout, sums)
 	}
 	if err != nil {
 		return err
 	}
 	if *plotFile != "" && len(sums) > 0 {
-		if err := plotBench(*plotFile, sums, *plotUnit); err != nil {
-			return err
+		if err := benchsum.Plot(*plotFile, sums, *plotUnit); err != nil {
+			return fmt.Errorf("--plot: %v", err)
 		}
 		fmt.Fprintf(e.stderr, "plot in %s\n", *plotFile)
 	}

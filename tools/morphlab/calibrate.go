@@ -10,6 +10,7 @@ import (
 	"github.com/morphlab/morphlab/experiments/deploy"
 	"github.com/morphlab/morphlab/experiments/fidelity"
 	"github.com/morphlab/morphlab/internal/flagalias"
+	"github.com/morphlab/morphlab/internal/mdtable"
 	"github.com/morphlab/morphlab/internal/numfmt"
 	"github.com/morphlab/morphlab/quant"
 )
@@ -131,9 +132,5 @@ func reportCalibration(e *env, c *costmodel.Calibration, name string, asJSON boo
 	}
 	rows = append(rows, []string{"a prompt key a layer", numfmt.Figure(c.PrefillKey * 1e6)},
 		[]string{"a decode key a layer", numfmt.Figure(c.DecodeKey * 1e6)}, []string{"a sampled row", numfmt.Figure(c.Sampled * 1e6)})
-	t := markdownTable(e.stdout, "term", "µs")
-	if err := t.Bulk(rows); err != nil {
-		return err
-	}
-	return t.Render()
+	return mdtable.Write(e.stdout, []string{"term", "µs"}, rows)
 }

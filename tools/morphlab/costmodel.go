@@ -2,16 +2,12 @@ package main
 
 import (
 	"fmt"
-	"io"
-
-	"github.com/olekukonko/tablewriter"
-	"github.com/olekukonko/tablewriter/renderer"
-	"github.com/olekukonko/tablewriter/tw"
 
 	"github.com/morphlab/morphlab/engine/executor/costmodel"
 	"github.com/morphlab/morphlab/engine/model"
 	"github.com/morphlab/morphlab/experiments/catalog"
 	"github.com/morphlab/morphlab/internal/flagalias"
+	"github.com/morphlab/morphlab/internal/mdtable"
 	"github.com/morphlab/morphlab/internal/numfmt"
 	"github.com/morphlab/morphlab/quant"
 )
@@ -90,54 +86,24 @@ func runCostModel(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	var prefill, decode costmodel.Work
-	prefill.AddSeq(*tokens, ctx, true)
-	for range *tokens {
-		decode.AddSeq(1, ctx, true)
-	}
-	ops := cm.LayerOpTimes(*tokens, f)
-	pre, _ := cm.AttentionTimes(prefill)
-	_, dec := cm.AttentionTimes(decode)
-	if *tokens == 1 {
-		pre, _ = cm.AttentionTimes(costmodel.Work{Tokens: 1, PrefillTokens: 1, PrefillKeys: int64(ctx), PrefillContext: int64(ctx)})
-		pre.Op = costmodel.OpAttnPrefill
-	}
-	ops = append(ops[:3:3], append([]costmodel.OpTime{pre, dec}, ops[3:]...)...)
-	outer := cm.OuterOpTimes(costmodel.Work{Tokens: *tokens, Sampled: *tokens})
-	ops = append(outer[:1:1], append(ops, outer[1:]...)...)
-	layers := []costmodel.LayerFormat{{Format: f, Layers: m.Config.NLayers}}
-	out := costModelOutput{Model: m.Name, Device: hw.Name, Format: f.String(), KV: kv.String(), Tokens: *tokens, Context: ctx, Ops: ops,
-		PrefillStepSeconds: cm.StepTime(prefill, layers).Seconds(), DecodeStepSeconds: cm.StepTime(decode, layers).Seconds()}
+	b := cm.Breakdown(*tokens, ctx, f)
+	out := costModelOutput{Model: m.Name, Device: hw.Name, Format: f.String(), KV: kv.String(), Tokens: *tokens, Context: ctx, Ops: b.Ops,
+		PrefillStepSeconds: b.Prefill.Seconds(), DecodeStepSeconds: b.Decode.Seconds()}
 	if *asJSON {
 		return writeJSON(e.stdout, out)
 	}
 	fmt.Fprintf(e.stdout, "%s on %s, %s layers, %s KV, %d tokens, context %d\n\n", m.Name, hw.Name, f, kv, *tokens, ctx)
-	t := markdownTable(e.stdout, "op", "ms", "GFLOP", "MB", "per step")
-	for _, op := range ops {
+	var rows [][]string
+	for _, op := range b.Ops {
 		per := fmt.Sprintf("%d", op.Count)
-		if layerOp(op.Op) {
+		if op.Op != costmodel.OpEmbedding && op.Op != costmodel.OpFinalNorm && op.Op != costmodel.OpClassifier {
 			per = fmt.Sprintf("%d × %d layers", op.Count, m.Config.NLayers)
 		}
-		if err := t.Append([]string{op.Op, numfmt.Figure(op.Seconds * 1e3), numfmt.Figure(op.FLOPs / 1e9), numfmt.Figure(op.Bytes / 1e6), per}); err != nil {
-			return err
-		}
+		rows = append(rows, []string{op.Op, numfmt.Figure(op.Seconds * 1e3), numfmt.Figure(op.FLOPs / 1e9), numfmt.Figure(op.Bytes / 1e6), per})
 	}
-	if err := t.Render(); err != nil {
+	if err := mdtable.Write(e.stdout, []string{"op", "ms", "GFLOP", "MB", "per step"}, rows); err != nil {
 		return err
 	}
 	fmt.Fprintf(e.stdout, "\nstep: prompt chunk %s ms, decode batch %s ms\n", numfmt.Figure(out.PrefillStepSeconds*1e3), numfmt.Figure(out.DecodeStepSeconds*1e3))
 	return nil
-}
-
-// layerOp reports whether op runs in every decoder layer.
-func layerOp(op string) bool {
-	return op != costmodel.OpEmbedding && op != costmodel.OpFinalNorm && op != costmodel.OpClassifier
-}
-
-// markdownTable is a tablewriter Markdown table with the given header, as 'morphlab trace stats' prints them.
-func markdownTable(w io.Writer, header ...string) *tablewriter.Table {
-	t := tablewriter.NewTable(w, tablewriter.WithRenderer(renderer.NewMarkdown()), tablewriter.WithHeaderAutoFormat(tw.Off),
-		tablewriter.WithRowAutoWrap(tw.WrapNone), tablewriter.WithHeaderAutoWrap(tw.WrapNone))
-	t.Header(header)
-	return t
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -12,13 +11,10 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/morphlab/morphlab/experiments/loadtest"
 	"github.com/morphlab/morphlab/experiments/metrics"
 	"github.com/morphlab/morphlab/experiments/trace"
-	"github.com/morphlab/morphlab/internal/numfmt"
-	"github.com/morphlab/morphlab/internal/openai"
 )
 
 func init() {
@@ -44,12 +40,17 @@ generate all max_tokens of every request.
 random token ids of its prompt length (or the --prompts texts in turn).
 
 --sweep runs each rate in turn and draws the Latency-RPS curve (P50 and P95 of TTFT and E2EL against the
-request throughput achieved) to --plot.png and --plot.svg. The knee is the rate with the highest throughput
-whose P95 of the --knee latency is within its limit and whose requests all completed. --target-rps with
+request throughput achieved) to --plot.png and --plot.svg. The knee is the highest rate below the first rate
+that misses the --knee target (the P95 of its latency over the limit, or a request not completed), so that a
+noisy curve that meets the target again past a miss does not move it. --target-rps with
 --cost-per-hour turns the knee into instances (rounded up) and cost per hour and per million output tokens.
 
+--at-knee REPORT runs at the knee rate (under --knee) of a saved sweep instead of --rate, and --times X at X
+times each rate: --at-knee continuous.json --knee ttft=1s --times 4 is an overload at four times that knee.
+
 --compare reads the --json reports of several sweeps (LABEL=FILE,..., one per scheduler, say), draws their P95
-TTFT and E2EL curves on one plot and tabulates each one's knee and its ratio to the first one's.
+TTFT and E2EL curves on one plot and tabulates each one's knee with its ratio to the others' (but the last's),
+and the P95 of the --knee latency at every rate.
 
 --outcomes FILE keeps every request for an accounting after the run, a JSON line a rate: its arrival, max tokens
 and outcome (status, error, timings, when it ended and, with --server-header NAME, that response header: a
@@ -67,12 +68,13 @@ func runLoadtest(e *env, args []string) error {
 	chat := fs.Bool("chat", false, "use /v1/chat/completions, the prompt as one user message")
 	rate := fs.Float64("rate", 0, "arrival `rate` in requests per second")
 	sweep := fs.String("sweep", "", "comma-separated arrival `rates` to run one after another")
+	atKnee := fs.String("at-knee", "", "instead of --rate, run at the knee rate (under --knee) of a saved --json sweep `report`")
+	times := fs.Float64("times", 1, "run at `X` times each rate, such as 4 for an overload at 4x the knee")
 	burstiness := fs.Float64("burstiness", 1, "gamma shape of the gaps: 1 is Poisson, below 1 burstier")
 	duration := fs.Duration("duration", 0, "span of each run's arrivals (`duration`); requests = round(rate x duration)")
 	tracePath := fs.String("trace", "", "replay the arrivals and lengths of a trace `file` (any format experiments/trace reads)")
 	var tf trace.Flags
 	tf.Register(fs) // also --seed, the seed of arrivals and synthetic prompts as well
-	seed := &tf.Seed
 	promptsFile := fs.String("prompts", "", "prompts `file` (JSONL turns[0]/prompt/text, or one per line); default synthetic")
 	promptTokens := fs.Int("prompt-tokens", 128, "synthetic prompt length in `tokens`")
 	vocab := fs.Int("vocab", 256, "synthetic token ids are below `N` (at most the model's vocabulary)")
@@ -115,9 +117,19 @@ func runLoadtest(e *env, args []string) error {
 	if _, err := loadtest.CheckURL(*url); err != nil {
 		return usageError{"--" + err.Error()}
 	}
-	var rates []float64
+	var knee *loadtest.KneeTarget
+	if *kneeFlag != "" {
+		k, err := loadtest.ParseKneeTarget(*kneeFlag)
+		if err != nil {
+			return usageError{"--knee: " + err.Error()}
+		}
+		knee = &k
+	}
+	var err error
+	w := loadtest.Workload{Duration: *duration, Burstiness: *burstiness, PromptTokens: *promptTokens, OutputTokens: *outputTokens,
+		RangeRatio: *rangeRatio, Vocab: *vocab, Seed: tf.Seed}
 	if *tracePath != "" {
-		for _, name := range []string{"rate", "sweep", "duration", "burstiness", "prompt-tokens", "output-tokens", "range-ratio"} {
+		for _, name := range []string{"rate", "sweep", "at-knee", "times", "duration", "burstiness", "prompt-tokens", "output-tokens", "range-ratio"} {
 			if set[name] {
 				return usagef("--%s does not apply to --trace, whose requests have their own arrivals and lengths", name)
 			}
@@ -128,25 +140,28 @@ func runLoadtest(e *env, args []string) error {
 				return usagef("--%s needs --trace", name)
 			}
 		}
-		var err error
-		if rates, err = parseRates(*rate, *sweep); err != nil {
+		if *atKnee != "" {
+			if set["rate"] || set["sweep"] || knee == nil {
+				return usagef("--at-knee takes --knee and neither --rate nor --sweep")
+			}
+			r, err := loadtest.LoadReport(*atKnee)
+			if err != nil {
+				return err
+			}
+			k, ok := loadtest.Knee(r.Runs, *knee)
+			if !ok {
+				return fmt.Errorf("--at-knee %s: no rate meets %v", *atKnee, knee)
+			}
+			w.Rates = []float64{k.Rate}
+		} else if w.Rates, err = parseRates(*rate, *sweep); err != nil {
 			return err
 		}
-		if *duration <= 0 {
-			return usagef("--duration=%v, want a span of arrivals above 0 such as 60s", *duration)
+		if !(*times > 0) || math.IsInf(*times, 0) {
+			return usagef("--times=%v, want a number above 0", *times)
 		}
-		if !(*burstiness > 0) || math.IsInf(*burstiness, 0) {
-			return usagef("--burstiness=%v, want a number above 0 (1 is Poisson)", *burstiness)
+		for i := range w.Rates {
+			w.Rates[i] *= *times
 		}
-	}
-	if *outputTokens < 1 {
-		return usagef("--output-tokens=%d, want at least 1", *outputTokens)
-	}
-	if !(*rangeRatio >= 0 && *rangeRatio < 1) {
-		return usagef("--range-ratio=%v, want 0 or more and below 1", *rangeRatio)
-	}
-	if *rangeRatio > 0 && *promptsFile != "" {
-		return usagef("--range-ratio draws the lengths of synthetic prompts, not of --prompts")
 	}
 	if *maxConc < 0 {
 		return usagef("--max-concurrency=%d, want 0 (no limit) or more", *maxConc)
@@ -154,76 +169,41 @@ func runLoadtest(e *env, args []string) error {
 	if *timeout <= 0 {
 		return usagef("--timeout=%v, want more than 0", *timeout)
 	}
-	var (
-		slo metrics.SLO
-		err error
-	)
+	o := loadtest.Options{Workload: w, Knee: knee, TargetRPS: *targetRPS, CostPerHour: *costPerHour}
 	if *sloFlag != "" {
-		if slo, err = metrics.ParseSLO(*sloFlag); err != nil {
+		if o.SLO, err = metrics.ParseSLO(*sloFlag); err != nil {
 			return usageError{"--slo: " + err.Error()}
 		}
 	}
-	var knee *loadtest.KneeTarget
-	if *kneeFlag != "" {
-		k, err := loadtest.ParseKneeTarget(*kneeFlag)
-		if err != nil {
-			return usageError{"--knee: " + err.Error()}
-		}
-		knee = &k
-	}
 	if *targetRPS != 0 || *costPerHour != 0 {
-		if knee == nil || !(*targetRPS > 0) || !(*costPerHour >= 0) {
+		if o.Knee == nil || !(*targetRPS > 0) || !(*costPerHour >= 0) {
 			return usagef("--target-rps R --cost-per-hour C need --knee, R above 0 and C of 0 or more")
 		}
 	}
-
-	var prompts []openai.Prompt
 	if *promptsFile != "" {
-		if prompts, err = loadtest.LoadPrompts(*promptsFile); err != nil {
+		if o.Workload.Prompts, err = loadtest.LoadPrompts(*promptsFile); err != nil {
 			return err
 		}
 	} else if *chat {
 		return usagef("--chat needs --prompts: synthetic prompts are token ids, which chat messages cannot carry")
 	}
-	var workload func(r float64) ([]loadtest.Request, error)
 	if *tracePath != "" {
-		t, err := tf.Load(*tracePath)
-		if err != nil {
+		if o.Workload.Trace, err = tf.Load(*tracePath); err != nil {
 			return err
 		}
-		reqs, err := loadtest.FromTrace(t, prompts, *vocab, *seed)
-		if err != nil {
-			return err
-		}
-		workload = func(float64) ([]loadtest.Request, error) { return reqs, nil }
-		rates = []float64{traceRate(t)}
-		*duration = time.Duration(t.Duration() * float64(time.Second))
-		fmt.Fprintf(e.stderr, "loadtest: %s, model %s, replaying %s\n", *url, *modelName, t)
+		fmt.Fprintf(e.stderr, "loadtest: %s, model %s, replaying %s\n", *url, *modelName, o.Workload.Trace)
 	} else {
-		if prompts == nil {
-			if prompts, err = loadtest.SyntheticPrompts(64, *promptTokens, *vocab, *seed); err != nil {
-				return usageError{err.Error()}
-			}
-		}
-		workload = func(r float64) ([]loadtest.Request, error) {
-			n := max(1, int(math.Round(r*duration.Seconds())))
-			at, err := loadtest.Arrivals(r, *burstiness, n, *seed)
-			if err != nil {
-				return nil, err
-			}
-			if *rangeRatio > 0 {
-				pl, ol, err := loadtest.RandomLengths(n, *promptTokens, *outputTokens, *rangeRatio, *seed)
-				if err != nil {
-					return nil, err
-				}
-				return loadtest.LengthWorkload(at, pl, ol, *vocab, *seed)
-			}
-			return loadtest.Workload(at, prompts, *outputTokens), nil
-		}
+		fmt.Fprintf(e.stderr, "loadtest: %s, model %s, %d rate(s) for %v each\n", *url, *modelName, len(w.Rates), *duration)
+	}
+	if err := o.Workload.Check(); err != nil {
+		return usageError{err.Error()}
+	}
+	if *sweep != "" {
+		o.Plot = *plotBase
 	}
 	bar := newProgress(e.stderr, "loadtest: requests")
 	defer bar.clear()
-	cfg := loadtest.Config{URL: *url, Model: *modelName, Chat: *chat, MaxConcurrency: *maxConc, Timeout: *timeout, IgnoreEOS: *ignoreEOS,
+	o.Config = loadtest.Config{URL: *url, Model: *modelName, Chat: *chat, MaxConcurrency: *maxConc, Timeout: *timeout, IgnoreEOS: *ignoreEOS,
 		APIKey: cmp.Or(*apiKey, os.Getenv("OPENAI_API_KEY")), Progress: bar.set, ServerHeader: *serverHeader}
 	closeOutcomes := func() error { return nil }
 	if *outcomes != "" {
@@ -234,8 +214,14 @@ func runLoadtest(e *env, args []string) error {
 		defer f.Close()
 		var werr error
 		run := 0
-		cfg.Outcomes = func(res *loadtest.Result) {
-			werr = cmp.Or(werr, loadtest.WriteRecord(f, rates[run], *timeout, res))
+		o.Config.Outcomes = func(res *loadtest.Result) {
+			var rate float64
+			if t := o.Workload.Trace; t != nil {
+				rate = loadtest.TraceRate(t)
+			} else {
+				rate = o.Workload.Rates[run]
+			}
+			werr = cmp.Or(werr, loadtest.WriteRecord(f, rate, *timeout, res))
 			run++
 		}
 		closeOutcomes = func() error {
@@ -245,73 +231,42 @@ func runLoadtest(e *env, args []string) error {
 			return nil
 		}
 	}
-
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	for _, r := range rates {
-		if _, err := workload(r); err != nil {
-			return usagef("rate %v: %v", r, err)
-		}
-	}
-	report := loadtestReport{URL: *url, Model: *modelName, Burstiness: *burstiness, DurationS: duration.Seconds(), Seed: *seed,
-		RangeRatio: *rangeRatio, IgnoreEOS: *ignoreEOS, KneeTarget: knee}
-	if *tracePath == "" {
-		fmt.Fprintf(e.stderr, "loadtest: %s, model %s, %d rate(s) for %v each\n", *url, *modelName, len(rates), *duration)
-	}
-	points, err := loadtest.Sweep(ctx, cfg, rates, workload, slo, func(p loadtest.Point) {
+	o.Done = func(p loadtest.Point) {
 		bar.clear()
 		m := p.Metrics
 		fmt.Fprintf(e.stderr, "rate %v: %d requests, %d completed, %d rejected, %d failed, %.3g req/s\n",
 			p.Rate, m.Requests, m.Completed, m.Rejected, m.Failed, m.RequestThroughput)
-		if w := m.RateWarning(); w != "" {
-			fmt.Fprintf(e.stderr, "rate %v: %s\n", p.Rate, w)
-			report.Warnings = append(report.Warnings, fmt.Sprintf("rate %v: %s", p.Rate, w))
+		if warn := m.RateWarning(); warn != "" {
+			fmt.Fprintf(e.stderr, "rate %v: %s\n", p.Rate, warn)
 		}
-	})
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	report, err := loadtest.Run(ctx, o)
+	if errors.Is(err, context.Canceled) {
+		return errors.New("interrupted")
+	}
 	if err != nil {
-		if errors.Is(err, context.Canceled) {
-			return errors.New("interrupted")
-		}
 		return err
 	}
 	if err := closeOutcomes(); err != nil {
 		return err
 	}
-	report.Runs = points
-
-	if knee != nil {
-		if k, ok := loadtest.Knee(points, *knee); ok {
-			report.Knee = &k
-		}
-	}
-	if report.Knee != nil && *targetRPS > 0 {
-		c, err := loadtest.PlanCapacity(report.Knee.Metrics, *targetRPS, *costPerHour)
-		if err != nil {
-			return err
-		}
-		report.Capacity = &c
-	}
-	if *sweep != "" {
-		title := fmt.Sprintf("%s at %s (burstiness %g)", *modelName, *url, *burstiness)
-		if err := loadtest.PlotCurve(points, title, *plotBase); err != nil {
-			return err
-		}
-		report.Plots = []string{*plotBase + ".png", *plotBase + ".svg"}
+	if len(report.Plots) > 0 {
 		fmt.Fprintf(e.stderr, "curve in %s.png and %s.svg\n", *plotBase, *plotBase)
 	}
-
 	if *asJSON {
 		err = writeJSON(e.stdout, report)
 	} else {
-		err = printLoadtest(e, report, *sweep != "")
+		err = report.Write(e.stdout)
 	}
 	if err != nil {
 		return err
 	}
-	if knee != nil && *targetRPS > 0 && report.Knee == nil {
-		return fmt.Errorf("no rate meets the knee target %v: no capacity to plan", knee)
+	if o.Knee != nil && *targetRPS > 0 && report.Knee == nil {
+		return fmt.Errorf("no rate meets the knee target %v: no capacity to plan", o.Knee)
 	}
-	for _, p := range points {
+	for _, p := range report.Runs {
 		if p.Metrics.Completed == 0 {
 			return fmt.Errorf("rate %v: no request completed (the first: %s)", p.Rate, p.Metrics.FirstError)
 		}
@@ -319,38 +274,8 @@ func runLoadtest(e *env, args []string) error {
 	return nil
 }
 
-// loadtestReport is loadtest's JSON output.
-type loadtestReport struct {
-	URL        string               `json:"url"`
-	Model      string               `json:"model"`
-	Burstiness float64              `json:"burstiness"`
-	DurationS  float64              `json:"duration_s"`
-	Seed       uint64               `json:"seed"`
-	RangeRatio float64              `json:"range_ratio,omitempty"`
-	IgnoreEOS  bool                 `json:"ignore_eos,omitempty"`
-	Runs       []loadtest.Point     `json:"runs"`
-	KneeTarget *loadtest.KneeTarget `json:"knee_target,omitempty"`
-	Knee       *loadtest.Point      `json:"knee,omitempty"`
-	Capacity   *loadtest.Capacity   `json:"capacity,omitempty"`
-	Plots      []string             `json:"plots,omitempty"`
-	Warnings   []string             `json:"warnings,omitempty"`
-}
-
-// compareReport is loadtest --compare's JSON output.
-type compareReport struct {
-	KneeTarget loadtest.KneeTarget `json:"knee_target"`
-	Curves     []compareCurve      `json:"curves"`
-	Plots      []string            `json:"plots"`
-}
-
-type compareCurve struct {
-	Label string          `json:"label"`
-	File  string          `json:"file"`
-	Knee  *loadtest.Point `json:"knee"` // null when no rate meets the target
-}
-
-// runCompare reads the --json reports of several sweeps (one per label, such as one per scheduler), draws
-// their curves on one plot and tabulates their knees.
+// runCompare reads the --json reports of several sweeps (LABEL=FILE,..., one per label, such as one per
+// scheduler), draws their curves on one plot and tabulates their knees and the target's P95 at every rate.
 func runCompare(e *env, spec, kneeFlag, plotBase string, asJSON bool) error {
 	if kneeFlag == "" {
 		return usagef("--compare needs --knee")
@@ -359,57 +284,28 @@ func runCompare(e *env, spec, kneeFlag, plotBase string, asJSON bool) error {
 	if err != nil {
 		return usageError{"--knee: " + err.Error()}
 	}
-	var (
-		curves []loadtest.Curve
-		out    = compareReport{KneeTarget: target}
-	)
+	var labels, files []string
 	for part := range strings.SplitSeq(spec, ",") {
 		label, file, ok := strings.Cut(part, "=")
 		if !ok || label == "" || file == "" {
 			return usagef("--compare=%q: want LABEL=FILE,... such as static=static.json,continuous=cont.json", spec)
 		}
-		b, err := os.ReadFile(file)
-		if err != nil {
-			return err
-		}
-		var r loadtestReport
-		if err := json.Unmarshal(b, &r); err != nil {
-			return fmt.Errorf("%s: not a 'morphlab loadtest --json' report: %v", file, err)
-		}
-		if len(r.Runs) == 0 {
-			return fmt.Errorf("%s: the report has no runs", file)
-		}
-		curves = append(curves, loadtest.Curve{Label: label, Points: r.Runs})
-		c := compareCurve{Label: label, File: file}
-		if k, ok := loadtest.Knee(r.Runs, target); ok {
-			c.Knee = &k
-		}
-		out.Curves = append(out.Curves, c)
+		labels, files = append(labels, label), append(files, file)
 	}
-	if err := loadtest.PlotCompare(curves, "Latency-RPS", plotBase); err != nil {
+	c, err := loadtest.Compare(labels, files, target, plotBase)
+	if err != nil {
 		return err
 	}
-	out.Plots = []string{plotBase + ".png", plotBase + ".svg"}
 	fmt.Fprintf(e.stderr, "curves in %s.png and %s.svg\n", plotBase, plotBase)
 	if asJSON {
-		return writeJSON(e.stdout, out)
+		return writeJSON(e.stdout, c)
 	}
-	return loadtest.WriteTables(e.stdout, loadtest.CompareTable(curves, target))
+	return loadtest.WriteTables(e.stdout, c.Tables()...)
 }
 
 // traceOnlyFlags are trace.Flags' flags other than --seed: they choose how a trace is read and transformed.
 var traceOnlyFlags = []string{"trace-format", "sort-arrivals", "keep-failed", "window", "busiest", "busiest-by", "thin",
 	"time-scale", "length-scale", "clip", "max-prompt", "max-output"}
-
-// traceRate is a trace's mean arrival rate, (n-1) requests over the span of its arrivals (0 when it cannot be
-// told), as loadtest measures the asked rate.
-func traceRate(t *trace.Trace) float64 {
-	n := len(t.Requests)
-	if n < 2 || t.Duration() <= 0 {
-		return 0
-	}
-	return float64(n-1) / t.Duration()
-}
 
 // parseRates returns the rates of --rate or --sweep, exactly one of which must be given.
 func parseRates(rate float64, sweep string) ([]float64, error) {
@@ -431,28 +327,4 @@ func parseRates(rate float64, sweep string) ([]float64, error) {
 		rates = append(rates, r)
 	}
 	return rates, nil
-}
-
-func printLoadtest(e *env, r loadtestReport, sweep bool) error {
-	tables := []loadtest.Table{loadtest.SweepTable(r.Runs, r.Knee)}
-	if !sweep {
-		tables = loadtest.MetricsTables(r.Runs[0].Metrics)
-	}
-	if err := loadtest.WriteTables(e.stdout, tables...); err != nil {
-		return err
-	}
-	if r.KneeTarget != nil {
-		fmt.Fprintln(e.stdout)
-		if r.Knee == nil {
-			fmt.Fprintf(e.stdout, "knee: no rate meets %v with every request completed\n", r.KneeTarget)
-		} else {
-			m := r.Knee.Metrics
-			fmt.Fprintf(e.stdout, "knee: %s req/s achieved at rate %v (%v: %s ms)\n", numfmt.Figure(m.RequestThroughput), r.Knee.Rate, r.KneeTarget, numfmt.Figure(r.KneeTarget.P95(m)))
-		}
-	}
-	if r.Capacity != nil {
-		fmt.Fprintln(e.stdout)
-		return loadtest.WriteTables(e.stdout, loadtest.CapacityTable(*r.Capacity))
-	}
-	return nil
 }

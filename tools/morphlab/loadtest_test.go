@@ -48,7 +48,7 @@ func TestLoadtestSweepJSON(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d, stderr %q", code, stderr)
 	}
-	var r loadtestReport
+	var r loadtest.Report
 	if err := json.Unmarshal([]byte(stdout), &r); err != nil {
 		t.Fatalf("stdout is not the JSON report: %v\n%s", err, stdout)
 	}
@@ -67,6 +67,21 @@ func TestLoadtestSweepJSON(t *testing.T) {
 			t.Errorf("plot %s: %v", f, err)
 		}
 	}
+	// Half the knee's rate of the saved sweep: 10 req/s, 4 requests in 400 ms.
+	saved := filepath.Join(t.TempDir(), "sweep.json")
+	if err := os.WriteFile(saved, []byte(stdout), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr = runCLI("loadtest", "--url", s.URL, "--model", "m", "--at-knee", saved, "--knee", "e2el=5s", "--times", "0.5",
+		"--duration", "400ms", "--prompts", prompts, "--chat", "--output-tokens", "4", "--json")
+	var half loadtest.Report
+	if err := json.Unmarshal([]byte(stdout), &half); code != 0 || err != nil || len(half.Runs) != 1 || half.Runs[0].Rate != 10 || half.Runs[0].Metrics.Requests != 4 {
+		t.Errorf("--at-knee --times 0.5: exit %d (%v), %s, runs %+v", code, err, stderr, half.Runs)
+	}
+	code, _, stderr = runCLI("loadtest", "--url", s.URL, "--model", "m", "--at-knee", saved, "--knee", "e2el=1ms", "--duration", "400ms")
+	if code != 1 || !strings.Contains(stderr, "--at-knee "+saved+": no rate meets P95 E2EL <= 1ms") {
+		t.Errorf("--at-knee without a knee: exit %d, %q", code, stderr)
+	}
 }
 
 // TestLoadtestRangeRatio: with --range-ratio the requests carry the lengths RandomLengths draws with the seed (the
@@ -79,7 +94,7 @@ func TestLoadtestRangeRatio(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d, stderr %q", code, stderr)
 	}
-	var r loadtestReport
+	var r loadtest.Report
 	if err := json.Unmarshal([]byte(stdout), &r); err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +141,7 @@ func TestLoadtestAPIKey(t *testing.T) {
 			if code != 0 {
 				t.Fatalf("exit %d, stderr %q", code, stderr)
 			}
-			var r loadtestReport
+			var r loadtest.Report
 			if err := json.Unmarshal([]byte(stdout), &r); err != nil {
 				t.Fatal(err)
 			}
@@ -158,7 +173,7 @@ func TestLoadtestTrace(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d, stderr %q", code, stderr)
 	}
-	var r loadtestReport
+	var r loadtest.Report
 	if err := json.Unmarshal([]byte(stdout), &r); err != nil {
 		t.Fatal(err)
 	}
@@ -172,49 +187,68 @@ func TestLoadtestTrace(t *testing.T) {
 	}
 }
 
-// TestLoadtestCompare sweeps two servers, one twice as slow a token, saves both reports and compares them.
+// TestLoadtestCompare compares three saved sweeps under P95 E2EL <= 50ms: static's meets the target at 30 req/s
+// again after missing it at 20, so its knee is 10; dynamic's is 20, continuous's 40, at 4x static's throughput and 2x
+// dynamic's; the rates table has each curve's P95 at every rate.
 func TestLoadtestCompare(t *testing.T) {
 	dir := t.TempDir()
+	var files []string
 	for _, c := range []struct {
 		name  string
-		delay time.Duration
-	}{{"fast", 2 * time.Millisecond}, {"slow", 20 * time.Millisecond}} {
-		s := openaitest.NewServer(openaitest.Options{Model: "m", TokenDelay: c.delay})
-		code, stdout, stderr := runCLI("loadtest", "--url", s.URL, "--model", "m", "--sweep", "20,40", "--duration", "300ms",
-			"--output-tokens", "6", "--plot", filepath.Join(dir, c.name), "--json")
-		s.Close()
-		if code != 0 {
-			t.Fatalf("%s: exit %d, stderr %q", c.name, code, stderr)
+		e2els []float64 // P95 E2EL (ms) at 10, 20, 30 and 40 req/s
+	}{{"static", []float64{30, 60, 40}}, {"dynamic", []float64{20, 40, 80}}, {"continuous", []float64{10, 20, 30, 45}}} {
+		r := loadtest.Report{URL: "http://127.0.0.1:8000", Model: "m", Burstiness: 1, DurationS: 10}
+		for i, e2el := range c.e2els {
+			rate := 10 * float64(i+1)
+			r.Runs = append(r.Runs, loadtest.Point{Rate: rate, Metrics: loadtest.Metrics{Requests: 100, Completed: 100,
+				RequestThroughput: 0.95 * rate, E2EL: loadtest.Summary{P95: e2el}}})
 		}
-		if err := os.WriteFile(filepath.Join(dir, c.name+".json"), []byte(stdout), 0o644); err != nil {
+		b, err := json.Marshal(r)
+		if err != nil {
 			t.Fatal(err)
 		}
+		file := filepath.Join(dir, c.name+".json")
+		if err := os.WriteFile(file, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, c.name+"="+file)
 	}
-	plot := filepath.Join(dir, "both")
-	// Fast: 5 tokens 2 ms apart, E2EL about 10 ms; slow: about 100 ms. Only the fast one meets P95 E2EL <= 50ms.
-	args := []string{"loadtest", "--compare", "fast=" + filepath.Join(dir, "fast.json") + ",slow=" + filepath.Join(dir, "slow.json"),
-		"--knee", "e2el=50ms", "--plot", plot}
+	plot := filepath.Join(dir, "all")
+	args := []string{"loadtest", "--compare", strings.Join(files, ","), "--knee", "e2el=50ms", "--plot", plot}
 	code, stdout, stderr := runCLI(args...)
 	if code != 0 {
 		t.Fatalf("compare: exit %d, stderr %q", code, stderr)
 	}
 	rows := tableRows(stdout)
-	if f, s := rows["fast"], rows["slow"]; len(f) != 5 || f[0] != "2" || f[1] != "40.00" || f[4] != "1.000" || len(s) != 5 || s[1] != "none" {
-		t.Errorf("compare table:\n%s", stdout)
+	for name, want := range map[string]string{
+		"static":     "3 10.00 9.500 30.00 1.000 0.5",
+		"dynamic":    "3 20.00 19.00 40.00 2.000 1.000",
+		"continuous": "4 40.00 38.00 45.00 4.000 2.000",
+		"40.00":      "- - 45.00",
+		"20.00":      "60.00 40.00 20.00",
+	} {
+		if got := strings.Join(rows[name], " "); got != want {
+			t.Errorf("row %s: %q, want %q:\n%s", name, got, want, stdout)
+		}
 	}
 	svg, err := os.ReadFile(plot + ".svg")
-	if err != nil || !strings.Contains(string(svg), "slow E2EL P95") {
+	if err != nil || !strings.Contains(string(svg), "continuous E2EL P95") {
 		t.Errorf("compare plot: %v", err)
 	}
 	code, stdout, _ = runCLI(append(args, "--json")...)
-	var r compareReport
-	if err := json.Unmarshal([]byte(stdout), &r); err != nil || code != 0 || len(r.Curves) != 2 || r.Curves[0].Knee == nil || r.Curves[1].Knee != nil {
+	var r loadtest.Comparison
+	if err := json.Unmarshal([]byte(stdout), &r); err != nil || code != 0 || len(r.Curves) != 3 || r.Curves[0].Knee == nil || r.Curves[0].Knee.Rate != 10 ||
+		r.Curves[2].Knee == nil || r.Curves[2].Knee.Rate != 40 || r.Curves[1].File != filepath.Join(dir, "dynamic.json") {
 		t.Errorf("compare JSON: exit %d, %v, %+v", code, err, r)
 	}
 }
 
 func TestLoadtestErrors(t *testing.T) {
 	base := []string{"loadtest", "--url", "http://127.0.0.1:1", "--model", "m", "--duration", "1s"}
+	prompts := filepath.Join(t.TempDir(), "p.txt")
+	if err := os.WriteFile(prompts, []byte("a prompt\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		args []string
 		code int
@@ -225,13 +259,17 @@ func TestLoadtestErrors(t *testing.T) {
 		{append(base, "--rate", "1", "--sweep", "1,2"), 2, "give one of --rate R and --sweep"},
 		{append(base, "--sweep", "1,x"), 2, `--sweep="1,x": "x" is not a rate above 0`},
 		{append(base, "--rate", "-1"), 2, "--rate=-1"},
-		{append(base, "--rate", "1", "--burstiness", "0"), 2, "--burstiness=0"},
+		{append(base, "--rate", "1", "--burstiness", "0"), 2, "burstiness 0, want a number above 0"},
 		{append(base, "--rate", "1", "--slo", "ttft=soon"), 2, "--slo: "},
 		{append(base, "--rate", "1", "--knee", "p50=1s"), 2, "--knee: "},
 		{append(base, "--rate", "1", "--target-rps", "5"), 2, "need --knee"},
 		{append(base, "--rate", "1", "--chat"), 2, "--chat needs --prompts"},
-		{append(base, "--rate", "1", "--range-ratio", "1"), 2, "--range-ratio=1, want 0 or more and below 1"},
-		{append(base, "--rate", "1", "--range-ratio", "0.5", "--prompts", "p.txt"), 2, "--range-ratio draws the lengths of synthetic prompts"},
+		{append(base, "--rate", "1", "--range-ratio", "1"), 2, "range ratio 1, want 0 or more and below 1"},
+		{append(base, "--rate", "1", "--range-ratio", "0.5", "--prompts", prompts), 2, "a range ratio draws the lengths of synthetic prompts"},
+		{append(base, "--rate", "1", "--vocab", "3"), 2, "vocabulary of 3, want at least 4"},
+		{append(base, "--rate", "1", "--at-knee", "s.json", "--knee", "ttft=1s"), 2, "--at-knee takes --knee and neither --rate nor --sweep"},
+		{append(base, "--at-knee", "s.json"), 2, "--at-knee takes --knee"},
+		{append(base, "--rate", "1", "--times", "0"), 2, "--times=0, want a number above 0"},
 		{[]string{"loadtest", "--compare", "a=x.json"}, 2, "--compare needs --knee"},
 		{[]string{"loadtest", "--compare", "a=x.json", "--knee", "e2el=1s", "--rate", "1"}, 2, "--rate does not apply to --compare"},
 		{[]string{"loadtest", "--compare", "x.json", "--knee", "e2el=1s"}, 2, "want LABEL=FILE"},

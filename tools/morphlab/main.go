@@ -3,8 +3,8 @@
 // sensitivity (profile), fetches the public data files (data), and, as the project grows, the engine and the
 // experiments. Run `morphlab help` for the subcommands this build has and `morphlab <command> -h` for one of them.
 //
-// Results go to stdout, as tables (internal/mdtable, or newTable for rows one at a time: Markdown tables drawn by
-// tablewriter) or as JSON with --json; progress and notes go to stderr, with a progress bar (newProgress,
+// Results go to stdout, as tables (Markdown tables drawn by tablewriter through internal/mdtable) or as
+// JSON with --json; progress and notes go to stderr, with a progress bar (newProgress,
 // newBytesProgress) only when stderr is a terminal. Errors are one line, "morphlab <command>: ...", and the exit
 // status is 2 for bad usage (an unknown command, a bad flag or argument) and 1 for a failure.
 package main

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/morphlab/morphlab/internal/mdtable"
 	"github.com/morphlab/morphlab/kernels/probe"
 )
 
@@ -115,14 +114,6 @@ func TestProbeTableAndFailure(t *testing.T) {
 	}
 }
 
-func TestFormat(t *testing.T) {
-	for n, want := range map[int64]string{512: "512 B", 32 << 10: "32 KiB", 3 << 19: "1.5 MiB", 256 << 20: "256 MiB", 2 << 30: "2 GiB"} {
-		if got := formatBytes(n); got != want {
-			t.Errorf("formatBytes(%d) = %q, want %q", n, got, want)
-		}
-	}
-}
-
 func TestProgress(t *testing.T) {
 	var buf bytes.Buffer
 	quiet := newProgress(&buf, "x")
@@ -158,20 +149,6 @@ func TestCommandsRegistered(t *testing.T) {
 		if !slices.Contains(got, w) {
 			t.Errorf("command %q is not registered (have %v)", w, got)
 		}
-	}
-}
-
-// TestTable: rows collected one at a time print as mdtable.Write prints them at once.
-func TestTable(t *testing.T) {
-	var b, c strings.Builder
-	if err := mdtable.Write(&b, []string{"name", "value"}, [][]string{{"GEMM", "1.5 ± 3%"}, {"x"}}); err != nil {
-		t.Fatal(err)
-	}
-	tb := newTable(&c, "name", "value")
-	tb.row("GEMM", "1.5 ± 3%")
-	tb.row("x")
-	if err := tb.flush(); err != nil || c.String() != b.String() {
-		t.Errorf("newTable, row, flush: %v\n%s\nwant\n%s", err, c.String(), b.String())
 	}
 }
 

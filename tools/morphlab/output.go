@@ -5,16 +5,15 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
-	"strconv"
+	"strings"
 	"sync"
 	"time"
 
-	"github.com/morphlab/morphlab/internal/mdtable"
+	"github.com/morphlab/morphlab/profiling/cputop"
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 )
@@ -28,38 +27,13 @@ func writeJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-// table collects a table's rows one at a time for mdtable.Write, for commands that build rows in a loop:
-// t := newTable(w, "a", "b"); t.row("1", "2"); err := t.flush().
-type table struct {
-	w      io.Writer
-	header []string
-	rows   [][]string
-}
-
-// newTable starts a table on w with the given header.
-func newTable(w io.Writer, header ...string) *table {
-	return &table{w: w, header: header}
-}
-
-// row adds a row of cells.
-func (t *table) row(cells ...string) {
-	t.rows = append(t.rows, cells)
-}
-
-// flush prints the table with mdtable.Write.
-func (t *table) flush() error {
-	return mdtable.Write(t.w, t.header, t.rows)
-}
-
-// formatBytes formats a size in binary units: 32 KiB, 1 MiB, 1.5 GiB.
-func formatBytes(n int64) string {
-	units := []string{"B", "KiB", "MiB", "GiB", "TiB"}
-	v, i := float64(n), 0
-	for v >= 1024 && i < len(units)-1 {
-		v /= 1024
-		i++
+// checkPlotName accepts a file name whose extension gonum/plot writes.
+func checkPlotName(name string) error {
+	switch strings.ToLower(filepath.Ext(name)) {
+	case ".png", ".svg", ".pdf":
+		return nil
 	}
-	return strconv.FormatFloat(math.Round(v*100)/100, 'f', -1, 64) + " " + units[i]
+	return usagef("--plot %s: want a .png, .svg or .pdf file name", name)
 }
 
 // createFile creates path and its parent directories.
@@ -176,8 +150,8 @@ func (p *profileFlags) start(w io.Writer) (stop func() error, err error) {
 				return err
 			}
 			if p.top > 0 {
-				if err := printCPUTop(w, p.cpu, p.top); err != nil {
-					return err
+				if err := cputop.WriteTop(w, p.cpu, p.top); err != nil {
+					return fmt.Errorf("--pprof-top: %w", err)
 				}
 			}
 		}

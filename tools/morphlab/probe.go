@@ -81,7 +81,7 @@ func printCeilings(e *env, c probe.Ceilings) error {
 	fmt.Fprintf(e.stdout, "int8 dot peak: %s GOP/s (%s)\n\n", numfmt.Figure(c.Int8DotPeakGOPS), c.Int8Kernel)
 	var rows [][]string
 	for _, p := range c.Bandwidth {
-		rows = append(rows, []string{formatBytes(p.Bytes), numfmt.Figure(p.GBps), formatBytes(p.Bytes / int64(c.Threads))})
+		rows = append(rows, []string{numfmt.Bytes(p.Bytes), numfmt.Figure(p.GBps), numfmt.Bytes(p.Bytes / int64(c.Threads))})
 	}
 	if err := mdtable.Write(e.stdout, []string{"working set", "read GB/s", "per thread"}, rows); err != nil {
 		return err

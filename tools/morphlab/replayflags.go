@@ -13,16 +13,18 @@ import (
 // replayFlags are the flags of a replay beside the deployment's: the trace and its transforms, the SLO and where
 // the results go.
 type replayFlags struct {
-	trace trace.Flags
-	path  string
-	slo   string
-	out   string
-	json  bool
+	trace    trace.Flags
+	path     string
+	loadtest string
+	slo      string
+	out      string
+	json     bool
 }
 
 func (f *replayFlags) register(fs *flag.FlagSet) {
 	f.trace.Register(fs)
 	fs.StringVar(&f.path, "trace", "", "request trace `file` (any format experiments/trace reads)")
+	fs.StringVar(&f.loadtest, "loadtest", "", "instead of --trace, serve the requests of every rate of a 'morphlab loadtest --json' `report`")
 	fs.StringVar(&f.slo, "slo", "ttft=2s", "SLO `limits` for violations and goodput: ttft=..,tpot=..,e2el=..")
 	fs.StringVar(&f.out, "out", "", "output `directory`")
 	fs.BoolVar(&f.json, "json", false, "print the aggregates as JSON instead of a table")
@@ -35,8 +37,10 @@ func (f *replayFlags) parse() (metrics.SLO, error) {
 		return metrics.SLO{}, usagef("--slo: %v", err)
 	}
 	switch {
-	case f.path == "":
+	case f.path == "" && f.loadtest == "":
 		return metrics.SLO{}, usagef("--trace is required")
+	case f.path != "" && f.loadtest != "":
+		return metrics.SLO{}, usagef("give one of --trace and --loadtest")
 	case f.out == "":
 		return metrics.SLO{}, usagef("--out is required")
 	}

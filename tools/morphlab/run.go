@@ -2,14 +2,20 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/signal"
 	"path/filepath"
 
+	"github.com/morphlab/morphlab/engine"
 	"github.com/morphlab/morphlab/experiments/deploy"
+	"github.com/morphlab/morphlab/experiments/loadtest"
+	"github.com/morphlab/morphlab/experiments/metrics"
 	"github.com/morphlab/morphlab/experiments/results"
 	"github.com/morphlab/morphlab/experiments/suite"
+	"github.com/morphlab/morphlab/experiments/trace"
+	"github.com/morphlab/morphlab/internal/numfmt"
 )
 
 func init() {
@@ -62,7 +68,13 @@ proxy that handles it as HAProxy with health checks, retry-on and option redispa
 requests in it, those whose response had begun are lost (finish "error"; --fail-response admission: those its
 engine had taken in, as morphlab serve sends its headers then; first-token: those with a token) and the others
 are sent on; it serves again --fail-restart after its restart. results.json records each fault with its times and counts
-(fleet.faults) and each request's retries.`
+(fleet.faults) and each request's retries.
+
+--loadtest REPORT serves, in the place of the server a 'morphlab loadtest --json' report measured, the same
+requests (each rate's arrivals and lengths, drawn again from the report's seed; the load test must have sent
+synthetic prompts) on the deployment or fleet: each rate's results go to --out/rate-R, the Latency-RPS curve with
+its knee and capacity (under the report's --knee and --target-rps) to --out/loadtest.json, which 'morphlab
+loadtest --compare' sets beside the measured one, and the curve to --out/latency-rps.png and .svg.`
 
 // runReplay is run and simulate: it deploys the model as the flags say, replays the trace and writes the results.
 func runReplay(e *env, args []string, executor, help string) error {
@@ -92,12 +104,29 @@ func runReplay(e *env, args []string, executor, help string) error {
 	if err != nil {
 		return usagef("%v", err)
 	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if rf.loadtest != "" {
+		if *keep || *steps || *reference != "" {
+			return usagef("--keep-tokens, --steps and --reference are for a trace")
+		}
+		opts := deploy.ReplayOptions{SLO: slo, PromptSeed: *promptSeed}
+		return replayLoadtest(ctx, e, &rf, d.Model, slo, func(ctx context.Context, t *trace.Trace) (*results.Run, []engine.Event, error) {
+			if isFleet {
+				r, err := fleet.Replay(ctx, t, opts)
+				return r, nil, err
+			}
+			in, err := d.Build()
+			if err != nil {
+				return nil, nil, err
+			}
+			return in.Replay(ctx, t, opts)
+		})
+	}
 	t, err := rf.load()
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
 	if isFleet {
 		if *keep || *steps || *reference != "" {
 			return usagef("--keep-tokens, --steps and --reference are for one replica")
@@ -118,7 +147,7 @@ func runReplay(e *env, args []string, executor, help string) error {
 	}
 	mem := in.Executor.Memory()
 	fmt.Fprintf(e.stderr, "%s: %d requests, %s on %s, policy %s, budget %s (%d KV blocks at full precision, %d attached), clock %s\n",
-		e.name, len(t.Requests), in.Name, d.Executor, d.Policy, formatBytes(mem.Budget), mem.FullBlocks, mem.Blocks, d.Clock)
+		e.name, len(t.Requests), in.Name, d.Executor, d.Policy, numfmt.Bytes(mem.Budget), mem.FullBlocks, mem.Blocks, d.Clock)
 	r, events, err := in.Replay(ctx, t, deploy.ReplayOptions{SLO: slo, PromptSeed: *promptSeed, KeepTokens: *keep || *reference != "", KeepSteps: *steps})
 	if err != nil {
 		return err
@@ -137,4 +166,47 @@ func runReplay(e *env, args []string, executor, help string) error {
 			e.name, *reference, 100*q.ExactMatch, 100*q.TokenAgreement)
 	}
 	return rf.write(e, r, events)
+}
+
+// replayLoadtest serves, in the place of the server, every rate of the load test whose report --loadtest names:
+// the same requests, each rate's through replay into --out/rate-R, the curve with its knee and capacity (under
+// the report's targets) into --out/loadtest.json and to stdout.
+func replayLoadtest(ctx context.Context, e *env, rf *replayFlags, model string, slo metrics.SLO,
+	replay func(context.Context, *trace.Trace) (*results.Run, []engine.Event, error)) error {
+	src, err := loadtest.LoadReport(rf.loadtest)
+	if err != nil {
+		return err
+	}
+	w, err := src.Workload()
+	if err != nil {
+		return fmt.Errorf("--loadtest %s: %v", rf.loadtest, err)
+	}
+	o := loadtest.Options{Config: loadtest.Config{Model: model}, Workload: w, SLO: slo, Knee: src.KneeTarget, Plot: filepath.Join(rf.out, "latency-rps")}
+	if c := src.Capacity; c != nil {
+		o.TargetRPS, o.CostPerHour = c.TargetRPS, c.CostPerInstance
+	}
+	o.Serve = func(ctx context.Context, rate float64, reqs []loadtest.Request) (loadtest.Metrics, error) {
+		r, events, err := replay(ctx, loadtest.TraceOf(reqs, fmt.Sprintf("%s at %v req/s", rf.loadtest, rate)))
+		if err != nil {
+			return loadtest.Metrics{}, err
+		}
+		a := r.Aggregates
+		fmt.Fprintf(e.stderr, "%s: rate %v: %d requests, %d completed, %.3g req/s\n", e.name, rate, a.Requests, a.Completed, a.RequestThroughput)
+		return a.Metrics, r.Write(filepath.Join(rf.out, fmt.Sprintf("rate-%v", rate)), events)
+	}
+	rep, err := loadtest.Run(ctx, o)
+	if err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(rf.out, "loadtest.json"), append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	if rf.json {
+		return writeJSON(e.stdout, rep)
+	}
+	return rep.Write(e.stdout)
 }

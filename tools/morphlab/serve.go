@@ -12,14 +12,12 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
-	"github.com/morphlab/morphlab/engine"
-	"github.com/morphlab/morphlab/engine/executor/costmodel"
 	"github.com/morphlab/morphlab/engine/server"
 	"github.com/morphlab/morphlab/experiments/deploy"
+	"github.com/morphlab/morphlab/internal/numfmt"
 )
 
 func init() {
@@ -109,6 +107,8 @@ func runServe(e *env, args []string) (err error) {
 			l.Deployment.Memory = engineShare
 		}
 		heapLimit = processBudget - own.file
+		fmt.Fprintf(e.stderr, "memory: %s for the process: %s resident after loading less the weights, %s kept for HTTP, %s for the engine\n",
+			numfmt.Bytes(processBudget), numfmt.Bytes(processBudget-engineShare-serveReserve), numfmt.Bytes(serveReserve), numfmt.Bytes(engineShare))
 	}
 	in, err := l.Start()
 	if err != nil {
@@ -120,18 +120,18 @@ func runServe(e *env, args []string) (err error) {
 			return overProcess(processBudget, engineShare, mem.Budget)
 		}
 		fmt.Fprintf(e.stderr, "memory: %s for the process: %s resident after loading less the weights, %s kept for HTTP, %s for the engine\n",
-			formatBytes(processBudget), formatBytes(processBudget-engineShare-serveReserve), formatBytes(serveReserve), formatBytes(mem.Budget))
+			numfmt.Bytes(processBudget), numfmt.Bytes(processBudget-engineShare-serveReserve), numfmt.Bytes(serveReserve), numfmt.Bytes(mem.Budget))
 	}
 	if *name == "" {
 		*name = strings.TrimSuffix(filepath.Base(d.Model), filepath.Ext(d.Model))
 	}
 	if *stepsFile != "" {
-		rec, err := recordSteps(in.Engine, *stepsFile)
+		rec, err := deploy.RecordSteps(in.Engine, *stepsFile)
 		if err != nil {
-			return err
+			return fmt.Errorf("--steps: %w", err)
 		}
 		defer func() {
-			if cerr := rec.close(); err == nil && cerr != nil {
+			if cerr := rec.Close(); err == nil && cerr != nil {
 				err = fmt.Errorf("--steps: %w", cerr)
 			}
 		}()
@@ -153,7 +153,7 @@ func runServe(e *env, args []string) (err error) {
 		limitHeap(cmp.Or(heapLimit, mem.Budget))
 	}
 	fmt.Fprintf(e.stderr, "serving %s on http://%s: %s batching, policy %s, %d KV blocks of %d tokens, budget %s (weights %s)\n",
-		*name, ln.Addr(), d.Scheduler.Kind, d.Policy, mem.Blocks, d.KV.BlockSize, formatBytes(mem.Budget), formatBytes(mem.Weights))
+		*name, ln.Addr(), d.Scheduler.Kind, d.Policy, mem.Blocks, d.KV.BlockSize, numfmt.Bytes(mem.Budget), numfmt.Bytes(mem.Weights))
 	// SIGHUP too: a closed terminal or a dropped SSH session drains the server as SIGTERM does, so that no
 	// stream ends without its [DONE].
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
@@ -171,50 +171,6 @@ func runServe(e *env, args []string) (err error) {
 	<-announced // Serve returns nil only once ctx has ended
 	fmt.Fprintf(e.stderr, "stopped\n")
 	return nil
-}
-
-// stepRecorder writes an engine's steps to a steps file as they run.
-type stepRecorder struct {
-	mu   sync.Mutex
-	f    *os.File
-	w    *costmodel.StepWriter
-	err  error
-	done bool
-}
-
-// recordSteps creates path and writes every step e runs to it (idle ticks left out) until close.
-func recordSteps(e *engine.Engine, path string) (*stepRecorder, error) {
-	f, err := os.Create(path)
-	if err != nil {
-		return nil, fmt.Errorf("--steps: %w", err)
-	}
-	r := &stepRecorder{f: f, w: costmodel.NewStepWriter(f)}
-	e.OnStep(func(info engine.StepInfo) {
-		if info.Idle {
-			return
-		}
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		if !r.done && r.err == nil {
-			r.err = r.w.Write(deploy.StepSample(info))
-		}
-	})
-	return r, nil
-}
-
-// close flushes and closes the file; steps after it are dropped.
-func (r *stepRecorder) close() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.done = true
-	err := r.err
-	if ferr := r.w.Flush(); err == nil {
-		err = ferr
-	}
-	if cerr := r.f.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }
 
 // serveReserve is what --max-process-memory keeps for answering HTTP beside the engine: connection buffers, handler
@@ -250,7 +206,7 @@ func engineBudget(total int64, own processMemory, weights int64) (int64, error) 
 	overhead := max(0, own.resident-weights) + serveReserve
 	if total <= overhead+weights {
 		return 0, fmt.Errorf("%s leaves nothing for KV blocks: the weights take %s, the process %s and HTTP %s",
-			formatBytes(total), formatBytes(weights), formatBytes(overhead-serveReserve), formatBytes(serveReserve))
+			numfmt.Bytes(total), numfmt.Bytes(weights), numfmt.Bytes(overhead-serveReserve), numfmt.Bytes(serveReserve))
 	}
 	return total - overhead, nil
 }
@@ -258,7 +214,7 @@ func engineBudget(total int64, own processMemory, weights int64) (int64, error) 
 // overProcess is the error of an engine budget (--memory or --kv-blocks) beyond what --max-process-memory leaves.
 func overProcess(process, share, engine int64) error {
 	return usagef("--max-process-memory %s leaves the engine %s, and its budget (--memory or --kv-blocks) is %s",
-		formatBytes(process), formatBytes(share), formatBytes(engine))
+		numfmt.Bytes(process), numfmt.Bytes(share), numfmt.Bytes(engine))
 }
 
 // limitHeap sets the Go collector's soft memory limit to budget bytes, unless GOMEMLIMIT sets one. Without it

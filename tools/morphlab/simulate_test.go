@@ -2,13 +2,18 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/morphlab/morphlab/experiments/loadtest"
 	"github.com/morphlab/morphlab/experiments/results"
 	"github.com/morphlab/morphlab/experiments/trace"
+	"github.com/morphlab/morphlab/internal/numfmt"
 )
 
 // burstFile writes a seeded on/off burst of n requests and returns its path.
@@ -152,5 +157,75 @@ func TestSimulateFleet(t *testing.T) {
 		if code != 2 || !strings.Contains(stderr, c.want) || strings.Count(stderr, "\n") != 1 {
 			t.Errorf("%v: exit %d, %q; want 2 and one line with %q", c.args, code, stderr, c.want)
 		}
+	}
+}
+
+// TestSimulateLoadtest: --loadtest serves the requests a load test's report describes, rate by rate: as many
+// requests of the lengths loadtest drew from its seed, each rate's results in its own directory, the curve and its
+// knee (under the report's target) in loadtest.json, which --compare sets beside the measured report.
+func TestSimulateLoadtest(t *testing.T) {
+	dir := t.TempDir()
+	measured := loadtest.Report{URL: "http://127.0.0.1:8000", Model: "m", Burstiness: 1, DurationS: 2, Seed: 5, RangeRatio: 0.5, IgnoreEOS: true,
+		PromptTokens: 200, OutputTokens: 100, Vocab: 32000, KneeTarget: &loadtest.KneeTarget{Metric: "ttft", Limit: time.Second},
+		Runs: []loadtest.Point{{Rate: 2}, {Rate: 8}}}
+	file := filepath.Join(dir, "measured.json")
+	writeReport := func(path string, r loadtest.Report) {
+		b, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeReport(file, measured)
+	out := filepath.Join(dir, "sim")
+	code, stdout, stderr := runCLI("simulate", "--loadtest", file, "--model", "llama-2-7b", "--device", "l4", "--kv-blocks", "958", "--out", out, "--json")
+	if code != 0 {
+		t.Fatalf("simulate --loadtest: exit %d, %s", code, stderr)
+	}
+	var r loadtest.Report
+	if err := json.Unmarshal([]byte(stdout), &r); err != nil || len(r.Runs) != 2 {
+		t.Fatalf("stdout is not a report of two runs (%v):\n%s", err, stdout)
+	}
+	for i, rate := range []float64{2, 8} {
+		n := int(rate * 2)
+		pl, ol, err := loadtest.RandomLengths(n, 200, 100, 0.5, 5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := r.Runs[i].Metrics
+		if r.Runs[i].Rate != rate || m.Requests != n || m.Completed != n || m.TotalInputTokens != sum(pl) || m.TotalOutputTokens != sum(ol) {
+			t.Errorf("rate %v: %d requests, %d completed, %d prompt and %d output tokens; want %d, %d, %d and %d",
+				r.Runs[i].Rate, m.Requests, m.Completed, m.TotalInputTokens, m.TotalOutputTokens, n, n, sum(pl), sum(ol))
+		}
+		if _, err := results.Load(filepath.Join(out, fmt.Sprintf("rate-%v", rate), "results.json")); err != nil {
+			t.Error(err)
+		}
+	}
+	if r.Knee == nil || r.Knee.Rate != 8 || r.KneeTarget == nil || *r.KneeTarget != *measured.KneeTarget {
+		t.Errorf("knee %+v under %+v; want the 8 req/s run under the report's target", r.Knee, r.KneeTarget)
+	}
+	saved, err := os.ReadFile(filepath.Join(out, "loadtest.json"))
+	if err != nil || !bytes.Equal(saved, []byte(stdout)) {
+		t.Errorf("loadtest.json differs from the report printed (%v)", err)
+	}
+	code, stdout, stderr = runCLI("loadtest", "--compare", "measured="+file+",simulated="+filepath.Join(out, "loadtest.json"), "--knee", "ttft=1s",
+		"--plot", filepath.Join(dir, "both"))
+	if rows := tableRows(stdout); code != 0 || len(rows["simulated"]) != 5 || rows["simulated"][1] != "8.000" ||
+		len(rows["8.000"]) != 2 || rows["8.000"][0] != "0" || rows["8.000"][1] != numfmt.Figure(r.Runs[1].Metrics.TTFT.P95) {
+		t.Errorf("compare: exit %d, %s:\n%s", code, stderr, stdout)
+	}
+
+	text := measured
+	text.TextPrompts = true
+	writeReport(file, text)
+	if code, _, stderr := runCLI("simulate", "--loadtest", file, "--model", "llama-2-7b", "--device", "l4", "--out", out); code != 1 ||
+		!strings.Contains(stderr, "--loadtest "+file+": the load test sent text prompts") {
+		t.Errorf("a report of text prompts: exit %d, %q", code, stderr)
+	}
+	if code, _, stderr := runCLI("simulate", "--loadtest", file, "--trace", file, "--model", "llama-2-7b", "--device", "l4", "--out", out); code != 2 ||
+		!strings.Contains(stderr, "give one of --trace and --loadtest") {
+		t.Errorf("--trace and --loadtest: exit %d, %q", code, stderr)
 	}
 }

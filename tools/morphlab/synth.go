@@ -26,7 +26,7 @@ func synthHelp() string {
 		}
 		lines = append(lines, fmt.Sprintf("  %-12s dim %d, hidden %d, %d layers, %d heads, %d kv heads, vocab %d, context %d, "+
 			"rope theta %g, %s (%s parameters)", s.Name, c.Dim, c.HiddenDim, c.NLayers, c.NHeads, c.NKVHeads, c.VocabSize,
-			c.SeqLen, c.RopeTheta, tied, formatCount(c.Params())))
+			c.SeqLen, c.RopeTheta, tied, numfmt.Count(c.Params())))
 	}
 	return `
 Synth writes a checkpoint of a named Llama shape with seeded random weights (engine/model.SynthesizeAs): the same
@@ -39,17 +39,6 @@ exists in f32. A .gguf file carries a synthetic byte-level vocabulary of the sha
 
 shapes:
 ` + strings.Join(lines, "\n")
-}
-
-// formatCount writes a parameter count as 15.2M or 6.74B.
-func formatCount(n int) string {
-	switch {
-	case n >= 1e9:
-		return fmt.Sprintf("%.3gB", float64(n)/1e9)
-	case n >= 1e6:
-		return fmt.Sprintf("%.3gM", float64(n)/1e6)
-	}
-	return fmt.Sprintf("%.3gK", float64(n)/1e3)
 }
 
 // tensorTypes are the storage types the file commands write, by flag name.
@@ -111,7 +100,7 @@ func runSynth(e *env, args []string) error {
 			"params": cfg.Params(), "bytes": size, "synth_seconds": synthSec, "write_seconds": writeSec})
 	}
 	return mdtable.Write(e.stdout, []string{"shape", "type", "params", "file", "size", "synth s", "write s"}, [][]string{
-		{*shape, *typ, formatCount(cfg.Params()), *out, numfmt.Figure(float64(size)/(1<<20)) + " MiB", numfmt.Figure(synthSec), numfmt.Figure(writeSec)}})
+		{*shape, *typ, numfmt.Count(cfg.Params()), *out, numfmt.Figure(float64(size)/(1<<20)) + " MiB", numfmt.Figure(synthSec), numfmt.Figure(writeSec)}})
 }
 
 // checkOutName accepts a .gguf file of any type, or a .bin file (llama2.c v0) of f32.

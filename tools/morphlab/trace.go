@@ -5,18 +5,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
-	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 
-	"github.com/olekukonko/tablewriter"
-	"github.com/olekukonko/tablewriter/renderer"
-	"github.com/olekukonko/tablewriter/tw"
-
 	"github.com/morphlab/morphlab/experiments/trace"
-	"github.com/morphlab/morphlab/internal/numfmt"
 )
 
 func init() {
@@ -99,16 +91,6 @@ duration (first arrival to last), mean rate, peak rates in any 1-s and 10-s wind
 of inter-arrival times (1 for Poisson), the index of dispersion of counts in 1-s and 10-s bins (1 for Poisson),
 prompt and output length percentiles (nearest rank) and token demand per second.`
 
-// traceSummary is what stats --json prints for a trace.
-type traceSummary struct {
-	Source     string           `json:"source"`
-	Format     string           `json:"format"`
-	Transforms []string         `json:"transforms"`
-	Failed     int              `json:"failed,omitempty"`
-	Reordered  int              `json:"reordered,omitempty"`
-	Stats      trace.Statistics `json:"stats"`
-}
-
 func runTraceStats(e *env, args []string) error {
 	fs := e.flags("FILE... [flags]", traceStatsHelp)
 	var tf trace.Flags
@@ -121,95 +103,18 @@ func runTraceStats(e *env, args []string) error {
 	if len(files) == 0 {
 		return usagef("want one or more trace files (run 'morphlab trace stats -h' for usage)")
 	}
-	var sums []traceSummary
+	var sums []trace.Summary
 	for _, f := range files {
 		t, err := tf.Load(f)
 		if err != nil {
 			return err
 		}
-		sums = append(sums, traceSummary{Source: t.Source, Format: t.Format, Transforms: nonNil(t.Transforms),
-			Failed: t.Failed, Reordered: t.Reordered, Stats: trace.Stats(t)})
+		sums = append(sums, trace.Summarize(t))
 	}
 	if *asJSON {
 		return writeJSON(e.stdout, sums)
 	}
-	return statsTable(e.stdout, sums)
-}
-
-func nonNil(s []string) []string {
-	if s == nil {
-		return []string{}
-	}
-	return s
-}
-
-// statsTable writes the statistics as a Markdown table, one column a trace.
-func statsTable(w io.Writer, sums []traceSummary) error {
-	header := []string{"statistic"}
-	var burst, sorted bool
-	for _, s := range sums {
-		name := s.Source
-		if s.Format != trace.Synthetic {
-			name = filepath.Base(name)
-		}
-		header = append(header, name)
-		burst = burst || s.Format == trace.BurstGPT
-		sorted = sorted || s.Reordered > 0
-	}
-	type row struct {
-		name string
-		cell func(traceSummary) string
-	}
-	rows := []row{
-		{"format", func(s traceSummary) string { return s.Format }},
-		{"transforms", func(s traceSummary) string { return strings.Join(s.Transforms, " ") }},
-		{"requests", func(s traceSummary) string { return strconv.Itoa(s.Stats.Requests) }},
-		{"duration (s)", func(s traceSummary) string { return timed(s, s.Stats.Duration) }},
-		{"mean rate (req/s)", func(s traceSummary) string { return timed(s, s.Stats.MeanRate) }},
-		{"peak rate, 1-s window", func(s traceSummary) string { return timed(s, s.Stats.PeakRate1) }},
-		{"peak rate, 10-s window", func(s traceSummary) string { return timed(s, s.Stats.PeakRate10) }},
-		{"inter-arrival CV", func(s traceSummary) string { return timed(s, s.Stats.InterArrivalCV) }},
-		{"dispersion, 1-s bins", func(s traceSummary) string { return timed(s, s.Stats.Dispersion1) }},
-		{"dispersion, 10-s bins", func(s traceSummary) string { return timed(s, s.Stats.Dispersion10) }},
-		{"prompt p50 / mean / p90 / p99", func(s traceSummary) string { return quantiles(s.Stats.Prompt) }},
-		{"prompt min / max", func(s traceSummary) string { return fmt.Sprintf("%d / %d", s.Stats.Prompt.Min, s.Stats.Prompt.Max) }},
-		{"output p50 / mean / p90 / p99", func(s traceSummary) string { return quantiles(s.Stats.Output) }},
-		{"output min / max", func(s traceSummary) string { return fmt.Sprintf("%d / %d", s.Stats.Output.Min, s.Stats.Output.Max) }},
-		{"prompt tokens/s", func(s traceSummary) string { return timed(s, s.Stats.PromptTokensPerSecond) }},
-		{"output tokens/s", func(s traceSummary) string { return timed(s, s.Stats.OutputTokensPerSecond) }},
-		{"peak tokens/s, 10-s window", func(s traceSummary) string { return timed(s, s.Stats.PeakTokensPerSecond10) }},
-	}
-	if burst {
-		rows = slices.Insert(rows, 3, row{"failed (skipped unless --keep-failed)", func(s traceSummary) string { return strconv.Itoa(s.Failed) }})
-	}
-	if sorted {
-		rows = slices.Insert(rows, 3, row{"records out of order (sorted)", func(s traceSummary) string { return strconv.Itoa(s.Reordered) }})
-	}
-	tab := tablewriter.NewTable(w, tablewriter.WithRenderer(renderer.NewMarkdown()), tablewriter.WithHeaderAutoFormat(tw.Off),
-		tablewriter.WithRowAutoWrap(tw.WrapNone), tablewriter.WithHeaderAutoWrap(tw.WrapNone))
-	tab.Header(header)
-	for _, r := range rows {
-		cells := []string{r.name}
-		for _, s := range sums {
-			cells = append(cells, r.cell(s))
-		}
-		if err := tab.Append(cells); err != nil {
-			return err
-		}
-	}
-	return tab.Render()
-}
-
-// timed formats a time-based figure, or "-" for a length-only table, which has no arrivals.
-func timed(s traceSummary, v float64) string {
-	if s.Stats.NoArrivals {
-		return "-"
-	}
-	return numfmt.Figure(v)
-}
-
-func quantiles(l trace.LengthStats) string {
-	return fmt.Sprintf("%d / %s / %d / %d", l.P50, numfmt.Figure(l.Mean), l.P90, l.P99)
+	return trace.WriteSummaries(e.stdout, sums)
 }
 
 const traceConvertHelp = `

@@ -60,7 +60,7 @@ func TestTraceConvertStats(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("stats: exit %d: %s", code, stderr)
 	}
-	var sums []traceSummary
+	var sums []trace.Summary
 	if err := json.Unmarshal([]byte(stdout), &sums); err != nil {
 		t.Fatal(err)
 	}

@@ -415,6 +415,36 @@ func (m *Model) OuterOpTimes(w Work) []OpTime {
 	return out
 }
 
+// Breakdown is one iteration of n tokens over context cache positions with every decoder layer in one format:
+// each operator's time in the order a step runs them (the embedding, a layer's operators with prefill and decode
+// attention after the RoPE, the final norm, the classifier over n rows), and the step's time with the n tokens as
+// one prompt chunk (Prefill) and as n decoding sequences (Decode).
+type Breakdown struct {
+	Ops             []OpTime
+	Prefill, Decode time.Duration
+}
+
+// Breakdown returns the breakdown of n tokens over context positions (at least n) with the layers in f.
+func (m *Model) Breakdown(n, context int, f quant.Format) Breakdown {
+	var prefill, decode Work
+	prefill.AddSeq(n, context, true)
+	for range n {
+		decode.AddSeq(1, context, true)
+	}
+	pre, _ := m.AttentionTimes(prefill)
+	_, dec := m.AttentionTimes(decode)
+	if n == 1 { // a one-token chunk counts as decoding in a Work; its prefill attention is still what it would cost
+		pre, _ = m.AttentionTimes(Work{Tokens: 1, PrefillTokens: 1, PrefillKeys: int64(context), PrefillContext: int64(context)})
+		pre.Op = OpAttnPrefill
+	}
+	layer := m.LayerOpTimes(n, f)
+	outer := m.OuterOpTimes(Work{Tokens: n, Sampled: n})
+	ops := append(outer[:1:1], layer[:3]...)
+	ops = append(append(append(ops, pre, dec), layer[3:]...), outer[1:]...)
+	layers := []LayerFormat{{Format: f, Layers: m.Config.NLayers}}
+	return Breakdown{Ops: ops, Prefill: m.StepTime(prefill, layers), Decode: m.StepTime(decode, layers)}
+}
+
 // What the memo caches by token count.
 const (
 	memoLayer   = iota // one layer without attention, in a format

@@ -1,4 +1,7 @@
-package main
+// Package cputop reads a CPU profile (runtime/pprof's format, with github.com/google/pprof/profile) into each
+// function's flat and cumulative time, as `go tool pprof -top` counts them, and prints the functions with the
+// most of each: what a long command's --pprof-top shows when it ends.
+package cputop
 
 import (
 	"cmp"
@@ -13,18 +16,17 @@ import (
 	"github.com/morphlab/morphlab/internal/mdtable"
 )
 
-// funcTime is the CPU time of one function in a profile: flat (in the function itself) and cumulative (with
-// what it calls).
-type funcTime struct {
+// Func is the CPU time of one function in a profile: flat (in the function itself) and cumulative (with what it
+// calls).
+type Func struct {
 	Name      string
 	Flat, Cum time.Duration
 }
 
-// cpuTop reads a CPU profile (runtime/pprof's format) with github.com/google/pprof/profile and returns the time
-// of each function, sorted by flat time, largest first (ties by name), and the profile's total. A sample's leaf
+// Read reads a CPU profile and returns the time of each function, sorted by flat time, largest first (ties by name), and the profile's total. A sample's leaf
 // frame, the innermost of an inlined group, gets its flat time; every function on its stack, once, gets its
 // cumulative time, as `go tool pprof -top` counts them.
-func cpuTop(r io.Reader) ([]funcTime, time.Duration, error) {
+func Read(r io.Reader) ([]Func, time.Duration, error) {
 	p, err := profile.Parse(r)
 	if err != nil {
 		return nil, 0, err
@@ -38,11 +40,11 @@ func cpuTop(r io.Reader) ([]funcTime, time.Duration, error) {
 	if vi < 0 {
 		return nil, 0, fmt.Errorf("not a CPU profile: no cpu/nanoseconds sample type")
 	}
-	times := map[string]*funcTime{}
-	get := func(name string) *funcTime {
+	times := map[string]*Func{}
+	get := func(name string) *Func {
 		ft := times[name]
 		if ft == nil {
-			ft = &funcTime{Name: name}
+			ft = &Func{Name: name}
 			times[name] = ft
 		}
 		return ft
@@ -68,27 +70,27 @@ func cpuTop(r io.Reader) ([]funcTime, time.Duration, error) {
 			}
 		}
 	}
-	out := make([]funcTime, 0, len(times))
+	out := make([]Func, 0, len(times))
 	for _, ft := range times {
 		out = append(out, *ft)
 	}
-	slices.SortFunc(out, func(a, b funcTime) int {
+	slices.SortFunc(out, func(a, b Func) int {
 		return cmp.Or(cmp.Compare(b.Flat, a.Flat), cmp.Compare(a.Name, b.Name))
 	})
 	return out, total, nil
 }
 
-// printCPUTop prints the n functions with the most flat time, then the n with the most cumulative time, of the
-// CPU profile in file.
-func printCPUTop(w io.Writer, file string, n int) error {
+// WriteTop prints the n functions with the most flat time, then the n with the most cumulative time, of the CPU
+// profile in file, as two tables.
+func WriteTop(w io.Writer, file string, n int) error {
 	f, err := os.Open(file)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	top, total, err := cpuTop(f)
+	top, total, err := Read(f)
 	if err != nil {
-		return fmt.Errorf("--pprof-top: %s: %w", file, err)
+		return fmt.Errorf("%s: %w", file, err)
 	}
 	pct := func(d time.Duration) string {
 		if total == 0 {
@@ -96,7 +98,7 @@ func printCPUTop(w io.Writer, file string, n int) error {
 		}
 		return strconv.FormatFloat(100*float64(d)/float64(total), 'f', 1, 64) + "%"
 	}
-	rows := func(fs []funcTime) [][]string {
+	rows := func(fs []Func) [][]string {
 		var r [][]string
 		for _, ft := range fs[:min(n, len(fs))] {
 			r = append(r, []string{ft.Flat.Round(time.Millisecond).String(), pct(ft.Flat),
@@ -110,7 +112,7 @@ func printCPUTop(w io.Writer, file string, n int) error {
 		return err
 	}
 	byCum := slices.Clone(top)
-	slices.SortStableFunc(byCum, func(a, b funcTime) int { return cmp.Compare(b.Cum, a.Cum) })
+	slices.SortStableFunc(byCum, func(a, b Func) int { return cmp.Compare(b.Cum, a.Cum) })
 	fmt.Fprintf(w, "top %d by cumulative time\n", n)
 	return mdtable.Write(w, header, rows(byCum))
 }

@@ -1,4 +1,10 @@
-package main
+// Package benchsum summarizes Go benchmark output as benchstat does: golang.org/x/perf/benchfmt reads the results
+// (units tidied to sec/op, B/s, ...), golang.org/x/perf/benchmath takes each metric's median and its confidence
+// interval assuming nothing about the distribution, and golang.org/x/perf/benchunit scales the numbers for the
+// tables. Read and ReadFile summarize each benchmark (one package, name and GOMAXPROCS) over its runs; WriteTables
+// prints one table per top-level benchmark, with its key=value sub-benchmark parts as columns; Plot draws one
+// unit's medians as a bar chart with the intervals as whiskers.
+package benchsum
 
 import (
 	"bytes"
@@ -6,10 +12,8 @@ import (
 	"io"
 	"math"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 
 	"github.com/morphlab/morphlab/internal/mdtable"
 	"golang.org/x/perf/benchfmt"
@@ -20,22 +24,18 @@ import (
 	"gonum.org/v1/plot/vg"
 )
 
-// Summaries of Go benchmark output as benchstat makes them: golang.org/x/perf/benchfmt reads the results (units
-// tidied to sec/op, B/s, ...), golang.org/x/perf/benchmath takes each metric's median and its confidence interval
-// assuming nothing about the distribution, and golang.org/x/perf/benchunit scales the numbers for the tables.
-
-// benchSummary is what the runs of one benchmark (one package, name and GOMAXPROCS) measured.
-type benchSummary struct {
-	Pkg     string        `json:"pkg"`
-	Name    string        `json:"name"` // the full name without "Benchmark" and the -procs suffix: "GEMM/m=1/n=4096"
-	Procs   int           `json:"procs"`
-	Runs    int           `json:"runs"`
-	Metrics []benchMetric `json:"metrics"` // in the order the units first appear
+// Summary is what the runs of one benchmark (one package, name and GOMAXPROCS) measured.
+type Summary struct {
+	Pkg     string   `json:"pkg"`
+	Name    string   `json:"name"` // the full name without "Benchmark" and the -procs suffix: "GEMM/m=1/n=4096"
+	Procs   int      `json:"procs"`
+	Runs    int      `json:"runs"`
+	Metrics []Metric `json:"metrics"` // in the order the units first appear
 }
 
-// benchMetric is the median of one unit over the runs that report it, with benchmath's confidence interval.
+// Metric is the median of one unit over the runs that report it, with benchmath's confidence interval.
 // Lo and Hi are null when there are too few runs for an interval at that level (6 at 95%).
-type benchMetric struct {
+type Metric struct {
 	Unit       string   `json:"unit"`
 	Median     float64  `json:"median"`
 	Lo         *float64 `json:"lo"`
@@ -46,30 +46,30 @@ type benchMetric struct {
 	summary benchmath.Summary
 }
 
-// metric returns the summary's metric in unit.
-func (s benchSummary) metric(unit string) (benchMetric, bool) {
+// Metric returns the summary's metric in unit.
+func (s Summary) Metric(unit string) (Metric, bool) {
 	for _, m := range s.Metrics {
 		if m.Unit == unit {
 			return m, true
 		}
 	}
-	return benchMetric{}, false
+	return Metric{}, false
 }
 
-// summarizeBenchFile summarizes the benchmark results in the file at path; see summarizeBench.
-func summarizeBenchFile(path string, confidence float64) ([]benchSummary, []string, error) {
+// ReadFile summarizes the benchmark results in the file at path; see Read.
+func ReadFile(path string, confidence float64) ([]Summary, []string, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer f.Close()
-	return summarizeBench(f, path, confidence)
+	return Read(f, path, confidence)
 }
 
-// summarizeBench reads Go benchmark output from r and summarizes each benchmark, in the order each first
-// appears. Lines that look like results but do not parse come back as notes ("file:line: message"); the error
-// is r's.
-func summarizeBench(r io.Reader, fileName string, confidence float64) ([]benchSummary, []string, error) {
+// Read reads Go benchmark output from r and summarizes each benchmark, in the order each first appears, with
+// intervals at the confidence level given (such as 0.95). Lines that look like results but do not parse come back
+// as notes ("file:line: message"); the error is r's.
+func Read(r io.Reader, fileName string, confidence float64) ([]Summary, []string, error) {
 	type key struct {
 		pkg, name string
 		procs     int
@@ -108,13 +108,13 @@ func summarizeBench(r io.Reader, fileName string, confidence float64) ([]benchSu
 	if err := br.Err(); err != nil {
 		return nil, notes, err
 	}
-	sums := make([]benchSummary, 0, len(order))
+	sums := make([]Summary, 0, len(order))
 	for _, k := range order {
-		s := benchSummary{Pkg: k.pkg, Name: k.name, Procs: k.procs, Runs: runs[k]}
+		s := Summary{Pkg: k.pkg, Name: k.name, Procs: k.procs, Runs: runs[k]}
 		for _, u := range units[k] {
 			sample := benchmath.NewSample(values[k][u], &benchmath.DefaultThresholds)
 			sum := benchmath.AssumeNothing.Summary(sample, confidence)
-			m := benchMetric{Unit: u, Median: sum.Center, Confidence: sum.Confidence, N: len(sample.Values), summary: sum}
+			m := Metric{Unit: u, Median: sum.Center, Confidence: sum.Confidence, N: len(sample.Values), summary: sum}
 			if !math.IsInf(sum.Lo, 0) && !math.IsInf(sum.Hi, 0) {
 				m.Lo, m.Hi = &sum.Lo, &sum.Hi
 			}
@@ -138,41 +138,41 @@ func splitProcs(n benchfmt.Name) (string, int) {
 	return string(n), 1
 }
 
-// benchParam is one part of a sub-benchmark name: "/m=1" is {m 1}; a part without "=" is {case part}.
-type benchParam struct {
+// param is one part of a sub-benchmark name: "/m=1" is {m 1}; a part without "=" is {case part}.
+type param struct {
 	key, value string
 }
 
-// splitBenchName splits a name without its procs suffix into the top-level name and its sub-benchmark parts.
-func splitBenchName(name string) (top string, params []benchParam) {
+// splitName splits a name without its procs suffix into the top-level name and its sub-benchmark parts.
+func splitName(name string) (top string, params []param) {
 	base, parts := benchfmt.Name(name).Parts()
 	for _, p := range parts {
 		k, v, ok := bytes.Cut(p[1:], []byte("="))
 		if !ok {
 			k, v = []byte("case"), p[1:]
 		}
-		params = append(params, benchParam{string(k), string(v)})
+		params = append(params, param{string(k), string(v)})
 	}
 	return string(base), params
 }
 
 // formatMetric formats a metric as benchstat does, "1.234m ± 3%", its center scaled by sc; the interval is "∞"
 // when there are too few runs for one.
-func formatMetric(m benchMetric, sc benchunit.Scaler) string {
+func formatMetric(m Metric, sc benchunit.Scaler) string {
 	return sc.Format(m.Median) + " ± " + m.summary.PctRangeString()
 }
 
-// printBenchTables prints one table per package and top-level benchmark: a row per sub-benchmark, with its
+// WriteTables prints one table per package and top-level benchmark: a row per sub-benchmark, with its
 // parameters as columns (a procs column when more than one GOMAXPROCS ran), the run count, and every unit's
 // median ± confidence interval, each column on one scale. A note under a table says when intervals are ±∞.
-func printBenchTables(w io.Writer, sums []benchSummary) error {
+func WriteTables(w io.Writer, sums []Summary) error {
 	type group struct {
 		pkg, top string
-		rows     []benchSummary
+		rows     []Summary
 	}
 	var groups []*group
 	for _, s := range sums {
-		top, _ := splitBenchName(s.Name)
+		top, _ := splitName(s.Name)
 		i := slices.IndexFunc(groups, func(g *group) bool { return g.pkg == s.Pkg && g.top == top })
 		if i < 0 {
 			groups = append(groups, &group{pkg: s.Pkg, top: top})
@@ -184,7 +184,7 @@ func printBenchTables(w io.Writer, sums []benchSummary) error {
 		var keys, units []string
 		procs := map[int]bool{}
 		for _, s := range g.rows {
-			_, params := splitBenchName(s.Name)
+			_, params := splitName(s.Name)
 			for _, p := range params {
 				if !slices.Contains(keys, p.key) {
 					keys = append(keys, p.key)
@@ -201,7 +201,7 @@ func printBenchTables(w io.Writer, sums []benchSummary) error {
 		for _, u := range units {
 			var centers []float64
 			for _, s := range g.rows {
-				if m, ok := s.metric(u); ok {
+				if m, ok := s.Metric(u); ok {
 					centers = append(centers, m.Median)
 				}
 			}
@@ -220,7 +220,7 @@ func printBenchTables(w io.Writer, sums []benchSummary) error {
 		)
 		for _, s := range g.rows {
 			cells := make([]string, 0, len(header))
-			_, params := splitBenchName(s.Name)
+			_, params := splitName(s.Name)
 			for _, k := range keys {
 				cell := "-"
 				for _, p := range params {
@@ -236,7 +236,7 @@ func printBenchTables(w io.Writer, sums []benchSummary) error {
 			cells = append(cells, strconv.Itoa(s.Runs))
 			for _, u := range units {
 				cell := "-"
-				if m, ok := s.metric(u); ok {
+				if m, ok := s.Metric(u); ok {
 					cell = formatMetric(m, scalers[u])
 					infinite = infinite || m.Lo == nil
 				}
@@ -261,7 +261,7 @@ func printBenchTables(w io.Writer, sums []benchSummary) error {
 }
 
 // infiniteNote is benchmath's warning for an interval that needs more runs, once for the table.
-func infiniteNote(rows []benchSummary) string {
+func infiniteNote(rows []Summary) string {
 	for _, s := range rows {
 		for _, m := range s.Metrics {
 			if m.Lo == nil && len(m.summary.Warnings) > 0 {
@@ -272,37 +272,28 @@ func infiniteNote(rows []benchSummary) string {
 	return "± ∞: too few runs for a confidence interval"
 }
 
-// checkPlotName accepts a file name whose extension gonum/plot writes.
-func checkPlotName(name string) error {
-	switch strings.ToLower(filepath.Ext(name)) {
-	case ".png", ".svg", ".pdf":
-		return nil
-	}
-	return usagef("--plot %s: want a .png, .svg or .pdf file name", name)
-}
-
-// benchBars holds the medians of one unit and their intervals for plotter.XErrorBars: bar i is at y = i.
-type benchBars struct {
+// bars holds the medians of one unit and their intervals for plotter.XErrorBars: bar i is at y = i.
+type bars struct {
 	medians, lo, hi []float64
 }
 
-func (b benchBars) Len() int                    { return len(b.medians) }
-func (b benchBars) XY(i int) (float64, float64) { return b.medians[i], float64(i) }
-func (b benchBars) XError(i int) (float64, float64) {
+func (b bars) Len() int                    { return len(b.medians) }
+func (b bars) XY(i int) (float64, float64) { return b.medians[i], float64(i) }
+func (b bars) XError(i int) (float64, float64) {
 	return b.medians[i] - b.lo[i], b.hi[i] - b.medians[i]
 }
 
-// plotBench draws the median of unit for every benchmark that reports it as a horizontal bar, with its
+// Plot draws the median of unit for every benchmark that reports it as a horizontal bar, with its
 // confidence interval as a whisker (none where the interval is ±∞), and saves the chart to file, whose
-// extension picks the format.
-func plotBench(file string, sums []benchSummary, unit string) error {
+// extension picks the format (.png, .svg or .pdf).
+func Plot(file string, sums []Summary, unit string) error {
 	var (
 		labels []string
-		bars   benchBars
+		bars   bars
 		sc     []float64
 	)
 	for _, s := range sums {
-		m, ok := s.metric(unit)
+		m, ok := s.Metric(unit)
 		if !ok {
 			continue
 		}
@@ -321,7 +312,7 @@ func plotBench(file string, sums []benchSummary, unit string) error {
 		sc = append(sc, m.Median)
 	}
 	if len(labels) == 0 {
-		return fmt.Errorf("--plot-unit %q: no benchmark reports it", unit)
+		return fmt.Errorf("unit %q: no benchmark reports it", unit)
 	}
 	// Plot in the scaled unit the tables use, so the axis reads "ms/op" rather than 0.00123 sec/op.
 	scale := benchunit.CommonScale(sc, benchunit.ClassOf(unit))
@@ -337,18 +328,18 @@ func plotBench(file string, sums []benchSummary, unit string) error {
 	p.X.Max = slices.Max(bars.hi) * 1.05 // room for the longest whisker's cap
 	chart, err := plotter.NewBarChart(plotter.Values(bars.medians), vg.Points(12))
 	if err != nil {
-		return fmt.Errorf("--plot: %w", err)
+		return fmt.Errorf("plot: %w", err)
 	}
 	chart.Horizontal = true
 	whiskers, err := plotter.NewXErrorBars(bars)
 	if err != nil {
-		return fmt.Errorf("--plot: %w", err)
+		return fmt.Errorf("plot: %w", err)
 	}
 	p.Add(chart, whiskers)
 	p.NominalY(labels...)
 	height := vg.Length(len(labels))*vg.Points(18) + vg.Centimeter*3
 	if err := p.Save(8*vg.Inch, height, file); err != nil {
-		return fmt.Errorf("--plot %s: %w", file, err)
+		return fmt.Errorf("plot %s: %w", file, err)
 	}
 	return nil
 }
