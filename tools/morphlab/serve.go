@@ -6,11 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"os/signal"
 	"path/filepath"
-	"runtime"
-	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -96,8 +93,8 @@ func runServe(e *env, args []string) (err error) {
 	// less the process's mapped files.
 	var heapLimit, engineShare int64
 	if processBudget > 0 {
-		own := measureProcess()
-		if engineShare, err = engineBudget(processBudget, own, int64(l.Weights.WeightBytes())); err != nil {
+		own := server.MeasureProcess()
+		if engineShare, err = server.EngineBudget(processBudget, own, int64(l.Weights.WeightBytes())); err != nil {
 			return usagef("--max-process-memory: %v", err)
 		}
 		if d.Memory > engineShare {
@@ -106,9 +103,7 @@ func runServe(e *env, args []string) (err error) {
 		if d.Memory == 0 && d.KV.Blocks == 0 {
 			l.Deployment.Memory = engineShare
 		}
-		heapLimit = processBudget - own.file
-		fmt.Fprintf(e.stderr, "memory: %s for the process: %s resident after loading less the weights, %s kept for HTTP, %s for the engine\n",
-			numfmt.Bytes(processBudget), numfmt.Bytes(processBudget-engineShare-serveReserve), numfmt.Bytes(serveReserve), numfmt.Bytes(engineShare))
+		heapLimit = processBudget - own.File
 	}
 	in, err := l.Start()
 	if err != nil {
@@ -120,7 +115,7 @@ func runServe(e *env, args []string) (err error) {
 			return overProcess(processBudget, engineShare, mem.Budget)
 		}
 		fmt.Fprintf(e.stderr, "memory: %s for the process: %s resident after loading less the weights, %s kept for HTTP, %s for the engine\n",
-			numfmt.Bytes(processBudget), numfmt.Bytes(processBudget-engineShare-serveReserve), numfmt.Bytes(serveReserve), numfmt.Bytes(mem.Budget))
+			numfmt.Bytes(processBudget), numfmt.Bytes(processBudget-engineShare-server.HTTPReserve), numfmt.Bytes(server.HTTPReserve), numfmt.Bytes(mem.Budget))
 	}
 	if *name == "" {
 		*name = strings.TrimSuffix(filepath.Base(d.Model), filepath.Ext(d.Model))
@@ -150,7 +145,7 @@ func runServe(e *env, args []string) (err error) {
 		return err
 	}
 	if d.Executor == "cpu" {
-		limitHeap(cmp.Or(heapLimit, mem.Budget))
+		server.LimitHeap(cmp.Or(heapLimit, mem.Budget))
 	}
 	fmt.Fprintf(e.stderr, "serving %s on http://%s: %s batching, policy %s, %d KV blocks of %d tokens, budget %s (weights %s)\n",
 		*name, ln.Addr(), d.Scheduler.Kind, d.Policy, mem.Blocks, d.KV.BlockSize, numfmt.Bytes(mem.Budget), numfmt.Bytes(mem.Weights))
@@ -173,55 +168,8 @@ func runServe(e *env, args []string) (err error) {
 	return nil
 }
 
-// serveReserve is what --max-process-memory keeps for answering HTTP beside the engine: connection buffers, handler
-// goroutines' stacks, request bodies and streams. The overload check of tools/loadbench/batching.sh (4x the knee
-// rate for 60 s with --max-queue 32) holds its peak resident set within --max-process-memory with it.
-const serveReserve = 16 << 20
-
-// processMemory is the process's resident memory once the model is loaded, and the part of it that maps files
-// (the binary's pages), which the Go collector's limit does not cover.
-type processMemory struct{ resident, file int64 }
-
-// measureProcess collects the garbage of loading, returns it to the OS and reads the resident set from
-// /proc/self/statm; where there is none (not Linux) it counts the memory the Go runtime holds from the OS.
-func measureProcess() processMemory {
-	runtime.GC()
-	debug.FreeOSMemory()
-	if b, err := os.ReadFile("/proc/self/statm"); err == nil {
-		var size, resident, shared int64
-		if _, err := fmt.Sscan(string(b), &size, &resident, &shared); err == nil {
-			page := int64(os.Getpagesize())
-			return processMemory{resident: resident * page, file: shared * page}
-		}
-	}
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	return processMemory{resident: int64(ms.Sys - ms.HeapReleased)}
-}
-
-// engineBudget splits a process budget of total bytes: the engine (weights, workspace, KV blocks) gets what is left
-// once the process's own memory (resident after loading, less the weights, which the engine counts) and
-// serveReserve are set aside.
-func engineBudget(total int64, own processMemory, weights int64) (int64, error) {
-	overhead := max(0, own.resident-weights) + serveReserve
-	if total <= overhead+weights {
-		return 0, fmt.Errorf("%s leaves nothing for KV blocks: the weights take %s, the process %s and HTTP %s",
-			numfmt.Bytes(total), numfmt.Bytes(weights), numfmt.Bytes(overhead-serveReserve), numfmt.Bytes(serveReserve))
-	}
-	return total - overhead, nil
-}
-
 // overProcess is the error of an engine budget (--memory or --kv-blocks) beyond what --max-process-memory leaves.
 func overProcess(process, share, engine int64) error {
 	return usagef("--max-process-memory %s leaves the engine %s, and its budget (--memory or --kv-blocks) is %s",
 		numfmt.Bytes(process), numfmt.Bytes(share), numfmt.Bytes(engine))
-}
-
-// limitHeap sets the Go collector's soft memory limit to budget bytes, unless GOMEMLIMIT sets one. Without it
-// the heap of a loaded server grows to twice its live size between collections (GOGC=100): a server holding its
-// budget would use twice the budget.
-func limitHeap(budget int64) {
-	if _, set := os.LookupEnv("GOMEMLIMIT"); !set {
-		debug.SetMemoryLimit(budget)
-	}
 }

@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -213,43 +212,6 @@ func TestServeProcessBudget(t *testing.T) {
 	want := regexp.MustCompile(`^morphlab serve: --max-process-memory 1 GiB leaves the engine [0-9.]+ MiB, and its budget \(--memory or --kv-blocks\) is 2 GiB\n$`)
 	if code != 2 || stdout != "" || !want.MatchString(stderr) {
 		t.Errorf("serve --max-process-memory 1GiB --memory 2GiB: exit %d, stdout %q, stderr %q; want 2 and %v", code, stdout, stderr, want)
-	}
-}
-
-// TestLimitHeap checks that the budget becomes the collector's soft memory limit, and that GOMEMLIMIT wins.
-func TestLimitHeap(t *testing.T) {
-	old := debug.SetMemoryLimit(-1)
-	defer debug.SetMemoryLimit(old)
-	t.Setenv("GOMEMLIMIT", "") // restored after the test
-	os.Unsetenv("GOMEMLIMIT")
-	limitHeap(256 << 20)
-	if got := debug.SetMemoryLimit(-1); got != 256<<20 {
-		t.Errorf("limit after limitHeap(256 MiB): %d, want %d", got, 256<<20)
-	}
-	t.Setenv("GOMEMLIMIT", "1GiB")
-	debug.SetMemoryLimit(1 << 30)
-	limitHeap(64 << 20)
-	if got := debug.SetMemoryLimit(-1); got != 1<<30 {
-		t.Errorf("limit after limitHeap(64 MiB) with GOMEMLIMIT=1GiB: %d, want GOMEMLIMIT's %d", got, 1<<30)
-	}
-}
-
-// TestEngineBudget: the engine gets the process budget less the process's own resident memory beyond the weights
-// and the HTTP reserve; a budget that leaves no room past the weights is refused, naming the shares.
-func TestEngineBudget(t *testing.T) {
-	const mib = 1 << 20
-	own := processMemory{resident: 90 * mib, file: 20 * mib}
-	got, err := engineBudget(256*mib, own, 60*mib)
-	if want := int64(256*mib - 30*mib - serveReserve); err != nil || got != want {
-		t.Errorf("engineBudget(256 MiB, 90 MiB resident, 60 MiB weights) = %d, %v; want %d", got, err, want)
-	}
-	// Weights larger than the resident set (not yet touched): no negative overhead.
-	if got, err := engineBudget(256*mib, processMemory{resident: 40 * mib}, 60*mib); err != nil || got != 256*mib-serveReserve {
-		t.Errorf("resident below the weights: %d, %v; want %d", got, err, 256*mib-serveReserve)
-	}
-	_, err = engineBudget(100*mib, own, 60*mib)
-	if want := "100 MiB leaves nothing for KV blocks: the weights take 60 MiB, the process 30 MiB and HTTP 16 MiB"; err == nil || err.Error() != want {
-		t.Errorf("engineBudget(100 MiB): %v, want %q", err, want)
 	}
 }
 
