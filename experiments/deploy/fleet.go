@@ -62,6 +62,7 @@ type fleetRun struct {
 	size     []results.SizePoint
 	router   Router
 	metric   ScaleMetric   // the autoscaler's, when there is one
+	scaler   Scaler        // the autoscaler's controller, when there is one
 	views    []ReplicaView // the serving replicas, for the router and the metric
 	bucket   float64
 	bucketAt time.Duration
@@ -96,6 +97,9 @@ func (f Fleet) Replay(ctx context.Context, t *trace.Trace, o ReplayOptions) (*re
 			return nil, err
 		}
 		if r.metric, err = NewScaleMetric(a.Metric); err != nil {
+			return nil, err
+		}
+		if r.scaler, err = NewScaler(a.Controller); err != nil {
 			return nil, err
 		}
 	}

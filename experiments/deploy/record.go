@@ -182,7 +182,7 @@ func (r *fleetRun) fleetRecord() (*results.FleetSpec, error) {
 			return nil, err
 		}
 		spec.Autoscale = &results.Autoscale{Template: tmpl, Metric: a.Metric, Target: a.Target, Min: a.Min, Max: a.Max,
-			Interval: a.Interval, Delay: a.Delay, CoolDown: a.CoolDown}
+			Interval: a.Interval, Delay: a.Delay, CoolDown: a.CoolDown, Controller: a.Controller, MaxWait: a.MaxWait}
 	}
 	return spec, nil
 }
@@ -203,7 +203,7 @@ func fleetOf(r results.FleetSpec) (Fleet, error) {
 			return f, fmt.Errorf("autoscale template: %w", err)
 		}
 		f.Autoscale = &Autoscale{Template: tmpl, Metric: a.Metric, Target: a.Target, Min: a.Min, Max: a.Max, Interval: a.Interval,
-			Delay: a.Delay, CoolDown: a.CoolDown}
+			Delay: a.Delay, CoolDown: a.CoolDown, Controller: a.Controller, MaxWait: a.MaxWait}
 	}
 	return f, nil
 }

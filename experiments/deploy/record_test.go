@@ -139,7 +139,8 @@ func TestRerunSimulations(t *testing.T) {
 	}
 	tmpl := sim7b(t, "fp16", 150)
 	fleet := Fleet{Replicas: []Deployment{sim7b(t, "morph:default", 150), onL4}, Router: "least-kv", Admission: Admission{MaxQueue: 40},
-		Autoscale: &Autoscale{Template: tmpl, Metric: "outstanding", Target: 4, Min: 2, Max: 4, Interval: 2 * time.Second, Delay: 5 * time.Second}}
+		Autoscale: &Autoscale{Template: tmpl, Metric: "outstanding", Target: 4, Min: 2, Max: 4, Interval: 2 * time.Second, Delay: 5 * time.Second,
+			Controller: "morph-aware", MaxWait: 3 * time.Second}}
 	fr, err := fleet.Replay(context.Background(), fileTrace, ReplayOptions{SLO: slo, PromptSeed: 2})
 	if err != nil {
 		t.Fatal(err)
@@ -162,7 +163,7 @@ func TestRerunSimulations(t *testing.T) {
 		t.Errorf("the files' record: %+v", d)
 	}
 	if f := runs[3].run.Meta.Fleet; f == nil || len(f.Replicas) != 2 || f.Replicas[1].SimSeed != 5 || f.Autoscale == nil ||
-		f.Autoscale.CoolDown != DefaultCoolDown || f.Autoscale.Template.Scheduler.MaxNumSeqs != DefaultMaxNumSeqs || runs[3].run.Meta.Deployment != nil {
+		f.Autoscale.CoolDown != DefaultCoolDown || f.Autoscale.Controller != "morph-aware" || f.Autoscale.MaxWait != 3*time.Second || f.Autoscale.Template.Scheduler.MaxNumSeqs != DefaultMaxNumSeqs || runs[3].run.Meta.Deployment != nil {
 		t.Errorf("the fleet's record: %+v", f)
 	}
 	for i, run := range runs {
