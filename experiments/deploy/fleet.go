@@ -71,6 +71,7 @@ type fleetRun struct {
 	sampleAt, evalAt time.Duration
 	wanted           []wantedAt
 	layers           int
+	violations       int // requests that missed the TTFT SLO so far, for ReplayOptions.StopAfterViolations
 }
 
 // Replay runs t (clipped to the smallest context of the fleet's models) through the fleet, every request at its
@@ -228,6 +229,9 @@ func (r *fleetRun) run(ctx context.Context, t *trace.Trace) error {
 				return err
 			}
 		}
+		if limit := r.opt.StopAfterViolations; limit > 0 && r.violations > limit {
+			return ErrSLOMissed
+		}
 		arrival := time.Duration(math.MaxInt64)
 		if next < len(t.Requests) {
 			arrival = time.Duration(t.Requests[next].Arrival * float64(time.Second))
@@ -361,6 +365,9 @@ func (r *fleetRun) end(rep *replica, id kv.SeqID) {
 	res.ID = kv.SeqID(lr.index)
 	rep.rows = append(rep.rows, r.acc.Requests())
 	r.acc.Add(lr.req, res, rep.in.Controller.Recorder.Take(id), false, false)
+	if slo := r.opt.SLO.TTFT; res.Err != nil || slo > 0 && res.Timeline.TTFT() > slo {
+		r.violations++
+	}
 	rep.info.Requests++
 	r.assigned[lr.index] = rep.index
 }
@@ -371,6 +378,7 @@ func (r *fleetRun) route(index int, req engine.TimedRequest) error {
 	r.assigned = append(r.assigned, -1)
 	if why := r.admit(req.Arrival); why != "" {
 		r.rejected[why]++
+		r.violations++
 		r.acc.Add(req, engine.Result{ID: kv.SeqID(index), Finish: engine.FinishRejected, Err: fmt.Errorf("%s", why),
 			Timeline: engine.Timeline{Arrival: req.Arrival, Finish: req.Arrival}}, make([]int32, r.layers+1), false, false)
 		return nil

@@ -407,3 +407,27 @@ func TestScalerFlag(t *testing.T) {
 		}
 	}
 }
+
+// TestFleetStopAfterViolations: a replay told to stop after as many violations as the whole run has finishes with
+// the same results; told to stop after one fewer, it ends with ErrSLOMissed (so the count is the results' own).
+func TestFleetStopAfterViolations(t *testing.T) {
+	tr := burst(t, 300, 700, 200)
+	f := Fleet{Router: "least-outstanding", Replicas: []Deployment{sim7b(t, "fp16", 120), sim7b(t, "fp16", 120)}, Admission: Admission{MaxQueue: 30}}
+	o := ReplayOptions{SLO: metrics.SLO{TTFT: 2 * time.Second}}
+	whole, err := f.Replay(context.Background(), tr, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := whole.Aggregates.SLOViolations
+	if v < 2 || len(whole.Fleet.Rejections) == 0 {
+		t.Fatalf("%d violations, rejections %v: want an overloaded fleet that turns some away", v, whole.Fleet.Rejections)
+	}
+	o.StopAfterViolations = v
+	if r, err := f.Replay(context.Background(), tr, o); err != nil || !reflect.DeepEqual(r.Aggregates, whole.Aggregates) {
+		t.Errorf("stopping after %d: %v, or other aggregates", v, err)
+	}
+	o.StopAfterViolations = v - 1
+	if _, err := f.Replay(context.Background(), tr, o); err != ErrSLOMissed {
+		t.Errorf("stopping after %d of %d violations: %v, want ErrSLOMissed", v-1, v, err)
+	}
+}
