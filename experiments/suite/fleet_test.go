@@ -15,11 +15,13 @@ import (
 	"github.com/morphlab/morphlab/internal/datadir"
 )
 
-// TestSmallest: the search finds the fewest replicas that meet the SLO with few runs, and fleetMax when none does.
+// TestSmallest: the search finds the fewest replicas that meet the SLO with few runs from any hint, and fleetMax
+// when none does.
 func TestSmallest(t *testing.T) {
-	for _, need := range []int{1, 2, 3, 7, 33, 64, 65} {
+	for _, c := range [][2]int{{1, 1}, {2, 1}, {3, 1}, {7, 1}, {33, 1}, {64, 1}, {65, 1}, {7, 7}, {7, 6}, {7, 8}, {1, 5}, {40, 64}, {65, 64}, {5, 99}} {
+		need, hint := c[0], c[1]
 		runs := 0
-		n, r, err := smallest(func(n int, whole bool) (*results.Run, error) {
+		n, r, err := smallest(hint, func(n int, whole bool) (*results.Run, error) {
 			runs++
 			if n < need && !whole {
 				return nil, nil // a run stopped once it missed
@@ -32,7 +34,7 @@ func TestSmallest(t *testing.T) {
 		})
 		want := min(need, fleetMax)
 		if err != nil || n != want || r == nil || (need <= fleetMax) != meets(r) || runs > 14 {
-			t.Errorf("need %d: got %d after %d runs (meets %v), want %d", need, n, runs, meets(r), want)
+			t.Errorf("need %d from %d: got %d after %d runs (meets %v), want %d", need, hint, n, runs, meets(r), want)
 		}
 	}
 }

@@ -30,10 +30,12 @@ provision, and a table per setup), fleet.json, each chosen fleet's results and p
 replays less of each trace.`
 
 func runFleetStudy(e *env, args []string) error {
-	fs := e.flags("[--out DIR] [--hours H] [--delays D,...]", fleetStudyHelp)
+	fs := e.flags("[--out DIR] [--hours H] [--delays D,...] [--cpuprofile FILE]", fleetStudyHelp)
 	out := fs.String("out", "results/fleet", "output `directory`")
 	hours := fs.Float64("hours", 1, "how much of each trace replays, in `hours` from its start")
 	delayList := fs.String("delays", "30s,2m,5m,10m", "the autoscaled strategies' provisioning `delays`, comma-separated")
+	var prof profileFlags
+	prof.register(fs)
 	if err := e.parse(fs, args); err != nil {
 		return err
 	}
@@ -54,7 +56,14 @@ func runFleetStudy(e *env, args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
+	stopProfile, err := prof.start(e.stderr)
+	if err != nil {
+		return err
+	}
 	r, err := suite.FleetStudy(ctx, opt)
+	if perr := stopProfile(); err == nil {
+		err = perr
+	}
 	if err != nil {
 		return err
 	}
