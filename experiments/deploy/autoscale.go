@@ -24,7 +24,7 @@ type Autoscale struct {
 	Min, Max int
 	// Controller names the registered Scaler (RegisterScaler) that turns the metric into the replicas wanted: hpa
 	// (the HPA's rule, the default) or morph-aware (the HPA's rule, scaling out only for load the replicas'
-	// morphing cannot absorb and in only over replicas restored and idle), or one registered from outside.
+	// morphing cannot absorb and in only over replicas restored with no queue), or one registered from outside.
 	Controller string
 	// MaxWait is how long a request may wait for its first step before the morph-aware controller counts its
 	// replica's queue as one morphing does not absorb (default 1 s, half the fleet study's P95 TTFT bound).
@@ -131,8 +131,8 @@ func (hpa) Want(a *Autoscale, metric float64, serving []ReplicaView) int {
 // more than the serving replicas only if some replica's queue is beyond its morphing (absorbs), and otherwise
 // holds. A queue that the replica's free KV blocks and the blocks its policy's allowed swaps would free can admit
 // is what morphing exists for; scaling out on it pays for a replica that arrives, a delay later, after the swaps
-// have absorbed the burst. It scales in over the replicas sitting restored (no layer quantized) and idle only,
-// so that a replica still morphed, whose burst is not over, stays. The morph-aware router, sending requests to
+// have absorbed the burst. It scales in over the replicas sitting restored (no layer quantized) with no queue
+// only, so that a replica still morphed, whose burst is not over, stays. The morph-aware router, sending requests to
 // full-precision replicas with room first, lets the morphed replicas restore first once new ones come up.
 type morphAwareScaler struct{}
 
@@ -150,7 +150,7 @@ func (morphAwareScaler) Want(a *Autoscale, metric float64, serving []ReplicaView
 	case want < n:
 		idle := 0
 		for _, v := range serving {
-			if v.Quantized() == 0 && v.Outstanding() == 0 {
+			if v.Quantized() == 0 && v.Waiting() == 0 {
 				idle++
 			}
 		}

@@ -171,7 +171,7 @@ func (f *FleetFlags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&f.autoscale, "autoscale", "", "target-tracking autoscaler `metric=target`, the metric one of "+strings.Join(ScaleMetricNames(), ", ")+
 		" (kv: the share of KV blocks in use; outstanding: requests a replica; waiting: those not yet running)")
 	fs.StringVar(&f.controller, "autoscale-controller", "hpa", "the autoscaler's `rule`: "+strings.Join(ScalerNames(), ", ")+
-		" (hpa: the HPA's; morph-aware: scale out only for load the replicas' morphing cannot absorb, in only over replicas restored and idle)")
+		" (hpa: the HPA's; morph-aware: scale out only for load the replicas' morphing cannot absorb, in only over replicas restored with no queue)")
 	fs.IntVar(&f.minReplicas, "min-replicas", 1, "the autoscaler's fewest replicas")
 	fs.IntVar(&f.maxReplicas, "max-replicas", 16, "the autoscaler's most replicas")
 	fs.DurationVar(&f.interval, "scale-interval", DefaultScaleInterval, "how often the autoscaler evaluates")
