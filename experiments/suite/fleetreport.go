@@ -14,6 +14,7 @@ import (
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 
+	"github.com/morphlab/morphlab/experiments/deploy"
 	"github.com/morphlab/morphlab/experiments/results"
 	"github.com/morphlab/morphlab/experiments/trace"
 	"github.com/morphlab/morphlab/internal/mdtable"
@@ -410,8 +411,8 @@ func (r *FleetReport) writeVerdict(w io.Writer) {
 			}
 			fixed := r.cell(c.Setup, c.Workload, c.Rate, policy, 0)
 			if fixed != nil && (c.Cost > fixed.Cost || !c.Meets && fixed.Meets) {
-				over = append(over, fmt.Sprintf("%s %s %gx: $%.2f (%d-%d replicas, target %g, meets %v) against the fixed %d's $%.2f",
-					c.Setup, c.Workload, c.Rate, c.Cost, c.Replicas, c.PeakReplicas, c.Target, c.Meets, fixed.Replicas, fixed.Cost))
+				over = append(over, fmt.Sprintf("%s %s %gx: $%.2f (%d-%d replicas, target %g, %.2f%% violations) against the fixed %d's $%.2f: %s",
+					c.Setup, c.Workload, c.Rate, c.Cost, c.Replicas, c.PeakReplicas, c.Target, 100*c.Violations, fixed.Replicas, fixed.Cost, overCause(c, fixed)))
 			}
 		}
 		v, ok := m[st]
@@ -429,6 +430,21 @@ func (r *FleetReport) writeVerdict(w io.Writer) {
 		}
 	}
 	fmt.Fprintln(w)
+}
+
+// overCause says, from a morph-aware cell's figures and its fixed fleet's, why it costs more or misses the SLO.
+func overCause(c, fixed *FleetCell) string {
+	switch {
+	case !c.Meets && c.Replicas < fixed.Replicas:
+		return fmt.Sprintf("it misses the SLO even at the lowest target: it starts at the first ten minutes' %d, below the hour's %d, "+
+			"and scales out only once a queue has outgrown the swaps or waited %v, which the delay then leaves unserved", c.Replicas, fixed.Replicas, deploy.DefaultMaxWait)
+	case !c.Meets:
+		return "it misses the SLO even at the lowest target from the fixed fleet's size"
+	case c.Replicas > fixed.Replicas:
+		return fmt.Sprintf("its floor, the first ten minutes' %d, is above the hour's fixed fleet of %d", c.Replicas, fixed.Replicas)
+	default:
+		return fmt.Sprintf("it scaled out to %d for queues beyond the swaps that the fixed fleet of %d rode out within the SLO", c.PeakReplicas, fixed.Replicas)
+	}
 }
 
 func verdictWord(ok bool) string {
