@@ -166,6 +166,29 @@ func (a *Actuator) BlocksPerLayer(to quant.Format) float64 {
 	return float64(lb[a.cur[layers[0]]]-lb[to]) / float64(mem.BlockBytes)
 }
 
+// FreeableBlocks is the KV blocks that the swaps still allowed would free, were they all made: each layer that
+// may still move (within the cap, in the swap order) taken from its precision now to the last tier.
+func (a *Actuator) FreeableBlocks() float64 {
+	if len(a.tiers) == 0 {
+		return 0
+	}
+	last, lb := a.tiers[len(a.tiers)-1], a.e.LayerBytes()
+	room := a.cap - a.Quantized()
+	var bytes int64
+	for _, l := range a.order {
+		switch at := a.cur[l]; {
+		case at == a.base[l]:
+			if room > 0 {
+				room--
+				bytes += lb[l][at] - lb[l][last]
+			}
+		case at != last:
+			bytes += lb[l][at] - lb[l][last]
+		}
+	}
+	return float64(bytes) / float64(a.e.Memory().BlockBytes)
+}
+
 // Swap begins an action moving up to n layers to `to` (NextTier: one tier on); why is logged with it. It returns
 // the layers asked for.
 func (a *Actuator) Swap(n int, to quant.Format, why string) ([]int, error) {

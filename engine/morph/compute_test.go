@@ -52,15 +52,27 @@ func TestActuatorTargets(t *testing.T) {
 			t.Fatalf("after Swap(%d, %v): formats %v, want %v", n, to, a.cur, formats)
 		}
 	}
+	// freeable checks FreeableBlocks: each layer that may still move, from where it is to int4, in blocks of 1000
+	// bytes (a layer is 20000 bytes in f16, 10600 in int8, 5600 in int4).
+	freeable := func(want float64) {
+		t.Helper()
+		if got := a.FreeableBlocks(); math.Abs(got-want) > 1e-9 {
+			t.Errorf("FreeableBlocks %v, want %v", got, want)
+		}
+	}
 	F, I8, I4 := quant.F16, quant.Int8, quant.Int4
+	freeable(72) // 5 layers (the cap) from f16
 	if got := a.Tier(); got != I8 {
 		t.Errorf("next tier %v, want int8 (the first)", got)
 	}
 	swap(2, I8, []int{4, 2}, F, F, I8, F, I8, F)
+	freeable(2*5 + 3*14.4)
 	// To int4: the int8 layers first in the order, then full-precision ones.
 	swap(3, I4, []int{4, 2, 0}, I4, F, I4, F, I4, F)
+	freeable(2 * 14.4)
 	// To int8 again: only full-precision layers, and the cap of 5 quantized layers stops it at two.
 	swap(6, I8, []int{1, 3}, I4, I8, I4, I8, I4, F)
+	freeable(2 * 5) // at the cap: only the int8 layers may move
 	if a.CanSwap(I8) || !a.CanSwap(I4) || a.InFormat(I8) != 2 || a.InFormat(I4) != 3 {
 		t.Errorf("at the cap: CanSwap(int8) %v, CanSwap(int4) %v, %d in int8, %d in int4", a.CanSwap(I8), a.CanSwap(I4), a.InFormat(I8), a.InFormat(I4))
 	}
@@ -69,6 +81,7 @@ func TestActuatorTargets(t *testing.T) {
 		t.Errorf("next tier at the cap %v, want int4", got)
 	}
 	swap(4, NextTier, []int{1, 3}, I4, I4, I4, I4, I4, F)
+	freeable(0)
 	for _, want := range [][]quant.Format{{I4, I8, I4, I8, I4, F}, {I4, F, I4, F, I4, F}, {F, F, I8, F, I8, F}, {F, F, F, F, F, F}} {
 		if err := a.Restore("test"); err != nil {
 			t.Fatal(err)

@@ -151,14 +151,15 @@ func ParseBytes(s string) (int64, error) {
 }
 
 // FleetFlags fill a Fleet of a deployment's replicas from the command line: --replicas, --router, admission
-// (--max-queue, --rate-limit with --rate-burst), the autoscaler (--autoscale METRIC=TARGET, --min-replicas,
-// --max-replicas, --scale-interval, --scale-delay, --scale-cooldown) and faults (--fail-replica
-// REPLICA@AT+DOWN,..., with the proxy's --fail-detect, --fail-restart and --fail-response).
+// (--max-queue, --rate-limit with --rate-burst), the autoscaler (--autoscale METRIC=TARGET,
+// --autoscale-controller, --min-replicas, --max-replicas, --scale-interval, --scale-delay, --scale-cooldown,
+// --scale-max-wait) and faults (--fail-replica REPLICA@AT+DOWN,..., with the proxy's --fail-detect, --fail-restart
+// and --fail-response).
 type FleetFlags struct {
 	replicas, maxQueue, burst, minReplicas, maxReplicas int
-	router, autoscale, faults, response                 string
+	router, autoscale, controller, faults, response     string
 	rate                                                float64
-	interval, delay, coolDown, detect, restart          time.Duration
+	interval, delay, coolDown, maxWait, detect, restart time.Duration
 }
 
 // The failover flags' defaults: HAProxy's health checks by default run every 2 s, mark a server down after 3
@@ -177,11 +178,14 @@ func (f *FleetFlags) Register(fs *flag.FlagSet) {
 	fs.IntVar(&f.burst, "rate-burst", 0, "the token bucket's `size`")
 	fs.StringVar(&f.autoscale, "autoscale", "", "target-tracking autoscaler `metric=target`, the metric one of "+strings.Join(ScaleMetricNames(), ", ")+
 		" (kv: the share of KV blocks in use; outstanding: requests a replica; waiting: those not yet running)")
+	fs.StringVar(&f.controller, "autoscale-controller", "hpa", "the autoscaler's `rule`: "+strings.Join(ScalerNames(), ", ")+
+		" (hpa: the HPA's; morph-aware: scale out only for load the replicas' morphing cannot absorb, in only over replicas restored with no queue)")
 	fs.IntVar(&f.minReplicas, "min-replicas", 1, "the autoscaler's fewest replicas")
 	fs.IntVar(&f.maxReplicas, "max-replicas", 16, "the autoscaler's most replicas")
 	fs.DurationVar(&f.interval, "scale-interval", DefaultScaleInterval, "how often the autoscaler evaluates")
 	fs.DurationVar(&f.delay, "scale-delay", DefaultScaleDelay, "from asking for a replica to its serving (provisioning and model load)")
 	fs.DurationVar(&f.coolDown, "scale-cooldown", DefaultCoolDown, "how long the autoscaler must want fewer replicas before it removes any")
+	fs.DurationVar(&f.maxWait, "scale-max-wait", DefaultMaxWait, "the morph-aware controller counts a queue whose oldest request has waited this long as one morphing does not absorb")
 	fs.StringVar(&f.faults, "fail-replica", "", "kill replicas and start them again: `REPLICA@AT+DOWN,...` such as 1@60s+30s (replica 1 dies 60 s in, restarts 30 s later)")
 	fs.DurationVar(&f.detect, "fail-detect", DefaultFailDetect, "from a replica's death to the proxy marking it down (health-check interval x fall); meanwhile requests routed to it are sent on")
 	fs.DurationVar(&f.restart, "fail-restart", DefaultFailRestart, "from a replica's restart to its serving again (model load, then health-check interval x rise)")
@@ -218,6 +222,9 @@ func (f *FleetFlags) Fleet(d Deployment) (Fleet, bool, error) {
 			return fl, false, fmt.Errorf("--fail-replica, --fail-detect, --fail-restart: %v", strings.TrimPrefix(err.Error(), "deploy: "))
 		}
 	}
+	if _, err := NewScaler(f.controller); err != nil {
+		return fl, false, fmt.Errorf("--autoscale-controller: %v", strings.TrimPrefix(err.Error(), "deploy: "))
+	}
 	if f.autoscale != "" {
 		metric, target, ok := strings.Cut(f.autoscale, "=")
 		x, err := strconv.ParseFloat(target, 64)
@@ -225,7 +232,7 @@ func (f *FleetFlags) Fleet(d Deployment) (Fleet, bool, error) {
 			return fl, false, fmt.Errorf("--autoscale %q, want metric=target such as outstanding=16", f.autoscale)
 		}
 		fl.Autoscale = &Autoscale{Template: d, Metric: metric, Target: x, Min: f.minReplicas, Max: f.maxReplicas,
-			Interval: f.interval, Delay: f.delay, CoolDown: f.coolDown}
+			Interval: f.interval, Delay: f.delay, CoolDown: f.coolDown, Controller: f.controller, MaxWait: f.maxWait}
 		if err := fl.Autoscale.defaults(f.replicas); err != nil {
 			return fl, false, fmt.Errorf("--autoscale: %v", strings.TrimPrefix(err.Error(), "deploy: "))
 		}

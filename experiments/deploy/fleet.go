@@ -66,6 +66,7 @@ type fleetRun struct {
 	size     []results.SizePoint
 	router   Router
 	metric   ScaleMetric   // the autoscaler's, when there is one
+	scaler   Scaler        // the autoscaler's controller, when there is one
 	views    []ReplicaView // the serving replicas, for the router and the metric
 	bucket   float64
 	bucketAt time.Duration
@@ -80,6 +81,7 @@ type fleetRun struct {
 	faultSteps []faultStep
 	lastDeath  int
 	retries    []int
+	violations int // requests that missed the TTFT SLO so far, for ReplayOptions.StopAfterViolations
 }
 
 // Replay runs t (clipped to the smallest context of the fleet's models) through the fleet, every request at its
@@ -109,6 +111,9 @@ func (f Fleet) Replay(ctx context.Context, t *trace.Trace, o ReplayOptions) (*re
 			return nil, err
 		}
 		if r.metric, err = NewScaleMetric(a.Metric); err != nil {
+			return nil, err
+		}
+		if r.scaler, err = NewScaler(a.Controller); err != nil {
 			return nil, err
 		}
 	}
@@ -249,6 +254,9 @@ func (r *fleetRun) run(ctx context.Context, t *trace.Trace) error {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
+		}
+		if limit := r.opt.StopAfterViolations; limit > 0 && r.violations > limit {
+			return ErrSLOMissed
 		}
 		arrival := time.Duration(math.MaxInt64)
 		if next < len(t.Requests) {
@@ -392,6 +400,9 @@ func (r *fleetRun) end(rep *replica, id kv.SeqID) {
 	res.ID = kv.SeqID(lr.index)
 	rep.rows = append(rep.rows, r.acc.Requests())
 	r.acc.Add(lr.req, res, rep.in.Controller.Recorder.Take(id), false, false)
+	if slo := r.opt.SLO.TTFT; res.Err != nil || slo > 0 && res.Timeline.TTFT() > slo {
+		r.violations++
+	}
 	rep.info.Requests++
 	r.assigned[lr.index] = rep.index
 }
@@ -401,6 +412,7 @@ func (r *fleetRun) route(index int, req engine.TimedRequest) error {
 	r.assigned = append(r.assigned, -1)
 	if why := r.admit(req.Arrival); why != "" {
 		r.rejected[why]++
+		r.violations++
 		r.acc.Add(req, engine.Result{ID: kv.SeqID(index), Finish: engine.FinishRejected, Err: fmt.Errorf("%s", why),
 			Timeline: engine.Timeline{Arrival: req.Arrival, Finish: req.Arrival}}, make([]int32, r.layers+1), false, false)
 		return nil

@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"math"
 	"os"
@@ -323,5 +324,110 @@ func TestFleetSize(t *testing.T) {
 	}
 	if end.T <= size[len(size)-2].T || end.T > size[len(size)-2].T+10 || !waited || !ran {
 		t.Errorf("the last point %+v after %+v; requests waiting at some sample %v, running %v", end, size[len(size)-2], waited, ran)
+	}
+}
+
+// TestFleetMorphAwareController: one morph:default replica of 300 blocks under 0.2 requests a second with a
+// 30-second burst. A burst of 4 a second is one its swaps absorb (the queue fits in its free blocks and those the
+// swaps free, and waits less than a second): the HPA rule, held at 4 outstanding requests a replica, asks for
+// three more replicas, the morph-aware controller for none, and both serve every request within the SLO. A burst
+// of 12 a second is beyond the swaps: both ask for the same replicas at the same time.
+func TestFleetMorphAwareController(t *testing.T) {
+	burstOf := func(rate float64) *trace.Trace {
+		var tr trace.Trace
+		at := 0.0
+		for at < 400 {
+			r := 0.2
+			if at > 60 && at < 90 {
+				r = rate
+			}
+			at += 1 / r
+			tr.Requests = append(tr.Requests, trace.Request{Arrival: at, PromptTokens: 200, OutputTokens: 100})
+		}
+		return &tr
+	}
+	run := func(tr *trace.Trace, controller string) *results.Run {
+		t.Helper()
+		f := Fleet{Router: "morph-aware", Replicas: []Deployment{sim7b(t, "morph:default", 300)},
+			Autoscale: &Autoscale{Template: sim7b(t, "morph:default", 300), Metric: "outstanding", Target: 4, Min: 1, Max: 4,
+				Delay: time.Minute, CoolDown: 2 * time.Minute, Controller: controller}}
+		r, err := f.Replay(context.Background(), tr, ReplayOptions{SLO: metrics.SLO{TTFT: 2 * time.Second}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	asked := func(r *results.Run) []float64 {
+		var out []float64
+		for _, rep := range r.Fleet.Replicas[1:] {
+			out = append(out, rep.Asked)
+		}
+		return out
+	}
+	absorbed := burstOf(4)
+	hpaRun, morphRun := run(absorbed, "hpa"), run(absorbed, "morph-aware")
+	if len(hpaRun.Fleet.Replicas) != 4 || len(morphRun.Fleet.Replicas) != 1 || morphRun.Aggregates.SwapActions == 0 ||
+		hpaRun.Aggregates.SLOViolationRate != 0 || morphRun.Aggregates.SLOViolationRate != 0 || morphRun.Fleet.Cost >= hpaRun.Fleet.Cost {
+		t.Errorf("an absorbed burst: hpa %d replicas ($%.3f, %.3f violations), morph-aware %d ($%.3f, %.3f violations, %d swaps); want 4 and 1, none violated",
+			len(hpaRun.Fleet.Replicas), hpaRun.Fleet.Cost, hpaRun.Aggregates.SLOViolationRate, len(morphRun.Fleet.Replicas), morphRun.Fleet.Cost,
+			morphRun.Aggregates.SLOViolationRate, morphRun.Aggregates.SwapActions)
+	}
+	beyond := burstOf(12)
+	hpaRun, morphRun = run(beyond, "hpa"), run(beyond, "morph-aware")
+	if got, want := asked(morphRun), asked(hpaRun); len(want) != 3 || !slices.Equal(got, want) {
+		t.Errorf("a burst beyond the swaps: morph-aware asked for replicas at %v, hpa at %v; want the same three", got, want)
+	}
+}
+
+// TestScalerFlag: --autoscale-controller names a registered controller, which the fleet's autoscaler takes.
+func TestScalerFlag(t *testing.T) {
+	for _, c := range []struct {
+		args    []string
+		want    string
+		wantErr string
+	}{
+		{[]string{"--autoscale", "outstanding=4"}, "hpa", ""},
+		{[]string{"--autoscale", "outstanding=4", "--autoscale-controller", "morph-aware"}, "morph-aware", ""},
+		{[]string{"--autoscale", "outstanding=4", "--autoscale-controller", "hpx"}, "", `--autoscale-controller: autoscale controller "hpx", want one of hpa, morph-aware`},
+	} {
+		var ff FleetFlags
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		ff.Register(fs)
+		if err := fs.Parse(c.args); err != nil {
+			t.Fatal(err)
+		}
+		f, _, err := ff.Fleet(sim7b(t, "morph:default", 300))
+		switch {
+		case c.wantErr != "":
+			if err == nil || err.Error() != c.wantErr {
+				t.Errorf("%v: error %v, want %q", c.args, err, c.wantErr)
+			}
+		case err != nil || f.Autoscale == nil || f.Autoscale.Controller != c.want || f.Autoscale.MaxWait != DefaultMaxWait:
+			t.Errorf("%v: %+v, %v; want controller %s", c.args, f.Autoscale, err, c.want)
+		}
+	}
+}
+
+// TestFleetStopAfterViolations: a replay told to stop after as many violations as the whole run has finishes with
+// the same results; told to stop after one fewer, it ends with ErrSLOMissed (so the count is the results' own).
+func TestFleetStopAfterViolations(t *testing.T) {
+	tr := burst(t, 300, 700, 200)
+	f := Fleet{Router: "least-outstanding", Replicas: []Deployment{sim7b(t, "fp16", 120), sim7b(t, "fp16", 120)}, Admission: Admission{MaxQueue: 30}}
+	o := ReplayOptions{SLO: metrics.SLO{TTFT: 2 * time.Second}}
+	whole, err := f.Replay(context.Background(), tr, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := whole.Aggregates.SLOViolations
+	if v < 2 || len(whole.Fleet.Rejections) == 0 {
+		t.Fatalf("%d violations, rejections %v: want an overloaded fleet that turns some away", v, whole.Fleet.Rejections)
+	}
+	o.StopAfterViolations = v
+	if r, err := f.Replay(context.Background(), tr, o); err != nil || !reflect.DeepEqual(r.Aggregates, whole.Aggregates) {
+		t.Errorf("stopping after %d: %v, or other aggregates", v, err)
+	}
+	o.StopAfterViolations = v - 1
+	if _, err := f.Replay(context.Background(), tr, o); err != ErrSLOMissed {
+		t.Errorf("stopping after %d of %d violations: %v, want ErrSLOMissed", v-1, v, err)
 	}
 }

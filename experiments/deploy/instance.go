@@ -3,6 +3,7 @@ package deploy
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"runtime"
 	"syscall"
@@ -102,7 +103,14 @@ type ReplayOptions struct {
 	KeepTokens bool
 	// KeepSteps keeps every step's work, layer formats and time (results.Run.Steps: what a calibration fits).
 	KeepSteps bool
+	// StopAfterViolations, above 0, ends a fleet's replay early with ErrSLOMissed once more requests than this
+	// have missed the TTFT SLO (turned away, or their first token later than SLO.TTFT): a search for the
+	// smallest fleet that meets an SLO need not finish a run that has already missed it. Instance.Replay ignores it.
+	StopAfterViolations int
 }
+
+// ErrSLOMissed is a fleet's replay ended early by ReplayOptions.StopAfterViolations.
+var ErrSLOMissed = errors.New("deploy: more requests missed the TTFT SLO than the replay stops after")
 
 // Replay runs t (clipped to the model's context) through the instance, every request at its arrival, to the
 // end, and returns the results and the engine's lifecycle and control events (no tokens). An instance replays

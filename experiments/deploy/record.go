@@ -182,7 +182,7 @@ func (r *fleetRun) fleetRecord() (*results.FleetSpec, error) {
 			return nil, err
 		}
 		spec.Autoscale = &results.Autoscale{Template: tmpl, Metric: a.Metric, Target: a.Target, Min: a.Min, Max: a.Max,
-			Interval: a.Interval, Delay: a.Delay, CoolDown: a.CoolDown}
+			Interval: a.Interval, Delay: a.Delay, CoolDown: a.CoolDown, Controller: a.Controller, MaxWait: a.MaxWait}
 	}
 	for _, ft := range f.Faults {
 		spec.Faults = append(spec.Faults, results.FaultSpec{Replica: ft.Replica, At: ft.At, Down: ft.Down})
@@ -210,7 +210,7 @@ func fleetOf(r results.FleetSpec) (Fleet, error) {
 			return f, fmt.Errorf("autoscale template: %w", err)
 		}
 		f.Autoscale = &Autoscale{Template: tmpl, Metric: a.Metric, Target: a.Target, Min: a.Min, Max: a.Max, Interval: a.Interval,
-			Delay: a.Delay, CoolDown: a.CoolDown}
+			Delay: a.Delay, CoolDown: a.CoolDown, Controller: a.Controller, MaxWait: a.MaxWait}
 	}
 	for _, ft := range r.Faults {
 		f.Faults = append(f.Faults, Fault{Replica: ft.Replica, At: ft.At, Down: ft.Down})

@@ -139,9 +139,10 @@ func TestRerunSimulations(t *testing.T) {
 	}
 	tmpl := sim7b(t, "fp16", 150)
 	fleet := Fleet{Replicas: []Deployment{sim7b(t, "morph:default", 150), onL4}, Router: "least-kv", Admission: Admission{MaxQueue: 40},
-		Autoscale: &Autoscale{Template: tmpl, Metric: "outstanding", Target: 4, Min: 2, Max: 4, Interval: 2 * time.Second, Delay: 5 * time.Second},
-		Faults:    []Fault{{Replica: 1, At: 3 * time.Second, Down: 4 * time.Second}},
-		Failover:  Failover{Detect: 2 * time.Second, Restart: time.Second, Response: ResponseAtFirstToken}}
+		Autoscale: &Autoscale{Template: tmpl, Metric: "outstanding", Target: 4, Min: 2, Max: 4, Interval: 2 * time.Second, Delay: 5 * time.Second,
+			Controller: "morph-aware", MaxWait: 3 * time.Second},
+		Faults:   []Fault{{Replica: 1, At: 3 * time.Second, Down: 4 * time.Second}},
+		Failover: Failover{Detect: 2 * time.Second, Restart: time.Second, Response: ResponseAtFirstToken}}
 	fr, err := fleet.Replay(context.Background(), fileTrace, ReplayOptions{SLO: slo, PromptSeed: 2})
 	if err != nil {
 		t.Fatal(err)
@@ -164,7 +165,8 @@ func TestRerunSimulations(t *testing.T) {
 		t.Errorf("the files' record: %+v", d)
 	}
 	if f := runs[3].run.Meta.Fleet; f == nil || len(f.Replicas) != 2 || f.Replicas[1].SimSeed != 5 || f.Autoscale == nil ||
-		f.Autoscale.CoolDown != DefaultCoolDown || f.Autoscale.Template.Scheduler.MaxNumSeqs != DefaultMaxNumSeqs || runs[3].run.Meta.Deployment != nil ||
+		f.Autoscale.CoolDown != DefaultCoolDown || f.Autoscale.Controller != "morph-aware" || f.Autoscale.MaxWait != 3*time.Second ||
+		f.Autoscale.Template.Scheduler.MaxNumSeqs != DefaultMaxNumSeqs || runs[3].run.Meta.Deployment != nil ||
 		len(f.Faults) != 1 || f.Faults[0].Down != 4*time.Second || f.Failover == nil || f.Failover.Response != "first-token" {
 		t.Errorf("the fleet's record: %+v", f)
 	}

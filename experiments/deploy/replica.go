@@ -129,6 +129,15 @@ func (v ReplicaView) FreeBlocks() int {
 // Quantized is the replica's decoder layers not at their stored precision at its last step.
 func (v ReplicaView) Quantized() int { return v.r.in.Controller.Last().Quantized }
 
+// SwapBlocks is the KV blocks the swaps the replica's policy still allows would free, were they all made (0 for a
+// policy that does not morph): what morphing can still add to FreeBlocks.
+func (v ReplicaView) SwapBlocks() float64 {
+	if act := v.r.in.Controller.Actuator(); act != nil {
+		return act.FreeableBlocks()
+	}
+	return 0
+}
+
 // Blocks is the KV blocks that tokens tokens fill on the replica.
 func (v ReplicaView) Blocks(tokens int) int {
 	bs := v.r.in.Engine.Geometry().BlockSize

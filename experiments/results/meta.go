@@ -111,6 +111,10 @@ type Autoscale struct {
 	Interval time.Duration `json:"interval_ns"`
 	Delay    time.Duration `json:"delay_ns"`
 	CoolDown time.Duration `json:"cooldown_ns"`
+	// Controller is the rule turning the metric into replicas (empty: hpa, as before it was recorded); MaxWait the
+	// morph-aware controller's queue wait bound.
+	Controller string        `json:"controller,omitempty"`
+	MaxWait    time.Duration `json:"max_wait_ns,omitempty"`
 }
 
 // Replay is how the trace was replayed: the seed of the prompts' tokens, and what the results kept.

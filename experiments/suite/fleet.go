@@ -2,8 +2,8 @@ package suite
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -21,7 +21,6 @@ import (
 	"github.com/morphlab/morphlab/experiments/deploy"
 	"github.com/morphlab/morphlab/experiments/results"
 	"github.com/morphlab/morphlab/experiments/trace"
-	"github.com/morphlab/morphlab/internal/mdtable"
 )
 
 // PlotFleet draws a fleet run's replicas (serving and provisioning) and its requests (waiting for their first step
@@ -72,26 +71,34 @@ func fleetPlots(r *results.Run) ([]*plot.Plot, error) {
 // traces, at their real rates and at twice them, the cheapest fleet of each strategy that keeps the TTFT-SLO
 // violations at most FleetViolations and the P95 TTFT at most FleetP95:
 //
-//	fp16              a fixed fleet of fp16 replicas, the fewest that meet the SLO (least-outstanding router)
-//	static:int4       the same, every layer in INT4
-//	morph:default     the same, each replica morphing (morph-aware router)
-//	fp16+autoscale    fp16 replicas behind the autoscaler (outstanding requests per replica against a target, a
-//	                  2-minute scale-up delay, the HPA's 5-minute cool-down), the cheapest target and floor that
-//	                  meet the SLO
-//	morph+autoscale   the same with morph:default replicas
+//	fp16, static:int8, static:int4, morph:default, morph:compute
+//	                           a fixed fleet of the policy's replicas, the fewest that meet the SLO
+//	fp16+hpa, morph:default+hpa, morph:compute+hpa
+//	                           the policy's replicas behind the HPA rule (outstanding requests per replica against a
+//	                           target, the HPA's 5-minute cool-down), the cheapest target that meets the SLO
+//	morph:default+morph-aware, morph:compute+morph-aware
+//	                           the same behind the morph-aware controller (deploy.Autoscale.Controller)
 //
-// An autoscaled fleet starts with as many replicas as the smallest fixed fleet of its policy that meets the SLO on
-// the trace's first ten minutes; its floor (the HPA's minReplicas) is one, half that start or the start. Cost is replica-hours at the catalog's on-demand price
-// (AWS: an L4 $0.8048, an A100 80GB $3.4309 an hour); quality loss is token-weighted on Table 8's curves.
+// Morphing fleets sit behind the morph-aware router, the others behind least-outstanding. The autoscaled
+// strategies run at each provisioning delay (FleetOptions.Delays); a fixed fleet does not depend on it. An
+// autoscaled fleet starts with, and keeps at least, as many replicas as the smallest fixed fleet of its policy that
+// meets the SLO on the trace's first ten minutes. Cost is replica-hours at the catalog's on-demand price (AWS: an
+// L4 $0.8048, an A100 80GB $3.4309 an hour); quality loss is token-weighted on Table 8's curves.
 const (
 	FleetViolations = 0.01
 	FleetP95        = 2 * time.Second
 )
 
-// FleetStrategies are the study's strategies, fp16+autoscale first: the one the others' costs are relative to.
-var FleetStrategies = []string{"fp16+autoscale", "fp16", "static:int4", "morph:default", "morph+autoscale"}
+// FleetStrategies are the study's strategies, fp16+hpa first: the one the others' costs are relative to. A name
+// is a policy, fixed, or a policy and an autoscale controller joined by '+'.
+var FleetStrategies = []string{"fp16+hpa", "fp16", "static:int8", "static:int4", "morph:default", "morph:compute",
+	"morph:default+hpa", "morph:compute+hpa", "morph:default+morph-aware", "morph:compute+morph-aware"}
 
-// fleetTargets are the autoscaler targets tried (outstanding requests a replica).
+// DefaultFleetDelays are the provisioning delays the autoscaled strategies run at.
+var DefaultFleetDelays = []time.Duration{30 * time.Second, 2 * time.Minute, 5 * time.Minute, 10 * time.Minute}
+
+// fleetTargets are the autoscaler targets tried (outstanding requests a replica), in increasing order: a higher
+// target scales out later, so costs less and misses more.
 var fleetTargets = []float64{2, 3, 4, 6, 8, 12, 16, 32}
 
 // fleetMax is the most replicas a fixed fleet is tried with, and the autoscaler's ceiling.
@@ -101,9 +108,11 @@ const fleetMax = 64
 type FleetOptions struct {
 	Out  string
 	Data string
-	// Setups default to the paper's; Rates (multiples of the traces' own) to 1 and 2.
+	// Setups default to the paper's; Rates (multiples of the traces' own) to 1 and 2; Delays to
+	// DefaultFleetDelays.
 	Setups []Setup
 	Rates  []float64
+	Delays []time.Duration
 	// Hours is how much of each trace replays, from its start (default 1: the whole hour).
 	Hours float64
 	// Parallel is how many simulations run at once (default GOMAXPROCS).
@@ -112,19 +121,19 @@ type FleetOptions struct {
 	Progress func(msg string)
 }
 
-// FleetCell is one setup, trace, rate and strategy: the cheapest fleet found that meets the SLO (Meets false when
-// none of those tried does; its figures are then the last tried).
+// FleetCell is one setup, trace, rate, strategy and (for an autoscaled strategy) provisioning delay: the cheapest
+// fleet found that meets the SLO (Meets false when none of those tried does; its figures are then those of the
+// largest fleet tried, or the lowest target).
 type FleetCell struct {
-	Setup    string  `json:"setup"`
-	Workload string  `json:"workload"`
-	Rate     float64 `json:"rate"`
-	Strategy string  `json:"strategy"`
-	Meets    bool    `json:"meets_slo"`
-	// Replicas is the fixed fleet's size, or the autoscaled fleet's start; Target and Floor the autoscaler's
-	// target and least replicas.
+	Setup    string        `json:"setup"`
+	Workload string        `json:"workload"`
+	Rate     float64       `json:"rate"`
+	Strategy string        `json:"strategy"`
+	Delay    time.Duration `json:"delay_ns,omitempty"` // 0 for a fixed fleet
+	Meets    bool          `json:"meets_slo"`
+	// Replicas is the fixed fleet's size, or the autoscaled fleet's start and floor; Target the autoscaler's.
 	Replicas     int     `json:"replicas"`
 	Target       float64 `json:"target,omitempty"`
-	Floor        int     `json:"floor,omitempty"`
 	PeakReplicas int     `json:"peak_replicas"`
 	ReplicaHours float64 `json:"replica_hours"`
 	Cost         float64 `json:"cost_usd"`
@@ -140,15 +149,8 @@ type FleetReport struct {
 	Options   FleetOptions `json:"-"`
 	Workloads []Workload   `json:"workloads"`
 	Cells     []*FleetCell `json:"cells"`
-	// Tried are every fleet simulated: (violations, cost) points for the cost-against-SLO plot.
-	Tried []FleetTry `json:"-"`
-}
-
-// FleetTry is one fleet simulated during the search.
-type FleetTry struct {
-	Strategy   string
-	Violations float64
-	CostPerH   float64
+	// Premise is the burst of the premise figure, run at each delay.
+	Premise []*PremiseRun `json:"premise"`
 }
 
 // fleetWorkloads are the whole-hour traces (or stand-ins of their rates and lengths).
@@ -164,6 +166,45 @@ func fleetWorkloads(data string) ([]Workload, error) {
 	return out, nil
 }
 
+// splitStrategy is a strategy's policy and autoscale controller ("" for a fixed fleet).
+func splitStrategy(strategy string) (policy, controller string) {
+	policy, controller, _ = strings.Cut(strategy, "+")
+	return policy, controller
+}
+
+// fleetGroup is one setup, workload and rate: the cells of every strategy over one trace.
+type fleetGroup struct {
+	s    Setup
+	w    Workload
+	rate float64
+	t    *trace.Trace
+	// starts are each policy's smallest fixed fleet on the trace's first ten minutes, found once for its
+	// autoscaled strategies.
+	mu     sync.Mutex
+	starts map[string]func() (int, error)
+}
+
+// start is the autoscaled fleets' start for a policy, searched for once.
+func (g *fleetGroup) start(ctx context.Context, policy string) (int, error) {
+	g.mu.Lock()
+	find, ok := g.starts[policy]
+	if !ok {
+		find = sync.OnceValues(func() (int, error) {
+			first, err := trace.Window(g.t, 0, 600)
+			if err != nil {
+				return 0, err
+			}
+			n, _, err := smallest(1, func(n int, whole bool) (*results.Run, error) {
+				return simFleet(ctx, g.s, policy, n, 0, "", 0, first, whole)
+			})
+			return n, err
+		})
+		g.starts[policy] = find
+	}
+	g.mu.Unlock()
+	return find()
+}
+
 // FleetStudy runs the study and writes fleet.md, fleet.json and its plots under opt.Out.
 func FleetStudy(ctx context.Context, opt FleetOptions) (*FleetReport, error) {
 	if opt.Setups == nil {
@@ -172,11 +213,19 @@ func FleetStudy(ctx context.Context, opt FleetOptions) (*FleetReport, error) {
 	if opt.Rates == nil {
 		opt.Rates = []float64{1, 2}
 	}
+	if opt.Delays == nil {
+		opt.Delays = DefaultFleetDelays
+	}
 	if opt.Parallel <= 0 {
 		opt.Parallel = runtime.GOMAXPROCS(0)
 	}
 	if opt.Hours == 0 {
 		opt.Hours = 1
+	}
+	for _, d := range opt.Delays {
+		if d <= 0 {
+			return nil, fmt.Errorf("suite: fleet study delay %v, want above 0", d)
+		}
 	}
 	wls, err := fleetWorkloads(opt.Data)
 	if err != nil {
@@ -189,11 +238,8 @@ func FleetStudy(ctx context.Context, opt FleetOptions) (*FleetReport, error) {
 	}
 	rep := &FleetReport{Options: opt, Workloads: wls}
 	type job struct {
-		s        Setup
-		w        Workload
-		rate     float64
+		g        *fleetGroup
 		strategy string
-		t        *trace.Trace
 	}
 	var jobs []job
 	for _, s := range opt.Setups {
@@ -206,8 +252,9 @@ func FleetStudy(ctx context.Context, opt FleetOptions) (*FleetReport, error) {
 				if t, err = trace.Clip(t, trace.Limits{Prompt: s.MaxPrompt, Output: s.MaxOutput}); err != nil {
 					return nil, err
 				}
+				g := &fleetGroup{s: s, w: w, rate: rate, t: t, starts: map[string]func() (int, error){}}
 				for _, st := range FleetStrategies {
-					jobs = append(jobs, job{s, w, rate, st, t})
+					jobs = append(jobs, job{g, st})
 				}
 			}
 		}
@@ -218,7 +265,7 @@ func FleetStudy(ctx context.Context, opt FleetOptions) (*FleetReport, error) {
 		first error
 		sem   = make(chan struct{}, opt.Parallel)
 	)
-	rep.Cells = make([]*FleetCell, len(jobs))
+	cells := make([][]*FleetCell, len(jobs))
 	for i, j := range jobs {
 		wg.Go(func() {
 			sem <- struct{}{}
@@ -226,21 +273,22 @@ func FleetStudy(ctx context.Context, opt FleetOptions) (*FleetReport, error) {
 			if ctx.Err() != nil {
 				return
 			}
-			c, tried, err := searchFleet(ctx, j.s, j.strategy, j.t)
+			cs, err := searchFleet(ctx, j.g, j.strategy, opt.Delays)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
 				if first == nil {
-					first = fmt.Errorf("%s, %s at %gx, %s: %w", j.s.Name, j.w.Name, j.rate, j.strategy, err)
+					first = fmt.Errorf("%s, %s at %gx, %s: %w", j.g.s.Name, j.g.w.Name, j.g.rate, j.strategy, err)
 				}
 				return
 			}
-			c.Setup, c.Workload, c.Rate = j.s.Name, j.w.Name, j.rate
-			rep.Cells[i] = c
-			rep.Tried = append(rep.Tried, tried...)
-			if opt.Progress != nil {
-				opt.Progress(fmt.Sprintf("%s, %s at %gx, %s: %d replicas, $%.2f, %.2f%% violations", c.Setup, c.Workload, c.Rate, c.Strategy,
-					c.PeakReplicas, c.Cost, 100*c.Violations))
+			cells[i] = cs
+			for _, c := range cs {
+				c.Setup, c.Workload, c.Rate = j.g.s.Name, j.g.w.Name, j.g.rate
+				if opt.Progress != nil {
+					opt.Progress(fmt.Sprintf("%s, %s at %gx, %s%s: %d replicas, $%.2f, %.2f%% violations", c.Setup, c.Workload, c.Rate, c.Strategy,
+						delayNote(c.Delay), c.PeakReplicas, c.Cost, 100*c.Violations))
+				}
 			}
 		})
 	}
@@ -251,123 +299,202 @@ func FleetStudy(ctx context.Context, opt FleetOptions) (*FleetReport, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	for _, cs := range cells {
+		rep.Cells = append(rep.Cells, cs...)
+	}
+	if rep.Premise, err = rep.runPremise(ctx); err != nil {
+		return nil, err
+	}
 	return rep, rep.Write()
 }
 
-// fleetFor is a fleet of n replicas of the setup under strategy (with target, an autoscaled one starting at n that
-// keeps floor replicas at least).
-func fleetFor(s Setup, strategy string, n int, target float64, floor int) (deploy.Fleet, error) {
-	p, router, err := strategyPolicy(strategy)
+// delayNote is ", delay D" for an autoscaled cell, "" for a fixed one.
+func delayNote(d time.Duration) string {
+	if d == 0 {
+		return ""
+	}
+	return ", delay " + d.String()
+}
+
+// fleetFor is a fleet of n replicas of the setup under policy (with a controller, an autoscaled one starting at n
+// and keeping n at least, at target with the provisioning delay).
+func fleetFor(s Setup, policy string, n int, controller string, target float64, delay time.Duration) (deploy.Fleet, error) {
+	p, err := morph.Parse(policy)
 	if err != nil {
 		return deploy.Fleet{}, err
+	}
+	router := "least-outstanding"
+	if _, ok := p.(morph.Morphing); ok {
+		router = "morph-aware"
 	}
 	d := s.Deployment(p)
 	f := deploy.Fleet{Router: router}
 	for range n {
 		f.Replicas = append(f.Replicas, d)
 	}
-	if target > 0 {
-		f.Autoscale = &deploy.Autoscale{Template: d, Metric: "outstanding", Target: target, Min: floor, Max: fleetMax}
+	if controller != "" {
+		f.Autoscale = &deploy.Autoscale{Template: d, Metric: "outstanding", Target: target, Min: n, Max: fleetMax, Delay: delay, Controller: controller}
 	}
 	return f, nil
 }
 
-// strategyPolicy is the replicas' policy of a strategy and the router in front of them.
-func strategyPolicy(strategy string) (morph.Policy, string, error) {
-	name, router := strategy, "least-outstanding"
-	switch strategy {
-	case "fp16+autoscale":
-		name = "fp16"
-	case "morph+autoscale", "morph:default":
-		name, router = "morph:default", "morph-aware"
+// simFleet replays t through fleetFor's fleet. Unless whole, a run stops once it has missed the SLO's violations
+// and simFleet returns nil: the search needs only to know that it missed.
+func simFleet(ctx context.Context, s Setup, policy string, n int, target float64, controller string, delay time.Duration, t *trace.Trace, whole bool) (*results.Run, error) {
+	f, err := fleetFor(s, policy, n, controller, target, delay)
+	if err != nil {
+		return nil, err
 	}
-	p, err := morph.Parse(name)
-	return p, router, err
+	o := deploy.ReplayOptions{SLO: SLO}
+	if !whole {
+		o.StopAfterViolations = max(1, int(math.Floor(FleetViolations*float64(len(t.Requests)))))
+	}
+	r, err := f.Replay(ctx, t, o)
+	if errors.Is(err, deploy.ErrSLOMissed) {
+		return nil, nil
+	}
+	return r, err
 }
 
-// meets reports whether a run meets the study's SLO.
+// meets reports whether a run meets the study's SLO (nil: a run stopped once it missed).
 func meets(r *results.Run) bool {
-	return r.Aggregates.SLOViolationRate <= FleetViolations && r.Aggregates.TTFT.P95 <= float64(FleetP95.Milliseconds())
+	return r != nil && r.Aggregates.SLOViolationRate <= FleetViolations && r.Aggregates.TTFT.P95 <= float64(FleetP95.Milliseconds())
 }
 
-// searchFleet finds the cheapest fleet of a strategy that meets the SLO on t.
-func searchFleet(ctx context.Context, s Setup, strategy string, t *trace.Trace) (*FleetCell, []FleetTry, error) {
-	var tried []FleetTry
-	sim := func(n int, target float64, floor int, tr *trace.Trace) (*results.Run, error) {
-		f, err := fleetFor(s, strategy, n, target, floor)
+// searchFleet finds the cheapest fleet of a strategy that meets the SLO on the group's trace: one cell for a fixed
+// strategy, one a delay for an autoscaled one.
+func searchFleet(ctx context.Context, g *fleetGroup, strategy string, delays []time.Duration) ([]*FleetCell, error) {
+	policy, controller := splitStrategy(strategy)
+	if controller == "" {
+		// The fleet for the first ten minutes is a close guess, found on a sixth of the trace.
+		hint, err := g.start(ctx, policy)
 		if err != nil {
 			return nil, err
 		}
-		r, err := f.Replay(ctx, tr, deploy.ReplayOptions{SLO: SLO})
+		n, r, err := smallest(hint, func(n int, whole bool) (*results.Run, error) {
+			return simFleet(ctx, g.s, policy, n, 0, "", 0, g.t, whole)
+		})
 		if err != nil {
 			return nil, err
 		}
-		if tr == t {
-			tried = append(tried, FleetTry{strategy, r.Aggregates.SLOViolationRate, r.Fleet.CostPerHour})
-		}
-		return r, nil
+		c := &FleetCell{Strategy: strategy, Replicas: n, run: r}
+		return []*FleetCell{c}, c.fill(g.s)
 	}
-	fixed := func(tr *trace.Trace) (int, *results.Run, error) { // fleetFor makes an autoscaled strategy's fixed fleet
-		return smallest(func(n int) (*results.Run, error) { return sim(n, 0, 0, tr) })
+	n, err := g.start(ctx, policy)
+	if err != nil {
+		return nil, err
 	}
-	c := &FleetCell{Strategy: strategy}
-	if !strings.HasSuffix(strategy, "+autoscale") {
-		n, r, err := fixed(t)
-		if err != nil {
-			return nil, nil, err
+	// unscaled holds the runs that asked for no replica, by target: the same at every delay.
+	unscaled := map[float64]*results.Run{}
+	sim := func(target float64, delay time.Duration, whole bool) (*results.Run, error) {
+		if r, ok := unscaled[target]; ok {
+			return r, nil
 		}
-		c.Replicas, c.run = n, r
-	} else {
-		start, err := trace.Window(t, 0, 600)
-		if err != nil {
-			return nil, nil, err
+		r, err := simFleet(ctx, g.s, policy, n, target, controller, delay, g.t, whole)
+		if r != nil && len(r.Fleet.Replicas) == n {
+			unscaled[target] = r
 		}
-		n, _, err := fixed(start)
-		if err != nil {
-			return nil, nil, err
+		return r, err
+	}
+	var cells []*FleetCell
+	top := len(fleetTargets) - 1 // the highest target that may meet the SLO at this delay
+	for _, delay := range slices.Sorted(slices.Values(delays)) {
+		c := &FleetCell{Strategy: strategy, Delay: delay, Replicas: n}
+		// The highest target that meets: a longer delay never lets a higher target meet than a shorter one did,
+		// so the search starts from the last delay's.
+		runs := map[int]*results.Run{}
+		try := func(i int) (bool, error) {
+			r, err := sim(fleetTargets[i], delay, false)
+			runs[i] = r
+			return meets(r), err
 		}
-		c.Replicas = n
-		for _, floor := range slices.Compact([]int{1, (n + 1) / 2, n}) {
-			for _, target := range fleetTargets {
-				r, err := sim(n, target, floor, t)
+		ok, err := try(top)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			lo, hi := -1, top
+			for hi-lo > 1 {
+				mid := (lo + hi) / 2
+				good, err := try(mid)
 				if err != nil {
-					return nil, nil, err
+					return nil, err
 				}
-				if c.run == nil || meets(r) && (!meets(c.run) || r.Fleet.Cost < c.run.Fleet.Cost) {
-					c.run, c.Target, c.Floor = r, target, floor
+				if good {
+					lo = mid
+				} else {
+					hi = mid
 				}
 			}
+			top = max(lo, 0)
 		}
+		for i, r := range runs {
+			if meets(r) && (c.run == nil || r.Fleet.Cost < c.run.Fleet.Cost) {
+				c.run, c.Target = r, fleetTargets[i]
+			}
+		}
+		if c.run == nil {
+			if c.run, err = sim(fleetTargets[0], delay, true); err != nil {
+				return nil, err
+			}
+			c.Target = fleetTargets[0]
+		}
+		if err := c.fill(g.s); err != nil {
+			return nil, err
+		}
+		cells = append(cells, c)
 	}
-	c.fill(s)
-	return c, tried, nil
+	return cells, nil
 }
 
-// smallest is the fewest replicas (1..fleetMax) whose run meets the SLO, found by doubling then bisecting (more
-// replicas never serve worse); when even fleetMax misses, fleetMax and its run.
-func smallest(run func(n int) (*results.Run, error)) (int, *results.Run, error) {
+// smallest is the fewest replicas (1..fleetMax) whose run meets the SLO, found by galloping from hint (down while
+// it meets, up while it misses, by doubling steps) then bisecting (more replicas never serve worse); when even
+// fleetMax misses, fleetMax and its whole run. run(n, whole) may return nil for a run that missed unless whole.
+func smallest(hint int, run func(n int, whole bool) (*results.Run, error)) (int, *results.Run, error) {
 	runs := map[int]*results.Run{}
 	ok := func(n int) (bool, error) {
-		r, err := run(n)
+		r, err := run(n, false)
 		if err != nil {
 			return false, err
 		}
 		runs[n] = r
 		return meets(r), nil
 	}
-	lo, hi := 0, 1 // lo misses (0: none tried), hi is the one to try
-	for {
-		good, err := ok(hi)
-		if err != nil {
-			return 0, nil, err
+	hint = min(max(hint, 1), fleetMax)
+	good, err := ok(hint)
+	if err != nil {
+		return 0, nil, err
+	}
+	lo, hi := 0, hint // lo misses (0: no fleet), hi meets
+	if good {
+		for step := 1; hi > 1; step *= 2 {
+			n := max(hi-step, 1)
+			if good, err = ok(n); err != nil {
+				return 0, nil, err
+			}
+			if !good {
+				lo = n
+				break
+			}
+			hi = n
 		}
-		if good {
-			break
+	} else {
+		lo = hint
+		for step := 1; ; step *= 2 {
+			if lo == fleetMax {
+				r, err := run(fleetMax, true)
+				return fleetMax, r, err
+			}
+			n := min(lo+step, fleetMax)
+			if good, err = ok(n); err != nil {
+				return 0, nil, err
+			}
+			if good {
+				hi = n
+				break
+			}
+			lo = n
 		}
-		if hi == fleetMax {
-			return hi, runs[hi], nil
-		}
-		lo, hi = hi, min(2*hi, fleetMax)
 	}
 	for hi-lo > 1 {
 		mid := (lo + hi) / 2
@@ -385,7 +512,7 @@ func smallest(run func(n int) (*results.Run, error)) (int, *results.Run, error) 
 }
 
 // fill sets the cell's figures from its run.
-func (c *FleetCell) fill(s Setup) {
+func (c *FleetCell) fill(s Setup) error {
 	r := c.run
 	c.Meets = meets(r)
 	c.ReplicaHours, c.Cost, c.CostPerMTok = r.Fleet.ReplicaHours, r.Fleet.Cost, r.Fleet.CostPerMillionTokens
@@ -393,147 +520,62 @@ func (c *FleetCell) fill(s Setup) {
 	for _, p := range r.Fleet.Size {
 		c.PeakReplicas = max(c.PeakReplicas, p.Serving+p.Provisioning+p.Draining)
 	}
-	c.Loss = 0
-	if p, _, err := strategyPolicy(c.Strategy); err == nil {
-		if l, err := quality(s.Model, p, r); err == nil && !math.IsNaN(l) {
-			c.Loss = l
-		}
+	policy, _ := splitStrategy(c.Strategy)
+	p, err := morph.Parse(policy)
+	if err != nil {
+		return err
 	}
+	c.Loss = 0
+	if l, err := quality(s.Model, p, r); err == nil && !math.IsNaN(l) {
+		c.Loss = l
+	}
+	return nil
 }
 
-// cell returns the report's cell of a setup, workload, rate and strategy.
-func (r *FleetReport) cell(setup, workload string, rate float64, strategy string) *FleetCell {
+// cell returns the report's cell of a setup, workload, rate and strategy at a delay (any delay for a fixed
+// strategy).
+func (r *FleetReport) cell(setup, workload string, rate float64, strategy string, delay time.Duration) *FleetCell {
+	if _, controller := splitStrategy(strategy); controller == "" {
+		delay = 0
+	}
 	for _, c := range r.Cells {
-		if c.Setup == setup && c.Workload == workload && c.Rate == rate && c.Strategy == strategy {
+		if c.Setup == setup && c.Workload == workload && c.Rate == rate && c.Strategy == strategy && c.Delay == delay {
 			return c
 		}
 	}
 	return nil
 }
 
-// RelativeCost is each strategy's cost over fp16+autoscale's at equal SLO: the geometric mean over the cells where
-// both meet it, and in how many cells that is.
-func (r *FleetReport) RelativeCost() map[string]struct {
-	Ratio float64
-	Cells int
-} {
-	out := map[string]struct {
-		Ratio float64
-		Cells int
-	}{}
+// FleetMeans are a strategy's figures at one delay over the cells where it and fp16+hpa both meet the SLO:
+// geometric means of the cost relative to fp16+hpa, of the P95 TTFT and of the perplexity ratio (1 + quality loss,
+// reported less 1), and the mean violation rate.
+type FleetMeans struct {
+	Cost, Loss, Violations, P95TTFT float64
+	Cells                           int
+}
+
+// Means are each strategy's FleetMeans at a delay.
+func (r *FleetReport) Means(delay time.Duration) map[string]FleetMeans {
+	out := map[string]FleetMeans{}
 	for _, st := range FleetStrategies {
-		var logs []float64
+		var cost, loss, p95, viol []float64
 		for _, c := range r.Cells {
-			base := r.cell(c.Setup, c.Workload, c.Rate, FleetStrategies[0])
-			if c.Strategy == st && c.Meets && base != nil && base.Meets && base.Cost > 0 {
-				logs = append(logs, math.Log(c.Cost/base.Cost))
+			if c.Strategy != st || c.Delay != 0 && c.Delay != delay || !c.Meets {
+				continue
 			}
+			base := r.cell(c.Setup, c.Workload, c.Rate, FleetStrategies[0], delay)
+			if base == nil || !base.Meets || base.Cost <= 0 {
+				continue
+			}
+			cost = append(cost, math.Log(c.Cost/base.Cost))
+			loss = append(loss, math.Log1p(c.Loss))
+			p95 = append(p95, math.Log(max(c.P95TTFT, 1e-3)))
+			viol = append(viol, c.Violations)
 		}
-		if len(logs) > 0 {
-			out[st] = struct {
-				Ratio float64
-				Cells int
-			}{math.Exp(stat.Mean(logs, nil)), len(logs)}
+		if len(cost) > 0 {
+			out[st] = FleetMeans{Cost: math.Exp(stat.Mean(cost, nil)), Loss: math.Expm1(stat.Mean(loss, nil)),
+				P95TTFT: math.Exp(stat.Mean(p95, nil)), Violations: stat.Mean(viol, nil), Cells: len(cost)}
 		}
 	}
 	return out
-}
-
-// Write writes fleet.md, fleet.json, each chosen fleet's plot and the cost-against-violations plot.
-func (r *FleetReport) Write() error {
-	out := r.Options.Out
-	if err := os.MkdirAll(out, 0o755); err != nil {
-		return err
-	}
-	for _, c := range r.Cells {
-		base := filepath.Join(out, c.Setup, fmt.Sprintf("%s-%gx", c.Workload, c.Rate), DirName(c.Strategy))
-		if err := c.run.Write(base, nil); err != nil {
-			return err
-		}
-		if err := PlotFleet(filepath.Join(base, "fleet"), c.run); err != nil {
-			return err
-		}
-	}
-	if err := r.plotCost(filepath.Join(out, "cost-vs-slo")); err != nil {
-		return err
-	}
-	return writeSummary(out, "fleet", r.WriteSummary, r)
-}
-
-// WriteSummary writes the headline (each strategy's cost relative to fp16+autoscale at equal SLO) and a table per
-// setup.
-func (r *FleetReport) WriteSummary(w io.Writer) error {
-	fmt.Fprintf(w, "# Fleets: morphing against scaling out, at equal SLO and cost\n\n"+
-		"The cheapest fleet of each strategy keeping TTFT-SLO violations <= %.0f%% and P95 TTFT <= %v on the whole hour of each "+
-		"Azure 2023 trace, at its real rate and twice it (experiments/suite.FleetStudy). Cost: replica-hours at the catalog's on-demand "+
-		"prices; quality loss token-weighted on Table 8's curves.\n\n", 100*FleetViolations, FleetP95)
-	for _, wl := range r.Workloads {
-		if wl.StandIn != "" {
-			fmt.Fprintf(w, "Note: %s.\n\n", wl.StandIn)
-		}
-	}
-	rel := r.RelativeCost()
-	var rows [][]string
-	for _, st := range FleetStrategies {
-		v, ok := rel[st]
-		if !ok {
-			rows = append(rows, []string{st, "n/a", "0"})
-			continue
-		}
-		rows = append(rows, []string{st, fmt.Sprintf("%.2fx", v.Ratio), fmt.Sprint(v.Cells)})
-	}
-	fmt.Fprintf(w, "Cost relative to fp16+autoscale (geometric mean over the cells where both meet the SLO):\n\n")
-	if err := mdtable.Write(w, []string{"strategy", "cost / fp16+autoscale", "cells"}, rows); err != nil {
-		return err
-	}
-	for _, s := range r.Options.Setups {
-		fmt.Fprintf(w, "\n## %s\n\n", s.Name)
-		rows = nil
-		for _, c := range r.Cells {
-			if c.Setup != s.Name {
-				continue
-			}
-			size := fmt.Sprint(c.Replicas)
-			if c.Target > 0 {
-				size = fmt.Sprintf("%d-%d (from %d, target %g)", c.Floor, c.PeakReplicas, c.Replicas, c.Target)
-			}
-			meet := ""
-			if !c.Meets {
-				meet = " (SLO not met)"
-			}
-			rows = append(rows, []string{c.Workload, fmt.Sprintf("%gx", c.Rate), c.Strategy + meet, size, fmt.Sprintf("%.1f", c.ReplicaHours),
-				fmt.Sprintf("$%.2f", c.Cost), fmt.Sprintf("$%.3f", c.CostPerMTok), fmt.Sprintf("%.2f%%", 100*c.Violations),
-				fmt.Sprintf("%.0f", c.P95TTFT), fmt.Sprintf("%.3f%%", 100*c.Loss)})
-		}
-		if err := mdtable.Write(w, []string{"trace", "rate", "strategy", "replicas", "replica-hours", "cost", "$/M tokens",
-			"SLO viol.", "P95 TTFT ms", "quality loss"}, rows); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// plotCost draws every fleet tried: cost per hour against TTFT-SLO violations, a color per strategy.
-func (r *FleetReport) plotCost(base string) error {
-	p := newPlot("fleets tried: cost against SLO violations", "TTFT-SLO violations (%)", "cost ($ an hour)")
-	names := slices.Compact(slices.Sorted(func(yield func(string) bool) {
-		for _, t := range r.Tried {
-			if !yield(t.Strategy) {
-				return
-			}
-		}
-	}))
-	for i, name := range names {
-		var xys plotter.XYs
-		for _, t := range r.Tried {
-			if t.Strategy == name {
-				xys = append(xys, plotter.XY{X: 100 * t.Violations, Y: t.CostPerH})
-			}
-		}
-		if err := addScatter(p, name, i, xys, 3); err != nil {
-			return err
-		}
-	}
-	padAxes(p, markerPad)
-	return save(base, p)
 }

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/morphlab/morphlab/experiments/deploy"
 	"github.com/morphlab/morphlab/experiments/results"
@@ -14,12 +15,17 @@ import (
 	"github.com/morphlab/morphlab/internal/datadir"
 )
 
-// TestSmallest: the search finds the fewest replicas that meet the SLO with few runs, and fleetMax when none does.
+// TestSmallest: the search finds the fewest replicas that meet the SLO with few runs from any hint, and fleetMax
+// when none does.
 func TestSmallest(t *testing.T) {
-	for _, need := range []int{1, 2, 3, 7, 33, 64, 65} {
+	for _, c := range [][2]int{{1, 1}, {2, 1}, {3, 1}, {7, 1}, {33, 1}, {64, 1}, {65, 1}, {7, 7}, {7, 6}, {7, 8}, {1, 5}, {40, 64}, {65, 64}, {5, 99}} {
+		need, hint := c[0], c[1]
 		runs := 0
-		n, r, err := smallest(func(n int) (*results.Run, error) {
+		n, r, err := smallest(hint, func(n int, whole bool) (*results.Run, error) {
 			runs++
+			if n < need && !whole {
+				return nil, nil // a run stopped once it missed
+			}
 			v := 0.0
 			if n < need {
 				v = 0.5
@@ -27,23 +33,28 @@ func TestSmallest(t *testing.T) {
 			return &results.Run{Aggregates: results.Aggregates{SLOViolationRate: v}}, nil
 		})
 		want := min(need, fleetMax)
-		if err != nil || n != want || (need <= fleetMax) != meets(r) || runs > 14 {
-			t.Errorf("need %d: got %d after %d runs (meets %v), want %d", need, n, runs, meets(r), want)
+		if err != nil || n != want || r == nil || (need <= fleetMax) != meets(r) || runs > 14 {
+			t.Errorf("need %d from %d: got %d after %d runs (meets %v), want %d", need, hint, n, runs, meets(r), want)
 		}
 	}
 }
 
-// TestFleetStudy runs the study on three minutes of each trace for one setup at the real rate: every strategy's
-// fleet is found, a fixed fleet one replica smaller misses the SLO, the costs add up, and the files are written.
+// TestFleetStudy runs the study on three minutes of each trace for one setup at the real rate and two delays: every
+// strategy's fleet is found (a fixed one once, an autoscaled one a delay), a fixed fleet one replica smaller misses
+// the SLO, the costs add up, and the files are written.
 func TestFleetStudy(t *testing.T) {
 	data, _ := datadir.Dir()
 	out := t.TempDir()
-	rep, err := FleetStudy(context.Background(), FleetOptions{Out: out, Data: data, Setups: PaperSetups[1:2], Rates: []float64{1}, Hours: 0.05})
+	delays := []time.Duration{30 * time.Second, 2 * time.Minute}
+	rep, err := FleetStudy(context.Background(), FleetOptions{Out: out, Data: data, Setups: PaperSetups[1:2], Rates: []float64{1}, Hours: 0.05, Delays: delays})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Cells) != 2*len(FleetStrategies) {
-		t.Fatalf("%d cells, want 2 traces x %d strategies", len(rep.Cells), len(FleetStrategies))
+	if want := 2 * (5 + 5*len(delays)); len(rep.Cells) != want {
+		t.Fatalf("%d cells, want 2 traces x (5 fixed strategies + 5 autoscaled x %d delays)", len(rep.Cells), len(delays))
+	}
+	if len(rep.Premise) != 2*len(delays) {
+		t.Errorf("%d premise runs, want 2 strategies x %d delays", len(rep.Premise), len(delays))
 	}
 	for _, c := range rep.Cells {
 		if !c.Meets || c.Replicas < 1 || c.Cost <= 0 || math.Abs(c.Cost-c.run.Fleet.Cost) > 1e-12 {
@@ -51,7 +62,7 @@ func TestFleetStudy(t *testing.T) {
 			continue
 		}
 		if c.Target == 0 && c.Replicas > 1 {
-			f, err := fleetFor(PaperSetups[1], c.Strategy, c.Replicas-1, 0, 0)
+			f, err := fleetFor(PaperSetups[1], c.Strategy, c.Replicas-1, "", 0, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -64,16 +75,19 @@ func TestFleetStudy(t *testing.T) {
 			}
 		}
 	}
-	rel := rep.RelativeCost()
-	if v := rel["fp16+autoscale"]; v.Ratio != 1 || v.Cells != 2 {
-		t.Errorf("fp16+autoscale relative to itself: %+v", v)
+	for _, d := range delays {
+		if v := rep.Means(d)["fp16+hpa"]; v.Cost != 1 || v.Loss != 0 || v.Cells != 2 {
+			t.Errorf("fp16+hpa relative to itself at %v: %+v", d, v)
+		}
 	}
 	md, err := os.ReadFile(filepath.Join(out, "fleet.md"))
-	if err != nil || !strings.Contains(string(md), "| fp16+autoscale ") || !strings.Contains(string(md), "| 1.00x ") {
+	if err != nil || !strings.Contains(string(md), "| fp16+hpa ") || !strings.Contains(string(md), "| 1.00x ") ||
+		!strings.Contains(string(md), "## Provisioning delay 2m0s") || !strings.Contains(string(md), "## The morph-aware controller at a 2m0s delay") {
 		t.Errorf("fleet.md: %v\n%s", err, md)
 	}
-	for _, f := range []string{"fleet.json", "cost-vs-slo.png", "llama-2-7b-l4/azure-conv-hour-1x/morph_default/results.json",
-		"llama-2-7b-l4/azure-code-hour-1x/fp16+autoscale/fleet.svg"} {
+	for _, f := range []string{"fleet.json", "cost-vs-quality-30s.png", "cost-vs-quality-2m0s.svg", "premise.png",
+		"llama-2-7b-l4/azure-conv-hour-1x/morph_default/results.json", "llama-2-7b-l4/azure-code-hour-1x/fp16+hpa-2m0s/fleet.svg",
+		"llama-2-7b-l4/azure-code-hour-1x/morph_compute+morph-aware-30s/results.json"} {
 		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
 			t.Errorf("missing %s: %v", f, err)
 		}

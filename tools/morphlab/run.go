@@ -57,8 +57,9 @@ results.json, byte for byte.
 --replicas N serves the trace on a fleet of N replicas of the deployment on one timeline behind --router
 (round-robin, least-outstanding, least-kv, morph-aware), with admission control (--max-queue, --rate-limit and
 --rate-burst turn requests away, each with its reason) and, with --autoscale METRIC=TARGET, a target-tracking
-autoscaler (Kubernetes' HPA rule) that adds replicas --scale-delay after asking for them and removes them after
---scale-cooldown. results.json then holds the fleet's aggregates, each replica's, the fleet's size over time,
+autoscaler (Kubernetes' HPA rule, or with --autoscale-controller morph-aware that rule scaling out only for load
+the replicas' morphing cannot absorb and in only over replicas restored with no queue) that adds replicas --scale-delay
+after asking for them and removes them after --scale-cooldown. results.json then holds the fleet's aggregates, each replica's, the fleet's size over time,
 replica-hours and cost at the catalog's on-demand price of the device; fleet.png and fleet.svg plot the replicas
 and the queue over time.
 
