@@ -74,8 +74,6 @@ type Config struct {
 	// ServerHeader, when set, names a response header that each outcome records (Outcome.Server): a proxy's
 	// name for the replica that served, such as HAProxy's "http-response set-header X-Served-By %s".
 	ServerHeader string
-	// Outcomes, when set, is given each run's result as it ends, every request's outcome in it (WriteRecord).
-	Outcomes func(*Result)
 }
 
 // DefaultTimeout is the per-request limit when Config.Timeout is 0.
@@ -245,9 +243,6 @@ dispatch:
 	}
 	wg.Wait()
 	res.Duration = time.Since(start)
-	if cfg.Outcomes != nil {
-		cfg.Outcomes(res)
-	}
 	return res, nil
 }
 

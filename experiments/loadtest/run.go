@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"time"
@@ -23,6 +24,9 @@ type Options struct {
 	Knee *KneeTarget
 	// TargetRPS above 0 plans the capacity for that rate at CostPerHour an instance from the knee (PlanCapacity).
 	TargetRPS, CostPerHour float64
+	// Records, when set, is given each rate's run as it ends, a Record a JSON line (WriteRecord): every request's
+	// arrival, max tokens and outcome, for an accounting after the run.
+	Records io.Writer
 	// Plot, when not "", is where the curve is drawn: Plot.png and Plot.svg (PlotCurve).
 	Plot string
 	// Done, when set, is called after each rate with its point, for progress.
@@ -231,6 +235,11 @@ func (o Options) serve(ctx context.Context, rate float64, reqs []Request) (Metri
 	res, err := Send(ctx, o.Config, reqs)
 	if err != nil {
 		return Metrics{}, err
+	}
+	if o.Records != nil {
+		if err := WriteRecord(o.Records, rate, o.Config.Timeout, res); err != nil {
+			return Metrics{}, fmt.Errorf("writing the run's record: %w", err)
+		}
 	}
 	return Compute(res, o.SLO), nil
 }

@@ -97,6 +97,19 @@ var FleetStrategies = []string{"fp16+hpa", "fp16", "static:int8", "static:int4",
 // DefaultFleetDelays are the provisioning delays the autoscaled strategies run at.
 var DefaultFleetDelays = []time.Duration{30 * time.Second, 2 * time.Minute, 5 * time.Minute, 10 * time.Minute}
 
+// ParseDelays reads comma-separated provisioning delays, each a Go duration above 0 (30s,2m).
+func ParseDelays(list string) ([]time.Duration, error) {
+	var delays []time.Duration
+	for part := range strings.SplitSeq(list, ",") {
+		d, err := time.ParseDuration(strings.TrimSpace(part))
+		if err != nil || d <= 0 {
+			return nil, fmt.Errorf("delays %q: %q is not a duration above 0 such as 2m", list, part)
+		}
+		delays = append(delays, d)
+	}
+	return delays, nil
+}
+
 // fleetTargets are the autoscaler targets tried (outstanding requests a replica), in increasing order: a higher
 // target scales out later, so costs less and misses more.
 var fleetTargets = []float64{2, 3, 4, 6, 8, 12, 16, 32}

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"strings"
-	"time"
 
 	"github.com/morphlab/morphlab/experiments/suite"
 	"github.com/morphlab/morphlab/internal/datadir"
@@ -42,13 +40,9 @@ func runFleetStudy(e *env, args []string) error {
 	if !(*hours > 0 && *hours <= 1) {
 		return usagef("--hours %g, want (0, 1]", *hours)
 	}
-	var delays []time.Duration
-	for part := range strings.SplitSeq(*delayList, ",") {
-		d, err := time.ParseDuration(strings.TrimSpace(part))
-		if err != nil || d <= 0 {
-			return usagef("--delays %q: %q is not a duration above 0 such as 2m", *delayList, part)
-		}
-		delays = append(delays, d)
+	delays, err := suite.ParseDelays(*delayList)
+	if err != nil {
+		return usagef("--%v", err)
 	}
 	opt := suite.FleetOptions{Out: *out, Hours: *hours, Delays: delays, Progress: func(msg string) { fmt.Fprintf(e.stderr, "fleet-study: %s\n", msg) }}
 	if dir, err := datadir.Dir(); err == nil {

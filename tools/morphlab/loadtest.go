@@ -205,31 +205,13 @@ func runLoadtest(e *env, args []string) error {
 	defer bar.clear()
 	o.Config = loadtest.Config{URL: *url, Model: *modelName, Chat: *chat, MaxConcurrency: *maxConc, Timeout: *timeout, IgnoreEOS: *ignoreEOS,
 		APIKey: cmp.Or(*apiKey, os.Getenv("OPENAI_API_KEY")), Progress: bar.set, ServerHeader: *serverHeader}
-	closeOutcomes := func() error { return nil }
 	if *outcomes != "" {
 		f, err := os.Create(*outcomes)
 		if err != nil {
 			return err
 		}
 		defer f.Close()
-		var werr error
-		run := 0
-		o.Config.Outcomes = func(res *loadtest.Result) {
-			var rate float64
-			if t := o.Workload.Trace; t != nil {
-				rate = loadtest.TraceRate(t)
-			} else {
-				rate = o.Workload.Rates[run]
-			}
-			werr = cmp.Or(werr, loadtest.WriteRecord(f, rate, *timeout, res))
-			run++
-		}
-		closeOutcomes = func() error {
-			if err := cmp.Or(werr, f.Close()); err != nil {
-				return fmt.Errorf("--outcomes %s: %v", *outcomes, err)
-			}
-			return nil
-		}
+		o.Records = f
 	}
 	o.Done = func(p loadtest.Point) {
 		bar.clear()
@@ -247,9 +229,6 @@ func runLoadtest(e *env, args []string) error {
 		return errors.New("interrupted")
 	}
 	if err != nil {
-		return err
-	}
-	if err := closeOutcomes(); err != nil {
 		return err
 	}
 	if len(report.Plots) > 0 {
