@@ -64,18 +64,7 @@ fi
 . "$root/tools/loadbench/lib.sh"
 setup_bench
 
-pids=
-stop_all() {
-	for p in $pids; do
-		kill "$p" 2>/dev/null || true
-	done
-	for p in $pids; do
-		wait "$p" 2>/dev/null || true
-	done
-	pids=
-}
-trap stop_all EXIT
-trap 'stop_all; exit 1' INT TERM
+stop_all_on_exit
 
 # start_replica I LOG: start replica I on its port, writing its steps to LOG's steps file; its PID in pid.
 start_replica() {
@@ -141,16 +130,7 @@ kill -9 "$victim"
 sleep "$DOWN"
 echo "restart $(date +%s.%N)" >>"$out/events.txt"
 start_replica "$KILLED" "$KILLED-restarted"
-tries=0
-until curl -fsS "http://127.0.0.1:$((PORT + KILLED))/health" >/dev/null 2>&1; do
-	tries=$((tries + 1))
-	if [ $tries -gt 1200 ] || ! kill -0 "$pid" 2>/dev/null; then
-		echo "failover.sh: the restarted replica did not come up; its log:" >&2
-		cat "$out/replica-$KILLED-restarted.log" >&2
-		exit 1
-	fi
-	sleep 0.05
-done
+wait_up "http://127.0.0.1:$((PORT + KILLED))/health" "$pid" "$out/replica-$KILLED-restarted.log" 0.05
 echo "up $(date +%s.%N)" >>"$out/events.txt"
 wait "$load"
 stop_all

@@ -52,18 +52,7 @@ TIMEOUT=${TIMEOUT:-60s}
 . "$root/tools/loadbench/lib.sh"
 setup_bench
 
-pids=
-stop_all() {
-	for p in $pids; do
-		kill "$p" 2>/dev/null || true
-	done
-	for p in $pids; do
-		wait "$p" 2>/dev/null || true
-	done
-	pids=
-}
-trap stop_all EXIT
-trap 'stop_all; exit 1' INT TERM
+stop_all_on_exit
 
 # 1. The replicas and HAProxy.
 {

@@ -17,16 +17,33 @@ setup_bench() {
 	name=bench
 }
 
-# wait_up URL PID LOG: wait until URL answers, failing (with LOG) when PID is gone or 60 s have passed.
+# wait_up URL PID LOG [POLL]: wait until URL answers, asking every POLL seconds (0.5), failing (with LOG) when PID
+# is gone or 60 s have passed.
 wait_up() {
-	tries=0
+	deadline=$(($(date +%s) + 60))
 	until curl -fsS "$1" >/dev/null 2>&1; do
-		tries=$((tries + 1))
-		if [ $tries -gt 120 ] || ! kill -0 "$2" 2>/dev/null; then
+		if [ "$(date +%s)" -gt $deadline ] || ! kill -0 "$2" 2>/dev/null; then
 			echo "${0##*/}: $1 did not come up; the log:" >&2
 			cat "$3" >&2
 			exit 1
 		fi
-		sleep 0.5
+		sleep "${4:-0.5}"
 	done
+}
+
+# stop_all_on_exit: the processes whose PIDs the script adds to $pids are stopped (stop_all) when it exits or is
+# interrupted.
+pids=
+stop_all() {
+	for p in $pids; do
+		kill "$p" 2>/dev/null || true
+	done
+	for p in $pids; do
+		wait "$p" 2>/dev/null || true
+	done
+	pids=
+}
+stop_all_on_exit() {
+	trap stop_all EXIT
+	trap 'stop_all; exit 1' INT TERM
 }
