@@ -214,6 +214,46 @@ func TestEmptyMessagesBoundedWork(t *testing.T) {
 	}
 }
 
+// TestRefusedFromStart: a body is refused from its first 64 KiB when they already make the refusal certain, without
+// waiting for the rest: a client that announces 4 MiB and sends only that start gets its 400 (and the connection
+// closed after it) within the time it is given to send the whole body, not a 408 after it. A start that does not
+// decide, a long prompt's, waits for the rest.
+func TestRefusedFromStart(t *testing.T) {
+	ts := newTestServer(t, func(_ *testExec, c *testConfig) { c.BodyTimeout = 5 * time.Second })
+	model := fmt.Sprintf(`{"model": %q, `, testModel)
+	for _, c := range []struct {
+		path, start, want string
+	}{
+		{"/v1/chat/completions", model + `"messages": [` + strings.Repeat(`{"role":"user","content":""},`, 3000), "the model's context is 512 tokens"},
+		{"/v1/completions", model + `"prompt": "Once", "` + strings.Repeat("k", 70_000), "unsupported parameter"},
+		{"/v1/completions", `{"model": "` + strings.Repeat("m", 70_000), "does not exist"},
+		{"/v1/completions", model + `"prompt": "` + strings.Repeat("a", 70_000), ""},
+	} {
+		conn, err := net.Dial("tcp", strings.TrimPrefix(ts.url, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", c.path, 4<<20, c.start)
+		conn.SetReadDeadline(time.Now().Add(3 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if c.want == "" {
+			if err == nil {
+				t.Errorf("%.40s... (%d of %d bytes): %s before the rest of the body, want no answer yet", c.start, len(c.start), 4<<20, resp.Status)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%.40s... (%d of %d bytes): %v, want a refusal before the rest of the body", c.start, len(c.start), 4<<20, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode/100 != 4 || !resp.Close || !strings.Contains(errorBody(t, b).Message, c.want) {
+			t.Errorf("%.40s... (%d of %d bytes): %s (Connection: %q) %s; want a refusal saying %q, the connection closed", c.start, len(c.start), 4<<20,
+				resp.Status, resp.Header.Get("Connection"), b, c.want)
+		}
+	}
+}
+
 // TestParsingCountsAgainstQueue: a request whose body is still arriving holds a place in the bounded queue, so
 // with MaxQueue 1 another request is answered 429 at once; when the slow client goes, the place is free again.
 func TestParsingCountsAgainstQueue(t *testing.T) {

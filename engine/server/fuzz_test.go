@@ -23,7 +23,8 @@ import (
 
 // FuzzParseRequest: the request-body parser never panics; it either answers a one-line 400 (404 model_not_found
 // for another model) or returns a request whose values are in range, which prepare then either refuses with a
-// 400 naming a field or turns into an engine request the engine accepts.
+// 400 naming a field or turns into an engine request the engine accepts. A refusal from a start of the body is
+// the whole body's answer (see sameRefusal).
 func FuzzParseRequest(f *testing.F) {
 	for _, seed := range []string{
 		`{"model": "m", "prompt": "Once upon a time", "max_tokens": 16}`,
@@ -37,6 +38,8 @@ func FuzzParseRequest(f *testing.F) {
 		`{"model": 1}`,
 		`[]`,
 		`{"model": "m", "prompt": [99999]}`,
+		`{"model": "m", "prompt": [1.5e1, 2], "max_tokens": 1}`,
+		`{"model": "m", "messages": [{"role": "user", "content": ""}, {"role": "usr", "content": ""}]}`,
 		`{"model": "m", "messages": [{"role": "user", "content": "` + strings.Repeat("ab", 300) + `"}]}`,
 	} {
 		f.Add([]byte(seed), strings.Contains(seed, "messages"))
@@ -45,6 +48,11 @@ func FuzzParseRequest(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte, chat bool) {
 		body = []byte(strings.ReplaceAll(string(body), `"m"`, `"`+testModel+`"`))
 		r, e := parseRequest(body, chat, ts.limits)
+		for _, n := range startCuts(len(body)) {
+			if early := refusal(body[:n], chat, ts.limits); early != nil && (e == nil || !sameRefusal(*early, *e)) {
+				t.Fatalf("the first %d bytes are refused with %+v; the whole body's answer is %+v", n, early, e)
+			}
+		}
 		if e != nil {
 			if e.Status != http.StatusBadRequest && (e.Status != http.StatusNotFound || e.Code != "model_not_found" || e.Param != "model") ||
 				e.Type != "invalid_request_error" || e.Message == "" || strings.Contains(e.Message, "\n") {
@@ -89,6 +97,27 @@ func FuzzParseRequest(f *testing.F) {
 			}
 		}
 	})
+}
+
+// sameRefusal reports whether a and b are the same answer; the message of malformed JSON quotes the bytes after
+// the fault that the decoder has, which a start may cut short.
+func sameRefusal(a, b apiError) bool {
+	const malformed = "malformed JSON body: "
+	if strings.HasPrefix(a.Message, malformed) && strings.HasPrefix(b.Message, malformed) {
+		a.Message, b.Message = "", ""
+	}
+	return a == b
+}
+
+// startCuts are the lengths of a body of n bytes whose starts FuzzParseRequest refuses: every one of a short
+// body, 64 spread over a long one.
+func startCuts(n int) []int {
+	k := max(1, min(n, 64))
+	cuts := make([]int, k+1)
+	for i := range cuts {
+		cuts[i] = i * n / k
+	}
+	return cuts
 }
 
 // fuzzKey is the API key of FuzzHTTP's server; "KEY" in an input stands for it, and "m" for the model's name.

@@ -48,6 +48,8 @@ type apiError struct {
 	Param      string // the request field at fault, "" for none
 	Code       string
 	RetryAfter int // seconds, for a Retry-After header; 0 for none
+
+	truncated bool // malformed JSON that ends early: where the body is only a start, the rest may mend it
 }
 
 func (e *apiError) Error() string { return e.Message }
@@ -98,6 +100,10 @@ func (l limits) modelNotFound(name string) *apiError {
 		Message: fmt.Sprintf("model %q does not exist; this server serves %q", clip(name), l.model)}
 }
 
+// longestName is the longest, in bytes as the body writes it, that a name or a model's name the server reads
+// may be: the served model's name with every character escaped, or maxName.
+func (l limits) longestName() int { return max(maxName, len(`"`)+6*len(l.model)+len(`"`)) }
+
 // contextError is the 400 for a prompt (field) of count tokens, count saying how many ("512 tokens", "at least
 // 513 tokens").
 func (l limits) contextError(field, count string) *apiError {
@@ -128,11 +134,54 @@ func (l limits) textTooLong(field string, n int) *apiError {
 // Every error is a 400 naming the field at fault, but a 404 for another model than lim's; fields the server does
 // not know or does not implement are refused by name, except the no-op values in noops.
 func parseRequest(body []byte, chat bool, lim limits) (*apiRequest, *apiError) {
+	return parse(body, chat, lim, false)
+}
+
+// refusal is the answer that the start of a body already makes certain, whatever follows it: the error
+// parseRequest gives the whole body, found before start ends. It is nil when it takes more of the body to know.
+// A server that refuses a body from its start need not read, nor hold, the rest.
+func refusal(start []byte, chat bool, lim limits) *apiError {
+	// A string start ends inside may be one the whole body refuses as too long, from its start, before it reads
+	// it (longString): unless it is already that long, it is left out. Otherwise start is cut after its last
+	// byte that no number or literal holds, so that none ends early where start does (1.5e1, cut after 1.5, is
+	// not an integer). The decoder then finds unfinished what is cut short.
+	open := -1 // where the string that start ends inside begins
+	for i := 0; i < len(start); i++ {
+		switch {
+		case open >= 0 && start[i] == '\\':
+			i++
+		case start[i] == '"' && open >= 0:
+			open = -1
+		case start[i] == '"':
+			open = i
+		}
+	}
+	switch {
+	case open < 0:
+		start = start[:bytes.LastIndexAny(start, ",:[]{}\" \t\r\n")+1]
+	case len(start)-open < lim.longestName()+2: // longString judges by the byte at the limit or the next
+		start = start[:open]
+	}
+	if _, e := parse(start, chat, lim, true); e != errUnfinished {
+		return e
+	}
+	return nil
+}
+
+// errUnfinished is parse's answer for the start of a body that is no refusal yet.
+var errUnfinished = &apiError{Status: http.StatusBadRequest, Message: "the body is unfinished"}
+
+// parse is parseRequest for the whole body, or for its start (start true): then only the errors found while the
+// members are read count, and errUnfinished stands for the rest.
+func parse(body []byte, chat bool, lim limits, start bool) (*apiRequest, *apiError) {
 	r := &apiRequest{Chat: chat, Temperature: 1, TopP: 1, MaxName: "max_tokens"}
 	dec := jsontext.NewDecoder(bytes.NewBuffer(body))
 	if dec.PeekKind() != '{' {
 		if _, err := dec.ReadValue(); err != nil {
-			return nil, malformed(err)
+			if e := malformed(err); !start || !e.truncated {
+				return nil, e
+			}
+			return nil, errUnfinished
 		}
 		return nil, badRequest("", "malformed JSON body: want a JSON object")
 	}
@@ -165,7 +214,10 @@ func parseRequest(body []byte, chat bool, lim limits) (*apiRequest, *apiError) {
 		obj[name] = v.Clone()
 		return nil
 	})
-	if e != nil {
+	switch {
+	case start && (e == nil || e.truncated):
+		return nil, errUnfinished
+	case e != nil:
 		return nil, e
 	}
 	if _, err := dec.ReadToken(); err != io.EOF {
@@ -261,7 +313,7 @@ func parseRequest(body []byte, chat bool, lim limits) (*apiRequest, *apiError) {
 // readModel reads the model's name into r, refusing another model than lim's at once: one whose name is longer
 // in the body than the served one's could be even with every character escaped, before it is decoded.
 func readModel(dec *jsontext.Decoder, r *apiRequest, lim limits) *apiError {
-	if start, long := longString(dec, max(maxName, len(`"`)+6*len(lim.model)+len(`"`))); long {
+	if start, long := longString(dec, lim.longestName()); long {
 		return lim.modelNotFound(start)
 	}
 	v, err := dec.ReadValue()
@@ -324,7 +376,9 @@ func malformed(err error) *apiError {
 	case errors.As(err, &syn) && syn.Err == jsontext.ErrDuplicateName: // its message quotes the whole name
 		what = fmt.Sprintf("duplicate object member name %q within %q", clip(syn.JSONPointer.LastToken()), clip(string(syn.JSONPointer.Parent())))
 	}
-	return badRequest("", "malformed JSON body: %s", what)
+	e := badRequest("", "malformed JSON body: %s", what)
+	e.truncated = errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
+	return e
 }
 
 // members reads the object dec is at, calling read for each member with dec at the member's value, which read

@@ -47,7 +47,8 @@
 // "Role: " and line end count, so that many empty messages are refused as one long one is). A member the server
 // does not know is refused when its name is read, before its value; a name longer than 256 bytes in the body (none
 // it knows is), and a model's name longer than the served one's could be, are refused from their first characters,
-// never decoded in full. A client has Config.HeaderTimeout (10 s) for its headers and Config.BodyTimeout (30 s) for
+// never decoded in full. Such a refusal that the body's first 64 KiB already make certain is answered from them:
+// the rest is never read, and the connection closes after the answer. A client has Config.HeaderTimeout (10 s) for its headers and Config.BodyTimeout (30 s) for
 // its body, 408 after; a kept-alive connection idle for Config.IdleTimeout (60 s) is closed, and at most
 // Config.MaxConnections (1024) are open, the rest waiting to be accepted. Each write of an answer has
 // Config.WriteTimeout (60 s, nginx's send_timeout): a client that reads nothing for that long while the
@@ -109,6 +110,7 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -578,6 +580,16 @@ func (s *Server) complete(chat bool) http.HandlerFunc {
 			return
 		}
 		defer p.leave()
+		if err := body.read(refuseWithin); err != nil {
+			writeError(w, s.bodyError(err))
+			return
+		}
+		if !body.ended {
+			if e := refusal(body.buf, chat, s.limits); e != nil {
+				writeError(w, e) // the rest is never read: net/http closes the connection after the answer
+				return
+			}
+		}
 		b, err := body.rest()
 		if err != nil {
 			writeError(w, s.bodyError(err))
@@ -630,20 +642,34 @@ func declaredSize(r *http.Request) *apiError {
 	return nil
 }
 
-// requestBody reads a request's body (at most maxBody bytes, through http.MaxBytesReader) in two parts: its first
-// byte, which may be long in coming, and the rest.
+// requestBody reads a request's body (at most maxBody bytes, through http.MaxBytesReader) in three parts: its
+// first byte, which may be long in coming; its start, from which the request may already be refused; and the
+// rest.
 type requestBody struct {
 	r     io.Reader
-	size  int64 // Content-Length, -1 when unknown
-	first [1]byte
-	n     int // bytes in first
+	size  int64  // Content-Length, -1 when unknown
+	buf   []byte // the body read so far
+	ended bool   // buf is the whole body
 }
 
+// refuseWithin is how much of a body the server reads before it tries to refuse the request from the start
+// alone (see refusal): a hostile body's first error comes within it, and the server then never reads the
+// megabytes after it. Most requests are whole within it.
+const refuseWithin = 64 << 10
+
 // begin waits for the body's first byte, or its end when it is empty.
-func (b *requestBody) begin() error {
-	var err error
-	b.n, err = io.ReadFull(b.r, b.first[:])
-	if err == io.EOF {
+func (b *requestBody) begin() error { return b.read(1) }
+
+// read reads on until b holds n bytes or the whole body.
+func (b *requestBody) read(n int) error {
+	if b.ended || len(b.buf) >= n {
+		return nil
+	}
+	b.buf = slices.Grow(b.buf, n-len(b.buf))
+	m, err := io.ReadFull(b.r, b.buf[len(b.buf):n])
+	b.buf = b.buf[:len(b.buf)+m]
+	if err == io.EOF || err == io.ErrUnexpectedEOF {
+		b.ended = true
 		return nil
 	}
 	return err
@@ -651,13 +677,12 @@ func (b *requestBody) begin() error {
 
 // rest reads the rest of the body and returns the whole of it.
 func (b *requestBody) rest() ([]byte, error) {
-	var buf bytes.Buffer
-	if b.size > 0 {
-		buf.Grow(int(b.size) + bytes.MinRead) // room to read the end of the body without growing again
+	if b.ended {
+		return b.buf, nil
 	}
-	buf.Write(b.first[:b.n])
-	if b.n == 0 {
-		return buf.Bytes(), nil
+	buf := bytes.NewBuffer(b.buf)
+	if b.size > int64(len(b.buf)) {
+		buf.Grow(int(b.size) - len(b.buf) + bytes.MinRead) // room to read the end of the body without growing again
 	}
 	_, err := buf.ReadFrom(b.r)
 	return buf.Bytes(), err
