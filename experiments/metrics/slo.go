@@ -19,6 +19,23 @@ type SLO struct {
 	E2EL time.Duration `json:"e2el_ns,omitempty"`
 }
 
+// String is the SLO as ParseSLO reads it: "ttft=2s,tpot=50ms" ("none" without a limit).
+func (s SLO) String() string {
+	var parts []string
+	for _, l := range []struct {
+		name  string
+		limit time.Duration
+	}{{"ttft", s.TTFT}, {"tpot", s.TPOT}, {"e2el", s.E2EL}} {
+		if l.limit != 0 {
+			parts = append(parts, l.name+"="+l.limit.String())
+		}
+	}
+	if parts == nil {
+		return "none"
+	}
+	return strings.Join(parts, ",")
+}
+
 // IsZero reports whether no limit is given.
 func (s SLO) IsZero() bool { return s == SLO{} }
 

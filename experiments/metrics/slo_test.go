@@ -34,3 +34,16 @@ func TestParseLimit(t *testing.T) {
 		}
 	}
 }
+
+// TestSLOString: String writes what ParseSLO reads back.
+func TestSLOString(t *testing.T) {
+	for _, s := range []SLO{{TTFT: 2 * time.Second}, {TTFT: 500 * time.Millisecond, TPOT: 50 * time.Millisecond, E2EL: 2 * time.Second}, {E2EL: time.Minute}} {
+		back, err := ParseSLO(s.String())
+		if err != nil || back != s {
+			t.Errorf("%+v: %q reads back as %+v, %v", s, s.String(), back, err)
+		}
+	}
+	if got := (SLO{}).String(); got != "none" {
+		t.Errorf("no limits: %q, want none", got)
+	}
+}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/morphlab/morphlab/engine/morph"
 	"github.com/morphlab/morphlab/experiments/deploy"
+	"github.com/morphlab/morphlab/experiments/metrics"
 	"github.com/morphlab/morphlab/experiments/results"
 	"github.com/morphlab/morphlab/experiments/trace"
 )
@@ -108,6 +109,21 @@ func ParseDelays(list string) ([]time.Duration, error) {
 		delays = append(delays, d)
 	}
 	return delays, nil
+}
+
+// goal is what a fleet must meet: at most Violations of its requests beyond SLO, and a P95 TTFT within P95.
+type goal struct {
+	SLO        metrics.SLO
+	Violations float64
+	P95        time.Duration
+}
+
+// studyGoal is the fleet study's.
+var studyGoal = goal{SLO, FleetViolations, FleetP95}
+
+// meets reports whether a run meets the goal (nil: a run stopped once it missed).
+func (g goal) meets(r *results.Run) bool {
+	return r != nil && r.Aggregates.SLOViolationRate <= g.Violations && r.Aggregates.TTFT.P95 <= float64(g.P95.Milliseconds())
 }
 
 // fleetTargets are the autoscaler targets tried (outstanding requests a replica), in increasing order: a higher
@@ -207,9 +223,9 @@ func (g *fleetGroup) start(ctx context.Context, policy string) (int, error) {
 			if err != nil {
 				return 0, err
 			}
-			n, _, err := smallest(1, func(n int, whole bool) (*results.Run, error) {
-				return simFleet(ctx, g.s, policy, n, 0, "", 0, first, whole)
-			})
+			n, _, err := smallest(1, fleetMax, func(n int, whole bool) (*results.Run, error) {
+				return simFleet(ctx, studyGoal, g.s, policy, n, 0, "", 0, first, whole)
+			}, studyGoal.meets)
 			return n, err
 		})
 		g.starts[policy] = find
@@ -351,27 +367,22 @@ func fleetFor(s Setup, policy string, n int, controller string, target float64, 
 	return f, nil
 }
 
-// simFleet replays t through fleetFor's fleet. Unless whole, a run stops once it has missed the SLO's violations
-// and simFleet returns nil: the search needs only to know that it missed.
-func simFleet(ctx context.Context, s Setup, policy string, n int, target float64, controller string, delay time.Duration, t *trace.Trace, whole bool) (*results.Run, error) {
+// simFleet replays t through fleetFor's fleet under the goal's SLO. Unless whole, a run stops once it has missed
+// the goal's violations and simFleet returns nil: the search needs only to know that it missed.
+func simFleet(ctx context.Context, gl goal, s Setup, policy string, n int, target float64, controller string, delay time.Duration, t *trace.Trace, whole bool) (*results.Run, error) {
 	f, err := fleetFor(s, policy, n, controller, target, delay)
 	if err != nil {
 		return nil, err
 	}
-	o := deploy.ReplayOptions{SLO: SLO}
+	o := deploy.ReplayOptions{SLO: gl.SLO}
 	if !whole {
-		o.StopAfterViolations = max(1, int(math.Floor(FleetViolations*float64(len(t.Requests)))))
+		o.StopAfterViolations = max(1, int(math.Floor(gl.Violations*float64(len(t.Requests)))))
 	}
 	r, err := f.Replay(ctx, t, o)
 	if errors.Is(err, deploy.ErrSLOMissed) {
 		return nil, nil
 	}
 	return r, err
-}
-
-// meets reports whether a run meets the study's SLO (nil: a run stopped once it missed).
-func meets(r *results.Run) bool {
-	return r != nil && r.Aggregates.SLOViolationRate <= FleetViolations && r.Aggregates.TTFT.P95 <= float64(FleetP95.Milliseconds())
 }
 
 // searchFleet finds the cheapest fleet of a strategy that meets the SLO on the group's trace: one cell for a fixed
@@ -384,9 +395,13 @@ func searchFleet(ctx context.Context, g *fleetGroup, strategy string, delays []t
 		if err != nil {
 			return nil, err
 		}
-		n, r, err := smallest(hint, func(n int, whole bool) (*results.Run, error) {
-			return simFleet(ctx, g.s, policy, n, 0, "", 0, g.t, whole)
-		})
+		run := func(n int, whole bool) (*results.Run, error) {
+			return simFleet(ctx, studyGoal, g.s, policy, n, 0, "", 0, g.t, whole)
+		}
+		n, r, err := smallest(hint, fleetMax, run, studyGoal.meets)
+		if err == nil && r == nil {
+			r, err = run(n, true)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -403,7 +418,7 @@ func searchFleet(ctx context.Context, g *fleetGroup, strategy string, delays []t
 		if r, ok := unscaled[target]; ok {
 			return r, nil
 		}
-		r, err := simFleet(ctx, g.s, policy, n, target, controller, delay, g.t, whole)
+		r, err := simFleet(ctx, studyGoal, g.s, policy, n, target, controller, delay, g.t, whole)
 		if r != nil && len(r.Fleet.Replicas) == n {
 			unscaled[target] = r
 		}
@@ -419,7 +434,7 @@ func searchFleet(ctx context.Context, g *fleetGroup, strategy string, delays []t
 		try := func(i int) (bool, error) {
 			r, err := sim(fleetTargets[i], delay, false)
 			runs[i] = r
-			return meets(r), err
+			return studyGoal.meets(r), err
 		}
 		ok, err := try(top)
 		if err != nil {
@@ -442,7 +457,7 @@ func searchFleet(ctx context.Context, g *fleetGroup, strategy string, delays []t
 			top = max(lo, 0)
 		}
 		for i, r := range runs {
-			if meets(r) && (c.run == nil || r.Fleet.Cost < c.run.Fleet.Cost) {
+			if studyGoal.meets(r) && (c.run == nil || r.Fleet.Cost < c.run.Fleet.Cost) {
 				c.run, c.Target = r, fleetTargets[i]
 			}
 		}
@@ -460,10 +475,11 @@ func searchFleet(ctx context.Context, g *fleetGroup, strategy string, delays []t
 	return cells, nil
 }
 
-// smallest is the fewest replicas (1..fleetMax) whose run meets the SLO, found by galloping from hint (down while
-// it meets, up while it misses, by doubling steps) then bisecting (more replicas never serve worse); when even
-// fleetMax misses, fleetMax and its whole run. run(n, whole) may return nil for a run that missed unless whole.
-func smallest(hint int, run func(n int, whole bool) (*results.Run, error)) (int, *results.Run, error) {
+// smallest is the fewest replicas (1..most) whose run meets (more replicas never serve worse), found by galloping
+// from hint (down while it meets, up while it misses, by doubling steps) then bisecting; most and a nil run when
+// even most misses. run(n, whole) may return nil for a run that missed unless whole; smallest asks for no whole
+// run.
+func smallest(hint, most int, run func(n int, whole bool) (*results.Run, error), meets func(*results.Run) bool) (int, *results.Run, error) {
 	runs := map[int]*results.Run{}
 	ok := func(n int) (bool, error) {
 		r, err := run(n, false)
@@ -473,7 +489,7 @@ func smallest(hint int, run func(n int, whole bool) (*results.Run, error)) (int,
 		runs[n] = r
 		return meets(r), nil
 	}
-	hint = min(max(hint, 1), fleetMax)
+	hint = min(max(hint, 1), most)
 	good, err := ok(hint)
 	if err != nil {
 		return 0, nil, err
@@ -494,11 +510,10 @@ func smallest(hint int, run func(n int, whole bool) (*results.Run, error)) (int,
 	} else {
 		lo = hint
 		for step := 1; ; step *= 2 {
-			if lo == fleetMax {
-				r, err := run(fleetMax, true)
-				return fleetMax, r, err
+			if lo == most {
+				return most, nil, nil
 			}
-			n := min(lo+step, fleetMax)
+			n := min(lo+step, most)
 			if good, err = ok(n); err != nil {
 				return 0, nil, err
 			}
@@ -527,7 +542,7 @@ func smallest(hint int, run func(n int, whole bool) (*results.Run, error)) (int,
 // fill sets the cell's figures from its run.
 func (c *FleetCell) fill(s Setup) error {
 	r := c.run
-	c.Meets = meets(r)
+	c.Meets = studyGoal.meets(r)
 	c.ReplicaHours, c.Cost, c.CostPerMTok = r.Fleet.ReplicaHours, r.Fleet.Cost, r.Fleet.CostPerMillionTokens
 	c.Violations, c.P95TTFT = r.Aggregates.SLOViolationRate, r.Aggregates.TTFT.P95
 	for _, p := range r.Fleet.Size {

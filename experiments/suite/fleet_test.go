@@ -15,13 +15,13 @@ import (
 	"github.com/morphlab/morphlab/internal/datadir"
 )
 
-// TestSmallest: the search finds the fewest replicas that meet the SLO with few runs from any hint, and fleetMax
-// when none does.
+// TestSmallest: the search finds the fewest replicas that meet the SLO with few runs from any hint, and the most
+// it may try, without a run, when none does.
 func TestSmallest(t *testing.T) {
 	for _, c := range [][2]int{{1, 1}, {2, 1}, {3, 1}, {7, 1}, {33, 1}, {64, 1}, {65, 1}, {7, 7}, {7, 6}, {7, 8}, {1, 5}, {40, 64}, {65, 64}, {5, 99}} {
 		need, hint := c[0], c[1]
 		runs := 0
-		n, r, err := smallest(hint, func(n int, whole bool) (*results.Run, error) {
+		n, r, err := smallest(hint, fleetMax, func(n int, whole bool) (*results.Run, error) {
 			runs++
 			if n < need && !whole {
 				return nil, nil // a run stopped once it missed
@@ -31,10 +31,10 @@ func TestSmallest(t *testing.T) {
 				v = 0.5
 			}
 			return &results.Run{Aggregates: results.Aggregates{SLOViolationRate: v}}, nil
-		})
+		}, studyGoal.meets)
 		want := min(need, fleetMax)
-		if err != nil || n != want || r == nil || (need <= fleetMax) != meets(r) || runs > 14 {
-			t.Errorf("need %d from %d: got %d after %d runs (meets %v), want %d", need, hint, n, runs, meets(r), want)
+		if err != nil || n != want || (need <= fleetMax) != studyGoal.meets(r) || (need > fleetMax) != (r == nil) || runs > 14 {
+			t.Errorf("need %d from %d: got %d after %d runs (meets %v), want %d", need, hint, n, runs, studyGoal.meets(r), want)
 		}
 	}
 }
@@ -70,7 +70,7 @@ func TestFleetStudy(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if meets(r) {
+			if studyGoal.meets(r) {
 				t.Errorf("%s on %s: %d replicas meet the SLO too, the study chose %d", c.Strategy, c.Workload, c.Replicas-1, c.Replicas)
 			}
 		}

@@ -111,7 +111,7 @@ func (r *FleetReport) runPremise(ctx context.Context) ([]*PremiseRun, error) {
 			if c := r.cell(s.Name, w.Name, r.Options.Rates[0], st, delay); c != nil {
 				target = c.Target
 			}
-			run, err := simFleet(ctx, s, policy, n, target, controller, delay, t, true)
+			run, err := simFleet(ctx, studyGoal, s, policy, n, target, controller, delay, t, true)
 			if err != nil {
 				return nil, err
 			}

@@ -33,7 +33,7 @@ func runFleetStudy(e *env, args []string) error {
 	hours := fs.Float64("hours", 1, "how much of each trace replays, in `hours` from its start")
 	delayList := fs.String("delays", "30s,2m,5m,10m", "the autoscaled strategies' provisioning `delays`, comma-separated")
 	var prof profileFlags
-	prof.register(fs)
+	prof.Register(fs)
 	if err := e.parse(fs, args); err != nil {
 		return err
 	}

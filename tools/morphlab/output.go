@@ -2,13 +2,9 @@ package main
 
 import (
 	"encoding/json"
-	"flag"
-	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"runtime"
-	"runtime/pprof"
 	"strings"
 	"sync"
 	"time"
@@ -111,64 +107,14 @@ func (p *progress) clear() {
 	p.bar.Clear()
 }
 
-// profileFlags are the --cpuprofile and --memprofile flags that long commands take, and --pprof-top, which
-// summarizes the CPU profile when the command ends.
-type profileFlags struct {
-	cpu, mem string
-	top      int
-}
+// profileFlags are cputop.Flags, whose conflicts are usage errors.
+type profileFlags struct{ cputop.Flags }
 
-func (p *profileFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&p.cpu, "cpuprofile", "", "write a CPU profile (runtime/pprof) to `file`")
-	fs.StringVar(&p.mem, "memprofile", "", "write a heap profile (runtime/pprof) to `file` at the end")
-	fs.IntVar(&p.top, "pprof-top", 0, "at the end, print the `N` functions with the most flat and cumulative time of --cpuprofile on stderr")
-}
-
-// start starts the CPU profile if one was asked for; stop ends it, prints its --pprof-top summary on w and writes
-// the heap profile.
 func (p *profileFlags) start(w io.Writer) (stop func() error, err error) {
-	if p.top < 0 {
-		return nil, usagef("--pprof-top=%d, want 0 or more", p.top)
+	if err := p.Check(); err != nil {
+		return nil, usagef("%v", err)
 	}
-	if p.top > 0 && p.cpu == "" {
-		return nil, usagef("--pprof-top needs --cpuprofile")
-	}
-	var cpuFile *os.File
-	if p.cpu != "" {
-		if cpuFile, err = createFile(p.cpu); err != nil {
-			return nil, err
-		}
-		if err := pprof.StartCPUProfile(cpuFile); err != nil {
-			cpuFile.Close()
-			return nil, fmt.Errorf("--cpuprofile %s: %w", p.cpu, err)
-		}
-	}
-	return func() error {
-		if cpuFile != nil {
-			pprof.StopCPUProfile()
-			if err := cpuFile.Close(); err != nil {
-				return err
-			}
-			if p.top > 0 {
-				if err := cputop.WriteTop(w, p.cpu, p.top); err != nil {
-					return fmt.Errorf("--pprof-top: %w", err)
-				}
-			}
-		}
-		if p.mem == "" {
-			return nil
-		}
-		f, err := createFile(p.mem)
-		if err != nil {
-			return err
-		}
-		runtime.GC()
-		if err := pprof.WriteHeapProfile(f); err != nil {
-			f.Close()
-			return fmt.Errorf("--memprofile %s: %w", p.mem, err)
-		}
-		return f.Close()
-	}, nil
+	return p.Start(w)
 }
 
 // lockedWriter serializes writes to w, for a writer shared with a goroutine (such as a child process's stderr

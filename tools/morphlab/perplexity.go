@@ -30,7 +30,7 @@ func runPerplexity(e *env, args []string) error {
 	stride := fs.Int("stride", 0, "window stride in `tokens` (default: half the window)")
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
 	var prof profileFlags
-	prof.register(fs)
+	prof.Register(fs)
 	if err := e.parse(fs, args); err != nil {
 		return err
 	}

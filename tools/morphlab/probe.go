@@ -30,7 +30,7 @@ func runProbe(e *env, args []string) error {
 	out := fs.String("out", "results/probe.json", "write the ceilings as JSON to `file` (\"\" for none)")
 	quick := fs.Bool("quick", false, "measure two cache sizes once each, in milliseconds: a smoke test, not a ceiling")
 	var prof profileFlags
-	prof.register(fs)
+	prof.Register(fs)
 	if err := e.parse(fs, args); err != nil {
 		return err
 	}

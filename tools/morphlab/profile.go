@@ -54,7 +54,7 @@ func runProfile(e *env, args []string) error {
 	asJSON := fs.Bool("json", false, "print the profile as JSON instead of tables")
 	plotFile := fs.String("plot", "", "draw the perplexity curves (PPL by quantized layers, one line per order) into `file` (.png, .svg or .pdf); needs --eval")
 	var prof profileFlags
-	prof.register(fs)
+	prof.Register(fs)
 	if err := e.parse(fs, args); err != nil {
 		return err
 	}
