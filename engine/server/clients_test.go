@@ -217,7 +217,7 @@ func TestEmptyMessagesBoundedWork(t *testing.T) {
 // TestRefusedFromStart: a body is refused from its first 64 KiB when they already make the refusal certain, without
 // waiting for the rest: a client that announces 4 MiB and sends only that start gets its 400 (and the connection
 // closed after it) within the time it is given to send the whole body, not a 408 after it. A start that does not
-// decide, a long prompt's, waits for the rest.
+// decide, a long prompt's, waits for the rest. A client that sends the whole body before it reads gets the answer.
 func TestRefusedFromStart(t *testing.T) {
 	ts := newTestServer(t, func(_ *testExec, c *testConfig) { c.BodyTimeout = 5 * time.Second })
 	model := fmt.Sprintf(`{"model": %q, `, testModel)
@@ -233,11 +233,11 @@ func TestRefusedFromStart(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer conn.Close()
 		fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", c.path, 4<<20, c.start)
 		conn.SetReadDeadline(time.Now().Add(3 * time.Second))
 		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 		if c.want == "" {
+			conn.Close()
 			if err == nil {
 				t.Errorf("%.40s... (%d of %d bytes): %s before the rest of the body, want no answer yet", c.start, len(c.start), 4<<20, resp.Status)
 			}
@@ -247,10 +247,27 @@ func TestRefusedFromStart(t *testing.T) {
 			t.Fatalf("%.40s... (%d of %d bytes): %v, want a refusal before the rest of the body", c.start, len(c.start), 4<<20, err)
 		}
 		b, _ := io.ReadAll(resp.Body)
+		conn.Close() // the rest of the body never comes
 		if resp.StatusCode/100 != 4 || !resp.Close || !strings.Contains(errorBody(t, b).Message, c.want) {
 			t.Errorf("%.40s... (%d of %d bytes): %s (Connection: %q) %s; want a refusal saying %q, the connection closed", c.start, len(c.start), 4<<20,
 				resp.Status, resp.Header.Get("Connection"), b, c.want)
 		}
+	}
+	// A client that reads only once it has sent the whole body, through a small send buffer, still gets the
+	// answer: the server reads the rest, and does not reset the connection while the client is sending.
+	conn, err := net.Dial("tcp", strings.TrimPrefix(ts.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.(*net.TCPConn).SetWriteBuffer(16 << 10)
+	body := model + `"prompt": "Once", "` + strings.Repeat("k", 4<<20-200) + `": 1}`
+	if _, err := fmt.Fprintf(conn, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body); err != nil {
+		t.Fatalf("sending a %d-byte body refused from its start: %v", len(body), err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil || resp.StatusCode != 400 {
+		t.Fatalf("a %d-byte body refused from its start, sent whole before reading: %v, %v; want 400", len(body), resp, err)
 	}
 }
 

@@ -48,7 +48,7 @@
 // does not know is refused when its name is read, before its value; a name longer than 256 bytes in the body (none
 // it knows is), and a model's name longer than the served one's could be, are refused from their first characters,
 // never decoded in full. Such a refusal that the body's first 64 KiB already make certain is answered from them:
-// the rest is never read, and the connection closes after the answer. A client has Config.HeaderTimeout (10 s) for its headers and Config.BodyTimeout (30 s) for
+// the rest is read and dropped, never held or parsed, and the connection closes after it. A client has Config.HeaderTimeout (10 s) for its headers and Config.BodyTimeout (30 s) for
 // its body, 408 after; a kept-alive connection idle for Config.IdleTimeout (60 s) is closed, and at most
 // Config.MaxConnections (1024) are open, the rest waiting to be accepted. Each write of an answer has
 // Config.WriteTimeout (60 s, nginx's send_timeout): a client that reads nothing for that long while the
@@ -432,12 +432,17 @@ func methodNotAllowed(w http.ResponseWriter, r *http.Request, allowed string) {
 		Message: fmt.Sprintf("%s %s: method not allowed, want %s", clip(r.Method), clip(target), allowed)})
 }
 
+// writeJSON answers v as JSON with status, its Content-Length given, so that the answer is whole once it is
+// flushed, before the handler returns.
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
 	enc.Encode(v)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(b.Len()))
+	w.WriteHeader(status)
+	w.Write(b.Bytes())
 }
 
 // body is e in OpenAI's error shape: a null param and code when e has none.
@@ -586,7 +591,13 @@ func (s *Server) complete(chat bool) http.HandlerFunc {
 		}
 		if !body.ended {
 			if e := refusal(body.buf, chat, s.limits); e != nil {
-				writeError(w, e) // the rest is never read: net/http closes the connection after the answer
+				// The answer goes out at once. The rest of the body is then read and dropped, holding no place,
+				// so that a client that reads only once it has sent it all is not reset before it reads the
+				// answer; net/http closes the connection after it.
+				writeError(w, e)
+				http.NewResponseController(w).Flush()
+				p.leave()
+				io.Copy(io.Discard, body.r)
 				return
 			}
 		}
