@@ -664,8 +664,8 @@ type requestBody struct {
 }
 
 // refuseWithin is how much of a body the server reads before it tries to refuse the request from the start
-// alone (see refusal): a hostile body's first error comes within it, and the server then never reads the
-// megabytes after it. Most requests are whole within it.
+// alone (see refusal): a hostile body's first error comes within it, and the server then neither holds nor
+// parses the megabytes after it. Most requests are whole within it.
 const refuseWithin = 64 << 10
 
 // begin waits for the body's first byte, or its end when it is empty.

@@ -97,13 +97,15 @@ const planWave = 4
 const curveSeconds = 300
 
 // Cheapest finds the cheapest deployment of the spec's model that serves its trace within the SLO and the quality
-// budget, simulated. Candidates are the devices (the largest first) times the policies, each as a fixed fleet (the
-// fewest replicas that meet, by smallest) and behind each controller (as many replicas as the fixed fleet that
-// meets the trace's first ten minutes, at least, and the highest autoscaler target that meets). A candidate runs
-// only while it can beat the cheapest found so far: a fixed fleet is searched below that cost, an autoscaled one
-// whose floor alone costs as much is not run, nor is a device whose one replica does; a policy that quantizes the
-// same layers whatever the load (fp16, static, selective) leaves the budget after its first run. Candidates run
-// planWave at a time, each wave's in parallel.
+// budget, simulated. Candidates are the devices (the largest first: its fleets are the quickest to simulate, and
+// the cost they set bounds the smaller devices' searches) times the policies, each as a fixed fleet (the fewest
+// replicas that meet, by smallest, from the fleet that meets the trace's first ten minutes) and behind each
+// controller (with that first fleet as its floor, at the highest autoscaler target that meets). A candidate runs
+// only while it can beat the cheapest found so far by more than planTie: a fixed fleet is searched below that cost,
+// an autoscaled one whose floor costs as much, or is its fixed fleet's size or more, is not run, nor is a device
+// whose one replica costs as much; a policy that quantizes the same layers whatever the load (fp16, static,
+// selective) leaves after its first run over the quality budget. Candidates run planWave at a time, each wave's in
+// parallel.
 func Cheapest(ctx context.Context, spec PlanSpec) (*Plan, error) {
 	if err := spec.defaults(); err != nil {
 		return nil, err

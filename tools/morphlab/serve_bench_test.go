@@ -28,8 +28,8 @@ import (
 // Each answer must be that error, under 1 KiB. It reports the slowest and the median time from sending a request
 // to having its answer, the server's CPU time a request (which other jobs on the machine do not inflate as they
 // do the times), the largest answer, and the server's peak resident set (VmHWM, over the whole run, its start
-// included) with what it is over --memory: the server refuses these bodies from their first 64 KiB and never
-// reads the rest, so that the peak stays within --memory plus 64 MiB and each answer, on an idle machine, within
+// included) with what it is over --memory: the server refuses these bodies from their first 64 KiB and drops
+// the rest unparsed, so that the peak stays within --memory plus 64 MiB and each answer, on an idle machine, within
 // 100 ms (BENCHMARKS.md).
 func BenchmarkServeHostileBodies(b *testing.B) {
 	if _, err := os.Stat("/proc/self/status"); err != nil {
