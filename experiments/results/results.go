@@ -496,12 +496,17 @@ func (r *Run) Write(dir string, events []engine.Event) error {
 // writeResults writes r to path as json.MarshalIndent(r, "", " ") and a newline, its requests and timeline an
 // element at a time: a long run's would otherwise be built whole in memory, twice over.
 func writeResults(path string, r *Run) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	return writeFile(path, func(w io.Writer) error { return writeJSON(w, r) })
+}
+
+// writeFile creates path and writes it through a buffer with write.
+func writeFile(path string, write func(w io.Writer) error) error {
+	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
 	w := bufio.NewWriter(f)
-	if err := writeJSON(w, r); err != nil {
+	if err := write(w); err != nil {
 		f.Close()
 		return err
 	}
@@ -586,26 +591,18 @@ type event struct {
 }
 
 func writeEvents(path string, events []engine.Event) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	w := bufio.NewWriter(f)
-	enc := json.NewEncoder(w)
-	for _, ev := range events {
-		if ev.Kind == engine.Token {
-			continue
+	return writeFile(path, func(w io.Writer) error {
+		enc := json.NewEncoder(w)
+		for _, ev := range events {
+			if ev.Kind == engine.Token {
+				continue
+			}
+			if err := enc.Encode(event{T: ev.Time.Seconds(), Iter: ev.Iter, Kind: ev.Kind.String(), Req: int64(ev.Req), Detail: ev.Detail}); err != nil {
+				return err
+			}
 		}
-		if err := enc.Encode(event{T: ev.Time.Seconds(), Iter: ev.Iter, Kind: ev.Kind.String(), Req: int64(ev.Req), Detail: ev.Detail}); err != nil {
-			f.Close()
-			return err
-		}
-	}
-	if err := w.Flush(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+		return nil
+	})
 }
 
 // Load reads a results.json, of this schema or the one before.

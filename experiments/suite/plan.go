@@ -247,7 +247,6 @@ type planJob struct {
 	lossKnown bool
 	floor     int     // a fixed candidate's fleet for the first ten minutes, once known (0: none below the cheapest so far)
 	best      float64 // the cheapest so far an hour when the search began
-	mu        sync.Mutex
 }
 
 func (c *Candidate) name() string {
@@ -335,8 +334,6 @@ func (j *planJob) overBudget(r *results.Run) bool {
 	if _, morphing := j.policy.(morph.Morphing); morphing || r == nil {
 		return false
 	}
-	j.mu.Lock()
-	defer j.mu.Unlock()
 	if !j.lossKnown {
 		l, err := j.loss(r)
 		if err != nil {
@@ -402,7 +399,7 @@ func (j *planJob) prunedLoss() error {
 
 // searchAutoscaled finds the highest autoscaler target that meets the spec, from the fixed fleet's floor.
 func (j *planJob) searchAutoscaled(ctx context.Context, most int) error {
-	f := j.fixed // done: its fields are settled
+	f := j.fixed // done: its fields are settled, and no longer written
 	floor := f.floor
 	switch {
 	case f.lossKnown && f.fixedLoss > j.spec.MaxLoss:
