@@ -128,10 +128,10 @@ func (hpa) Want(a *Autoscale, metric float64, serving []ReplicaView) int {
 }
 
 // morphAwareScaler scales out only for load that morphing cannot absorb: it takes the HPA's count when that is
-// more than the serving replicas only if some replica's queue is beyond its morphing (absorbs), and otherwise
-// holds. A queue that the replica's free KV blocks and the blocks its policy's allowed swaps would free can admit
-// is what morphing exists for; scaling out on it pays for a replica that arrives, a delay later, after the swaps
-// have absorbed the burst. It scales in over the replicas sitting restored (no layer quantized) with no queue
+// more than the serving replicas only if some replica's load is beyond its morphing (absorbs): short of compute,
+// or a queue beyond its swaps; and otherwise holds. Load short of memory, whose queue the replica's free KV blocks
+// and the blocks its policy's allowed swaps would free can admit, is what morphing exists for; scaling out on it
+// pays for a replica that arrives, a delay later, after the swaps have absorbed the burst. It scales in over the replicas sitting restored (no layer quantized) with no queue
 // only, so that a replica still morphed, whose burst is not over, stays. The morph-aware router, sending requests to
 // full-precision replicas with room first, lets the morphed replicas restore first once new ones come up.
 type morphAwareScaler struct{}
@@ -159,10 +159,19 @@ func (morphAwareScaler) Want(a *Autoscale, metric float64, serving []ReplicaView
 	return want
 }
 
-// absorbs reports whether the replica's morphing absorbs its queue: none waits, or the waiting prompts fit in its
-// free KV blocks with those its allowed swaps would free, and the oldest has waited less than maxWait (a queue
-// that waits on compute, not on memory, is one that morphing does not shorten).
+// memoryBound is the KV usage from which a replica's load counts as short of memory, the default mode's pressure
+// (morph.ReactiveModes).
+const memoryBound = 0.85
+
+// absorbs reports whether the replica's morphing absorbs its load: the load is short of memory, not of compute (the
+// replica has layers swapped, its KV usage is memoryBound or more, or its queue needs more blocks than are free),
+// and the queue, if any, fits in its free KV blocks with those its allowed swaps would free, the oldest having
+// waited less than maxWait. A replica at full precision with room for its queue and KV to spare is short of
+// compute, which morphing does not add; and a queue that waited maxWait is one the swaps did not keep up with.
 func absorbs(v ReplicaView, maxWait time.Duration) bool {
+	if v.Quantized() == 0 && v.WaitingBlocks() <= v.FreeBlocks() && v.KVUsage() < memoryBound {
+		return false
+	}
 	if v.Waiting() == 0 {
 		return true
 	}

@@ -331,9 +331,11 @@ func TestFleetSize(t *testing.T) {
 // 30-second burst. A burst of 4 a second is one its swaps absorb (the queue fits in its free blocks and those the
 // swaps free, and waits less than a second): the HPA rule, held at 4 outstanding requests a replica, asks for
 // three more replicas, the morph-aware controller for none, and both serve every request within the SLO. A burst
-// of 12 a second is beyond the swaps: both ask for the same replicas at the same time.
+// of 12 a second is beyond the swaps: both ask for the same replicas at the same time. So is a burst of 40 short
+// requests a second, which leaves the KV blocks mostly free: the replica is short of compute, which swaps do not
+// add.
 func TestFleetMorphAwareController(t *testing.T) {
-	burstOf := func(rate float64) *trace.Trace {
+	burstOf := func(rate float64, prompt, output int) *trace.Trace {
 		var tr trace.Trace
 		at := 0.0
 		for at < 400 {
@@ -342,7 +344,7 @@ func TestFleetMorphAwareController(t *testing.T) {
 				r = rate
 			}
 			at += 1 / r
-			tr.Requests = append(tr.Requests, trace.Request{Arrival: at, PromptTokens: 200, OutputTokens: 100})
+			tr.Requests = append(tr.Requests, trace.Request{Arrival: at, PromptTokens: prompt, OutputTokens: output})
 		}
 		return &tr
 	}
@@ -364,7 +366,7 @@ func TestFleetMorphAwareController(t *testing.T) {
 		}
 		return out
 	}
-	absorbed := burstOf(4)
+	absorbed := burstOf(4, 200, 100)
 	hpaRun, morphRun := run(absorbed, "hpa"), run(absorbed, "morph-aware")
 	if len(hpaRun.Fleet.Replicas) != 4 || len(morphRun.Fleet.Replicas) != 1 || morphRun.Aggregates.SwapActions == 0 ||
 		hpaRun.Aggregates.SLOViolationRate != 0 || morphRun.Aggregates.SLOViolationRate != 0 || morphRun.Fleet.Cost >= hpaRun.Fleet.Cost {
@@ -372,10 +374,14 @@ func TestFleetMorphAwareController(t *testing.T) {
 			len(hpaRun.Fleet.Replicas), hpaRun.Fleet.Cost, hpaRun.Aggregates.SLOViolationRate, len(morphRun.Fleet.Replicas), morphRun.Fleet.Cost,
 			morphRun.Aggregates.SLOViolationRate, morphRun.Aggregates.SwapActions)
 	}
-	beyond := burstOf(12)
-	hpaRun, morphRun = run(beyond, "hpa"), run(beyond, "morph-aware")
-	if got, want := asked(morphRun), asked(hpaRun); len(want) != 3 || !slices.Equal(got, want) {
-		t.Errorf("a burst beyond the swaps: morph-aware asked for replicas at %v, hpa at %v; want the same three", got, want)
+	for _, c := range []struct {
+		name string
+		tr   *trace.Trace
+	}{{"a burst beyond the swaps", burstOf(12, 200, 100)}, {"a burst short of compute", burstOf(40, 20, 20)}} {
+		hpaRun, morphRun = run(c.tr, "hpa"), run(c.tr, "morph-aware")
+		if got, want := asked(morphRun), asked(hpaRun); len(want) != 3 || !slices.Equal(got, want) {
+			t.Errorf("%s: morph-aware asked for replicas at %v, hpa at %v; want the same three", c.name, got, want)
+		}
 	}
 }
 
