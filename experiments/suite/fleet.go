@@ -82,9 +82,11 @@ func fleetPlots(r *results.Run) ([]*plot.Plot, error) {
 //
 // Morphing fleets sit behind the morph-aware router, the others behind least-outstanding. The autoscaled
 // strategies run at each provisioning delay (FleetOptions.Delays); a fixed fleet does not depend on it. An
-// autoscaled fleet starts with, and keeps at least, as many replicas as the smallest fixed fleet of its policy that
-// meets the SLO on the trace's first ten minutes. Cost is replica-hours at the catalog's on-demand price (AWS: an
-// L4 $0.8048, an A100 80GB $3.4309 an hour); quality loss is token-weighted on Table 8's curves.
+// autoscaled fleet starts with, and keeps at least, a floor: the smallest fixed fleet of its policy that meets the
+// SLO on the trace's first ten minutes, or the policy's fixed fleet for the whole trace where that is smaller or
+// where no target from the first floor meets the SLO at no more than that fixed fleet's cost. Cost is
+// replica-hours at the catalog's on-demand price (AWS: an L4 $0.8048, an A100 80GB $3.4309 an hour); quality loss
+// is token-weighted on Table 8's curves.
 const (
 	FleetViolations = 0.01
 	FleetP95        = 2 * time.Second
@@ -128,7 +130,7 @@ func (g goal) meets(r *results.Run) bool {
 
 // fleetTargets are the autoscaler targets tried (outstanding requests a replica), in increasing order: a higher
 // target scales out later, so costs less and misses more.
-var fleetTargets = []float64{2, 3, 4, 6, 8, 12, 16, 32}
+var fleetTargets = []float64{2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128}
 
 // fleetMax is the most replicas a fixed fleet is tried with, and the autoscaler's ceiling.
 const fleetMax = 64
@@ -207,31 +209,68 @@ type fleetGroup struct {
 	w    Workload
 	rate float64
 	t    *trace.Trace
-	// starts are each policy's smallest fixed fleet on the trace's first ten minutes, found once for its
-	// autoscaled strategies.
+	// starts are each policy's smallest fixed fleet on the trace's first ten minutes, and fixeds its smallest on
+	// the whole trace, each found once for the fixed strategy and the autoscaled ones.
 	mu     sync.Mutex
 	starts map[string]func() (int, error)
+	fixeds map[string]func() (fixedFleet, error)
 }
 
-// start is the autoscaled fleets' start for a policy, searched for once.
-func (g *fleetGroup) start(ctx context.Context, policy string) (int, error) {
+// fixedFleet is a policy's smallest fixed fleet that meets the goal on a trace (the most tried, and its whole
+// run, when none does).
+type fixedFleet struct {
+	n   int
+	run *results.Run
+}
+
+func newFleetGroup(s Setup, w Workload, rate float64, t *trace.Trace) *fleetGroup {
+	return &fleetGroup{s: s, w: w, rate: rate, t: t, starts: map[string]func() (int, error){}, fixeds: map[string]func() (fixedFleet, error){}}
+}
+
+// once runs find for key the first time it is asked for, under the group's lock, and returns its result to every
+// caller.
+func once[T any](g *fleetGroup, m map[string]func() (T, error), key string, find func() (T, error)) (T, error) {
 	g.mu.Lock()
-	find, ok := g.starts[policy]
+	f, ok := m[key]
 	if !ok {
-		find = sync.OnceValues(func() (int, error) {
-			first, err := trace.Window(g.t, 0, 600)
-			if err != nil {
-				return 0, err
-			}
-			n, _, err := smallest(1, fleetMax, func(n int, whole bool) (*results.Run, error) {
-				return simFleet(ctx, studyGoal, g.s, policy, n, 0, "", 0, first, whole)
-			}, studyGoal.meets)
-			return n, err
-		})
-		g.starts[policy] = find
+		f = sync.OnceValues(find)
+		m[key] = f
 	}
 	g.mu.Unlock()
-	return find()
+	return f()
+}
+
+// start is the policy's smallest fixed fleet on the trace's first ten minutes.
+func (g *fleetGroup) start(ctx context.Context, policy string) (int, error) {
+	return once(g, g.starts, policy, func() (int, error) {
+		first, err := trace.Window(g.t, 0, 600)
+		if err != nil {
+			return 0, err
+		}
+		n, _, err := smallest(1, fleetMax, func(n int, whole bool) (*results.Run, error) {
+			return simFleet(ctx, studyGoal, g.s, policy, n, 0, "", 0, first, whole)
+		}, studyGoal.meets)
+		return n, err
+	})
+}
+
+// fixed is the policy's smallest fixed fleet on the whole trace, searched from the first ten minutes' (a close
+// guess, found on a sixth of the trace).
+func (g *fleetGroup) fixed(ctx context.Context, policy string) (fixedFleet, error) {
+	return once(g, g.fixeds, policy, func() (fixedFleet, error) {
+		hint, err := g.start(ctx, policy)
+		if err != nil {
+			return fixedFleet{}, err
+		}
+		run := func(n int, whole bool) (*results.Run, error) {
+			return simFleet(ctx, studyGoal, g.s, policy, n, 0, "", 0, g.t, whole)
+		}
+		n, r, err := smallest(hint, fleetMax, run, studyGoal.meets)
+		if err == nil && r == nil {
+			r, err = run(n, true)
+		}
+		return fixedFleet{n, r}, err
+	})
 }
 
 // FleetStudy runs the study and writes fleet.md, fleet.json and its plots under opt.Out.
@@ -281,7 +320,7 @@ func FleetStudy(ctx context.Context, opt FleetOptions) (*FleetReport, error) {
 				if t, err = trace.Clip(t, trace.Limits{Prompt: s.MaxPrompt, Output: s.MaxOutput}); err != nil {
 					return nil, err
 				}
-				g := &fleetGroup{s: s, w: w, rate: rate, t: t, starts: map[string]func() (int, error){}}
+				g := newFleetGroup(s, w, rate, t)
 				for _, st := range FleetStrategies {
 					jobs = append(jobs, job{g, st})
 				}
@@ -389,83 +428,45 @@ func simFleet(ctx context.Context, gl goal, s Setup, policy string, n int, targe
 // strategy, one a delay for an autoscaled one.
 func searchFleet(ctx context.Context, g *fleetGroup, strategy string, delays []time.Duration) ([]*FleetCell, error) {
 	policy, controller := splitStrategy(strategy)
-	if controller == "" {
-		// The fleet for the first ten minutes is a close guess, found on a sixth of the trace.
-		hint, err := g.start(ctx, policy)
-		if err != nil {
-			return nil, err
-		}
-		run := func(n int, whole bool) (*results.Run, error) {
-			return simFleet(ctx, studyGoal, g.s, policy, n, 0, "", 0, g.t, whole)
-		}
-		n, r, err := smallest(hint, fleetMax, run, studyGoal.meets)
-		if err == nil && r == nil {
-			r, err = run(n, true)
-		}
-		if err != nil {
-			return nil, err
-		}
-		c := &FleetCell{Strategy: strategy, Replicas: n, run: r}
-		return []*FleetCell{c}, c.fill(g.s)
-	}
-	n, err := g.start(ctx, policy)
+	fixed, err := g.fixed(ctx, policy)
 	if err != nil {
 		return nil, err
 	}
-	// unscaled holds the runs that asked for no replica, by target: the same at every delay.
-	unscaled := map[float64]*results.Run{}
-	sim := func(target float64, delay time.Duration, whole bool) (*results.Run, error) {
-		if r, ok := unscaled[target]; ok {
-			return r, nil
-		}
-		r, err := simFleet(ctx, studyGoal, g.s, policy, n, target, controller, delay, g.t, whole)
-		if r != nil && len(r.Fleet.Replicas) == n {
-			unscaled[target] = r
-		}
-		return r, err
+	if controller == "" {
+		c := &FleetCell{Strategy: strategy, Replicas: fixed.n, run: fixed.run}
+		return []*FleetCell{c}, c.fill(g.s)
+	}
+	start, err := g.start(ctx, policy)
+	if err != nil {
+		return nil, err
+	}
+	// The floor is the first ten minutes' fleet, unless the whole trace's fixed fleet is smaller; that fixed
+	// fleet is the second floor tried, when the first gives no fleet that meets at no more than its cost.
+	floors := []*targetSearch{{g: g, policy: policy, controller: controller, floor: min(start, fixed.n), top: len(fleetTargets) - 1}}
+	if fixed.n > floors[0].floor {
+		floors = append(floors, &targetSearch{g: g, policy: policy, controller: controller, floor: fixed.n, top: len(fleetTargets) - 1})
 	}
 	var cells []*FleetCell
-	top := len(fleetTargets) - 1 // the highest target that may meet the SLO at this delay
 	for _, delay := range slices.Sorted(slices.Values(delays)) {
-		c := &FleetCell{Strategy: strategy, Delay: delay, Replicas: n}
-		// The highest target that meets: a longer delay never lets a higher target meet than a shorter one did,
-		// so the search starts from the last delay's.
-		runs := map[int]*results.Run{}
-		try := func(i int) (bool, error) {
-			r, err := sim(fleetTargets[i], delay, false)
-			runs[i] = r
-			return studyGoal.meets(r), err
-		}
-		ok, err := try(top)
-		if err != nil {
-			return nil, err
-		}
-		if !ok {
-			lo, hi := -1, top
-			for hi-lo > 1 {
-				mid := (lo + hi) / 2
-				good, err := try(mid)
-				if err != nil {
-					return nil, err
-				}
-				if good {
-					lo = mid
-				} else {
-					hi = mid
-				}
+		c := &FleetCell{Strategy: strategy, Delay: delay}
+		for _, ts := range floors {
+			r, target, err := ts.cheapest(ctx, delay)
+			if err != nil {
+				return nil, err
 			}
-			top = max(lo, 0)
-		}
-		for i, r := range runs {
-			if studyGoal.meets(r) && (c.run == nil || r.Fleet.Cost < c.run.Fleet.Cost) {
-				c.run, c.Target = r, fleetTargets[i]
+			if r != nil && (c.run == nil || r.Fleet.Cost < c.run.Fleet.Cost) {
+				c.run, c.Target, c.Replicas = r, target, ts.floor
+			}
+			if c.run != nil && c.run.Fleet.Cost <= fixed.run.Fleet.Cost {
+				break
 			}
 		}
 		if c.run == nil {
-			if c.run, err = sim(fleetTargets[0], delay, true); err != nil {
+			// None meets: the figures are those of the first floor at the lowest target.
+			c.Target, c.Replicas = fleetTargets[0], floors[0].floor
+			if c.run, err = floors[0].sim(ctx, fleetTargets[0], delay, true); err != nil {
 				return nil, err
 			}
-			c.Target = fleetTargets[0]
 		}
 		if err := c.fill(g.s); err != nil {
 			return nil, err
@@ -473,6 +474,74 @@ func searchFleet(ctx context.Context, g *fleetGroup, strategy string, delays []t
 		cells = append(cells, c)
 	}
 	return cells, nil
+}
+
+// targetSearch searches an autoscaled strategy's targets from one floor, delay after delay.
+type targetSearch struct {
+	g                  *fleetGroup
+	policy, controller string
+	floor              int
+	// top is the highest target that may meet at the next delay: a longer delay never lets a higher target meet
+	// than a shorter one did, so each delay's search starts from the last one's.
+	top int
+	// unscaled holds the runs that asked for no replica, by target: the same at every delay.
+	unscaled map[float64]*results.Run
+}
+
+// sim replays the group's trace through the autoscaled fleet from the floor (nil, unless whole, for a run that
+// missed).
+func (ts *targetSearch) sim(ctx context.Context, target float64, delay time.Duration, whole bool) (*results.Run, error) {
+	if r, ok := ts.unscaled[target]; ok {
+		return r, nil
+	}
+	r, err := simFleet(ctx, studyGoal, ts.g.s, ts.policy, ts.floor, target, ts.controller, delay, ts.g.t, whole)
+	if r != nil && len(r.Fleet.Replicas) == ts.floor {
+		if ts.unscaled == nil {
+			ts.unscaled = map[float64]*results.Run{}
+		}
+		ts.unscaled[target] = r
+	}
+	return r, err
+}
+
+// cheapest is the cheapest run that meets at the delay among the targets tried, searching for the highest target
+// that meets (nil when none does).
+func (ts *targetSearch) cheapest(ctx context.Context, delay time.Duration) (*results.Run, float64, error) {
+	runs := map[int]*results.Run{}
+	try := func(i int) (bool, error) {
+		r, err := ts.sim(ctx, fleetTargets[i], delay, false)
+		runs[i] = r
+		return studyGoal.meets(r), err
+	}
+	ok, err := try(ts.top)
+	if err != nil {
+		return nil, 0, err
+	}
+	if !ok {
+		lo, hi := -1, ts.top
+		for hi-lo > 1 {
+			mid := (lo + hi) / 2
+			good, err := try(mid)
+			if err != nil {
+				return nil, 0, err
+			}
+			if good {
+				lo = mid
+			} else {
+				hi = mid
+			}
+		}
+		ts.top = max(lo, 0)
+	}
+	// Of runs that cost the same, the highest target's is kept, whatever order the map gives.
+	var best *results.Run
+	target := 0.0
+	for i := len(fleetTargets) - 1; i >= 0; i-- {
+		if r := runs[i]; studyGoal.meets(r) && (best == nil || r.Fleet.Cost < best.Fleet.Cost) {
+			best, target = r, fleetTargets[i]
+		}
+	}
+	return best, target, nil
 }
 
 // smallest is the fewest replicas (1..most) whose run meets (more replicas never serve worse), found by galloping

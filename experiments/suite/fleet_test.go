@@ -40,8 +40,8 @@ func TestSmallest(t *testing.T) {
 }
 
 // TestFleetStudy runs the study on three minutes of each trace for one setup at the real rate and two delays: every
-// strategy's fleet is found (a fixed one once, an autoscaled one a delay), a fixed fleet one replica smaller misses
-// the SLO, the costs add up, and the files are written.
+// strategy's fleet is found (a fixed one once, an autoscaled one a delay, from a floor no larger than its policy's
+// fixed fleet), a fixed fleet one replica smaller misses the SLO, the costs add up, and the files are written.
 func TestFleetStudy(t *testing.T) {
 	data, _ := datadir.Dir()
 	out := t.TempDir()
@@ -60,6 +60,10 @@ func TestFleetStudy(t *testing.T) {
 		if !c.Meets || c.Replicas < 1 || c.Cost <= 0 || math.Abs(c.Cost-c.run.Fleet.Cost) > 1e-12 {
 			t.Errorf("%+v: want a fleet that meets the SLO at a cost", *c)
 			continue
+		}
+		policy, controller := splitStrategy(c.Strategy)
+		if fixed := rep.cell(c.Setup, c.Workload, c.Rate, policy, 0); controller != "" && (fixed == nil || c.Replicas > fixed.Replicas) {
+			t.Errorf("%s on %s: a floor of %d replicas, above its policy's fixed fleet %+v", c.Strategy, c.Workload, c.Replicas, fixed)
 		}
 		if c.Target == 0 && c.Replicas > 1 {
 			f, err := fleetFor(PaperSetups[1], c.Strategy, c.Replicas-1, "", 0, 0)

@@ -14,7 +14,6 @@ import (
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 
-	"github.com/morphlab/morphlab/experiments/deploy"
 	"github.com/morphlab/morphlab/experiments/results"
 	"github.com/morphlab/morphlab/experiments/trace"
 	"github.com/morphlab/morphlab/internal/mdtable"
@@ -46,6 +45,9 @@ const (
 	premiseSqueeze = 3
 	premiseBin     = 10 * time.Second
 	premiseTail    = 2 * time.Minute
+	// premiseTarget is both autoscalers' target in the burst, outstanding requests a replica: one at which each
+	// scales out within it (the study's own targets on the steady hours are often ones that never scale).
+	premiseTarget = 32.0
 )
 
 // premiseStrategies are the premise figure's two: scaling out on queues, and morphing with scaling out only for
@@ -88,7 +90,7 @@ func premiseTrace(t *trace.Trace) (*trace.Trace, error) {
 
 // runPremise runs the premise's burst through fp16 with the HPA and morph:default with the morph-aware controller
 // at each delay, on the first setup and workload at its own rate: each starts with its policy's smallest fixed
-// fleet for the burst's first ten minutes, at the target the study chose for it at that delay on the whole trace.
+// fleet for the burst's first ten minutes, both at premiseTarget.
 func (r *FleetReport) runPremise(ctx context.Context) ([]*PremiseRun, error) {
 	s, w := r.Options.Setups[0], r.Workloads[0]
 	t, err := trace.Clip(w.Trace, trace.Limits{Prompt: s.MaxPrompt, Output: s.MaxOutput})
@@ -98,7 +100,7 @@ func (r *FleetReport) runPremise(ctx context.Context) ([]*PremiseRun, error) {
 	if t, err = premiseTrace(t); err != nil {
 		return nil, err
 	}
-	g := &fleetGroup{s: s, w: w, rate: 1, t: t, starts: map[string]func() (int, error){}}
+	g := newFleetGroup(s, w, 1, t)
 	var out []*PremiseRun
 	for _, delay := range r.Options.Delays {
 		for _, st := range premiseStrategies {
@@ -107,15 +109,11 @@ func (r *FleetReport) runPremise(ctx context.Context) ([]*PremiseRun, error) {
 			if err != nil {
 				return nil, err
 			}
-			target := 8.0
-			if c := r.cell(s.Name, w.Name, r.Options.Rates[0], st, delay); c != nil {
-				target = c.Target
-			}
-			run, err := simFleet(ctx, studyGoal, s, policy, n, target, controller, delay, t, true)
+			run, err := simFleet(ctx, studyGoal, s, policy, n, premiseTarget, controller, delay, t, true)
 			if err != nil {
 				return nil, err
 			}
-			p := &PremiseRun{Strategy: st, Delay: delay, Target: target, Start: n, Violations: run.Aggregates.SLOViolations, Cost: run.Fleet.Cost,
+			p := &PremiseRun{Strategy: st, Delay: delay, Target: premiseTarget, Start: n, Violations: run.Aggregates.SLOViolations, Cost: run.Fleet.Cost,
 				Size: run.Fleet.Size}
 			bins := int(math.Ceil((2*premiseBase + premiseBurst).Seconds() / premiseBin.Seconds()))
 			p.PerBin = make([]int, bins)
@@ -271,9 +269,11 @@ func (r *FleetReport) WriteSummary(w io.Writer) error {
 	fmt.Fprintf(w, "# Fleets: morphing and scaling out, at equal SLO\n\n"+
 		"The cheapest fleet of each strategy keeping TTFT-SLO violations <= %.0f%% and P95 TTFT <= %v on the whole hour of each "+
 		"Azure 2023 trace, at its real rate and twice it (experiments/suite.FleetStudy), the autoscaled ones at each provisioning delay. "+
+		"An autoscaled fleet keeps a floor, the fleet for the first ten minutes or the hour's fixed fleet, and its target is the "+
+		"cheapest that meets, searched down from the highest of %g to %g outstanding requests a replica. "+
 		"Cost: replica-hours at the catalog's on-demand prices, relative to fp16 with the HPA rule at the same delay; quality loss "+
 		"token-weighted on Table 8's curves. Geometric means over the cells where the strategy and fp16+hpa both meet the SLO "+
-		"(quality loss: of the perplexity ratio; violations: the mean).\n\n", 100*FleetViolations, FleetP95)
+		"(quality loss: of the perplexity ratio; violations: the mean).\n\n", 100*FleetViolations, FleetP95, fleetTargets[0], fleetTargets[len(fleetTargets)-1])
 	for _, wl := range r.Workloads {
 		if wl.StandIn != "" {
 			fmt.Fprintf(w, "Note: %s.\n\n", wl.StandIn)
@@ -434,17 +434,11 @@ func (r *FleetReport) writeVerdict(w io.Writer) {
 
 // overCause says, from a morph-aware cell's figures and its fixed fleet's, why it costs more or misses the SLO.
 func overCause(c, fixed *FleetCell) string {
-	switch {
-	case !c.Meets && c.Replicas < fixed.Replicas:
-		return fmt.Sprintf("it misses the SLO even at the lowest target: it starts at the first ten minutes' %d, below the hour's %d, "+
-			"and scales out only once a queue has outgrown the swaps or waited %v, which the delay then leaves unserved", c.Replicas, fixed.Replicas, deploy.DefaultMaxWait)
-	case !c.Meets:
-		return "it misses the SLO even at the lowest target from the fixed fleet's size"
-	case c.Replicas > fixed.Replicas:
-		return fmt.Sprintf("its floor, the first ten minutes' %d, is above the hour's fixed fleet of %d", c.Replicas, fixed.Replicas)
-	default:
-		return fmt.Sprintf("it scaled out to %d for queues beyond the swaps that the fixed fleet of %d rode out within the SLO", c.PeakReplicas, fixed.Replicas)
+	if !c.Meets {
+		return fmt.Sprintf("it misses the SLO even at the lowest target, from the first ten minutes' fleet of %d and from the hour's fixed fleet", c.Replicas)
 	}
+	return fmt.Sprintf("from a floor of %d it scaled out to %d for load beyond the swaps that the fixed fleet of %d rode out within the SLO",
+		c.Replicas, c.PeakReplicas, fixed.Replicas)
 }
 
 func verdictWord(ok bool) string {
@@ -461,8 +455,8 @@ func (r *FleetReport) writePremise(w io.Writer) {
 	}
 	fmt.Fprintf(w, "## One burst while replicas provision\n\n%s's %s at its own rate: %v, then %d times its rate for %v, then %v more "+
 		"(the premise figure, premise.png). Each fleet starts with its policy's smallest fixed fleet for the first ten minutes, at "+
-		"the target the study chose for it at the delay. Violations: all, and of the requests arriving from the burst's start "+
-		"to %v after its end.\n\n", r.Options.Setups[0].Name, r.Workloads[0].Name, premiseBase, premiseSqueeze, premiseBurst, premiseBase, premiseTail)
+		"a target of %g outstanding requests a replica. Violations: all, and of the requests arriving from the burst's start "+
+		"to %v after its end.\n\n", r.Options.Setups[0].Name, r.Workloads[0].Name, premiseBase, premiseSqueeze, premiseBurst, premiseBase, premiseTarget, premiseTail)
 	var rows [][]string
 	for _, p := range r.Premise {
 		rows = append(rows, []string{p.Delay.String(), p.Strategy, fmt.Sprintf("%d-%d (target %g)", p.Start, p.Peak, p.Target),
