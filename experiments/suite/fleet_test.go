@@ -119,3 +119,28 @@ func studyTrace(t *testing.T, data, workload string, s Setup) *trace.Trace {
 	t.Fatalf("no workload %s", workload)
 	return nil
 }
+
+// TestWriteAboveInt4: the cells where a morph-aware strategy costs over 1% more than static:int4 are listed (one
+// within it is not), each with its fixed fleet's size, and counted among them those whose fixed fleet is larger
+// than static:int4's.
+func TestWriteAboveInt4(t *testing.T) {
+	cell := func(workload, strategy string, delay time.Duration, replicas, peak int, cost float64) *FleetCell {
+		return &FleetCell{Setup: "s", Workload: workload, Rate: 1, Strategy: strategy, Delay: delay, Meets: true, Replicas: replicas,
+			PeakReplicas: peak, Cost: cost}
+	}
+	r := &FleetReport{Cells: []*FleetCell{
+		cell("a", "static:int4", 0, 3, 3, 3), cell("a", "morph:default", 0, 4, 4, 4), cell("a", "morph:default+morph-aware", verdictDelay, 4, 4, 4),
+		cell("d", "static:int4", 0, 3, 3, 3), cell("d", "morph:default", 0, 3, 3, 3.02), cell("d", "morph:default+morph-aware", verdictDelay, 3, 3, 3.02),
+		cell("b", "static:int4", 0, 3, 3, 3), cell("b", "morph:default", 0, 3, 3, 3), cell("b", "morph:default+morph-aware", verdictDelay, 2, 5, 3.5),
+		cell("c", "static:int4", 0, 5, 5, 5), cell("c", "morph:default", 0, 5, 5, 5), cell("c", "morph:default+morph-aware", verdictDelay, 4, 6, 4.5),
+	}}
+	var b strings.Builder
+	r.writeAboveInt4(&b, "morph:default+morph-aware")
+	want := "  It costs over 1% more than static:int4 in 2 cells, in 1 of them because the fixed morph:default fleet itself needs more replicas " +
+		"than static:int4's (its swaps, made under pressure, lag load that a fleet quantized from the start serves): " +
+		"s a 1x: $4.00 (4-4 replicas; the fixed morph:default fleet 4) against static:int4's 3 at $3.00; " +
+		"s b 1x: $3.50 (2-5 replicas; the fixed morph:default fleet 3) against static:int4's 3 at $3.00.\n"
+	if b.String() != want {
+		t.Errorf("got\n%q\nwant\n%q", b.String(), want)
+	}
+}

@@ -428,8 +428,37 @@ func (r *FleetReport) writeVerdict(w io.Writer) {
 		} else {
 			fmt.Fprintf(w, "more than the fixed %s fleet in %d cells: %s.\n", policy, len(over), strings.Join(over, "; "))
 		}
+		if ok && v.Cost >= int4.Cost {
+			r.writeAboveInt4(w, st)
+		}
 	}
 	fmt.Fprintln(w)
+}
+
+// writeAboveInt4 lists, for a morph-aware strategy whose mean cost is not below static:int4's, the cells where it
+// costs more than static:int4 by over planTie (a run's last minutes make pennies of difference), each with its fixed fleet's size beside static:int4's: the controller adds no
+// replica to the fixed fleet where the hour is steady, so a cell costs more where the fixed morphing fleet is larger.
+func (r *FleetReport) writeAboveInt4(w io.Writer, st string) {
+	policy, _ := splitStrategy(st)
+	var above []string
+	larger := 0
+	for _, c := range r.Cells {
+		if c.Strategy != st || c.Delay != verdictDelay {
+			continue
+		}
+		int4, fixed := r.cell(c.Setup, c.Workload, c.Rate, "static:int4", 0), r.cell(c.Setup, c.Workload, c.Rate, policy, 0)
+		if int4 == nil || fixed == nil || !beats(int4.Cost, c.Cost) {
+			continue
+		}
+		if fixed.Replicas > int4.Replicas {
+			larger++
+		}
+		above = append(above, fmt.Sprintf("%s %s %gx: $%.2f (%d-%d replicas; the fixed %s fleet %d) against static:int4's %d at $%.2f",
+			c.Setup, c.Workload, c.Rate, c.Cost, c.Replicas, c.PeakReplicas, policy, fixed.Replicas, int4.Replicas, int4.Cost))
+	}
+	fmt.Fprintf(w, "  It costs over %.0f%% more than static:int4 in %d cells, in %d of them because the fixed %s fleet itself needs more replicas "+
+		"than static:int4's (its swaps, made under pressure, lag load that a fleet quantized from the start serves): %s.\n",
+		100*planTie, len(above), larger, policy, strings.Join(above, "; "))
 }
 
 // overCause says, from a morph-aware cell's figures and its fixed fleet's, why it costs more or misses the SLO.
