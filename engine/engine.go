@@ -388,18 +388,18 @@ func (e *Engine) Clock() executor.Clock { return e.opt.Clock }
 func (e *Engine) Geometry() executor.Geometry { return e.geo }
 
 // Submit queues a request, stamped with its arrival time now, and returns its stream.
-func (e *Engine) Submit(r Request) *Stream { return e.submit(r, e.opt.Clock.Now(), false) }
+func (e *Engine) Submit(r Request) *Stream { return e.submit(r, e.opt.Clock.Now(), false, nil) }
 
 // SubmitAt queues a request that arrived at the given time on the engine's clock (at most now): a driver that
 // replays arrivals stamps each with its true time even when it is submitted after the step in progress.
 func (e *Engine) SubmitAt(r Request, arrival time.Duration) *Stream {
-	return e.submit(r, min(arrival, e.opt.Clock.Now()), false)
+	return e.submit(r, min(arrival, e.opt.Clock.Now()), false, nil)
 }
 
 // SubmitTimed is SubmitAt for a driver of trace replays: the stream keeps no events, only the result, and the
 // request is stamped with its true arrival even when that is before now.
 func (e *Engine) SubmitTimed(r Request, arrival time.Duration) *Stream {
-	return e.submit(r, arrival, true)
+	return e.submit(r, arrival, true, nil)
 }
 
 // SubmitContext is Submit, with the request cancelled when ctx ends before it does.
@@ -409,7 +409,8 @@ func (e *Engine) SubmitContext(ctx context.Context, r Request) *Stream {
 	return st
 }
 
-func (e *Engine) submit(r Request, arrival time.Duration, discard bool) *Stream {
+// submit takes in r; reload, when set, gives r.Prompt again (sched.Seq.Reload).
+func (e *Engine) submit(r Request, arrival time.Duration, discard bool, reload func() []int32) *Stream {
 	e.mu.Lock()
 	id := e.nextID
 	e.nextID++
@@ -417,7 +418,7 @@ func (e *Engine) submit(r Request, arrival time.Duration, discard bool) *Stream 
 	st := &Stream{ID: id, eng: e, done: make(chan struct{}), room: r.MaxTokens + 4, discard: discard}
 	q := &request{stream: st, timeline: Timeline{Arrival: arrival},
 		seq: &sched.Seq{ID: id, Prompt: slices.Clone(r.Prompt), MaxTokens: r.MaxTokens,
-			MaxLen: e.geo.Context, Stop: slices.Clone(r.Stop), StopWhen: r.StopWhen, Arrival: arrival}}
+			MaxLen: e.geo.Context, Stop: slices.Clone(r.Stop), StopWhen: r.StopWhen, Arrival: arrival, Reload: reload}}
 	if r.Sampling.Temperature > 0 {
 		q.sampler = sample.New(r.Sampling)
 	}
@@ -663,7 +664,7 @@ func (e *Engine) drop(q *request, ev Event, reason FinishReason, err error) {
 	delete(e.reqs, q.seq.ID)
 	e.mu.Unlock()
 	e.finish(q, ev, reason, err)
-	e.endedNow = append(e.endedNow, Ended{ID: q.seq.ID, Finish: reason, Prompt: len(q.seq.Prompt), Output: len(q.seq.Output),
+	e.endedNow = append(e.endedNow, Ended{ID: q.seq.ID, Finish: reason, Prompt: q.seq.PromptLen(), Output: len(q.seq.Output),
 		TTFT: q.timeline.TTFT(), TPOT: q.timeline.TPOT(), E2E: q.timeline.E2E(), Arrival: q.timeline.Arrival})
 }
 

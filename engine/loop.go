@@ -87,7 +87,7 @@ func (e *Engine) Step() (bool, error) {
 		Work: e.work[:0], PrefixQueries: plan.PrefixQueries, PrefixHits: plan.PrefixHits}
 	for _, w := range plan.Work {
 		info.Work = append(info.Work, WorkInfo{Req: w.Seq.ID, Start: w.Start, Tokens: w.N, Sample: w.Sample})
-		if w.N == 1 && w.Start >= len(w.Seq.Prompt) {
+		if w.N == 1 && w.Start >= w.Seq.PromptLen() {
 			info.DecodeTokens++
 		} else {
 			info.PrefillTokens += w.N

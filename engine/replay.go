@@ -65,6 +65,14 @@ type Arrivals interface {
 	Request(i int) Request       // request i, asked for once, when it arrives
 }
 
+// PromptReloader is Arrivals that can draw a request's prompt again, the same tokens: a replay over it lets a
+// waiting request go of its prompt once the scheduler has the prefix hashes it needs, and reloads it when the
+// request runs, so that a long queue holds no prompts.
+type PromptReloader interface {
+	Arrivals
+	Prompt(i int) []int32 // request i's prompt, the tokens Request(i) gave
+}
+
 // sortedRequests are requests in the order of their arrival as Arrivals.
 type sortedRequests struct {
 	reqs  []TimedRequest
@@ -100,7 +108,12 @@ func (e *Engine) ReplayEach(ctx context.Context, reqs Arrivals, done func(i int,
 				return fmt.Errorf("engine: replay request %d arrives at %v, before request %d at %v: want arrivals in order",
 					next, arrival, next-1, reqs.Arrival(next-1))
 			}
-			st := e.submit(reqs.Request(next), arrival, true)
+			var reload func() []int32
+			if pr, ok := reqs.(PromptReloader); ok {
+				i := next
+				reload = func() []int32 { return pr.Prompt(i) }
+			}
+			st := e.submit(reqs.Request(next), arrival, true, reload)
 			select {
 			case <-st.Done(): // rejected at once
 				done(next, st.Wait())

@@ -3,11 +3,13 @@ package engine
 import (
 	"context"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/morphlab/morphlab/engine/executor"
+	"github.com/morphlab/morphlab/engine/sched"
 )
 
 // drawnRequests are requests as ReplayEach draws them, checking that each is drawn once, in order and not before
@@ -110,5 +112,68 @@ func TestOnEvent(t *testing.T) {
 	}
 	if len(kept) < 300*4 || !reflect.DeepEqual(logged[0], kept) || !reflect.DeepEqual(logged[1], kept) {
 		t.Errorf("the hooks saw %d and %d events, the whole run's log holds %d", len(logged[0]), len(logged[1]), len(kept))
+	}
+}
+
+// reloadedRequests are drawnRequests that draw a prompt again when the engine reloads it, counting the reloads.
+type reloadedRequests struct {
+	*drawnRequests
+	reloads int
+}
+
+func (r *reloadedRequests) Prompt(i int) []int32 {
+	r.reloads++
+	return slices.Clone(r.reqs[i].Prompt)
+}
+
+// TestReplayEachReloadsPrompts: over a PromptReloader, a long queue holds no prompts past its head after each step
+// (the scheduler has their prefix hashes), each is reloaded when its request runs, and every result is the one a
+// replay holding every prompt gives (the fake executor's tokens follow the prompt's last token).
+func TestReplayEachReloadsPrompts(t *testing.T) {
+	reqs := make([]TimedRequest, 300)
+	for i := range reqs {
+		p := prompt(20 + i%90)
+		for k := range p {
+			p[k] = 1 + int32((k*13+i*7)%97)
+		}
+		reqs[i] = TimedRequest{Request: Request{Prompt: p, MaxTokens: 4 + i%9}, Arrival: time.Duration(i) * time.Millisecond}
+	}
+	run := func(reload bool) ([]Result, int, int) {
+		clock := &executor.VirtualClock{}
+		e, err := New(newFake(60), Options{Clock: clock})
+		if err != nil {
+			t.Fatal(err)
+		}
+		most, held := 0, 0
+		e.OnStep(func(StepInfo) {
+			most = max(most, len(e.sched.Queue()))
+			for _, s := range e.sched.Queue()[min(sched.KeepPrompts, len(e.sched.Queue())):] {
+				if s.Prompt != nil {
+					held++
+				}
+			}
+		})
+		d := &drawnRequests{t: t, reqs: reqs, clock: clock}
+		var arrivals Arrivals = d
+		r := &reloadedRequests{drawnRequests: d}
+		if reload {
+			arrivals = r
+		}
+		out := make([]Result, len(reqs))
+		if err := e.ReplayEach(context.Background(), arrivals, func(i int, res Result) { out[i] = res }); err != nil {
+			t.Fatal(err)
+		}
+		if reload && (most < sched.KeepPrompts+50 || held != 0 || r.reloads < 50) {
+			t.Errorf("at most %d waiting, %d prompts held past the queue's head after a step, %d reloads: want a long queue holding none, and reloads",
+				most, held, r.reloads)
+		}
+		return out, most, r.reloads
+	}
+	want, _, _ := run(false)
+	got, _, _ := run(true)
+	for i := range reqs {
+		if !reflect.DeepEqual(got[i], want[i]) {
+			t.Fatalf("request %d: %+v with prompts reloaded, %+v with them held", i, got[i], want[i])
+		}
 	}
 }

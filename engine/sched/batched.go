@@ -165,7 +165,7 @@ func (b *Batched) Schedule(now time.Duration) Plan {
 			if q.Cancelled {
 				continue // removed mid-prefill: its padding still fills the row
 			}
-			if q.Computed < len(q.Prompt) || (q == s && q.Computed < q.Len()-1) {
+			if q.Computed < q.PromptLen() || (q == s && q.Computed < q.Len()-1) {
 				prefill = true
 				if n := min(q.Len()-q.Computed, budget); n > 0 {
 					b.grow(q, q.Computed+n)

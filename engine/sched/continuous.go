@@ -149,6 +149,7 @@ func (c *Continuous) match(s *Seq) int {
 func (c *Continuous) hash(s *Seq, n int) {
 	bs := c.KV.BlockSize()
 	if from, to := s.Prefix.Hashed()*bs, n/bs*bs; from < to {
+		s.loadPrompt()
 		if to <= len(s.Prompt) {
 			c.KV.Hash(&s.Prefix, s.Prompt[from:to])
 		} else {
@@ -157,6 +158,10 @@ func (c *Continuous) hash(s *Seq, n int) {
 		}
 	}
 }
+
+// KeepPrompts is how many sequences at the head of the waiting queue keep their prompts (Seq.Reload): they run
+// soon, and a reload draws the tokens again.
+const KeepPrompts = 64
 
 // Demand counts what admitting each waiting sequence takes now, its cached prefix counted as Admit will. A
 // sequence whose prefix missed the cache when last matched, with nothing entered under the hash it missed since,
@@ -174,6 +179,9 @@ func (c *Continuous) Demand() (head, blocks, tokens int) {
 		}
 		blocks += n
 		tokens += s.Len() - max(s.Computed, cached)
+		if i >= KeepPrompts {
+			s.dropPrompt() // its prefix is hashed: its tokens are needed again only once it runs
+		}
 	}
 	return head, blocks, tokens
 }

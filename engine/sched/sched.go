@@ -6,6 +6,7 @@
 package sched
 
 import (
+	"fmt"
 	"slices"
 	"time"
 
@@ -16,8 +17,14 @@ import (
 // KV cache. A preempted sequence keeps its output and restarts with Computed = 0, so recomputing feeds the prompt
 // and the generated tokens together and rebuilds the same state.
 type Seq struct {
-	ID        kv.SeqID
-	Prompt    []int32
+	ID kv.SeqID
+	// Prompt is the prompt's tokens: nil while a sequence with Reload waits once its prefix is hashed.
+	Prompt []int32
+	// Reload, when set, gives the prompt's tokens again: Continuous drops the prompt of a sequence waiting behind
+	// the queue's first KeepPrompts once it has its prefix hashes, and reloads it when the sequence runs, so that
+	// a replay's long queue holds few prompts.
+	Reload    func() []int32
+	promptLen int // len(Prompt) while it is dropped
 	Output    []int32
 	MaxTokens int     // output tokens to generate at most
 	MaxLen    int     // prompt plus output at most (the model's context)
@@ -41,11 +48,37 @@ type Seq struct {
 }
 
 // Len is the number of tokens (prompt and output).
-func (s *Seq) Len() int { return len(s.Prompt) + len(s.Output) }
+func (s *Seq) Len() int { return s.PromptLen() + len(s.Output) }
+
+// PromptLen is the number of prompt tokens, also while the prompt is dropped.
+func (s *Seq) PromptLen() int {
+	if s.Prompt == nil {
+		return s.promptLen
+	}
+	return len(s.Prompt)
+}
+
+// dropPrompt lets a sequence with Reload go of its prompt's tokens.
+func (s *Seq) dropPrompt() {
+	if s.Reload != nil && s.Prompt != nil {
+		s.promptLen, s.Prompt = len(s.Prompt), nil
+	}
+}
+
+// loadPrompt reloads a dropped prompt.
+func (s *Seq) loadPrompt() {
+	if s.Prompt == nil && s.Reload != nil {
+		s.Prompt = s.Reload()
+		if len(s.Prompt) != s.promptLen {
+			panic(fmt.Sprintf("sched: sequence %d reloaded a prompt of %d tokens, it had %d", s.ID, len(s.Prompt), s.promptLen))
+		}
+	}
+}
 
 // Tokens returns tokens [from, to) of Prompt followed by Output. A span within one of the two is that slice
 // itself (capacity-limited, so that an append copies); one across both is a copy.
 func (s *Seq) Tokens(from, to int) []int32 {
+	s.loadPrompt()
 	p := len(s.Prompt)
 	switch {
 	case to <= p:
@@ -58,6 +91,7 @@ func (s *Seq) Tokens(from, to int) []int32 {
 
 // appendTokens appends tokens [from, to) of Prompt followed by Output to dst.
 func (s *Seq) appendTokens(dst []int32, from, to int) []int32 {
+	s.loadPrompt()
 	if from < len(s.Prompt) {
 		dst = append(dst, s.Prompt[from:min(to, len(s.Prompt))]...)
 		from = len(s.Prompt)
@@ -82,7 +116,7 @@ func (s *Seq) Finished() bool {
 }
 
 // Limit is the most tokens the sequence can ever hold.
-func (s *Seq) Limit() int { return min(s.MaxLen, len(s.Prompt)+s.MaxTokens) }
+func (s *Seq) Limit() int { return min(s.MaxLen, s.PromptLen()+s.MaxTokens) }
 
 // Work is a sequence's share of an iteration: tokens [Start, Start+N) of it are fed.
 type Work struct {

@@ -148,10 +148,11 @@ func (in *Instance) Replay(ctx context.Context, t *trace.Trace, o ReplayOptions)
 		runtime.LockOSThread() // the steps run on this goroutine, and ThreadTimed reads its thread's clock
 		defer runtime.UnlockOSThread()
 	}
-	arrivals := traceArrivals{t: t, src: src}
+	arrivals := traceArrivals{t: t, src: src, marks: map[int][]byte{}}
 	acc := results.NewAccumulator(results.Meta{}, in.Controller.Recorder.Layers())
 	acc.Grow(len(t.Requests))
 	err = e.ReplayEach(ctx, arrivals, func(i int, res engine.Result) {
+		delete(arrivals.marks, i)
 		acc.AddRequest(arrivals.lengths(i), res, in.Controller.Recorder.Take(res.ID), o.KeepTokens, true)
 	})
 	if err != nil {
@@ -178,10 +179,13 @@ func (in *Instance) Replay(ctx context.Context, t *trace.Trace, o ReplayOptions)
 }
 
 // traceArrivals are a trace's requests as the engine's replay draws them, each prompt drawn when its request
-// arrives (by a promptSource, in trace order: the tokens Requests gives).
+// arrives (by a promptSource, in trace order: the tokens Requests gives), and drawn again when the engine reloads
+// a prompt it let go of while the request waited (engine.PromptReloader).
 type traceArrivals struct {
 	t   *trace.Trace
 	src *promptSource
+	// marks are the source's marks of the requests in flight, for Prompt.
+	marks map[int][]byte
 }
 
 func (a traceArrivals) Len() int { return len(a.t.Requests) }
@@ -191,8 +195,12 @@ func (a traceArrivals) Arrival(i int) time.Duration {
 }
 
 func (a traceArrivals) Request(i int) engine.Request {
+	a.marks[i] = a.src.mark()
 	return a.src.request(a.t.Requests[i], a.Arrival(i)).Request
 }
+
+// Prompt is request i's prompt again.
+func (a traceArrivals) Prompt(i int) []int32 { return a.src.again(a.t.Requests[i], a.marks[i]) }
 
 // lengths is request i as the results count it: its arrival, its prompt's length and its output limit.
 func (a traceArrivals) lengths(i int) loadtest.Request {

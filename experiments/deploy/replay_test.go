@@ -3,6 +3,7 @@ package deploy
 import (
 	"context"
 	"runtime"
+	"slices"
 	"testing"
 	"time"
 
@@ -59,5 +60,32 @@ func TestReplayHoldsInFlightOnly(t *testing.T) {
 	n := len(tr.Requests)
 	if len(in.Engine.Log()) > instanceLog || kinds[engine.Queued] != n || kinds[engine.Scheduled] < n || kinds[engine.Finished] != n {
 		t.Errorf("the log holds %d events; %d returned, %v by kind: want %d of them queued and finished", len(in.Engine.Log()), len(events), kinds, n)
+	}
+}
+
+// TestPromptAgain: a replay's arrivals draw each request's prompt again, while later requests are drawn, with the
+// tokens they first gave it: the hash ids' blocks and the tokens of no hash id alike, as Requests builds them.
+func TestPromptAgain(t *testing.T) {
+	tr := &trace.Trace{HashBlock: 16, Requests: []trace.Request{
+		{PromptTokens: 40, OutputTokens: 3, HashIDs: []int64{7, 9}},
+		{PromptTokens: 25},
+		{PromptTokens: 70, OutputTokens: 5, HashIDs: []int64{7, 9, 11}},
+		{PromptTokens: 16, HashIDs: []int64{3}},
+		{PromptTokens: 33, OutputTokens: 2},
+	}}
+	want, err := Requests(tr, 1000, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := traceArrivals{t: tr, src: newPromptSource(1000, 5, hashBlock(tr)), marks: map[int][]byte{}}
+	for i := range tr.Requests {
+		if got := a.Request(i).Prompt; !slices.Equal(got, want[i].Prompt) {
+			t.Fatalf("request %d drawn %v, Requests gives %v", i, got, want[i].Prompt)
+		}
+		for k := range i + 1 {
+			if got := a.Prompt(k); !slices.Equal(got, want[k].Prompt) {
+				t.Fatalf("request %d drawn again after request %d: %v, want %v", k, i, got, want[k].Prompt)
+			}
+		}
 	}
 }
