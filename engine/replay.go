@@ -67,7 +67,7 @@ type Arrivals interface {
 
 // PromptReloader is Arrivals that can draw a request's prompt again, the same tokens: a replay over it lets a
 // waiting request go of its prompt once the scheduler has the prefix hashes it needs, and reloads it when the
-// request runs, so that a long queue holds no prompts.
+// request runs, so that a long queue holds few prompts (sched.KeepPrompts at its head).
 type PromptReloader interface {
 	Arrivals
 	Prompt(i int) []int32 // request i's prompt, the tokens Request(i) gave
