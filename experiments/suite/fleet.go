@@ -507,7 +507,7 @@ func (ts *targetSearch) sim(ctx context.Context, target float64, delay time.Dura
 // cheapest is the cheapest run that meets at the delay among the targets tried, searching for the highest target
 // that meets (nil when none does).
 func (ts *targetSearch) cheapest(ctx context.Context, delay time.Duration) (*results.Run, float64, error) {
-	runs := map[int]*results.Run{}
+	runs := make([]*results.Run, len(fleetTargets))
 	try := func(i int) (bool, error) {
 		r, err := ts.sim(ctx, fleetTargets[i], delay, false)
 		runs[i] = r
@@ -518,22 +518,13 @@ func (ts *targetSearch) cheapest(ctx context.Context, delay time.Duration) (*res
 		return nil, 0, err
 	}
 	if !ok {
-		lo, hi := -1, ts.top
-		for hi-lo > 1 {
-			mid := (lo + hi) / 2
-			good, err := try(mid)
-			if err != nil {
-				return nil, 0, err
-			}
-			if good {
-				lo = mid
-			} else {
-				hi = mid
-			}
+		lo, err := highestMeeting(ts.top, try)
+		if err != nil {
+			return nil, 0, err
 		}
 		ts.top = max(lo, 0)
 	}
-	// Of runs that cost the same, the highest target's is kept, whatever order the map gives.
+	// Of runs that cost the same, the highest target's is kept.
 	var best *results.Run
 	target := 0.0
 	for i := len(fleetTargets) - 1; i >= 0; i-- {
@@ -542,6 +533,25 @@ func (ts *targetSearch) cheapest(ctx context.Context, delay time.Duration) (*res
 		}
 	}
 	return best, target, nil
+}
+
+// highestMeeting bisects [0, hi) for the highest index whose try meets, those that meet being the ones below some
+// bound; -1 when none does.
+func highestMeeting(hi int, try func(i int) (bool, error)) (int, error) {
+	lo := -1
+	for hi-lo > 1 {
+		mid := (lo + hi) / 2
+		ok, err := try(mid)
+		if err != nil {
+			return 0, err
+		}
+		if ok {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return lo, nil
 }
 
 // smallest is the fewest replicas (1..most) whose run meets (more replicas never serve worse), found by galloping

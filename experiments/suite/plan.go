@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -271,8 +272,7 @@ func (c *Candidate) fleet() string {
 
 // summary is the candidate's line of progress.
 func (c *Candidate) summary() string {
-	switch {
-	case c.Pruned != "":
+	if c.Pruned != "" {
 		return c.name() + ": " + c.Pruned
 	}
 	return fmt.Sprintf("%s, %s: $%.2f/h, %.2f%% violations, P95 TTFT %.0f ms, loss %.2f%%", c.name(), c.fleet(), c.USDPerHour,
@@ -390,6 +390,9 @@ func (j *planJob) searchFixed(ctx context.Context, most int) error {
 	return j.fill(r)
 }
 
+// errOverBudget stops a search whose policy is over the quality budget at any load.
+var errOverBudget = errors.New("plan: over the quality budget at any load")
+
 // prunedLoss marks the candidate as over the quality budget at any load.
 func (j *planJob) prunedLoss() error {
 	j.c.Pruned = fmt.Sprintf("pruned: quality loss %.2f%% at any load, over %.2f%%", 100*j.fixedLoss, 100*j.spec.MaxLoss)
@@ -417,22 +420,25 @@ func (j *planJob) searchAutoscaled(ctx context.Context, most int) error {
 	}
 	j.c.Replicas = floor
 	// Targets from the lowest (scaling out soonest) up: the highest that meets costs least.
-	lo, hi := -1, len(fleetTargets) // the highest known to meet (-1: none), the lowest known to miss
 	var met *results.Run
-	for hi-lo > 1 {
-		mid := (lo + hi) / 2
-		r, err := simFleet(ctx, j.gl, j.setup, j.c.Policy, floor, fleetTargets[mid], j.c.Controller, j.spec.Delay, j.t, false)
-		if err != nil {
-			return err
+	lo, err := highestMeeting(len(fleetTargets), func(i int) (bool, error) {
+		r, err := simFleet(ctx, j.gl, j.setup, j.c.Policy, floor, fleetTargets[i], j.c.Controller, j.spec.Delay, j.t, false)
+		switch {
+		case err != nil:
+			return false, err
+		case j.overBudget(r):
+			return false, errOverBudget
+		case j.meets(r):
+			met = r
+			return true, nil
 		}
-		if j.overBudget(r) {
-			return j.prunedLoss()
-		}
-		if j.meets(r) {
-			lo, met = mid, r
-		} else {
-			hi = mid
-		}
+		return false, nil
+	})
+	if errors.Is(err, errOverBudget) {
+		return j.prunedLoss()
+	}
+	if err != nil {
+		return err
 	}
 	if lo == -1 {
 		j.c.Pruned = fmt.Sprintf("pruned: no target from %g to %g meets from %d replicas", fleetTargets[0], fleetTargets[len(fleetTargets)-1], floor)
