@@ -58,6 +58,7 @@ func (e *Engine) Step() (bool, error) {
 		}
 		return false, nil
 	}
+	clear(e.batch.Seqs) // the last step's tokens: a shorter batch would keep the rest past their sequences' end
 	e.batch = executor.Batch{Seqs: slices.Grow(e.batch.Seqs[:0], len(plan.Work))[:len(plan.Work)], Now: now}
 	b := &e.batch
 	for i, w := range plan.Work {

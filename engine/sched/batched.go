@@ -1,6 +1,7 @@
 package sched
 
 import (
+	"slices"
 	"time"
 
 	"github.com/morphlab/morphlab/engine/kv"
@@ -134,7 +135,8 @@ func (b *Batched) form(now time.Duration) []*Seq {
 	if n == 0 {
 		return nil // not even one fits now; the engine rejects sequences the pool can never hold
 	}
-	batch := b.waiting[:n:n]
+	batch := slices.Clone(b.waiting[:n])
+	clear(b.waiting[:n]) // the array keeps its head until it grows: let it not keep the batch once it ends
 	b.waiting = b.waiting[n:]
 	lp := 0
 	for _, s := range batch {

@@ -1,6 +1,7 @@
 package sched
 
 import (
+	"slices"
 	"time"
 
 	"github.com/morphlab/morphlab/engine/kv"
@@ -67,8 +68,9 @@ func (c *Continuous) NextWake() (time.Duration, bool) { return 0, false }
 
 // preemptNewest sends the newest running sequence back to the head of the waiting queue for recompute.
 func (c *Continuous) preemptNewest(p *Plan) *Seq {
-	v := c.running[len(c.running)-1]
-	c.running = c.running[:len(c.running)-1]
+	n := len(c.running) - 1
+	v := c.running[n]
+	c.running = slices.Delete(c.running, n, n+1)
 	c.KV.Free(v.ID)
 	v.Computed = 0
 	v.Preemptions++
@@ -79,6 +81,7 @@ func (c *Continuous) preemptNewest(p *Plan) *Seq {
 
 // Schedule picks the next iteration; see Continuous.
 func (c *Continuous) Schedule(time.Duration) Plan {
+	clear(c.work) // the last plan's sequences: this one is shorter or overwrites them
 	p := Plan{Work: c.work[:0]}
 	defer func() { c.work = p.Work }()
 	budget := c.MaxBatchedTokens
@@ -120,6 +123,7 @@ func (c *Continuous) Schedule(time.Duration) Plan {
 		if err := c.KV.Admit(s.ID, s.Len(), &s.Prefix); err != nil {
 			panic(err) // CanAdmit said it fits
 		}
+		c.waiting[0] = nil // the array keeps its head until it grows: let it not keep the sequence
 		c.waiting = c.waiting[1:]
 		c.running = append(c.running, s)
 		p.Started = append(p.Started, s)
@@ -209,13 +213,7 @@ func (c *Continuous) Update(p Plan, next []int32) []*Seq {
 	}
 	done := apply(c.KV, p, next)
 	if len(done) > 0 {
-		kept := c.running[:0]
-		for _, s := range c.running {
-			if !s.Finished() {
-				kept = append(kept, s)
-			}
-		}
-		c.running = kept
+		c.running = slices.DeleteFunc(c.running, (*Seq).Finished) // its array's tail cleared
 	}
 	return done
 }

@@ -3,9 +3,11 @@ package sched
 import (
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
+	"weak"
 
 	"github.com/morphlab/morphlab/engine/kv"
 )
@@ -453,4 +455,29 @@ func TestDemandCountsCachedPrefix(t *testing.T) {
 			t.Errorf("caching %v: demand %d head blocks, %d blocks, %d tokens; want %v", caching, head, blocks, tokens, want)
 		}
 	}
+}
+
+// TestContinuousLetsFinishedGo: a sequence the scheduler admitted and finished is garbage by its next plan; the
+// arrays it reuses (the queue's, the running batch's, the plans') do not hold it.
+func TestContinuousLetsFinishedGo(t *testing.T) {
+	m, _ := kv.New(kv.Options{BlockSize: 4, Blocks: 100})
+	c := &Continuous{KV: m, MaxBatchedTokens: 64, MaxNumSeqs: 4}
+	short := &Seq{ID: 2, Prompt: make([]int32, 8), MaxTokens: 1, MaxLen: 1000}
+	gone := weak.Make(short)
+	c.Add(&Seq{ID: 1, Prompt: make([]int32, 8), MaxTokens: 10, MaxLen: 1000})
+	c.Add(&Seq{ID: 3, Prompt: make([]int32, 8), MaxTokens: 10, MaxLen: 1000})
+	c.Add(short)
+	c.Add(&Seq{ID: 4, Prompt: make([]int32, 396), MaxTokens: 1, MaxLen: 1000}) // waits: it needs the whole pool
+	short = nil
+	if done := c.Update(c.Schedule(0), []int32{7, 7, 7}); len(done) != 1 || done[0].ID != 2 || c.Waiting() != 1 {
+		t.Fatalf("the first step finished %v and left %d waiting, want sequence 2 and one waiting", done, c.Waiting())
+	}
+	if p := c.Schedule(0); len(p.Work) != 2 {
+		t.Fatalf("the second step has %d works, want the two decodes", len(p.Work))
+	}
+	runtime.GC()
+	if gone.Value() != nil {
+		t.Error("the finished sequence 2 is still reachable from the scheduler")
+	}
+	runtime.KeepAlive(c)
 }
