@@ -126,16 +126,16 @@ func (c *Controller) carryOut(s Signals, v Verdict) {
 	}
 }
 
-// Point is one iteration of the timeline.
+// Point is one iteration of the timeline. A replay keeps one a step, so a point is small: its time in seconds and
+// its counts in 32 bits (32 bytes).
 type Point struct {
-	Time      time.Duration `json:"-"`
-	Seconds   float64       `json:"t"`
-	Iter      int           `json:"iter"`
-	Quantized int           `json:"quantized_layers"`
-	KVTotal   int           `json:"kv_blocks_total"`
-	KVUsed    int           `json:"kv_blocks_used"`
-	Waiting   int           `json:"waiting"`
-	Running   int           `json:"running"`
+	Seconds   float64 `json:"t"`
+	Iter      int32   `json:"iter"`
+	Quantized int32   `json:"quantized_layers"`
+	KVTotal   int32   `json:"kv_blocks_total"`
+	KVUsed    int32   `json:"kv_blocks_used"`
+	Waiting   int32   `json:"waiting"`
+	Running   int32   `json:"running"`
 }
 
 // Recorder keeps the timeline (one point per iteration, and per idle tick where something changed; with Every,
@@ -148,6 +148,7 @@ type Recorder struct {
 	// Every, when set, keeps at most one timeline point per Every of time (a fleet of many replicas keeps its
 	// replicas' timelines short); the peaks are over every iteration all the same.
 	Every     time.Duration
+	last      time.Duration // the time of the timeline's last point
 	peak      Point
 	mix       [][]int32 // by request id (an engine numbers its requests from 0)
 	base      []quant.Format
@@ -187,12 +188,13 @@ func (r *Recorder) Observe(info engine.StepInfo) int {
 			q++
 		}
 	}
-	p := Point{Time: info.Time, Seconds: info.Time.Seconds(), Iter: info.Iter, Quantized: q, KVTotal: info.Total,
-		KVUsed: info.Used, Waiting: info.Waiting, Running: info.Running}
-	r.peak = Point{KVUsed: max(r.peak.KVUsed, p.KVUsed), KVTotal: max(r.peak.KVTotal, p.KVTotal), Quantized: max(r.peak.Quantized, q)}
+	p := Point{Seconds: info.Time.Seconds(), Iter: int32(info.Iter), Quantized: int32(q), KVTotal: int32(info.Total),
+		KVUsed: int32(info.Used), Waiting: int32(info.Waiting), Running: int32(info.Running)}
+	r.peak = Point{KVUsed: max(r.peak.KVUsed, p.KVUsed), KVTotal: max(r.peak.KVTotal, p.KVTotal), Quantized: max(r.peak.Quantized, p.Quantized)}
 	n := len(r.Timeline)
-	if (!info.Idle || n == 0 || !sameState(r.Timeline[n-1], p)) && (r.Every == 0 || n == 0 || info.Time-r.Timeline[n-1].Time >= r.Every) {
+	if (!info.Idle || n == 0 || !sameState(r.Timeline[n-1], p)) && (r.Every == 0 || n == 0 || info.Time-r.last >= r.Every) {
 		r.Timeline = append(r.Timeline, p)
+		r.last = info.Time
 	}
 	sampled := 0
 	for _, w := range info.Work {

@@ -445,7 +445,7 @@ func (a *Accumulator) aggregate(indices []int, peak morph.Point, swaps int) Aggr
 		g.SLOViolationRate = float64(g.SLOViolations) / float64(n)
 	}
 	g.Metrics = loadtest.Compute(lt, a.meta.SLO)
-	g.PeakKVBlocks, g.PeakKVAttached, g.MaxQuantized = peak.KVUsed, peak.KVTotal, peak.Quantized
+	g.PeakKVBlocks, g.PeakKVAttached, g.MaxQuantized = int(peak.KVUsed), int(peak.KVTotal), int(peak.Quantized)
 	g.SwapActions = swaps
 	total, weighted := 0, 0
 	for k, n := range g.TokensByLayers {
