@@ -103,6 +103,10 @@ type ReplayOptions struct {
 	KeepTokens bool
 	// KeepSteps keeps every step's work, layer formats and time (results.Run.Steps: what a calibration fits).
 	KeepSteps bool
+	// Events, when set, is given each lifecycle and control event (no tokens) as the engine logs it, and
+	// Instance.Replay returns none: a long replay need not hold them (results.EventLog.Add writes them out). A
+	// fleet's replay, which returns no events, ignores it.
+	Events func(engine.Event)
 	// StopAfterViolations, above 0, ends a fleet's replay early with ErrSLOMissed once more requests than this
 	// have missed the TTFT SLO (turned away, or their first token later than SLO.TTFT): a search for the
 	// smallest fleet that meets an SLO need not finish a run that has already missed it. Instance.Replay ignores it.
@@ -113,8 +117,9 @@ type ReplayOptions struct {
 var ErrSLOMissed = errors.New("deploy: more requests missed the TTFT SLO than the replay stops after")
 
 // Replay runs t (clipped to the model's context) through the instance, every request at its arrival, to the
-// end, and returns the results and the engine's lifecycle and control events (no tokens). An instance replays
-// once. It holds the prompts of the requests in flight only, and their results until they end.
+// end, and returns the results and the engine's lifecycle and control events (no tokens; none when o.Events
+// takes them). An instance replays once. It holds the prompts of the requests in flight only, and their results
+// until they end.
 func (in *Instance) Replay(ctx context.Context, t *trace.Trace, o ReplayOptions) (*results.Run, []engine.Event, error) {
 	if in.replayed {
 		return nil, nil, fmt.Errorf("deploy: this instance of %s has replayed a trace already: start another", in.Name)
@@ -131,9 +136,13 @@ func (in *Instance) Replay(ctx context.Context, t *trace.Trace, o ReplayOptions)
 	}
 	e := in.Engine
 	var events []engine.Event
+	keep := o.Events
+	if keep == nil {
+		keep = func(ev engine.Event) { events = append(events, ev) }
+	}
 	e.OnEvent(func(ev engine.Event) {
 		if ev.Kind != engine.Token {
-			events = append(events, ev)
+			keep(ev)
 		}
 	})
 	var steps []costmodel.Sample

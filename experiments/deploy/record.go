@@ -56,16 +56,10 @@ func Rerun(ctx context.Context, old *results.Run) (*results.Run, []engine.Event,
 			return nil, nil, err
 		}
 	}
-	if q := old.Quality; q != nil {
-		ref, err := results.Load(q.Reference)
-		if err != nil {
+	if old.Quality != nil {
+		if r.Quality, err = results.Against(r, old.Quality.Reference); err != nil {
 			return nil, nil, fmt.Errorf("deploy: the quality's reference: %w", err)
 		}
-		again := results.Quality{Reference: q.Reference}
-		if again.ExactMatch, again.TokenAgreement, err = results.Agreement(r, ref); err != nil {
-			return nil, nil, fmt.Errorf("deploy: against the reference %s: %w", q.Reference, err)
-		}
-		r.Quality = &again
 	}
 	return r, events, nil
 }

@@ -1,7 +1,11 @@
 package deploy
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"testing"
@@ -9,6 +13,7 @@ import (
 
 	"github.com/morphlab/morphlab/engine"
 	"github.com/morphlab/morphlab/experiments/metrics"
+	"github.com/morphlab/morphlab/experiments/results"
 	"github.com/morphlab/morphlab/experiments/trace"
 )
 
@@ -86,6 +91,56 @@ func TestPromptAgain(t *testing.T) {
 			if got := a.Prompt(k); !slices.Equal(got, want[k].Prompt) {
 				t.Fatalf("request %d drawn again after request %d: %v, want %v", k, i, got, want[k].Prompt)
 			}
+		}
+	}
+}
+
+// TestReplayStreamsEvents: a replay that hands its events to a results.EventLog as they come returns none, and
+// writes the events.jsonl, results.json and table.md that one returning its events does, byte for byte.
+func TestReplayStreamsEvents(t *testing.T) {
+	tr := burst(t, 300, 700, 200)
+	var dirs [2]string
+	for i := range dirs {
+		dirs[i] = t.TempDir()
+		in, err := sim7b(t, "morph:default", 300).Build()
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := ReplayOptions{SLO: metrics.SLO{TTFT: time.Second}}
+		var log *results.EventLog
+		if i == 1 {
+			if log, err = results.CreateEventLog(dirs[i]); err != nil {
+				t.Fatal(err)
+			}
+			o.Events = log.Add
+		}
+		r, events, err := in.Replay(context.Background(), tr, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			err = r.Write(dirs[i], events)
+		} else if err = errors.Join(log.Close(), r.WriteResults(dirs[i])); len(events) > 0 {
+			t.Errorf("a replay into an event log returned %d events", len(events))
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range []string{"events.jsonl", "results.json", "table.md"} {
+		kept, err := os.ReadFile(filepath.Join(dirs[0], name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		streamed, err := os.ReadFile(filepath.Join(dirs[1], name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(streamed, kept) {
+			t.Errorf("%s: %d bytes from the event log, %d from the events returned", name, len(streamed), len(kept))
+		}
+		if name == "events.jsonl" && !bytes.Contains(kept, []byte(`"kind":"swap"`)) {
+			t.Errorf("events.jsonl has no swap:\n%.500s", kept)
 		}
 	}
 }

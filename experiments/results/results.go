@@ -21,6 +21,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -333,13 +334,14 @@ func (a *Accumulator) Requests() int { return len(a.added) }
 // Run returns the results: every request's row and the aggregates over them, with the run's timeline, its peaks
 // (morph.Recorder.Peak) and its swap actions.
 func (a *Accumulator) Run(timeline []morph.Point, peak morph.Point, swaps int) *Run {
-	r := &Run{Schema: Schema, Meta: a.meta, Requests: make([]Request, len(a.added)), Timeline: timeline}
-	for i := range a.added {
-		r.Requests[i] = a.added[i].row()
-	}
-	r.Aggregates = a.aggregate(nil, peak, swaps)
+	r := &Run{Schema: Schema, Meta: a.meta, Aggregates: a.aggregate(nil, peak, swaps), Timeline: timeline}
 	if a.ngaps > 0 {
 		r.Aggregates.ITL = a.itl()
+	}
+	// The rows are made after the aggregates, whose outcomes are garbage by then.
+	r.Requests = make([]Request, len(a.added))
+	for i := range a.added {
+		r.Requests[i] = a.added[i].row()
 	}
 	return r
 }
@@ -464,13 +466,25 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 // Write writes results.json, events.jsonl (the engine events and request lifecycle events, without tokens) and
 // table.md into dir, creating it.
 func (r *Run) Write(dir string, events []engine.Event) error {
+	l, err := CreateEventLog(dir)
+	if err != nil {
+		return err
+	}
+	for _, ev := range events {
+		l.Add(ev)
+	}
+	if err := l.Close(); err != nil {
+		return err
+	}
+	return r.WriteResults(dir)
+}
+
+// WriteResults is Write without events.jsonl: the files of a run whose events an EventLog wrote as they came.
+func (r *Run) WriteResults(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
 	if err := writeResults(filepath.Join(dir, "results.json"), r); err != nil {
-		return err
-	}
-	if err := writeEvents(filepath.Join(dir, "events.jsonl"), events); err != nil {
 		return err
 	}
 	if len(r.Steps) > 0 {
@@ -590,19 +604,47 @@ type event struct {
 	Detail string  `json:"detail,omitempty"`
 }
 
-func writeEvents(path string, events []engine.Event) error {
-	return writeFile(path, func(w io.Writer) error {
-		enc := json.NewEncoder(w)
-		for _, ev := range events {
-			if ev.Kind == engine.Token {
-				continue
-			}
-			if err := enc.Encode(event{T: ev.Time.Seconds(), Iter: ev.Iter, Kind: ev.Kind.String(), Req: int64(ev.Req), Detail: ev.Detail}); err != nil {
-				return err
-			}
-		}
+// EventLog is an events.jsonl written as the run logs its events, so that a long run need not hold them.
+type EventLog struct {
+	f   *os.File
+	w   *bufio.Writer
+	enc *json.Encoder
+	err error // the first write's error
+}
+
+// CreateEventLog creates dir and an empty events.jsonl in it.
+func CreateEventLog(dir string) (*EventLog, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	f, err := os.Create(filepath.Join(dir, "events.jsonl"))
+	if err != nil {
+		return nil, err
+	}
+	w := bufio.NewWriter(f)
+	return &EventLog{f: f, w: w, enc: json.NewEncoder(w)}, nil
+}
+
+// Add appends ev, unless it is a token's event; Close returns the first write's error.
+func (l *EventLog) Add(ev engine.Event) {
+	if ev.Kind == engine.Token || l.err != nil {
+		return
+	}
+	l.err = l.enc.Encode(event{T: ev.Time.Seconds(), Iter: ev.Iter, Kind: ev.Kind.String(), Req: int64(ev.Req), Detail: ev.Detail})
+}
+
+// Close flushes and closes the file, and returns the first error writing it; closing again does nothing.
+func (l *EventLog) Close() error {
+	if l.f == nil {
 		return nil
-	})
+	}
+	err := l.err
+	if err == nil {
+		err = l.w.Flush()
+	}
+	err = errors.Join(err, l.f.Close())
+	l.f = nil
+	return err
 }
 
 // Load reads a results.json, of this schema or the one before.
@@ -643,6 +685,20 @@ func WriteTable(w io.Writer, runs []*Run) error {
 }
 
 func f1(v float64) string { return fmt.Sprintf("%.1f", v) }
+
+// Against is r's quality against the results.json at reference, a run of the same requests that kept its tokens
+// (Agreement). Its errors name the file.
+func Against(r *Run, reference string) (*Quality, error) {
+	ref, err := Load(reference)
+	if err != nil {
+		return nil, err
+	}
+	q := Quality{Reference: reference}
+	if q.ExactMatch, q.TokenAgreement, err = Agreement(r, ref); err != nil {
+		return nil, fmt.Errorf("%s: %w", reference, err)
+	}
+	return &q, nil
+}
 
 // Agreement compares the greedy outputs of two runs of the same requests (both kept their tokens): the share of
 // requests whose outputs are identical, and the share of output positions (up to the shorter output, over the

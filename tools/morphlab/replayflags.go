@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"flag"
 
-	"github.com/morphlab/morphlab/engine"
 	"github.com/morphlab/morphlab/experiments/metrics"
 	"github.com/morphlab/morphlab/experiments/results"
 	"github.com/morphlab/morphlab/experiments/trace"
@@ -50,9 +49,12 @@ func (f *replayFlags) parse() (metrics.SLO, error) {
 // load loads the trace with its transforms.
 func (f *replayFlags) load() (*trace.Trace, error) { return f.trace.Load(f.path) }
 
-// write writes the results under --out and prints the aggregates.
-func (f *replayFlags) write(e *env, r *results.Run, events []engine.Event) error {
-	if err := r.Write(f.out, events); err != nil {
+// write closes events, writes the results beside them under --out and prints the aggregates.
+func (f *replayFlags) write(e *env, r *results.Run, events *results.EventLog) error {
+	if err := events.Close(); err != nil {
+		return err
+	}
+	if err := r.WriteResults(f.out); err != nil {
 		return err
 	}
 	if f.json {

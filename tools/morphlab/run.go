@@ -107,10 +107,10 @@ func runReplay(e *env, args []string, executor, help string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
+	if (isFleet || rf.loadtest != "") && (*keep || *steps || *reference != "") {
+		return usagef("--keep-tokens, --steps and --reference are for one replica replaying a trace")
+	}
 	if rf.loadtest != "" {
-		if *keep || *steps || *reference != "" {
-			return usagef("--keep-tokens, --steps and --reference are for a trace")
-		}
 		opts := deploy.ReplayOptions{SLO: slo, PromptSeed: *promptSeed}
 		return replayLoadtest(ctx, e, &rf, d.Model, slo, func(ctx context.Context, t *trace.Trace) (*results.Run, []engine.Event, error) {
 			if isFleet {
@@ -128,10 +128,12 @@ func runReplay(e *env, args []string, executor, help string) error {
 	if err != nil {
 		return err
 	}
+	events, err := results.CreateEventLog(rf.out) // a fleet's stays empty
+	if err != nil {
+		return err
+	}
+	defer events.Close()
 	if isFleet {
-		if *keep || *steps || *reference != "" {
-			return usagef("--keep-tokens, --steps and --reference are for one replica")
-		}
 		fmt.Fprintf(e.stderr, "%s: %d requests on a fleet of %d replicas of %s (%s router)\n", e.name, len(t.Requests), len(fleet.Replicas), d.Model, fleet.Router)
 		r, err := fleet.Replay(ctx, t, deploy.ReplayOptions{SLO: slo, PromptSeed: *promptSeed})
 		if err != nil {
@@ -140,7 +142,7 @@ func runReplay(e *env, args []string, executor, help string) error {
 		if err := suite.PlotFleet(filepath.Join(rf.out, "fleet"), r); err != nil {
 			return err
 		}
-		return rf.write(e, r, nil)
+		return rf.write(e, r, events)
 	}
 	in, err := d.Build()
 	if err != nil {
@@ -149,20 +151,16 @@ func runReplay(e *env, args []string, executor, help string) error {
 	mem := in.Executor.Memory()
 	fmt.Fprintf(e.stderr, "%s: %d requests, %s on %s, policy %s, budget %s (%d KV blocks at full precision, %d attached), clock %s\n",
 		e.name, len(t.Requests), in.Name, d.Executor, d.Policy, numfmt.Bytes(mem.Budget), mem.FullBlocks, mem.Blocks, d.Clock)
-	r, events, err := in.Replay(ctx, t, deploy.ReplayOptions{SLO: slo, PromptSeed: *promptSeed, KeepTokens: *keep || *reference != "", KeepSteps: *steps})
+	r, _, err := in.Replay(ctx, t, deploy.ReplayOptions{SLO: slo, PromptSeed: *promptSeed, KeepTokens: *keep || *reference != "",
+		KeepSteps: *steps, Events: events.Add})
 	if err != nil {
 		return err
 	}
 	if *reference != "" {
-		ref, err := results.Load(*reference)
-		if err != nil {
-			return err
+		if r.Quality, err = results.Against(r, *reference); err != nil {
+			return fmt.Errorf("--reference: %v", err)
 		}
-		q := results.Quality{Reference: *reference}
-		if q.ExactMatch, q.TokenAgreement, err = results.Agreement(r, ref); err != nil {
-			return fmt.Errorf("--reference %s: %v", *reference, err)
-		}
-		r.Quality = &q
+		q := r.Quality
 		fmt.Fprintf(e.stderr, "%s: against %s, %.1f%% of the requests have the same output, %.1f%% of the tokens agree\n",
 			e.name, *reference, 100*q.ExactMatch, 100*q.TokenAgreement)
 	}
