@@ -131,9 +131,10 @@ func (hpa) Want(a *Autoscale, metric float64, serving []ReplicaView) int {
 // more than the serving replicas only if some replica's load is beyond its morphing (absorbs): short of compute,
 // or a queue beyond its swaps; and otherwise holds. Load short of memory, whose queue the replica's free KV blocks
 // and the blocks its policy's allowed swaps would free can admit, is what morphing exists for; scaling out on it
-// pays for a replica that arrives, a delay later, after the swaps have absorbed the burst. It scales in over the replicas sitting restored (no layer quantized) with no queue
-// only, so that a replica still morphed, whose burst is not over, stays. The morph-aware router, sending requests to
-// full-precision replicas with room first, lets the morphed replicas restore first once new ones come up.
+// pays for a replica that arrives, a delay later, after the swaps have absorbed the burst. It scales in over the
+// replicas sitting restored (no layer quantized) with no queue only, so that a replica still morphed, whose burst
+// is not over, stays. The morph-aware router, sending requests to full-precision replicas with room first, lets
+// the morphed replicas restore first once new ones come up.
 type morphAwareScaler struct{}
 
 func (morphAwareScaler) Want(a *Autoscale, metric float64, serving []ReplicaView) int {

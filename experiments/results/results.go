@@ -510,17 +510,12 @@ func (r *Run) WriteResults(dir string) error {
 // writeResults writes r to path as json.MarshalIndent(r, "", " ") and a newline, its requests and timeline an
 // element at a time: a long run's would otherwise be built whole in memory, twice over.
 func writeResults(path string, r *Run) error {
-	return writeFile(path, func(w io.Writer) error { return writeJSON(w, r) })
-}
-
-// writeFile creates path and writes it through a buffer with write.
-func writeFile(path string, write func(w io.Writer) error) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
 	w := bufio.NewWriter(f)
-	if err := write(w); err != nil {
+	if err := writeJSON(w, r); err != nil {
 		f.Close()
 		return err
 	}

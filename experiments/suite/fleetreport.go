@@ -436,8 +436,9 @@ func (r *FleetReport) writeVerdict(w io.Writer) {
 }
 
 // writeAboveInt4 lists, for a morph-aware strategy whose mean cost is not below static:int4's, the cells where it
-// costs more than static:int4 by over planTie (a run's last minutes make pennies of difference), each with its fixed fleet's size beside static:int4's: the controller adds no
-// replica to the fixed fleet where the hour is steady, so a cell costs more where the fixed morphing fleet is larger.
+// costs more than static:int4 by over planTie (a run's last minutes make pennies of difference), each with its
+// fixed fleet's size beside static:int4's: the controller adds no replica to the fixed fleet where the hour is
+// steady, so a cell costs more where the fixed morphing fleet is larger.
 func (r *FleetReport) writeAboveInt4(w io.Writer, st string) {
 	policy, _ := splitStrategy(st)
 	var above []string
